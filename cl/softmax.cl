@@ -1,0 +1,59 @@
+/* softmax.cl — W = softmax over each row, subtracting the true row max.
+ *
+ * Reference loop, per row x of width n:
+ *     m = max_j x[j] (NaN wins);  if m == -inf: W = 0 (no visible key)
+ *     else W[j] = exp(x[j] - m) / sum_j exp(x[j] - m)
+ * Index map: NDRange (WG, rows, batch·heads), work-group (WG, 1, 1) with WG any size
+ * the kernel allows (chosen by the host); work-item t handles j = t, t+WG, t+2·WG…
+ * in all three passes, so x and y may be the same view (in place).
+ */
+
+/* Reduces v over the work-group with op (any work-group size, not only powers of
+ * two): first fold [s, wg) onto [0, wg - s) for the largest power of two s < wg,
+ * then halve. */
+#define WG_REDUCE(red, v, op)                                                          \
+    do {                                                                               \
+        const int lid_ = get_local_id(0), wg_ = get_local_size(0);                     \
+        red[lid_] = (v);                                                               \
+        barrier(CLK_LOCAL_MEM_FENCE); /* every partial stored before folding */        \
+        int s_ = 1;                                                                    \
+        while (2 * s_ < wg_)                                                           \
+            s_ *= 2;                                                                   \
+        for (; s_ > 0; s_ >>= 1) {                                                     \
+            if (lid_ < s_ && lid_ + s_ < wg_)                                          \
+                red[lid_] = op(red[lid_], red[lid_ + s_]);                             \
+            barrier(CLK_LOCAL_MEM_FENCE); /* this level done before the next reads */ \
+        }                                                                              \
+        (v) = red[0];                                                                  \
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone read red[0] before it is reused */   \
+    } while (0)
+
+#define ADD(a, b) ((a) + (b))
+
+__kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
+                             __global float *y, long y_off, long4 y_st,
+                             int heads, long width, __local float *red)
+{
+    const int lid = get_local_id(0), wg = get_local_size(0);
+    const long r = get_global_id(1), bh = get_global_id(2);
+    const long b = bh / heads, h = bh % heads;
+    const long xrow = view_at(x_off, x_st, b, h, r, 0), yrow = view_at(y_off, y_st, b, h, r, 0);
+
+    float m = -INFINITY;
+    for (long j = lid; j < width; j += wg)
+        m = max_nan(m, x[xrow + j * x_st.s3]);
+    WG_REDUCE(red, m, max_nan);
+
+    if (m == -INFINITY) { /* every key masked: zeros, not NaN */
+        for (long j = lid; j < width; j += wg)
+            y[yrow + j * y_st.s3] = 0.0f;
+        return;
+    }
+    float l = 0.0f;
+    for (long j = lid; j < width; j += wg)
+        l += exp(x[xrow + j * x_st.s3] - m);
+    WG_REDUCE(red, l, ADD);
+
+    for (long j = lid; j < width; j += wg)
+        y[yrow + j * y_st.s3] = exp(x[xrow + j * x_st.s3] - m) / l;
+}

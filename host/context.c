@@ -1,0 +1,277 @@
+/* Platform/device choice, context and queue, device limits. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PLATFORMS 16
+
+static char *dup_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+#define MAX_DEVICES 64
+
+static bool contains_nocase(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    if (n == 0)
+        return false;
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] &&
+               tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
+/* "P:D" with decimal P and D. */
+static bool parse_index_spec(const char *spec, unsigned *p, unsigned *d)
+{
+    char *end;
+    if (!isdigit((unsigned char)spec[0]))
+        return false;
+    unsigned long pp = strtoul(spec, &end, 10);
+    if (*end != ':' || !isdigit((unsigned char)end[1]))
+        return false;
+    unsigned long dd = strtoul(end + 1, &end, 10);
+    if (*end != '\0' || pp > 1000 || dd > 1000)
+        return false;
+    *p = (unsigned)pp;
+    *d = (unsigned)dd;
+    return true;
+}
+
+static clattn_status choose_device(const char *spec, cl_platform_id *out_p, cl_device_id *out_d)
+{
+    cl_platform_id platforms[MAX_PLATFORMS];
+    cl_uint n_platforms = 0;
+    cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &n_platforms);
+    if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && n_platforms == 0))
+        return clattn_fail(NULL, CLATTN_ERROR_NO_PLATFORM,
+                           "no OpenCL platform found: install an OpenCL driver (for the CPU: "
+                           "apt-get install pocl-opencl-icd) and check /etc/OpenCL/vendors");
+    if (err != CL_SUCCESS)
+        return clattn_fail_cl(NULL, err, "clGetPlatformIDs");
+    if (n_platforms > MAX_PLATFORMS)
+        n_platforms = MAX_PLATFORMS;
+
+    unsigned want_p = 0, want_d = 0;
+    const bool by_index = spec && parse_index_spec(spec, &want_p, &want_d);
+    cl_platform_id first_p = NULL, gpu_p = NULL;
+    cl_device_id first_d = NULL, gpu_d = NULL;
+    for (cl_uint p = 0; p < n_platforms; p++) {
+        cl_device_id devices[MAX_DEVICES];
+        cl_uint n_devices = 0;
+        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devices,
+                           &n_devices) != CL_SUCCESS)
+            continue;
+        if (n_devices > MAX_DEVICES)
+            n_devices = MAX_DEVICES;
+        for (cl_uint d = 0; d < n_devices; d++) {
+            char name[256] = "";
+            cl_device_type type = 0;
+            clGetDeviceInfo(devices[d], CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+            clGetDeviceInfo(devices[d], CL_DEVICE_TYPE, sizeof type, &type, NULL);
+            if (spec && *spec) {
+                if ((by_index && p == want_p && d == want_d) ||
+                    (!by_index && contains_nocase(name, spec))) {
+                    *out_p = platforms[p];
+                    *out_d = devices[d];
+                    return CLATTN_SUCCESS;
+                }
+                continue;
+            }
+            if (!first_d) {
+                first_p = platforms[p];
+                first_d = devices[d];
+            }
+            if (!gpu_d && (type & CL_DEVICE_TYPE_GPU)) {
+                gpu_p = platforms[p];
+                gpu_d = devices[d];
+            }
+        }
+    }
+    if (spec && *spec)
+        return clattn_fail(NULL, CLATTN_ERROR_NO_DEVICE,
+                           "no OpenCL device matches \"%s\" (give \"P:D\" indices or part of "
+                           "a device name; `clattn devices` lists them)",
+                           spec);
+    if (!first_d)
+        return clattn_fail(NULL, CLATTN_ERROR_NO_DEVICE,
+                           "OpenCL platforms exist but none has a device (for the CPU: "
+                           "apt-get install pocl-opencl-icd)");
+    *out_p = gpu_d ? gpu_p : first_p;
+    *out_d = gpu_d ? gpu_d : first_d;
+    return CLATTN_SUCCESS;
+}
+
+static clattn_status probe_limits(clattn_context *ctx)
+{
+    cl_device_id d = ctx->device;
+    cl_int err = clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof ctx->device_name - 1,
+                                 ctx->device_name, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof ctx->device_type, &ctx->device_type,
+                              NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_wg, &ctx->max_wg,
+                              NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof ctx->max_wi, ctx->max_wi,
+                              NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ctx->local_mem,
+                              &ctx->local_mem, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc,
+                              &ctx->max_alloc, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof ctx->global_mem,
+                              &ctx->global_mem, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform,
+                              NULL);
+    if (err != CL_SUCCESS)
+        return clattn_fail_cl(ctx, err, "clGetDeviceInfo");
+    return CLATTN_SUCCESS;
+}
+
+static clattn_status context_new(clattn_context **out)
+{
+    clattn_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "cannot allocate a context");
+    ctx->message = calloc(1, 256);
+    if (!ctx->message) {
+        free(ctx);
+        return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "cannot allocate a context");
+    }
+    ctx->message_cap = 256;
+    *out = ctx;
+    return CLATTN_SUCCESS;
+}
+
+/* Copies ctx's message to the thread's message, releases ctx, returns st. */
+static clattn_status fail_create(clattn_context *ctx, clattn_status st)
+{
+    clattn_fail(NULL, st, "%s", clattn_last_error_message(ctx));
+    clattn_context_release(ctx);
+    return st;
+}
+
+clattn_status clattn_context_create(const clattn_context_options *options, clattn_context **out)
+{
+    if (!out)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    const char *spec = options && options->device ? options->device : getenv("CLATTN_DEVICE");
+    const char *kdir =
+        options && options->kernel_dir ? options->kernel_dir : getenv("CLATTN_KERNEL_DIR");
+
+    cl_platform_id platform;
+    cl_device_id device;
+    clattn_status st = choose_device(spec, &platform, &device);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    clattn_context *ctx;
+    if ((st = context_new(&ctx)) != CLATTN_SUCCESS)
+        return st;
+    ctx->device = device;
+    if (kdir && *kdir && !(ctx->kernel_dir = dup_string(kdir)))
+        return fail_create(ctx, clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "strdup"));
+
+    cl_int err;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
+    ctx->context = clCreateContext(props, 1, &device, NULL, NULL, &err);
+    if (err != CL_SUCCESS)
+        return fail_create(ctx, clattn_fail_cl(ctx, err, "clCreateContext"));
+    ctx->queue = clCreateCommandQueue(ctx->context, device, CL_QUEUE_PROFILING_ENABLE, &err);
+    if (err != CL_SUCCESS)
+        return fail_create(ctx, clattn_fail_cl(ctx, err, "clCreateCommandQueue"));
+    if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
+        return fail_create(ctx, st);
+    clattn_clear_error(NULL);
+    *out = ctx;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id device,
+                                            cl_command_queue queue, clattn_context **out)
+{
+    if (!out)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    if (!context || !device || !queue)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "context, device and queue must all be non-NULL");
+    cl_device_id qdev = NULL;
+    cl_context qctx = NULL;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+    if (err != CL_SUCCESS)
+        return clattn_fail_cl(NULL, err, "clGetCommandQueueInfo(queue)");
+    if (qdev != device || qctx != context)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "the queue belongs to another device or context");
+    clattn_context *ctx;
+    clattn_status st = context_new(&ctx);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    if ((err = clRetainContext(context)) != CL_SUCCESS)
+        return fail_create(ctx, clattn_fail_cl(ctx, err, "clRetainContext"));
+    ctx->context = context;
+    if ((err = clRetainCommandQueue(queue)) != CL_SUCCESS)
+        return fail_create(ctx, clattn_fail_cl(ctx, err, "clRetainCommandQueue"));
+    ctx->queue = queue;
+    ctx->device = device;
+    const char *kdir = getenv("CLATTN_KERNEL_DIR");
+    if (kdir && *kdir && !(ctx->kernel_dir = dup_string(kdir)))
+        return fail_create(ctx, clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "strdup"));
+    if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
+        return fail_create(ctx, st);
+    clattn_clear_error(NULL);
+    *out = ctx;
+    return CLATTN_SUCCESS;
+}
+
+void clattn_context_release(clattn_context *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->queue) {
+        clFinish(ctx->queue);
+        clattn_programs_release(ctx);
+        clReleaseCommandQueue(ctx->queue);
+    } else {
+        clattn_programs_release(ctx);
+    }
+    if (ctx->context)
+        clReleaseContext(ctx->context);
+    free(ctx->kernel_dir);
+    free(ctx->message);
+    free(ctx);
+}
+
+clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *context,
+                                    cl_device_id *device, cl_command_queue *queue)
+{
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (context)
+        *context = ctx->context;
+    if (device)
+        *device = ctx->device;
+    if (queue)
+        *queue = ctx->queue;
+    return CLATTN_SUCCESS;
+}

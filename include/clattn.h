@@ -1,0 +1,328 @@
+/*
+ * clattn — scaled dot-product attention on any OpenCL device.
+ *
+ *     O = softmax(scale · Q·Kᵀ + mask) · V      (softmax over keys, per query row)
+ *
+ * For every (batch, head): Q is n_q×d_k, K is n_kv×d_k, V is n_kv×d_v, O is n_q×d_v.
+ * The default scale is 1/√d_k (Vaswani et al. 2017, "Attention Is All You Need").
+ *
+ * Conventions used throughout this header:
+ *  - Sizes, strides and offsets are in ELEMENTS, never bytes, unless a name ends in
+ *    `_bytes`.
+ *  - Every fallible call returns a clattn_status; CLATTN_SUCCESS is 0. Results go to
+ *    out-parameters. The library never aborts, exits or prints.
+ *  - Arguments are validated before anything is enqueued: when a call fails
+ *    validation, nothing is enqueued and no output byte is written.
+ *  - A clattn_context is not thread-safe: use one context per host thread (contexts
+ *    may share one OpenCL device).
+ */
+#ifndef CLATTN_H
+#define CLATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The one place the version lives; CMake reads it from here. */
+#define CLATTN_VERSION_MAJOR 0
+#define CLATTN_VERSION_MINOR 1
+#define CLATTN_VERSION_PATCH 0
+#define CLATTN_VERSION_STRING "0.1.0"
+
+/** The library's version as "MAJOR.MINOR.PATCH" (static storage; never NULL). */
+const char *clattn_version(void);
+
+/**
+ * Status codes. Values are explicit and append-only: a value never changes meaning.
+ */
+typedef enum clattn_status {
+    CLATTN_SUCCESS = 0,
+    /** A required pointer is NULL, or an enum value is unknown. */
+    CLATTN_ERROR_INVALID_ARGUMENT = 1,
+    /** Shapes disagree (e.g. "K has 5 rows, V has 6") or a size is negative. */
+    CLATTN_ERROR_INVALID_SHAPE = 2,
+    /** Strides/offsets are negative, make the output overlap itself, or a tensor
+     *  has no storage of the kind the call needs (host pointer vs cl_mem). */
+    CLATTN_ERROR_INVALID_LAYOUT = 3,
+    /** A size, element count or byte count overflows 64-bit (or size_t) arithmetic. */
+    CLATTN_ERROR_SIZE_OVERFLOW = 4,
+    /** The request is valid but this algorithm or device cannot honour it. */
+    CLATTN_ERROR_UNSUPPORTED = 5,
+    /** No OpenCL platform is installed (install pocl-opencl-icd or a GPU driver). */
+    CLATTN_ERROR_NO_PLATFORM = 6,
+    /** A platform exists but has no device, or CLATTN_DEVICE / the device option
+     *  matches no device. */
+    CLATTN_ERROR_NO_DEVICE = 7,
+    /** A kernel program failed to build; the build log is in the last-error text. */
+    CLATTN_ERROR_BUILD_FAILED = 8,
+    /** Host memory allocation failed. */
+    CLATTN_ERROR_OUT_OF_HOST_MEMORY = 9,
+    /** The device could not allocate a buffer or ran out of resources. */
+    CLATTN_ERROR_OUT_OF_DEVICE_MEMORY = 10,
+    /** A cl_mem is smaller than the view placed on it (CL_MEM_SIZE). */
+    CLATTN_ERROR_BUFFER_TOO_SMALL = 11,
+    /** Any other OpenCL failure; the raw cl_int is kept on the context. */
+    CLATTN_ERROR_OPENCL = 12,
+    /** Reading kernel sources from CLATTN_KERNEL_DIR failed. */
+    CLATTN_ERROR_IO = 13
+} clattn_status;
+
+/** A short English name for a status, e.g. "invalid shape" (static storage; never
+ *  NULL; unknown values give "unknown status"). */
+const char *clattn_status_string(clattn_status status);
+
+/* ------------------------------------------------------------------------------ */
+/* Context                                                                         */
+/* ------------------------------------------------------------------------------ */
+
+/** Opaque: an OpenCL device, its context and in-order queue, the program cache and
+ *  the last error. Owned by the caller; free with clattn_context_release(). */
+typedef struct clattn_context clattn_context;
+
+typedef struct clattn_context_options {
+    /** Which device: "P:D" (platform index P, device index D, both from 0, as
+     *  `clattn devices` lists them) or a case-insensitive substring of the device
+     *  name. NULL: the CLATTN_DEVICE environment variable, else the first GPU of any
+     *  platform, else the first device of any type. */
+    const char *device;
+    /** Folder of .cl files to load instead of the sources embedded at build time
+     *  (kernel development). NULL: the CLATTN_KERNEL_DIR environment variable, else
+     *  the embedded sources. */
+    const char *kernel_dir;
+} clattn_context_options;
+
+/**
+ * Create a context on one device, with its own cl_context and an in-order command
+ * queue with profiling enabled.
+ *
+ * @param options  may be NULL (all defaults).
+ * @param out      receives the new context; set to NULL on failure.
+ * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT (out is NULL),
+ *         CLATTN_ERROR_NO_PLATFORM, CLATTN_ERROR_NO_DEVICE,
+ *         CLATTN_ERROR_OUT_OF_HOST_MEMORY or CLATTN_ERROR_OPENCL. On failure, a
+ *         message is available from clattn_last_error_message(NULL) for this thread.
+ */
+clattn_status clattn_context_create(const clattn_context_options *options, clattn_context **out);
+
+/**
+ * Wrap an application's existing OpenCL objects. The context retains `context` and
+ * `queue` and releases them in clattn_context_release(); the caller keeps its own
+ * references. The queue may be in-order or out-of-order: clattn orders its own
+ * kernels with events.
+ */
+clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id device,
+                                            cl_command_queue queue, clattn_context **out);
+
+/** Release a context and everything it owns. Accepts NULL. Blocks until the
+ *  context's queue has finished (clFinish). */
+void clattn_context_release(clattn_context *ctx);
+
+/** The message of the last failed call on this context (or, with ctx NULL, of the
+ *  last failed clattn_context_create on this thread). Names the failing argument and
+ *  the numbers; includes the build log when a program failed to build. Empty string
+ *  when nothing failed. Valid until the next call on the same context. */
+const char *clattn_last_error_message(const clattn_context *ctx);
+
+/** The raw OpenCL error code behind the last failure on ctx (CL_SUCCESS if the last
+ *  failure was not an OpenCL error). */
+cl_int clattn_last_cl_error(const clattn_context *ctx);
+
+/** The OpenCL objects a context uses (borrowed: do not release them). Any out
+ *  pointer may be NULL. */
+clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *context,
+                                    cl_device_id *device, cl_command_queue *queue);
+
+/* ------------------------------------------------------------------------------ */
+/* Tensors                                                                         */
+/* ------------------------------------------------------------------------------ */
+
+typedef enum clattn_dtype {
+    CLATTN_FLOAT32 = 0
+} clattn_dtype;
+
+/**
+ * A 4-D float32 view [batch, heads, seq, dim] on host memory or on a cl_mem.
+ *
+ * Element (b, h, s, d) lives at index
+ *     offset + b·strides[0] + h·strides[1] + s·strides[2] + d·strides[3]
+ * of `host` (as float*) or of `buffer`, in elements. strides all 0 means packed
+ * row-major: {heads·seq·dim, seq·dim, dim, 1}. Strides must be ≥ 0; a stride of 0
+ * on a dimension larger than 1 broadcasts an input and is refused on an output.
+ * Exactly one of `host` and `buffer` is set: the blocking calls take host views,
+ * the *_enqueue calls take buffer views. The view does not own its storage.
+ */
+typedef struct clattn_tensor {
+    int64_t shape[4];   /**< batch, heads, seq, dim (elements) */
+    int64_t strides[4]; /**< elements; all 0 = packed */
+    int64_t offset;     /**< elements from the start of host / buffer */
+    clattn_dtype dtype; /**< CLATTN_FLOAT32 */
+    void *host;         /**< host storage (blocking API) or NULL */
+    cl_mem buffer;      /**< device storage (enqueue API) or NULL */
+} clattn_tensor;
+
+/** A packed view on host memory. */
+clattn_tensor clattn_tensor_host(void *data, int64_t batch, int64_t heads, int64_t seq,
+                                 int64_t dim);
+/** A packed view on a cl_mem. */
+clattn_tensor clattn_tensor_buffer(cl_mem buffer, int64_t batch, int64_t heads, int64_t seq,
+                                   int64_t dim);
+
+/* ------------------------------------------------------------------------------ */
+/* Attention                                                                       */
+/* ------------------------------------------------------------------------------ */
+
+typedef enum clattn_mask {
+    /** Every key visible. */
+    CLATTN_MASK_NONE = 0,
+    /** Key j visible to query i iff j ≤ i (PyTorch is_causal). */
+    CLATTN_MASK_CAUSAL_TOP_LEFT = 1,
+    /** Key j visible iff j ≤ i + n_kv − n_q (FlashAttention ≥ 2.1, KV-cache decode). */
+    CLATTN_MASK_CAUSAL_BOTTOM_RIGHT = 2,
+    /** Key j visible iff j ≠ i: no query attends its own position (seed 003). */
+    CLATTN_MASK_NO_SELF = 3
+} clattn_mask;
+
+typedef enum clattn_algorithm {
+    /** FUSED unless attention weights are requested, then UNFUSED. */
+    CLATTN_ALGORITHM_AUTO = 0,
+    /** Three kernels: scores (tiled Q·Kᵀ), softmax (row reduction), weighted sum
+     *  (tiled W·V); needs an n_q×n_kv workspace per (batch, head). */
+    CLATTN_ALGORITHM_UNFUSED = 1,
+    /** One kernel with online softmax (Milakov & Gimelshein 2018; Dao et al. 2022);
+     *  never stores the n_q×n_kv matrix. */
+    CLATTN_ALGORITHM_FUSED = 2
+} clattn_algorithm;
+
+/** What to compute. Zero-initialise (or use clattn_attention_desc_default()) and set
+ *  what you need; fields will only ever be appended. */
+typedef struct clattn_attention_desc {
+    /** Multiplies Q·Kᵀ. 0 means 1/√d_k. Must be finite. */
+    float scale;
+    clattn_mask mask;
+    clattn_algorithm algorithm;
+    /** Optional output: the attention weights W = softmax(...), shape
+     *  [batch, heads_q, n_q, n_kv], same storage kind as O (host or buffer). Requires
+     *  UNFUSED (AUTO picks it); FUSED with weights returns CLATTN_ERROR_UNSUPPORTED.
+     *  NULL: not computed. */
+    const clattn_tensor *weights;
+    /** Work-group size for the row-reduction (softmax) kernel and the number of
+     *  queries per work-group of the fused kernel. 0 = chosen from the device and
+     *  kernel limits. A size above CL_KERNEL_WORK_GROUP_SIZE returns
+     *  CLATTN_ERROR_UNSUPPORTED naming the limit. */
+    size_t work_group_size;
+} clattn_attention_desc;
+
+/** A desc with every field at its default (scale 0 → 1/√d_k, no mask, AUTO). */
+clattn_attention_desc clattn_attention_desc_default(void);
+
+/**
+ * Blocking attention on host memory: copies Q, K, V to the device, computes O (and
+ * the weights if desc->weights is set), copies the result back and returns when it
+ * is in host memory.
+ *
+ * Shapes: q [b, h_q, n_q, d_k], k [b, h_kv, n_kv, d_k], v [b, h_kv, n_kv, d_v],
+ * o [b, h_q, n_q, d_v]; h_q must be a multiple of h_kv (MHA, GQA, MQA): query head h
+ * reads key/value head h / (h_q / h_kv). n_q = 0 is a no-op; n_kv = 0 writes zero
+ * rows. A query row with no visible key outputs zeros (and zero weights). Only the
+ * elements of the O view are written; other elements of o->host are untouched.
+ *
+ * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT, CLATTN_ERROR_INVALID_SHAPE,
+ *         CLATTN_ERROR_INVALID_LAYOUT, CLATTN_ERROR_SIZE_OVERFLOW,
+ *         CLATTN_ERROR_UNSUPPORTED, CLATTN_ERROR_BUILD_FAILED,
+ *         CLATTN_ERROR_OUT_OF_HOST_MEMORY, CLATTN_ERROR_OUT_OF_DEVICE_MEMORY or
+ *         CLATTN_ERROR_OPENCL. The message is in clattn_last_error_message(ctx).
+ */
+clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc *desc,
+                               const clattn_tensor *q, const clattn_tensor *k,
+                               const clattn_tensor *v, const clattn_tensor *o);
+
+/**
+ * Asynchronous attention on the caller's cl_mem buffers (all views `buffer` views,
+ * in the context's cl_context). Waits for `wait` (n_wait events) before starting;
+ * if `done` is not NULL it receives an event that completes when O (and the
+ * weights) are written; the caller releases it. Does not block; temporary device
+ * buffers are released by the runtime once the kernels finish.
+ * Shapes, statuses: as clattn_attention(); also CLATTN_ERROR_BUFFER_TOO_SMALL.
+ */
+clattn_status clattn_attention_enqueue(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       const clattn_tensor *q, const clattn_tensor *k,
+                                       const clattn_tensor *v, const clattn_tensor *o,
+                                       cl_uint n_wait, const cl_event *wait, cl_event *done);
+
+/* The three stages of the unfused algorithm on their own, as in the three lines
+   S = Q·Kᵀ; W = softmax(S); O = W·V. Blocking forms take host views, *_enqueue forms
+   take buffer views with the same event semantics as clattn_attention_enqueue(). */
+
+/** S = scale·Q·Kᵀ with masked entries set to −∞. q [b, h_q, n_q, d_k],
+ *  k [b, h_kv, n_kv, d_k], scores [b, h_q, n_q, n_kv]. Uses desc->scale, desc->mask. */
+clattn_status clattn_scores(clattn_context *ctx, const clattn_attention_desc *desc,
+                            const clattn_tensor *q, const clattn_tensor *k,
+                            const clattn_tensor *scores);
+clattn_status clattn_scores_enqueue(clattn_context *ctx, const clattn_attention_desc *desc,
+                                    const clattn_tensor *q, const clattn_tensor *k,
+                                    const clattn_tensor *scores, cl_uint n_wait,
+                                    const cl_event *wait, cl_event *done);
+
+/** W = softmax over the last dimension, subtracting the true row maximum. A row whose
+ *  entries are all −∞ gives zeros; NaN propagates to its own row only; +∞ entries
+ *  follow IEEE arithmetic (the row becomes NaN, as numpy and PyTorch do).
+ *  scores and weights have the same shape [b, h, rows, width]; they may be the same
+ *  view (in place). desc may be NULL; only desc->work_group_size is used. */
+clattn_status clattn_softmax(clattn_context *ctx, const clattn_attention_desc *desc,
+                             const clattn_tensor *scores, const clattn_tensor *weights);
+clattn_status clattn_softmax_enqueue(clattn_context *ctx, const clattn_attention_desc *desc,
+                                     const clattn_tensor *scores, const clattn_tensor *weights,
+                                     cl_uint n_wait, const cl_event *wait, cl_event *done);
+
+/** O = W·V. weights [b, h_q, n_q, n_kv], v [b, h_kv, n_kv, d_v], o [b, h_q, n_q, d_v].
+ *  Keys whose weight is exactly 0 contribute nothing, whatever their V values.
+ *  desc may be NULL. */
+clattn_status clattn_weighted_sum(clattn_context *ctx, const clattn_attention_desc *desc,
+                                  const clattn_tensor *weights, const clattn_tensor *v,
+                                  const clattn_tensor *o);
+clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_attention_desc *desc,
+                                          const clattn_tensor *weights, const clattn_tensor *v,
+                                          const clattn_tensor *o, cl_uint n_wait,
+                                          const cl_event *wait, cl_event *done);
+
+/** What clattn_attention would run, and why. */
+typedef struct clattn_plan {
+    clattn_algorithm algorithm;  /**< UNFUSED or FUSED: what will run */
+    size_t workspace_bytes;      /**< device memory clattn allocates besides the operands */
+    size_t work_group_size;      /**< softmax / fused work-group size */
+    size_t tile;                 /**< scores / weighted-sum tile edge (work-group tile×tile) */
+    size_t tile_kv;              /**< fused: keys staged in local memory per step */
+    char reason[256];            /**< one line: why this algorithm */
+} clattn_plan;
+
+/** Plan without running. Same validation and statuses as clattn_attention (views may
+ *  be host or buffer views); builds (or finds cached) the programs to learn the
+ *  kernels' limits. */
+clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_desc *desc,
+                                    const clattn_tensor *q, const clattn_tensor *k,
+                                    const clattn_tensor *v, const clattn_tensor *o,
+                                    clattn_plan *out);
+
+/**
+ * The CPU reference: the same semantics as clattn_attention (masks, GQA, empty rows,
+ * strides) on host views, accumulating every sum in double and rounding only the
+ * stored results to float. Single-threaded; no OpenCL needed. desc->weights, if set,
+ * must be a host view. desc->algorithm and work_group_size are ignored.
+ * @return CLATTN_SUCCESS or a validation status (no context: no message).
+ */
+clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
+                                         const clattn_tensor *q, const clattn_tensor *k,
+                                         const clattn_tensor *v, const clattn_tensor *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CLATTN_H */

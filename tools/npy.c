@@ -1,0 +1,577 @@
+/*
+ * .npy reader and writer for float32 arrays; see npy.h.
+ *
+ * File layout: magic "\x93NUMPY", major and minor version bytes, header length
+ * (uint16 little-endian for 1.0, uint32 for 2.0 and 3.0), the header (a Python dict
+ * literal such as {'descr': '<f4', 'fortran_order': False, 'shape': (6, 3), } padded
+ * with spaces and ended by '\n'), then the raw array data.
+ */
+#include "npy.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define NPY_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define NPY_PRINTF(fmt_index, first_arg)
+#endif
+
+static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+
+enum {
+    NPY_MAGIC_LEN = 6,
+    NPY_ALIGN = 64,         /* the writer pads the header to this many bytes */
+    NPY_SHAPE_STR_LEN = 100 /* "(" + 4 × (19 digits + ", ") + ")" fits */
+};
+
+/* Format "name: message" into err; always returns -1 so callers can `return fail(...)`. */
+NPY_PRINTF(4, 5)
+static int fail(char *err, size_t errlen, const char *name, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        int n = snprintf(err, errlen, "%s: ", name);
+        if (n >= 0 && (size_t)n < errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return -1;
+}
+
+/* "(6, 3)", or "(5,)" for rank 1, as Python writes tuples. */
+static void format_shape(char *buf, size_t len, const int64_t *shape, int ndim)
+{
+    size_t used = 0;
+    int n = snprintf(buf, len, "(");
+    for (int i = 0; i < ndim && n >= 0 && (size_t)n < len - used; ++i) {
+        used += (size_t)n;
+        n = snprintf(buf + used, len - used, "%s%lld", i > 0 ? ", " : "", (long long)shape[i]);
+    }
+    if (n >= 0 && (size_t)n < len - used) {
+        used += (size_t)n;
+        snprintf(buf + used, len - used, "%s", ndim == 1 ? ",)" : ")");
+    }
+}
+
+/* The element count of a shape, or -1 if it (or its byte size) overflows int64_t or
+ * size_t. Dims must be >= 0; any zero dim gives 0 whatever the others are. */
+static int64_t shape_count(const int64_t *shape, int ndim)
+{
+    int64_t count = 1;
+    for (int i = 0; i < ndim; ++i) {
+        if (shape[i] == 0) {
+            return 0;
+        }
+    }
+    for (int i = 0; i < ndim; ++i) {
+        if (count > INT64_MAX / shape[i]) {
+            return -1;
+        }
+        count *= shape[i];
+    }
+    if ((uint64_t)count > SIZE_MAX / sizeof(float) || count > INT64_MAX / 4) {
+        return -1;
+    }
+    return count;
+}
+
+/* ---- header dict parser: a cursor over [p, end) that never reads past end ---- */
+
+typedef struct cursor {
+    const unsigned char *start; /* header start, for positions in messages */
+    const unsigned char *p;
+    const unsigned char *end;
+} cursor;
+
+typedef struct header {
+    const unsigned char *descr; /* points into the header bytes */
+    size_t descr_len;
+    int fortran_order;
+    int ndim; /* as written, may exceed NPY_MAX_NDIM (only the first dims are kept) */
+    int64_t shape[NPY_MAX_NDIM];
+} header;
+
+static void skip_space(cursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) {
+        ++c->p;
+    }
+}
+
+/* Skip spaces, then consume `ch` if it is next. */
+static int accept(cursor *c, unsigned char ch)
+{
+    skip_space(c);
+    if (c->p < c->end && *c->p == ch) {
+        ++c->p;
+        return 1;
+    }
+    return 0;
+}
+
+/* Skip spaces, then consume the identifier `word` (True, False) if it is next. */
+static int accept_word(cursor *c, const char *word)
+{
+    size_t len = strlen(word);
+    skip_space(c);
+    if ((size_t)(c->end - c->p) >= len && memcmp(c->p, word, len) == 0) {
+        c->p += len;
+        return 1;
+    }
+    return 0;
+}
+
+/* A quoted string without escapes: 'abc' or "abc". */
+static int parse_string(cursor *c, const unsigned char **s, size_t *len)
+{
+    skip_space(c);
+    if (c->p >= c->end || (*c->p != '\'' && *c->p != '"')) {
+        return -1;
+    }
+    unsigned char quote = *c->p++;
+    const unsigned char *begin = c->p;
+    while (c->p < c->end && *c->p != quote) {
+        if (*c->p == '\\' || *c->p == '\n') {
+            return -1;
+        }
+        ++c->p;
+    }
+    if (c->p >= c->end) {
+        return -1;
+    }
+    *s = begin;
+    *len = (size_t)(c->p - begin);
+    ++c->p;
+    return 0;
+}
+
+static int malformed(const cursor *c, const char *name, const char *expected, char *err,
+                     size_t errlen)
+{
+    return fail(err, errlen, name, "malformed header: expected %s at header byte %td", expected,
+                c->p - c->start);
+}
+
+/* A non-negative decimal integer, optionally with Python 2's 'L' suffix. */
+static int parse_dim(cursor *c, const char *name, int64_t *value, char *err, size_t errlen)
+{
+    skip_space(c);
+    if (c->p < c->end && *c->p == '-') {
+        return fail(err, errlen, name, "shape has a negative dimension");
+    }
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9') {
+        return malformed(c, name, "a dimension (non-negative integer)", err, errlen);
+    }
+    int64_t v = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        int digit = *c->p - '0';
+        if (v > (INT64_MAX - digit) / 10) {
+            return fail(err, errlen, name, "shape has a dimension larger than 2^63-1");
+        }
+        v = v * 10 + digit;
+        ++c->p;
+    }
+    if (c->p < c->end && *c->p == 'L') {
+        ++c->p;
+    }
+    *value = v;
+    return 0;
+}
+
+/* A tuple of dimensions: (), (5,), (6, 3), (6, 3,). */
+static int parse_shape(cursor *c, const char *name, header *h, char *err, size_t errlen)
+{
+    if (!accept(c, '(')) {
+        return malformed(c, name, "a tuple '(' for 'shape'", err, errlen);
+    }
+    h->ndim = 0;
+    int trailing_comma = 0;
+    while (!accept(c, ')')) {
+        int64_t dim;
+        if (parse_dim(c, name, &dim, err, errlen) != 0) {
+            return -1;
+        }
+        if (h->ndim < NPY_MAX_NDIM) {
+            h->shape[h->ndim] = dim;
+        }
+        if (h->ndim < 1000) {
+            ++h->ndim;
+        }
+        trailing_comma = accept(c, ',');
+        if (!trailing_comma) {
+            if (!accept(c, ')')) {
+                return malformed(c, name, "',' or ')' in 'shape'", err, errlen);
+            }
+            break;
+        }
+    }
+    if (h->ndim == 1 && !trailing_comma) {
+        return fail(err, errlen, name, "malformed header: 'shape' is not a tuple (need \"(n,)\")");
+    }
+    return 0;
+}
+
+/* One "'key': value" entry; `seen` has a bit per known key. */
+static int parse_entry(cursor *c, const char *name, header *h, unsigned *seen, char *err,
+                       size_t errlen)
+{
+    static const char *const keys[] = {"descr", "fortran_order", "shape"};
+    const unsigned char *key;
+    size_t key_len;
+    if (parse_string(c, &key, &key_len) != 0) {
+        return malformed(c, name, "a quoted key", err, errlen);
+    }
+    unsigned which = 0;
+    while (which < 3 && !(strlen(keys[which]) == key_len && memcmp(keys[which], key, key_len) == 0)) {
+        ++which;
+    }
+    if (which == 3) {
+        int shown = key_len > 40 ? 40 : (int)key_len;
+        return fail(err, errlen, name, "malformed header: unexpected key '%.*s'", shown,
+                    (const char *)key);
+    }
+    if (*seen & (1u << which)) {
+        return fail(err, errlen, name, "malformed header: key '%s' appears twice", keys[which]);
+    }
+    *seen |= 1u << which;
+    if (!accept(c, ':')) {
+        return malformed(c, name, "':' after a key", err, errlen);
+    }
+    switch (which) {
+    case 0:
+        if (parse_string(c, &h->descr, &h->descr_len) != 0) {
+            return fail(err, errlen, name,
+                        "'descr' is not a dtype string such as '<f4' (structured dtypes are "
+                        "not supported)");
+        }
+        return 0;
+    case 1:
+        if (accept_word(c, "True")) {
+            h->fortran_order = 1;
+        } else if (accept_word(c, "False")) {
+            h->fortran_order = 0;
+        } else {
+            return malformed(c, name, "True or False for 'fortran_order'", err, errlen);
+        }
+        return 0;
+    default:
+        return parse_shape(c, name, h, err, errlen);
+    }
+}
+
+/* The whole dict: '{' entries '}', then only spaces and newlines. */
+static int parse_dict(const unsigned char *text, size_t len, const char *name, header *h,
+                      char *err, size_t errlen)
+{
+    cursor c = {text, text, text + len};
+    unsigned seen = 0;
+    if (!accept(&c, '{')) {
+        return malformed(&c, name, "'{' (a dict)", err, errlen);
+    }
+    while (!accept(&c, '}')) {
+        if (parse_entry(&c, name, h, &seen, err, errlen) != 0) {
+            return -1;
+        }
+        if (!accept(&c, ',')) {
+            if (!accept(&c, '}')) {
+                return malformed(&c, name, "',' or '}'", err, errlen);
+            }
+            break;
+        }
+    }
+    skip_space(&c);
+    if (c.p != c.end) {
+        return malformed(&c, name, "nothing after the dict's '}'", err, errlen);
+    }
+    static const char *const missing[] = {"descr", "fortran_order", "shape"};
+    for (unsigned i = 0; i < 3; ++i) {
+        if (!(seen & (1u << i))) {
+            return fail(err, errlen, name, "malformed header: no '%s' key", missing[i]);
+        }
+    }
+    return 0;
+}
+
+/* Everything before the data: magic, version, header length, header dict, and the
+ * checks of dtype, order, rank and data size. On success *data_offset is where the
+ * data starts and out->shape/ndim/count are set (out->data is not). */
+static int parse_header(const char *name, const unsigned char *bytes, size_t size,
+                        npy_array *out, size_t *data_offset, char *err, size_t errlen)
+{
+    size_t magic_len = size < NPY_MAGIC_LEN ? size : NPY_MAGIC_LEN;
+    if (memcmp(bytes, npy_magic, magic_len) != 0) {
+        return fail(err, errlen, name, "not a .npy file (bad magic; expected \"\\x93NUMPY\")");
+    }
+    if (size < NPY_MAGIC_LEN + 2) {
+        return fail(err, errlen, name, "truncated: %zu bytes, too short for a .npy header", size);
+    }
+    unsigned major = bytes[6], minor = bytes[7];
+    if (major < 1 || major > 3 || minor != 0) {
+        return fail(err, errlen, name,
+                    "unsupported .npy format version %u.%u (supported: 1.0, 2.0, 3.0)", major,
+                    minor);
+    }
+    size_t prefix = major == 1 ? 10 : 12;
+    if (size < prefix) {
+        return fail(err, errlen, name, "truncated: file ends inside the header length field");
+    }
+    size_t header_len = (size_t)bytes[8] | (size_t)bytes[9] << 8;
+    if (major > 1) {
+        header_len |= (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
+    }
+    if (header_len > size - prefix) {
+        return fail(err, errlen, name,
+                    "truncated: header length %zu runs past the end of the file (%zu bytes)",
+                    header_len, size);
+    }
+
+    header h = {0};
+    if (parse_dict(bytes + prefix, header_len, name, &h, err, errlen) != 0) {
+        return -1;
+    }
+    if (h.descr_len != 3 || memcmp(h.descr, "<f4", 3) != 0) {
+        int shown = h.descr_len > 40 ? 40 : (int)h.descr_len;
+        return fail(err, errlen, name,
+                    "dtype '%.*s' is not supported (need '<f4', little-endian float32)", shown,
+                    (const char *)h.descr);
+    }
+    if (h.fortran_order) {
+        return fail(err, errlen, name,
+                    "fortran_order is True (column-major); only C-order arrays are supported "
+                    "(save np.ascontiguousarray(a))");
+    }
+    if (h.ndim < 1 || h.ndim > NPY_MAX_NDIM) {
+        return fail(err, errlen, name, "rank %d%s is not supported (need 1 to %d dimensions)",
+                    h.ndim, h.ndim >= 1000 ? " or more" : "", NPY_MAX_NDIM);
+    }
+
+    char shape_str[NPY_SHAPE_STR_LEN];
+    format_shape(shape_str, sizeof shape_str, h.shape, h.ndim);
+    int64_t count = shape_count(h.shape, h.ndim);
+    if (count < 0) {
+        return fail(err, errlen, name, "shape %s has too many elements (overflows 64-bit sizes)",
+                    shape_str);
+    }
+    size_t data_bytes = size - prefix - header_len;
+    size_t need = (size_t)count * sizeof(float);
+    if (data_bytes != need) {
+        return fail(err, errlen, name, "%s: data is %zu bytes but shape %s needs %zu (float32)",
+                    data_bytes < need ? "truncated" : "trailing bytes", data_bytes, shape_str,
+                    need);
+    }
+
+    out->ndim = h.ndim;
+    for (int i = 0; i < NPY_MAX_NDIM; ++i) {
+        out->shape[i] = i < h.ndim ? h.shape[i] : 1;
+    }
+    out->count = (size_t)count;
+    *data_offset = prefix + header_len;
+    return 0;
+}
+
+/* Little-endian float32 bytes to host floats; dst may be the same memory as src. */
+static void decode_f32(float *dst, const unsigned char *src, size_t count)
+{
+    for (size_t i = 0; i < count; ++i) {
+        const unsigned char *b = src + 4 * i;
+        uint32_t bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                        (uint32_t)b[3] << 24;
+        float value;
+        memcpy(&value, &bits, sizeof value);
+        memcpy(dst + i, &value, sizeof value);
+    }
+}
+
+static void encode_f32(unsigned char *dst, const float *src, size_t count)
+{
+    for (size_t i = 0; i < count; ++i) {
+        uint32_t bits;
+        memcpy(&bits, src + i, sizeof bits);
+        dst[4 * i] = (unsigned char)bits;
+        dst[4 * i + 1] = (unsigned char)(bits >> 8);
+        dst[4 * i + 2] = (unsigned char)(bits >> 16);
+        dst[4 * i + 3] = (unsigned char)(bits >> 24);
+    }
+}
+
+int npy_parse_f32(const char *name, const unsigned char *bytes, size_t size, npy_array *out,
+                  char *err, size_t errlen)
+{
+    size_t offset;
+    npy_array result = {0};
+    if (out != NULL) {
+        *out = result;
+    }
+    if (name == NULL) {
+        name = "(unnamed)";
+    }
+    if (out == NULL || (bytes == NULL && size > 0)) {
+        return fail(err, errlen, name, "invalid argument");
+    }
+    if (parse_header(name, bytes != NULL ? bytes : npy_magic, bytes != NULL ? size : 0, &result,
+                     &offset, err, errlen) != 0) {
+        return -1;
+    }
+    result.data = malloc(result.count > 0 ? result.count * sizeof(float) : 1);
+    if (result.data == NULL) {
+        return fail(err, errlen, name, "out of memory for %zu floats", result.count);
+    }
+    decode_f32(result.data, bytes + offset, result.count);
+    *out = result;
+    return 0;
+}
+
+/* The whole file in one malloc'd buffer (works for pipes too). */
+static int read_all(const char *path, unsigned char **bytes, size_t *size, char *err,
+                    size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    }
+    unsigned char *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t new_cap = cap == 0 ? 65536 : cap * 2;
+            unsigned char *grown = new_cap > cap ? realloc(buf, new_cap) : NULL;
+            if (grown == NULL) {
+                free(buf);
+                fclose(f);
+                return fail(err, errlen, path, "out of memory reading the file");
+            }
+            buf = grown;
+            cap = new_cap;
+        }
+        len += fread(buf + len, 1, cap - len, f);
+        if (ferror(f)) {
+            int saved = errno;
+            free(buf);
+            fclose(f);
+            return fail(err, errlen, path, "read error: %s", strerror(saved));
+        }
+        if (feof(f)) {
+            break;
+        }
+    }
+    fclose(f);
+    *bytes = buf;
+    *size = len;
+    return 0;
+}
+
+int npy_read_f32(const char *path, npy_array *out, char *err, size_t errlen)
+{
+    unsigned char *bytes;
+    size_t size, offset;
+    npy_array result = {0};
+    if (out != NULL) {
+        *out = result;
+    }
+    if (path == NULL || out == NULL) {
+        return fail(err, errlen, path != NULL ? path : "(null)", "invalid argument");
+    }
+    if (read_all(path, &bytes, &size, err, errlen) != 0) {
+        return -1;
+    }
+    if (parse_header(path, bytes, size, &result, &offset, err, errlen) != 0) {
+        free(bytes);
+        return -1;
+    }
+    /* Reuse the file buffer: move the data to its start and decode in place. */
+    size_t data_bytes = result.count * sizeof(float);
+    memmove(bytes, bytes + offset, data_bytes);
+    decode_f32((float *)(void *)bytes, bytes, result.count);
+    unsigned char *shrunk = realloc(bytes, data_bytes > 0 ? data_bytes : 1);
+    result.data = (float *)(void *)(shrunk != NULL ? shrunk : bytes);
+    *out = result;
+    return 0;
+}
+
+void npy_free(npy_array *array)
+{
+    if (array != NULL) {
+        free(array->data);
+        memset(array, 0, sizeof *array);
+    }
+}
+
+int npy_write_f32_stream(FILE *stream, const char *name, const float *data,
+                         const int64_t *shape, int ndim, char *err, size_t errlen)
+{
+    if (name == NULL) {
+        name = "(unnamed)";
+    }
+    if (stream == NULL || shape == NULL || ndim < 1 || ndim > NPY_MAX_NDIM) {
+        return fail(err, errlen, name, "invalid argument (rank must be 1 to %d)", NPY_MAX_NDIM);
+    }
+    for (int i = 0; i < ndim; ++i) {
+        if (shape[i] < 0) {
+            return fail(err, errlen, name, "cannot write a negative dimension");
+        }
+    }
+    int64_t count = shape_count(shape, ndim);
+    if (count < 0 || (count > 0 && data == NULL)) {
+        return fail(err, errlen, name, "invalid argument (size overflow or no data)");
+    }
+
+    /* magic, version 1.0, header length, dict, space padding to NPY_ALIGN, '\n' */
+    char shape_str[NPY_SHAPE_STR_LEN];
+    char head[256];
+    format_shape(shape_str, sizeof shape_str, shape, ndim);
+    int dict_len = snprintf(head + 10, sizeof head - 10,
+                            "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_str);
+    size_t total = 10 + (size_t)dict_len + 1;
+    total += (NPY_ALIGN - total % NPY_ALIGN) % NPY_ALIGN;
+    size_t header_len = total - 10;
+    memcpy(head, npy_magic, NPY_MAGIC_LEN);
+    head[6] = 1;
+    head[7] = 0;
+    head[8] = (char)(header_len & 0xff);
+    head[9] = (char)(header_len >> 8);
+    memset(head + 10 + dict_len, ' ', total - 1 - 10 - (size_t)dict_len);
+    head[total - 1] = '\n';
+    if (fwrite(head, 1, total, stream) != total) {
+        return fail(err, errlen, name, "write failed: %s", strerror(errno));
+    }
+
+    unsigned char chunk[4096];
+    size_t per_chunk = sizeof chunk / 4;
+    for (size_t done = 0; done < (size_t)count;) {
+        size_t n = (size_t)count - done < per_chunk ? (size_t)count - done : per_chunk;
+        encode_f32(chunk, data + done, n);
+        if (fwrite(chunk, 4, n, stream) != n) {
+            return fail(err, errlen, name, "write failed: %s", strerror(errno));
+        }
+        done += n;
+    }
+    if (fflush(stream) != 0) {
+        return fail(err, errlen, name, "write failed: %s", strerror(errno));
+    }
+    return 0;
+}
+
+int npy_write_f32(const char *path, const float *data, const int64_t *shape, int ndim,
+                  char *err, size_t errlen)
+{
+    if (path == NULL) {
+        return fail(err, errlen, "(null)", "invalid argument");
+    }
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        return fail(err, errlen, path, "cannot create: %s", strerror(errno));
+    }
+    int rc = npy_write_f32_stream(f, path, data, shape, ndim, err, errlen);
+    if (fclose(f) != 0 && rc == 0) {
+        rc = fail(err, errlen, path, "write failed: %s", strerror(errno));
+    }
+    if (rc != 0) {
+        remove(path);
+    }
+    return rc;
+}
