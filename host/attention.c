@@ -92,8 +92,7 @@ static clattn_status get_tiled_kernel(clattn_context *ctx, const char *file,
         }
     }
     return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                       "%s: the device accepts no square work-group (max %zu)", file,
-                       ctx->max_wg);
+                       "%s: the device accepts no square work-group (max %zu)", file, ctx->max_wg);
 }
 
 static size_t pow2_at_least(int64_t n, size_t cap)
@@ -185,9 +184,8 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
 
     char unfused_why[160] = "";
     int64_t ws = 0;
-    if (!want_weights &&
-        (!clattn_mul_ok(batch * h_q, n_q, &ws) || !clattn_mul_ok(ws, n_kv, &ws) ||
-         !clattn_mul_ok(ws, 4, &ws)))
+    if (!want_weights && (!clattn_mul_ok(batch * h_q, n_q, &ws) || !clattn_mul_ok(ws, n_kv, &ws) ||
+                          !clattn_mul_ok(ws, 4, &ws)))
         snprintf(unfused_why, sizeof unfused_why, "unfused: score matrix size overflows");
     else if (!want_weights && (cl_ulong)ws > ctx->max_alloc)
         snprintf(unfused_why, sizeof unfused_why,
@@ -307,9 +305,8 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
 }
 
 static clattn_status enqueue_wsum(clattn_context *ctx, clattn_program_entry *e, size_t tile,
-                                  const clattn_view *w, const clattn_view *v,
-                                  const clattn_view *o, cl_uint n_wait, const cl_event *wait,
-                                  cl_event *done)
+                                  const clattn_view *w, const clattn_view *v, const clattn_view *o,
+                                  cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     arg_list a = {e->kernel, 0, CL_SUCCESS};
     arg_view(&a, w);
@@ -327,9 +324,9 @@ static clattn_status enqueue_wsum(clattn_context *ctx, clattn_program_entry *e, 
 }
 
 static clattn_status enqueue_fused(clattn_context *ctx, const plan_t *p, const clattn_view *q,
-                                   const clattn_view *k, const clattn_view *v,
-                                   const clattn_view *o, float scale, clattn_mask mask,
-                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
+                                   const clattn_view *k, const clattn_view *v, const clattn_view *o,
+                                   float scale, clattn_mask mask, cl_uint n_wait,
+                                   const cl_event *wait, cl_event *done)
 {
     arg_list a = {p->fused->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
@@ -375,9 +372,8 @@ static clattn_status create_buffer(clattn_context *ctx, cl_mem_flags flags, int6
  * out-of-order queue is fine. */
 static clattn_status run_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                    const plan_t *p, const clattn_view *q, const clattn_view *k,
-                                   const clattn_view *v, const clattn_view *o,
-                                   const clattn_view *w, cl_uint n_wait, const cl_event *wait,
-                                   cl_event *done)
+                                   const clattn_view *v, const clattn_view *o, const clattn_view *w,
+                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     const float scale = clattn_effective_scale(desc, q->n[3]);
     if (q->count == 0)
@@ -475,9 +471,9 @@ static clattn_status stage(clattn_context *ctx, staging *sg, const clattn_view *
     dv->host = NULL;
     dv->offset = 0;
     float *base = (float *)hv->host + hv->offset;
-    cl_mem_flags flags = input ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
-    clattn_status st =
-        create_buffer(ctx, flags, hv->span, input && hv->span > 0 ? base : NULL, &dv->buffer);
+    const bool copy = input && hv->span > 0; /* an empty view still gets a valid cl_mem */
+    cl_mem_flags flags = copy ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
+    clattn_status st = create_buffer(ctx, flags, hv->span, copy ? base : NULL, &dv->buffer);
     if (st == CLATTN_SUCCESS)
         sg->mem[sg->n++] = dv->buffer;
     return st;
@@ -617,8 +613,8 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
  * c=y), 2 weighted sum (a=w, b=v, c=o). */
 static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_attention_desc *desc,
                                  const clattn_tensor *a, const clattn_tensor *b,
-                                 const clattn_tensor *c, clattn_storage storage,
-                                 clattn_view *va, clattn_view *vb, clattn_view *vc)
+                                 const clattn_tensor *c, clattn_storage storage, clattn_view *va,
+                                 clattn_view *vb, clattn_view *vc)
 {
     static const char *const names[3][3] = {
         {"Q", "K", "scores"}, {"scores", "", "weights"}, {"weights", "V", "O"}};
@@ -644,8 +640,8 @@ static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_att
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
                                    "scores are [%lld, %lld, %lld, %lld] but weights are "
                                    "[%lld, %lld, %lld, %lld]",
-                                   LL(x->n[0]), LL(x->n[1]), LL(x->n[2]), LL(x->n[3]),
-                                   LL(y->n[0]), LL(y->n[1]), LL(y->n[2]), LL(y->n[3]));
+                                   LL(x->n[0]), LL(x->n[1]), LL(x->n[2]), LL(x->n[3]), LL(y->n[0]),
+                                   LL(y->n[1]), LL(y->n[2]), LL(y->n[3]));
         return CLATTN_SUCCESS;
     }
     /* a: [b, h_q, n_q, inner], b: [b, h_kv, n_kv or inner, ...], c: [b, h_q, n_q, out] */
@@ -653,9 +649,11 @@ static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_att
     const int64_t inner_b = kind == 0 ? vb->n[3] : vb->n[2];
     const int64_t out_want = kind == 0 ? vb->n[2] : vb->n[3];
     if (vb->n[0] != va->n[0] || vc->n[0] != va->n[0])
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "batch sizes differ: %s %lld, %s "
-                           "%lld, %s %lld", names[kind][0], LL(va->n[0]), names[kind][1],
-                           LL(vb->n[0]), names[kind][2], LL(vc->n[0]));
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "batch sizes differ: %s %lld, %s "
+                           "%lld, %s %lld",
+                           names[kind][0], LL(va->n[0]), names[kind][1], LL(vb->n[0]),
+                           names[kind][2], LL(vc->n[0]));
     if (vb->n[1] == 0 ? va->n[1] != 0 : va->n[1] % vb->n[1] != 0)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
                            "%s has %lld heads, not a multiple of %s's %lld", names[kind][0],
@@ -668,9 +666,8 @@ static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_att
     if (vc->n[1] != va->n[1] || vc->n[2] != va->n[2] || vc->n[3] != out_want)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
                            "%s is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
-                           names[kind][2], LL(vc->n[0]), LL(vc->n[1]), LL(vc->n[2]),
-                           LL(vc->n[3]), LL(va->n[0]), LL(va->n[1]), LL(va->n[2]),
-                           LL(out_want));
+                           names[kind][2], LL(vc->n[0]), LL(vc->n[1]), LL(vc->n[2]), LL(vc->n[3]),
+                           LL(va->n[0]), LL(va->n[1]), LL(va->n[2]), LL(out_want));
 #undef LL
     if (va->n[1] > INT_MAX || va->n[3] > INT_MAX || vb->n[3] > INT_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads or dims above INT_MAX");
@@ -701,10 +698,10 @@ static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_atten
     return enqueue_wsum(ctx, e, size, a, b, c, n_wait, wait, done);
 }
 
-static clattn_status stage_enqueue(clattn_context *ctx, int kind,
-                                   const clattn_attention_desc *desc, const clattn_tensor *a,
-                                   const clattn_tensor *b, const clattn_tensor *c,
-                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
+static clattn_status stage_enqueue(clattn_context *ctx, int kind, const clattn_attention_desc *desc,
+                                   const clattn_tensor *a, const clattn_tensor *b,
+                                   const clattn_tensor *c, cl_uint n_wait, const cl_event *wait,
+                                   cl_event *done)
 {
     clattn_view va, vb, vc;
     clattn_status st = check_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_BUFFER, &va, &vb, &vc);

@@ -71,8 +71,8 @@ static clattn_status choose_device(const char *spec, cl_platform_id *out_p, cl_d
     for (cl_uint p = 0; p < n_platforms; p++) {
         cl_device_id devices[MAX_DEVICES];
         cl_uint n_devices = 0;
-        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devices,
-                           &n_devices) != CL_SUCCESS)
+        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devices, &n_devices) !=
+            CL_SUCCESS)
             continue;
         if (n_devices > MAX_DEVICES)
             n_devices = MAX_DEVICES;
@@ -117,11 +117,10 @@ static clattn_status choose_device(const char *spec, cl_platform_id *out_p, cl_d
 static clattn_status probe_limits(clattn_context *ctx)
 {
     cl_device_id d = ctx->device;
-    cl_int err = clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof ctx->device_name - 1,
-                                 ctx->device_name, NULL);
+    cl_int err =
+        clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof ctx->device_name - 1, ctx->device_name, NULL);
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof ctx->device_type, &ctx->device_type,
-                              NULL);
+        err = clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof ctx->device_type, &ctx->device_type, NULL);
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_wg, &ctx->max_wg,
                               NULL);
@@ -129,8 +128,8 @@ static clattn_status probe_limits(clattn_context *ctx)
         err = clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof ctx->max_wi, ctx->max_wi,
                               NULL);
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ctx->local_mem,
-                              &ctx->local_mem, NULL);
+        err = clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ctx->local_mem, &ctx->local_mem,
+                              NULL);
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc,
                               &ctx->max_alloc, NULL);
@@ -138,8 +137,7 @@ static clattn_status probe_limits(clattn_context *ctx)
         err = clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof ctx->global_mem,
                               &ctx->global_mem, NULL);
     if (err == CL_SUCCESS)
-        err = clGetDeviceInfo(d, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform,
-                              NULL);
+        err = clGetDeviceInfo(d, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform, NULL);
     if (err != CL_SUCCESS)
         return clattn_fail_cl(ctx, err, "clGetDeviceInfo");
     return CLATTN_SUCCESS;

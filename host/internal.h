@@ -23,14 +23,14 @@ struct clattn_context {
     cl_command_queue queue;
     char device_name[256];
     cl_device_type device_type;
-    size_t max_wg;           /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
-    size_t max_wi[3];        /* CL_DEVICE_MAX_WORK_ITEM_SIZES */
-    cl_ulong local_mem;      /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
-    cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
-    cl_ulong global_mem;     /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
-    char *kernel_dir;        /* NULL = embedded sources */
+    size_t max_wg;       /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    size_t max_wi[3];    /* CL_DEVICE_MAX_WORK_ITEM_SIZES */
+    cl_ulong local_mem;  /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
+    cl_ulong max_alloc;  /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
+    cl_ulong global_mem; /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
+    char *kernel_dir;    /* NULL = embedded sources */
     clattn_program_entry *programs;
-    char *message;           /* last error, heap; "" when none */
+    char *message; /* last error, heap; "" when none */
     size_t message_cap;
     cl_int last_cl;
 };
@@ -76,8 +76,6 @@ void clattn_programs_release(clattn_context *ctx);
 
 /* ---- numeric helpers ---- */
 float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k);
-
-
 
 /* Whether key j is visible to query i under a built-in mask (same rule as
  * cl/common.cl's key_visible). */

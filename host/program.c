@@ -37,8 +37,8 @@ static clattn_status read_source(clattn_context *ctx, const char *file, char **o
     free(text);
     if (f)
         fclose(f);
-    clattn_status st = clattn_fail(ctx, CLATTN_ERROR_IO,
-                                   "cannot read kernel source %s (CLATTN_KERNEL_DIR)", path);
+    clattn_status st =
+        clattn_fail(ctx, CLATTN_ERROR_IO, "cannot read kernel source %s (CLATTN_KERNEL_DIR)", path);
     free(path);
     return st;
 }
@@ -55,8 +55,7 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
             st = read_source(ctx, files[i], &loaded[i]);
             src[i] = loaded[i];
         } else if (!(src[i] = embedded(files[i]))) {
-            st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "no kernel source %s",
-                             files[i]);
+            st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "no kernel source %s", files[i]);
         }
     }
     cl_int err = CL_SUCCESS;

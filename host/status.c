@@ -67,6 +67,7 @@ clattn_status clattn_fail(clattn_context *ctx, clattn_status st, const char *fmt
 const char *clattn_cl_error_name(cl_int err)
 {
     switch (err) {
+        // clang-format off
 #define C(x) case x: return #x
         C(CL_SUCCESS); C(CL_DEVICE_NOT_FOUND); C(CL_DEVICE_NOT_AVAILABLE);
         C(CL_COMPILER_NOT_AVAILABLE); C(CL_MEM_OBJECT_ALLOCATION_FAILURE);
@@ -81,6 +82,7 @@ const char *clattn_cl_error_name(cl_int err)
         C(CL_MISALIGNED_SUB_BUFFER_OFFSET); C(CL_INVALID_HOST_PTR);
         C(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
 #undef C
+        // clang-format on
     }
     return "unknown OpenCL error";
 }

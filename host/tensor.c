@@ -21,8 +21,7 @@ static clattn_tensor packed(int64_t batch, int64_t heads, int64_t seq, int64_t d
     return t;
 }
 
-clattn_tensor clattn_tensor_host(void *data, int64_t batch, int64_t heads, int64_t seq,
-                                 int64_t dim)
+clattn_tensor clattn_tensor_host(void *data, int64_t batch, int64_t heads, int64_t seq, int64_t dim)
 {
     clattn_tensor t = packed(batch, heads, seq, dim);
     t.host = data;

@@ -80,16 +80,15 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "%s has negative %s size %lld",
                                name, dim_names[i], (long long)t->shape[i]);
         if (t->strides[i] < 0)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                               "%s has negative %s stride %lld", name, dim_names[i],
-                               (long long)t->strides[i]);
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has negative %s stride %lld",
+                               name, dim_names[i], (long long)t->strides[i]);
         if (t->strides[i] != 0)
             packed = false;
         v.n[i] = t->shape[i];
     }
     if (t->offset < 0)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has negative offset %lld",
-                           name, (long long)t->offset);
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has negative offset %lld", name,
+                           (long long)t->offset);
     v.offset = t->offset;
 
     v.count = 1;
@@ -123,8 +122,8 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
     if (!add_ok(v.offset, v.span, &end) || !clattn_mul_ok(end, 4, &bytes) ||
         (uint64_t)bytes > (uint64_t)SIZE_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_SIZE_OVERFLOW,
-                           "%s: offset %lld + extent %lld elements overflows a byte count",
-                           name, (long long)v.offset, (long long)v.span);
+                           "%s: offset %lld + extent %lld elements overflows a byte count", name,
+                           (long long)v.offset, (long long)v.span);
 
     if (is_output && v.count > 0) {
         for (int i = 0; i < 4; i++)
@@ -147,8 +146,8 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
                                clattn_cl_error_name(err));
         if ((uint64_t)size < (uint64_t)bytes)
             return clattn_fail(ctx, CLATTN_ERROR_BUFFER_TOO_SMALL,
-                               "%s: the view needs %lld bytes of its cl_mem, which has %zu",
-                               name, (long long)bytes, size);
+                               "%s: the view needs %lld bytes of its cl_mem, which has %zu", name,
+                               (long long)bytes, size);
     }
     *out = v;
     return CLATTN_SUCCESS;
@@ -184,8 +183,7 @@ clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_vi
         return SHAPE_FAIL("d_v is %lld; it must be at least 1", LL(v->n[3]));
     if (o->n[3] != v->n[3])
         return SHAPE_FAIL("V has d_v %lld, O has %lld", LL(v->n[3]), LL(o->n[3]));
-    if (w && (w->n[0] != q->n[0] || w->n[1] != q->n[1] || w->n[2] != q->n[2] ||
-              w->n[3] != k->n[2]))
+    if (w && (w->n[0] != q->n[0] || w->n[1] != q->n[1] || w->n[2] != q->n[2] || w->n[3] != k->n[2]))
         return SHAPE_FAIL("weights are [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, "
                           "%lld] (batch, heads_q, n_q, n_kv)",
                           LL(w->n[0]), LL(w->n[1]), LL(w->n[2]), LL(w->n[3]), LL(q->n[0]),
@@ -206,17 +204,14 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
     case CLATTN_MASK_NONE:
     case CLATTN_MASK_CAUSAL_TOP_LEFT:
     case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT:
-    case CLATTN_MASK_NO_SELF:
-        break;
+    case CLATTN_MASK_NO_SELF: break;
     default:
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown mask %d",
-                           (int)desc->mask);
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown mask %d", (int)desc->mask);
     }
     switch (desc->algorithm) {
     case CLATTN_ALGORITHM_AUTO:
     case CLATTN_ALGORITHM_UNFUSED:
-    case CLATTN_ALGORITHM_FUSED:
-        break;
+    case CLATTN_ALGORITHM_FUSED: break;
     default:
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown algorithm %d",
                            (int)desc->algorithm);

@@ -144,9 +144,7 @@ clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *conte
 /* Tensors                                                                         */
 /* ------------------------------------------------------------------------------ */
 
-typedef enum clattn_dtype {
-    CLATTN_FLOAT32 = 0
-} clattn_dtype;
+typedef enum clattn_dtype { CLATTN_FLOAT32 = 0 } clattn_dtype;
 
 /**
  * A 4-D float32 view [batch, heads, seq, dim] on host memory or on a cl_mem.
@@ -295,12 +293,12 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
 
 /** What clattn_attention would run, and why. */
 typedef struct clattn_plan {
-    clattn_algorithm algorithm;  /**< UNFUSED or FUSED: what will run */
-    size_t workspace_bytes;      /**< device memory clattn allocates besides the operands */
-    size_t work_group_size;      /**< softmax / fused work-group size */
-    size_t tile;                 /**< scores / weighted-sum tile edge (work-group tile×tile) */
-    size_t tile_kv;              /**< fused: keys staged in local memory per step */
-    char reason[256];            /**< one line: why this algorithm */
+    clattn_algorithm algorithm; /**< UNFUSED or FUSED: what will run */
+    size_t workspace_bytes;     /**< device memory clattn allocates besides the operands */
+    size_t work_group_size;     /**< softmax / fused work-group size */
+    size_t tile;                /**< scores / weighted-sum tile edge (work-group tile×tile) */
+    size_t tile_kv;             /**< fused: keys staged in local memory per step */
+    char reason[256];           /**< one line: why this algorithm */
 } clattn_plan;
 
 /** Plan without running. Same validation and statuses as clattn_attention (views may
@@ -318,9 +316,9 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
  * must be a host view. desc->algorithm and work_group_size are ignored.
  * @return CLATTN_SUCCESS or a validation status (no context: no message).
  */
-clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
-                                         const clattn_tensor *q, const clattn_tensor *k,
-                                         const clattn_tensor *v, const clattn_tensor *o);
+clattn_status clattn_reference_attention(const clattn_attention_desc *desc, const clattn_tensor *q,
+                                         const clattn_tensor *k, const clattn_tensor *v,
+                                         const clattn_tensor *o);
 
 #ifdef __cplusplus
 }

@@ -194,8 +194,9 @@ START_TEST(seed003_sat_bank_river_no_self)
     double *S = example(&root, ex, "scores_scaled", 9);
     double *W = example(&root, ex, "W", 9);
     double *O = example(&root, ex, "O", 12);
-    const double cos_money = tu_jnum(tu_jget(root, "examples/sat_bank_river_scale_half_self_excluded/cos_bank_money"));
-    const double cos_river = tu_jnum(tu_jget(root, "examples/sat_bank_river_scale_half_self_excluded/cos_bank_river"));
+    const cJSON *exj = tu_jget(tu_jget(root, "examples"), ex);
+    const double cos_money = tu_jnum(tu_jget(exj, "cos_bank_money"));
+    const double cos_river = tu_jnum(tu_jget(exj, "cos_bank_river"));
 
     float x[12];
     for (int c = 0; c < 4; c++)
@@ -229,8 +230,8 @@ START_TEST(seed003_sat_bank_river_no_self)
         if (desc.weights) {
             TU_ASSERT_CLOSE("003 W (desc.weights, unfused)", &tw, W, NULL, F64_TOL);
             /* the text's table: bank attends sat 0.297339 and river 0.702661 */
-            ck_assert_msg(fabs(wbuf[3] - 0.297339) <= 1e-5, "bank->sat weight %.9g, expected 0.297339",
-                          (double)wbuf[3]);
+            ck_assert_msg(fabs(wbuf[3] - 0.297339) <= 1e-5,
+                          "bank->sat weight %.9g, expected 0.297339", (double)wbuf[3]);
             ck_assert_msg(fabs(wbuf[5] - 0.702661) <= 1e-5,
                           "bank->river weight %.9g, expected 0.702661", (double)wbuf[5]);
             ck_assert_msg(wbuf[4] == 0.0f, "bank->bank weight %.9g, expected exactly 0",

@@ -54,7 +54,7 @@ const char *tu_mask_name(clattn_mask m);
     do {                                                                                   \
         clattn_status tu_st_ = (status);                                                   \
         if (tu_st_ != CLATTN_SUCCESS) {                                                    \
-            char tu_what_[256];                                                            \
+            char tu_what_[1024];                                                           \
             snprintf(tu_what_, sizeof tu_what_, __VA_ARGS__);                              \
             ck_abort_msg("%s: status %d (%s): %s", tu_what_, (int)tu_st_,                  \
                          clattn_status_string(tu_st_), clattn_last_error_message(tu_ctx())); \

@@ -192,7 +192,7 @@ static int parse_shape(cursor *c, const char *name, header *h, char *err, size_t
     h->ndim = 0;
     int trailing_comma = 0;
     while (!accept(c, ')')) {
-        int64_t dim;
+        int64_t dim = 0;
         if (parse_dim(c, name, &dim, err, errlen) != 0) {
             return -1;
         }
@@ -467,8 +467,8 @@ static int read_all(const char *path, unsigned char **bytes, size_t *size, char 
 
 int npy_read_f32(const char *path, npy_array *out, char *err, size_t errlen)
 {
-    unsigned char *bytes;
-    size_t size, offset;
+    unsigned char *bytes = NULL;
+    size_t size = 0, offset = 0;
     npy_array result = {0};
     if (out != NULL) {
         *out = result;

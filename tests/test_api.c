@@ -1,0 +1,447 @@
+#define _POSIX_C_SOURCE 200809L
+/* The public API's contracts: statuses and messages for bad input (nothing written),
+ * device selection, the enqueue API with events, plans, build failures. */
+#include <clattn.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static clattn_context *ctx;
+
+/* 6x3 example: Q = K = V = X */
+static float X[6][3] = {{0.43f, 0.15f, 0.89f}, {0.55f, 0.87f, 0.66f}, {0.57f, 0.85f, 0.64f},
+                        {0.22f, 0.58f, 0.33f}, {0.77f, 0.25f, 0.10f}, {0.05f, 0.80f, 0.55f}};
+/* Z of the text (scale 1), float64 values from seed_examples.json */
+static const double Z[6][3] = {
+    {0.4420593986, 0.5930985621, 0.5789890707}, {0.4418657479, 0.651481978, 0.5683088877},
+    {0.443127512, 0.649594579, 0.5670730577},   {0.4303897328, 0.6298280621, 0.55102706},
+    {0.4671017295, 0.5909927255, 0.526596524},  {0.4177244739, 0.6503232057, 0.5645352171}};
+
+static clattn_attention_desc unscaled(void)
+{
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.scale = 1.0f;
+    return d;
+}
+
+static void fill(float *p, size_t n, float value)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = value;
+}
+
+static void assert_all(const float *p, size_t n, float value)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(p[i] == value, "element %zu is %g, expected untouched %g", i, (double)p[i],
+                      (double)value);
+}
+
+static void assert_z(const float *o, const char *what)
+{
+    for (int i = 0; i < 6; i++)
+        for (int c = 0; c < 3; c++)
+            ck_assert_msg(fabs(o[i * 3 + c] - Z[i][c]) <= 1e-5 + 1e-5 * fabs(Z[i][c]),
+                          "%s: O[%d][%d] = %.8f, expected %.8f (tol 1e-5 + 1e-5|x|)", what, i, c,
+                          (double)o[i * 3 + c], Z[i][c]);
+}
+
+/* Runs attention with one bad tensor and checks status, message and that O is
+ * untouched. */
+static void expect_failure(const clattn_attention_desc *d, const clattn_tensor *q,
+                           const clattn_tensor *k, const clattn_tensor *v, clattn_status want,
+                           const char *msg_part)
+{
+    float out[64];
+    fill(out, 64, -7.0f);
+    clattn_tensor o = clattn_tensor_host(out, q->shape[0], q->shape[1], q->shape[2], v->shape[3]);
+    clattn_status st = clattn_attention(ctx, d, q, k, v, &o);
+    ck_assert_msg(st == want, "status %s (%s), expected %s", clattn_status_string(st),
+                  clattn_last_error_message(ctx), clattn_status_string(want));
+    ck_assert_msg(strstr(clattn_last_error_message(ctx), msg_part), "message \"%s\" lacks \"%s\"",
+                  clattn_last_error_message(ctx), msg_part);
+    assert_all(out, 64, -7.0f);
+}
+
+START_TEST(version_and_status_strings)
+{
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", CLATTN_VERSION_MAJOR, CLATTN_VERSION_MINOR,
+             CLATTN_VERSION_PATCH);
+    ck_assert_str_eq(clattn_version(), want);
+    ck_assert_str_eq(clattn_version(), CLATTN_VERSION_STRING);
+    for (int s = CLATTN_SUCCESS; s <= CLATTN_ERROR_IO; s++) {
+        const char *a = clattn_status_string((clattn_status)s);
+        ck_assert_str_ne(a, "unknown status");
+        for (int t = CLATTN_SUCCESS; t < s; t++)
+            ck_assert_str_ne(a, clattn_status_string((clattn_status)t));
+    }
+    ck_assert_str_eq(clattn_status_string((clattn_status)999), "unknown status");
+}
+END_TEST
+
+START_TEST(null_and_enum_arguments)
+{
+    clattn_attention_desc d = unscaled();
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    float out[18];
+    clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+    ck_assert_int_eq(clattn_attention(NULL, &d, &x, &x, &x, &o), CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_attention(ctx, NULL, &x, &x, &x, &o), CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_attention(ctx, &d, NULL, &x, &x, &o), CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_str_eq(clattn_last_error_message(ctx), "Q is NULL");
+    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, NULL), CLATTN_ERROR_INVALID_ARGUMENT);
+    d.mask = (clattn_mask)42;
+    expect_failure(&d, &x, &x, &x, CLATTN_ERROR_INVALID_ARGUMENT, "unknown mask 42");
+    d = unscaled();
+    d.algorithm = (clattn_algorithm)-1;
+    expect_failure(&d, &x, &x, &x, CLATTN_ERROR_INVALID_ARGUMENT, "unknown algorithm");
+    d = unscaled();
+    d.scale = NAN;
+    expect_failure(&d, &x, &x, &x, CLATTN_ERROR_INVALID_ARGUMENT, "not finite");
+    d = unscaled();
+    clattn_tensor bad = x;
+    bad.dtype = (clattn_dtype)7;
+    expect_failure(&d, &bad, &x, &x, CLATTN_ERROR_INVALID_ARGUMENT, "dtype");
+    ck_assert_int_eq(clattn_context_create(NULL, NULL), CLATTN_ERROR_INVALID_ARGUMENT);
+    clattn_context_release(NULL); /* accepted */
+}
+END_TEST
+
+START_TEST(shape_mismatches_name_the_numbers)
+{
+    static float buf[8 * 6 * 4];
+    clattn_attention_desc d = clattn_attention_desc_default();
+    clattn_tensor q = clattn_tensor_host(buf, 1, 2, 3, 4);
+    clattn_tensor k = clattn_tensor_host(buf, 1, 2, 5, 4);
+    clattn_tensor v = clattn_tensor_host(buf, 1, 2, 6, 4);
+    expect_failure(&d, &q, &k, &v, CLATTN_ERROR_INVALID_SHAPE, "K has 5 rows (n_kv), V has 6");
+    v.shape[2] = 5;
+    k.shape[3] = 3;
+    expect_failure(&d, &q, &k, &v, CLATTN_ERROR_INVALID_SHAPE, "Q has d_k 4, K has 3");
+    k.shape[3] = 4;
+    k.shape[1] = v.shape[1] = 3;
+    expect_failure(&d, &q, &k, &v, CLATTN_ERROR_INVALID_SHAPE, "not a multiple");
+    k.shape[1] = v.shape[1] = 2;
+    k.shape[0] = 2;
+    expect_failure(&d, &q, &k, &v, CLATTN_ERROR_INVALID_SHAPE, "batch sizes differ");
+    k.shape[0] = 1;
+    q.shape[2] = -1;
+    expect_failure(&d, &q, &k, &v, CLATTN_ERROR_INVALID_SHAPE, "negative seq size -1");
+    q.shape[2] = 3;
+    q.shape[3] = k.shape[3] = 0;
+    expect_failure(&d, &q, &k, &v, CLATTN_ERROR_INVALID_SHAPE, "d_k is 0");
+}
+END_TEST
+
+START_TEST(layouts_and_overflow)
+{
+    clattn_attention_desc d = unscaled();
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    clattn_tensor bad = x;
+    bad.strides[2] = -3;
+    bad.strides[3] = 1;
+    expect_failure(&d, &bad, &x, &x, CLATTN_ERROR_INVALID_LAYOUT, "negative seq stride");
+    bad = x;
+    bad.offset = -1;
+    expect_failure(&d, &bad, &x, &x, CLATTN_ERROR_INVALID_LAYOUT, "negative offset");
+    bad = x;
+    bad.shape[0] = bad.shape[1] = (int64_t)1 << 40;
+    bad.shape[2] = (int64_t)1 << 30;
+    expect_failure(&d, &bad, &x, &x, CLATTN_ERROR_SIZE_OVERFLOW, "overflows");
+    bad = x;
+    bad.strides[0] = INT64_MAX / 2;
+    bad.strides[3] = 1;
+    bad.shape[0] = 3;
+    expect_failure(&d, &bad, &x, &x, CLATTN_ERROR_SIZE_OVERFLOW, "Q");
+
+    /* outputs: a zero stride, and rows that overlap */
+    float out[32];
+    fill(out, 32, -7.0f);
+    clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+    o.strides[2] = 0;
+    o.strides[3] = 1;
+    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_ERROR_INVALID_LAYOUT);
+    o.strides[2] = 2; /* row i overlaps row i+1 */
+    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "overlap"));
+    assert_all(out, 32, -7.0f);
+    /* both storages at once, or the wrong one for the call */
+    bad = x;
+    bad.buffer = (cl_mem)(uintptr_t)1;
+    expect_failure(&d, &bad, &x, &x, CLATTN_ERROR_INVALID_LAYOUT, "exactly one");
+    ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &x, &x, &x, &o, 0, NULL, NULL),
+                     CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "no cl_mem"));
+}
+END_TEST
+
+START_TEST(fused_cannot_return_weights)
+{
+    clattn_attention_desc d = unscaled();
+    float w[36];
+    clattn_tensor wt = clattn_tensor_host(w, 1, 1, 6, 6);
+    d.weights = &wt;
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    expect_failure(&d, &x, &x, &x, CLATTN_ERROR_UNSUPPORTED, "cannot return attention weights");
+    /* AUTO with weights runs the unfused kernels */
+    d.algorithm = CLATTN_ALGORITHM_AUTO;
+    float out[18];
+    clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
+    assert_z(out, "auto with weights");
+    ck_assert(fabs(w[6 + 1] - 0.2378912986) < 1e-5);
+}
+END_TEST
+
+START_TEST(plan_explains_choice)
+{
+    clattn_attention_desc d = unscaled();
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    float out[18], w[36];
+    clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+    clattn_plan p;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
+    ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_FUSED);
+    ck_assert_uint_eq(p.workspace_bytes, 0);
+    ck_assert(p.work_group_size >= 1 && p.tile_kv >= 1);
+    ck_assert(strlen(p.reason) > 0);
+    d.algorithm = CLATTN_ALGORITHM_UNFUSED;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
+    ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_UNFUSED);
+    ck_assert_uint_eq(p.workspace_bytes, 6 * 6 * 4);
+    ck_assert(p.tile >= 1);
+    clattn_tensor wt = clattn_tensor_host(w, 1, 1, 6, 6);
+    d.algorithm = CLATTN_ALGORITHM_AUTO;
+    d.weights = &wt;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
+    ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_UNFUSED);
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, NULL),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(empty_problems)
+{
+    clattn_attention_desc d = clattn_attention_desc_default();
+    float q[12], kv[4], out[16];
+    fill(q, 12, 0.5f);
+    clattn_tensor tq = clattn_tensor_host(q, 1, 1, 3, 4);
+    clattn_tensor tk = clattn_tensor_host(kv, 1, 1, 0, 4);
+    for (int alg = CLATTN_ALGORITHM_AUTO; alg <= CLATTN_ALGORITHM_FUSED; alg++) {
+        d.algorithm = (clattn_algorithm)alg;
+        fill(out, 16, NAN);
+        clattn_tensor o = clattn_tensor_host(out, 1, 1, 3, 4);
+        clattn_status st = clattn_attention(ctx, &d, &tq, &tk, &tk, &o);
+        ck_assert_msg(st == CLATTN_SUCCESS, "n_kv = 0, algorithm %d: %s", alg,
+                      clattn_last_error_message(ctx));
+        for (int i = 0; i < 12; i++)
+            ck_assert_msg(out[i] == 0.0f, "n_kv = 0, algorithm %d: O[%d] = %g", alg, i,
+                          (double)out[i]);
+        ck_assert(isnan(out[12]));
+        /* n_q = 0: success, nothing written */
+        clattn_tensor q0 = clattn_tensor_host(q, 1, 1, 0, 4);
+        clattn_tensor k1 = clattn_tensor_host(q, 1, 1, 3, 4);
+        clattn_tensor o0 = clattn_tensor_host(out, 1, 1, 0, 4);
+        fill(out, 16, -7.0f);
+        ck_assert_int_eq(clattn_attention(ctx, &d, &q0, &k1, &k1, &o0), CLATTN_SUCCESS);
+        assert_all(out, 16, -7.0f);
+    }
+}
+END_TEST
+
+static cl_mem make_buffer(cl_context c, const void *host, size_t bytes)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(c, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0), bytes,
+                              (void *)host, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    return m;
+}
+
+/* The enqueue API on cl_mem, with wait lists and completion events, on the context's
+ * own queue and on an application's out-of-order queue. */
+START_TEST(enqueue_api_with_events)
+{
+    cl_context c;
+    cl_device_id dev;
+    cl_command_queue queue;
+    ck_assert_int_eq(clattn_context_get_cl(ctx, &c, &dev, &queue), CLATTN_SUCCESS);
+    cl_int err;
+    cl_command_queue_properties props = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    cl_command_queue ooo =
+        clCreateCommandQueue(c, dev, props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    clattn_context *app;
+    ck_assert_int_eq(clattn_context_create_from_cl(c, dev, ooo, &app), CLATTN_SUCCESS);
+    clReleaseCommandQueue(ooo); /* the clattn context keeps its own reference */
+
+    clattn_context *contexts[2] = {ctx, app};
+    for (int which = 0; which < 2; which++)
+        for (int alg = CLATTN_ALGORITHM_UNFUSED; alg <= CLATTN_ALGORITHM_FUSED; alg++) {
+            clattn_context *cx = contexts[which];
+            cl_command_queue qq;
+            clattn_context_get_cl(cx, NULL, NULL, &qq);
+            cl_mem xb = make_buffer(c, NULL, sizeof X);
+            cl_mem ob = make_buffer(c, NULL, 18 * sizeof(float));
+            cl_event written, done;
+            ck_assert_int_eq(
+                clEnqueueWriteBuffer(qq, xb, CL_FALSE, 0, sizeof X, X, 0, NULL, &written),
+                CL_SUCCESS);
+            clattn_tensor x = clattn_tensor_buffer(xb, 1, 1, 6, 3);
+            clattn_tensor o = clattn_tensor_buffer(ob, 1, 1, 6, 3);
+            clattn_attention_desc d = unscaled();
+            d.algorithm = (clattn_algorithm)alg;
+            ck_assert_int_eq(clattn_attention_enqueue(cx, &d, &x, &x, &x, &o, 1, &written, &done),
+                             CLATTN_SUCCESS);
+            float out[18];
+            ck_assert_int_eq(
+                clEnqueueReadBuffer(qq, ob, CL_TRUE, 0, sizeof out, out, 1, &done, NULL),
+                CL_SUCCESS);
+            assert_z(out, which ? "out-of-order queue" : "own queue");
+            /* a view larger than its buffer */
+            o.shape[2] = 7;
+            x.shape[2] = 7;
+            ck_assert_int_eq(clattn_attention_enqueue(cx, &d, &x, &x, &x, &o, 0, NULL, NULL),
+                             CLATTN_ERROR_BUFFER_TOO_SMALL);
+            ck_assert_ptr_nonnull(strstr(clattn_last_error_message(cx), "84 bytes"));
+            clReleaseEvent(written);
+            clReleaseEvent(done);
+            clReleaseMemObject(xb);
+            clReleaseMemObject(ob);
+        }
+    clattn_context_release(app);
+}
+END_TEST
+
+START_TEST(device_selection)
+{
+    clattn_context_options opt = {0};
+    clattn_context *c2 = NULL;
+    opt.device = "no such device 12345";
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_ERROR_NO_DEVICE);
+    ck_assert_ptr_null(c2);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(NULL), "no such device 12345"));
+    opt.device = "0:0";
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+    clattn_context_release(c2);
+    opt.device = "99:0";
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_ERROR_NO_DEVICE);
+    /* a case-insensitive part of the default device's name */
+    cl_device_id dev;
+    clattn_context_get_cl(ctx, NULL, &dev, NULL);
+    char name[256] = "", part[4];
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    ck_assert(strlen(name) >= 3);
+    for (int i = 0; i < 3; i++)
+        part[i] = (char)((name[i] >= 'a' && name[i] <= 'z') ? name[i] - 32 : name[i]);
+    part[3] = '\0';
+    opt.device = part;
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+    clattn_context_release(c2);
+}
+END_TEST
+
+/* A kernel that does not compile: BUILD_FAILED with the build log; a missing kernel
+ * folder: IO. The context stays usable for other kernels. */
+START_TEST(build_failure_reports_log)
+{
+    char dir[] = "/tmp/clattn_kdir_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/common.cl", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("bool key_visible(int m, long i, long j, long a, long b) { return true; }\n"
+          "long visible_key_end(int m, long i, long a, long n) { return n; }\n"
+          "float max_nan(float a, float b) { return a > b ? a : b; }\n"
+          "long view_at(long o, long4 s, long b, long h, long x, long d) { return o; }\n",
+          f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/fused.cl", dir);
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("__kernel void clattn_fused(__global float *o) { o[0] = this_is_not_defined; }\n", f);
+    fclose(f);
+
+    clattn_context_options opt = {0};
+    opt.kernel_dir = dir;
+    clattn_context *c2;
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+    clattn_attention_desc d = unscaled();
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    float out[18];
+    fill(out, 18, -7.0f);
+    clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+    ck_assert_int_eq(clattn_attention(c2, &d, &x, &x, &x, &o), CLATTN_ERROR_BUILD_FAILED);
+    const char *msg = clattn_last_error_message(c2);
+    ck_assert_msg(strstr(msg, "build log") && strstr(msg, "this_is_not_defined"),
+                  "message lacks the build log: %s", msg);
+    ck_assert_int_eq(clattn_last_cl_error(c2), CL_BUILD_PROGRAM_FAILURE);
+    assert_all(out, 18, -7.0f);
+    d.algorithm = CLATTN_ALGORITHM_UNFUSED; /* scores.cl is missing from the folder */
+    ck_assert_int_eq(clattn_attention(c2, &d, &x, &x, &x, &o), CLATTN_ERROR_IO);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(c2), "scores.cl"));
+    clattn_context_release(c2);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/common.cl", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* After every kind of error above, the same context still computes right answers. */
+START_TEST(context_usable_after_errors)
+{
+    clattn_attention_desc d = unscaled();
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    float out[18];
+    clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+    clattn_tensor bad = x;
+    bad.shape[3] = 2;
+    ck_assert_int_ne(clattn_attention(ctx, &d, &bad, &x, &x, &o), CLATTN_SUCCESS);
+    for (int alg = CLATTN_ALGORITHM_AUTO; alg <= CLATTN_ALGORITHM_FUSED; alg++) {
+        d.algorithm = (clattn_algorithm)alg;
+        ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
+        ck_assert_str_eq(clattn_last_error_message(ctx), "");
+        assert_z(out, "after errors");
+    }
+}
+END_TEST
+
+int main(void)
+{
+    if (clattn_context_create(NULL, &ctx) != CLATTN_SUCCESS) {
+        fprintf(stderr, "test_api: no context: %s\n", clattn_last_error_message(NULL));
+        return 1;
+    }
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("api");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, version_and_status_strings);
+    tcase_add_test(tc, null_and_enum_arguments);
+    tcase_add_test(tc, shape_mismatches_name_the_numbers);
+    tcase_add_test(tc, layouts_and_overflow);
+    tcase_add_test(tc, fused_cannot_return_weights);
+    tcase_add_test(tc, plan_explains_choice);
+    tcase_add_test(tc, empty_problems);
+    tcase_add_test(tc, enqueue_api_with_events);
+    tcase_add_test(tc, device_selection);
+    tcase_add_test(tc, build_failure_reports_log);
+    tcase_add_test(tc, context_usable_after_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    clattn_context_release(ctx);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,320 @@
+#!/bin/sh
+# End-to-end tests of the `clattn` program: demo, run (round trips, ranks, masks,
+# weights, --check), usage errors, and malformed inputs that must fail without
+# touching an existing output file. Needs only POSIX sh, od, awk, cmp and mktemp:
+# the .npy inputs are written here with printf.
+#
+# Usage: CLATTN_BIN=path/to/clattn sh tests/test_cli.sh
+set -eu
+
+bin=${CLATTN_BIN:?set CLATTN_BIN to the clattn program}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+    if [ -s "$tmp/err" ]; then sed 's/^/  stderr: /' "$tmp/err"; fi
+}
+
+# run_clattn ARGS...: runs the program with stdout in $tmp/out, stderr in $tmp/err,
+# and its exit status in $rc (never stops the script).
+run_clattn() {
+    rc=0
+    "$bin" "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
+}
+
+# expect_rc NAME STATUS: the last run_clattn exited with STATUS.
+expect_rc() {
+    if [ "$rc" -eq "$2" ]; then pass; else fail "$1: exit status $rc, expected $2"; fi
+}
+
+# expect_text NAME FILE TEXT: FILE (spaces squeezed) contains TEXT.
+expect_text() {
+    if tr -s ' ' <"$2" | grep -F -q -e "$3"; then pass; else fail "$1: no '$3' in $(basename "$2")"; fi
+}
+
+# ---- writing .npy files --------------------------------------------------------
+
+# f32 HEX...: little-endian bytes of float32 values given as bit patterns.
+f32() {
+    for h in "$@"; do
+        v=$((0x$h))
+        printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) \
+            $((v >> 16 & 255)) $((v >> 24 & 255)))"
+    done
+}
+
+# npy_header DESCR SHAPE [FORTRAN]: a version 1.0 header, padded to 64 bytes like numpy.
+npy_header() {
+    dict="{'descr': '$1', 'fortran_order': ${3:-False}, 'shape': $2, }"
+    pad=$(((64 - (10 + ${#dict} + 1) % 64) % 64))
+    hlen=$((${#dict} + pad + 1))
+    printf '\223NUMPY\001\000'
+    printf "$(printf '\\%03o\\%03o' $((hlen % 256)) $((hlen / 256)))"
+    printf '%s' "$dict"
+    i=0
+    while [ "$i" -lt "$pad" ]; do printf ' '; i=$((i + 1)); done
+    printf '\n'
+}
+
+# npy FILE DESCR SHAPE HEX...: a .npy file holding the float32 values HEX...
+npy() {
+    file=$1 descr=$2 shape=$3
+    shift 3
+    { npy_header "$descr" "$shape"; f32 "$@"; } >"$file"
+}
+
+# Seed 000: X (6x3), "your journey starts with one step".
+X="3edc28f6 3e19999a 3f63d70a 3f0ccccd 3f5eb852 3f28f5c3 3f11eb85 3f59999a 3f23d70a
+   3e6147ae 3f147ae1 3ea8f5c3 3f451eb8 3e800000 3dcccccd 3d4ccccd 3f4ccccd 3f0ccccd"
+# Seed 003: sat, bank, river (3x4).
+R="3dcccccd 3e4ccccd 3e99999a 3ecccccd 3e99999a becccccd 00000000 3fa66666
+   3ecccccd be99999a 3dcccccd 3fc00000"
+
+# float64 results of the seed examples (tests/cases/seed_examples.json)
+X_Z="0.4420593986 0.5930985621 0.5789890707 0.4418657479 0.651481978 0.5683088877
+     0.443127512 0.649594579 0.5670730577 0.4303897328 0.6298280621 0.55102706
+     0.4671017295 0.5909927255 0.526596524 0.4177244739 0.6503232057 0.5645352171"
+X_W="0.2098347574 0.2005814405 0.1981492137 0.1242282192 0.1220487252 0.145157644
+     0.138547585 0.2378912986 0.2332740262 0.1239916024 0.1081818752 0.1581136125
+     0.1390075991 0.2369214381 0.2326019449 0.1242044007 0.1108002025 0.1564644146
+     0.1435268847 0.2073944151 0.2045520298 0.1461922253 0.1262952434 0.1720392017
+     0.1526108442 0.1958386644 0.1974906377 0.1366866636 0.1878589057 0.1295142844
+     0.1384711604 0.2183637119 0.2127594268 0.1420475806 0.09880636995 0.1895517503"
+R_O="0.3517492858 -0.3482507142 0.05174928577 1.403498572 0.3107981963 -0.1513303272
+     0.1594678691 1.17292672 0.2375662661 -0.2126987983 0.09365060083 1.019048198"
+R_W="0 0.4825071423 0.5174928577 0.2973393457 0 0.7026606543 0.3121686694 0.6878313306 0"
+
+# shellcheck disable=SC2086 # the value lists are meant to split
+{
+    npy "$tmp/x.npy" '<f4' '(6, 3)' $X
+    npy "$tmp/x3.npy" '<f4' '(1, 6, 3)' $X
+    npy "$tmp/x4.npy" '<f4' '(1, 1, 6, 3)' $X
+    npy "$tmp/x2h.npy" '<f4' '(2, 6, 3)' $X $X
+    npy "$tmp/r.npy" '<f4' '(3, 4)' $R
+}
+
+# ---- reading .npy files back ---------------------------------------------------
+
+# npy_values FILE: the float32 values of a .npy file (version 1.0), one per line.
+npy_values() {
+    hlen=$(od -An -v -t u2 -j 8 -N 2 "$1" | tr -d ' ')
+    od -An -v -t f4 -j $((10 + hlen)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
+}
+
+# expect_values NAME FILE EXPECTED...: FILE holds exactly these values within 5e-5.
+expect_values() {
+    name=$1 file=$2
+    shift 2
+    if [ ! -f "$file" ]; then
+        fail "$name: $file was not written"
+        return
+    fi
+    if npy_values "$file" | awk -v want="$*" '
+        BEGIN { n = split(want, w, " ") }
+        { ++i; d = $1 - w[i]; if (d < 0) d = -d; if (i > n || d > 5e-5) bad = bad " [" i - 1 "] " $1 "/" w[i] }
+        END { if (i != n) bad = bad " count " i "/" n; if (bad != "") { print bad; exit 1 } }'
+    then pass; else fail "$name: values of $(basename "$file") differ (got/expected)"; fi
+}
+
+# expect_shape NAME FILE SHAPE: FILE's header says 'shape': SHAPE.
+expect_shape() {
+    if head -c 128 "$2" | grep -a -F -q "'shape': $3"; then pass; else fail "$1: shape is not $3"; fi
+}
+
+# ---- program and subcommand basics ----------------------------------------------
+
+run_clattn --version
+expect_rc "--version" 0
+expect_text "--version" "$tmp/out" "clattn 0."
+for cmd in "" devices demo run; do
+    # shellcheck disable=SC2086 # an empty $cmd is no argument
+    run_clattn $cmd --help
+    expect_rc "$cmd --help" 0
+    expect_text "$cmd --help" "$tmp/out" "Usage: clattn"
+done
+run_clattn -h
+expect_rc "-h" 0
+run_clattn frobnicate
+expect_rc "unknown command" 2
+expect_text "unknown command" "$tmp/err" "unknown command 'frobnicate'"
+run_clattn
+expect_rc "no command" 2
+run_clattn run --q "$tmp/x.npy" --k "$tmp/x.npy" --v "$tmp/x.npy" --out "$tmp/o.npy" --frob
+expect_rc "unknown option" 2
+expect_text "unknown option" "$tmp/err" "unknown option '--frob'"
+run_clattn run --q "$tmp/x.npy" --k "$tmp/x.npy" --out "$tmp/o.npy"
+expect_rc "missing --v" 2
+expect_text "missing --v" "$tmp/err" "missing --v"
+run_clattn demo --frob
+expect_rc "demo unknown option" 2
+
+run_clattn devices
+expect_rc "devices" 0
+expect_text "devices" "$tmp/out" "0:0"
+expect_text "devices" "$tmp/out" "max work-group size"
+
+# ---- demo ----------------------------------------------------------------------
+
+run_clattn demo
+expect_rc "demo" 0
+expect_text "demo" "$tmp/out" "Device: "
+expect_text "demo" "$tmp/out" "journey 0.4419 0.6515 0.5683"
+expect_text "demo" "$tmp/out" "bank 0.2973 0.0000 0.7027"
+expect_text "demo" "$tmp/out" "cos(bank output, money) = 0.959816"
+expect_text "demo" "$tmp/out" "cos(bank output, river) = 0.995579"
+expect_text "demo" "$tmp/out" "Z fused - reference"
+
+# ---- run: round trips ----------------------------------------------------------
+
+xargs_6x3() { echo --q "$tmp/$1" --k "$tmp/$1" --v "$tmp/$1" --scale 1; }
+
+for algorithm in auto unfused fused; do
+    rm -f "$tmp/o.npy"
+    # shellcheck disable=SC2046 # paths have no spaces (mktemp)
+    run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --algorithm "$algorithm"
+    expect_rc "run $algorithm" 0
+    expect_values "run $algorithm" "$tmp/o.npy" $X_Z
+    expect_shape "run $algorithm" "$tmp/o.npy" "(6, 3)"
+done
+
+for algorithm in auto unfused; do
+    rm -f "$tmp/o.npy" "$tmp/w.npy"
+    # shellcheck disable=SC2046
+    run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --weights "$tmp/w.npy" --algorithm "$algorithm"
+    expect_rc "run $algorithm --weights" 0
+    expect_values "run $algorithm --weights (O)" "$tmp/o.npy" $X_Z
+    expect_values "run $algorithm --weights (W)" "$tmp/w.npy" $X_W
+    expect_shape "run $algorithm --weights" "$tmp/w.npy" "(6, 6)"
+done
+
+# --check, with weights and both algorithms
+for algorithm in unfused fused; do
+    # shellcheck disable=SC2046
+    run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --algorithm "$algorithm" --check
+    expect_rc "run --check $algorithm" 0
+    expect_text "run --check $algorithm" "$tmp/out" "check O: max abs error"
+    expect_text "run --check $algorithm" "$tmp/out" ": within 1e-5 + 1e-5*|reference|"
+done
+# shellcheck disable=SC2046
+run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --weights "$tmp/w.npy" --check
+expect_rc "run --check --weights" 0
+expect_text "run --check --weights" "$tmp/out" "check W: max abs error"
+
+# ranks 3 and 4 keep their rank; two query heads share one key/value head (GQA)
+# shellcheck disable=SC2046
+run_clattn run $(xargs_6x3 x3.npy) --out "$tmp/o3.npy"
+expect_rc "run rank 3" 0
+expect_values "run rank 3" "$tmp/o3.npy" $X_Z
+expect_shape "run rank 3" "$tmp/o3.npy" "(1, 6, 3)"
+# shellcheck disable=SC2046
+run_clattn run $(xargs_6x3 x4.npy) --out "$tmp/o4.npy" --weights "$tmp/w4.npy"
+expect_rc "run rank 4" 0
+expect_values "run rank 4" "$tmp/o4.npy" $X_Z
+expect_shape "run rank 4 (W)" "$tmp/w4.npy" "(1, 1, 6, 6)"
+run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --scale=1 --out "$tmp/o2h.npy" --check
+expect_rc "run GQA" 0
+expect_values "run GQA" "$tmp/o2h.npy" $X_Z $X_Z
+
+# seed 003: default scale 1/sqrt(4), no-self mask
+run_clattn run --q "$tmp/r.npy" --k "$tmp/r.npy" --v "$tmp/r.npy" --mask no-self \
+    --out "$tmp/ro.npy" --weights "$tmp/rw.npy" --check
+expect_rc "run no-self" 0
+expect_values "run no-self (O)" "$tmp/ro.npy" $R_O
+expect_values "run no-self (W)" "$tmp/rw.npy" $R_W
+
+# causal: the first query sees only the first key, so its output is X[0]
+# shellcheck disable=SC2046
+run_clattn run $(xargs_6x3 x.npy) --mask causal --out "$tmp/oc.npy" --check
+expect_rc "run causal" 0
+if npy_values "$tmp/oc.npy" | head -n 3 | tr '\n' ' ' |
+    awk '{ exit !($1 - 0.43 < 1e-6 && 0.43 - $1 < 1e-6 && $3 - 0.89 < 1e-6 && 0.89 - $3 < 1e-6) }'
+then pass; else fail "run causal: first row is not X[0]"; fi
+
+# ---- run: errors leave an existing output byte-identical ------------------------
+
+printf 'precious' >"$tmp/keep.npy"
+cp "$tmp/keep.npy" "$tmp/keep.orig"
+printf 'weights' >"$tmp/keepw.npy"
+cp "$tmp/keepw.npy" "$tmp/keepw.orig"
+
+head -c 100 "$tmp/x.npy" >"$tmp/truncated.npy"
+head -c 9 "$tmp/x.npy" >"$tmp/stub.npy"
+# shellcheck disable=SC2086
+{
+    npy "$tmp/f8.npy" '<f8' '(6, 3)' $X
+    npy "$tmp/be.npy" '>f4' '(6, 3)' $X
+    npy "$tmp/v5.npy" '<f4' '(5, 3)' 3edc28f6 3e19999a 3f63d70a 3f0ccccd 3f5eb852 3f28f5c3 \
+        3f11eb85 3f59999a 3f23d70a 3e6147ae 3f147ae1 3ea8f5c3 3f451eb8 3e800000 3dcccccd
+    npy "$tmp/long.npy" '<f4' '(6, 3)' $X 00000000
+    npy "$tmp/k4.npy" '<f4' '(3, 6)' $X
+    npy "$tmp/rank1.npy" '<f4' '(18,)' $X
+    { npy_header '<f4' '(6, 3)' True; f32 $X; } >"$tmp/fortran.npy"
+}
+printf 'PK\003\004 not an npy file at all' >"$tmp/zip.npy"
+
+# expect_failure NAME STATUS FILE TEXT ARGS...: `clattn ARGS` exits with STATUS, its
+# message names FILE and contains TEXT, and keep.npy/keepw.npy are unchanged.
+expect_failure() {
+    name=$1 status=$2 file=$3 text=$4
+    shift 4
+    run_clattn "$@"
+    expect_rc "$name" "$status"
+    expect_text "$name" "$tmp/err" "$file"
+    expect_text "$name" "$tmp/err" "$text"
+    if cmp -s "$tmp/keep.npy" "$tmp/keep.orig" && cmp -s "$tmp/keepw.npy" "$tmp/keepw.orig"; then
+        pass
+    else
+        fail "$name: an existing output file was changed"
+        cp "$tmp/keep.orig" "$tmp/keep.npy"
+        cp "$tmp/keepw.orig" "$tmp/keepw.npy"
+    fi
+    if ls "$tmp" | grep -q clattn-tmp; then fail "$name: temporary file left behind"; else pass; fi
+}
+
+# run_bad ARGS...: a run that writes keep.npy and keepw.npy if it succeeds.
+run_bad() { echo run "$@" --out "$tmp/keep.npy" --weights "$tmp/keepw.npy"; }
+x=$tmp/x.npy
+
+# shellcheck disable=SC2046
+{
+    expect_failure "truncated" 1 "$tmp/truncated.npy" "truncated" \
+        $(run_bad --q "$x" --k "$tmp/truncated.npy" --v "$x")
+    expect_failure "short header" 1 "$tmp/stub.npy" "truncated" \
+        $(run_bad --q "$tmp/stub.npy" --k "$x" --v "$x")
+    expect_failure "dtype <f8" 1 "$tmp/f8.npy" "dtype '<f8' is not supported" \
+        $(run_bad --q "$x" --k "$x" --v "$tmp/f8.npy")
+    expect_failure "dtype >f4" 1 "$tmp/be.npy" "dtype '>f4' is not supported" \
+        $(run_bad --q "$tmp/be.npy" --k "$x" --v "$x")
+    expect_failure "fortran order" 1 "$tmp/fortran.npy" "fortran_order" \
+        $(run_bad --q "$tmp/fortran.npy" --k "$x" --v "$x")
+    expect_failure "bad magic" 1 "$tmp/zip.npy" "bad magic" \
+        $(run_bad --q "$x" --k "$tmp/zip.npy" --v "$x")
+    expect_failure "trailing data" 1 "$tmp/long.npy" "trailing bytes" \
+        $(run_bad --q "$x" --k "$x" --v "$tmp/long.npy")
+    expect_failure "missing file" 1 "$tmp/nonexistent.npy" "cannot open" \
+        $(run_bad --q "$x" --k "$x" --v "$tmp/nonexistent.npy")
+    expect_failure "K/V rows differ" 1 "$tmp/v5.npy" "n_kv" \
+        $(run_bad --q "$x" --k "$x" --v "$tmp/v5.npy")
+    expect_failure "d_k differs" 1 "$tmp/k4.npy" "d_k" \
+        $(run_bad --q "$x" --k "$tmp/k4.npy" --v "$tmp/k4.npy")
+    expect_failure "rank differs" 1 "$tmp/x3.npy" "rank" \
+        $(run_bad --q "$x" --k "$tmp/x3.npy" --v "$tmp/x3.npy")
+    expect_failure "rank 1" 1 "$tmp/rank1.npy" "rank 1" \
+        $(run_bad --q "$tmp/rank1.npy" --k "$x" --v "$x")
+    expect_failure "bad mask" 2 "--mask" "unknown --mask 'diagonal'" \
+        $(run_bad --q "$x" --k "$x" --v "$x" --mask diagonal)
+    expect_failure "bad scale" 2 "--scale" "not a finite float32" \
+        $(run_bad --q "$x" --k "$x" --v "$x" --scale 1e99)
+    expect_failure "fused weights" 2 "--weights" "needs --algorithm auto or unfused" \
+        $(run_bad --q "$x" --k "$x" --v "$x" --algorithm fused)
+    expect_failure "output folder missing" 1 "$tmp/no/such/dir/o.npy" "temporary file" \
+        run --q "$x" --k "$x" --v "$x" --out "$tmp/no/such/dir/o.npy"
+}
+
+echo "test_cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
