@@ -8,7 +8,7 @@
 #include <string.h>
 
 #define DEFAULT_TILE 16     /* scores / weighted-sum tile edge */
-#define DEFAULT_TILE_KV 32  /* fused: keys staged per step */
+#define DEFAULT_TILE_KV 64  /* fused: keys staged per step (a multiple of 16) */
 #define DEFAULT_FUSED_WG 64 /* fused: queries per work-group */
 #define MAX_SOFTMAX_WG 256  /* softmax: work-items per row */
 #define MAX_HEAD_DIM 4096   /* beyond this, private arrays and tiles make no sense */
@@ -152,18 +152,21 @@ static void fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, size_
                       char *why, size_t why_len)
 {
     why[0] = '\0';
-    const cl_ulong row_bytes = (cl_ulong)(d_k + d_v) * sizeof(float);
+    const int64_t d_v_pad = (d_v + 15) / 16 * 16;
+    const cl_ulong row_bytes = (cl_ulong)(d_k + d_v_pad) * sizeof(float);
     const cl_ulong budget = ctx->local_mem > 1024 ? ctx->local_mem - 1024 : 0;
-    cl_ulong t = row_bytes ? budget / row_bytes : 0;
-    if (t > DEFAULT_TILE_KV)
-        t = DEFAULT_TILE_KV;
+    cl_ulong t = DEFAULT_TILE_KV; /* halve until the K and V tiles fit local memory */
+    while (t >= 16 && t * row_bytes > budget)
+        t /= 2;
+    if (t < 16)
+        t = 0;
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
     else if (t < 1)
         snprintf(why, why_len,
-                 "fused: one key row of K and V (%llu bytes) exceeds the device's local "
+                 "fused: 16 key rows of K and V (%llu bytes) exceed the device's local "
                  "memory (%llu bytes)",
-                 (unsigned long long)row_bytes, (unsigned long long)ctx->local_mem);
+                 (unsigned long long)(16 * row_bytes), (unsigned long long)ctx->local_mem);
     *tile_kv = (size_t)t;
 }
 
