@@ -5,6 +5,9 @@
 # the .npy inputs are written here with printf.
 #
 # Usage: CLATTN_BIN=path/to/clattn sh tests/test_cli.sh
+#
+# shellcheck disable=SC2059 # printf formats are built on purpose (byte escapes)
+# shellcheck disable=SC2086 # value lists such as $X are meant to split into words
 set -eu
 
 bin=${CLATTN_BIN:?set CLATTN_BIN to the clattn program}
@@ -89,14 +92,11 @@ R_O="0.3517492858 -0.3482507142 0.05174928577 1.403498572 0.3107981963 -0.151330
      0.1594678691 1.17292672 0.2375662661 -0.2126987983 0.09365060083 1.019048198"
 R_W="0 0.4825071423 0.5174928577 0.2973393457 0 0.7026606543 0.3121686694 0.6878313306 0"
 
-# shellcheck disable=SC2086 # the value lists are meant to split
-{
-    npy "$tmp/x.npy" '<f4' '(6, 3)' $X
-    npy "$tmp/x3.npy" '<f4' '(1, 6, 3)' $X
-    npy "$tmp/x4.npy" '<f4' '(1, 1, 6, 3)' $X
-    npy "$tmp/x2h.npy" '<f4' '(2, 6, 3)' $X $X
-    npy "$tmp/r.npy" '<f4' '(3, 4)' $R
-}
+npy "$tmp/x.npy" '<f4' '(6, 3)' $X
+npy "$tmp/x3.npy" '<f4' '(1, 6, 3)' $X
+npy "$tmp/x4.npy" '<f4' '(1, 1, 6, 3)' $X
+npy "$tmp/x2h.npy" '<f4' '(2, 6, 3)' $X $X
+npy "$tmp/r.npy" '<f4' '(3, 4)' $R
 
 # ---- reading .npy files back ---------------------------------------------------
 
@@ -106,18 +106,18 @@ npy_values() {
     od -An -v -t f4 -j $((10 + hlen)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
 }
 
-# expect_values NAME FILE EXPECTED...: FILE holds exactly these values within 5e-5.
+# expect_values NAME FILE EXPECTED: FILE holds exactly the values of the list EXPECTED
+# (one argument, values separated by white space), each within 5e-5.
 expect_values() {
-    name=$1 file=$2
-    shift 2
+    name=$1 file=$2 want=$3
     if [ ! -f "$file" ]; then
         fail "$name: $file was not written"
         return
     fi
-    if npy_values "$file" | awk -v want="$*" '
+    if npy_values "$file" | awk -v want="$want" '
         BEGIN { n = split(want, w, " ") }
         { ++i; d = $1 - w[i]; if (d < 0) d = -d; if (i > n || d > 5e-5) bad = bad " [" i - 1 "] " $1 "/" w[i] }
-        END { if (i != n) bad = bad " count " i "/" n; if (bad != "") { print bad; exit 1 } }'
+        END { if (i != n) bad = bad " count " i "/" n; if (bad != "") { print "  got/expected:" bad; exit 1 } }'
     then pass; else fail "$name: values of $(basename "$file") differ (got/expected)"; fi
 }
 
@@ -132,7 +132,6 @@ run_clattn --version
 expect_rc "--version" 0
 expect_text "--version" "$tmp/out" "clattn 0."
 for cmd in "" devices demo run; do
-    # shellcheck disable=SC2086 # an empty $cmd is no argument
     run_clattn $cmd --help
     expect_rc "$cmd --help" 0
     expect_text "$cmd --help" "$tmp/out" "Usage: clattn"
@@ -171,65 +170,63 @@ expect_text "demo" "$tmp/out" "Z fused - reference"
 
 # ---- run: round trips ----------------------------------------------------------
 
-xargs_6x3() { echo --q "$tmp/$1" --k "$tmp/$1" --v "$tmp/$1" --scale 1; }
+# run_6x3 FILE ARGS...: `clattn run` with Q = K = V = FILE, scale 1 (as in seed 000).
+run_6x3() {
+    file=$tmp/$1
+    shift
+    run_clattn run --q "$file" --k "$file" --v "$file" --scale 1 "$@"
+}
 
 for algorithm in auto unfused fused; do
     rm -f "$tmp/o.npy"
-    # shellcheck disable=SC2046 # paths have no spaces (mktemp)
-    run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --algorithm "$algorithm"
+    run_6x3 x.npy --out "$tmp/o.npy" --algorithm "$algorithm"
     expect_rc "run $algorithm" 0
-    expect_values "run $algorithm" "$tmp/o.npy" $X_Z
+    expect_values "run $algorithm" "$tmp/o.npy" "$X_Z"
     expect_shape "run $algorithm" "$tmp/o.npy" "(6, 3)"
 done
 
 for algorithm in auto unfused; do
     rm -f "$tmp/o.npy" "$tmp/w.npy"
-    # shellcheck disable=SC2046
-    run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --weights "$tmp/w.npy" --algorithm "$algorithm"
+    run_6x3 x.npy --out "$tmp/o.npy" --weights "$tmp/w.npy" --algorithm "$algorithm"
     expect_rc "run $algorithm --weights" 0
-    expect_values "run $algorithm --weights (O)" "$tmp/o.npy" $X_Z
-    expect_values "run $algorithm --weights (W)" "$tmp/w.npy" $X_W
+    expect_values "run $algorithm --weights (O)" "$tmp/o.npy" "$X_Z"
+    expect_values "run $algorithm --weights (W)" "$tmp/w.npy" "$X_W"
     expect_shape "run $algorithm --weights" "$tmp/w.npy" "(6, 6)"
 done
 
 # --check, with weights and both algorithms
 for algorithm in unfused fused; do
-    # shellcheck disable=SC2046
-    run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --algorithm "$algorithm" --check
+    run_6x3 x.npy --out "$tmp/o.npy" --algorithm "$algorithm" --check
     expect_rc "run --check $algorithm" 0
     expect_text "run --check $algorithm" "$tmp/out" "check O: max abs error"
     expect_text "run --check $algorithm" "$tmp/out" ": within 1e-5 + 1e-5*|reference|"
 done
-# shellcheck disable=SC2046
-run_clattn run $(xargs_6x3 x.npy) --out "$tmp/o.npy" --weights "$tmp/w.npy" --check
+run_6x3 x.npy --out "$tmp/o.npy" --weights "$tmp/w.npy" --check
 expect_rc "run --check --weights" 0
 expect_text "run --check --weights" "$tmp/out" "check W: max abs error"
 
 # ranks 3 and 4 keep their rank; two query heads share one key/value head (GQA)
-# shellcheck disable=SC2046
-run_clattn run $(xargs_6x3 x3.npy) --out "$tmp/o3.npy"
+run_6x3 x3.npy --out "$tmp/o3.npy"
 expect_rc "run rank 3" 0
-expect_values "run rank 3" "$tmp/o3.npy" $X_Z
+expect_values "run rank 3" "$tmp/o3.npy" "$X_Z"
 expect_shape "run rank 3" "$tmp/o3.npy" "(1, 6, 3)"
-# shellcheck disable=SC2046
-run_clattn run $(xargs_6x3 x4.npy) --out "$tmp/o4.npy" --weights "$tmp/w4.npy"
+run_6x3 x4.npy --out "$tmp/o4.npy" --weights "$tmp/w4.npy"
 expect_rc "run rank 4" 0
-expect_values "run rank 4" "$tmp/o4.npy" $X_Z
+expect_values "run rank 4" "$tmp/o4.npy" "$X_Z"
 expect_shape "run rank 4 (W)" "$tmp/w4.npy" "(1, 1, 6, 6)"
 run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --scale=1 --out "$tmp/o2h.npy" --check
 expect_rc "run GQA" 0
-expect_values "run GQA" "$tmp/o2h.npy" $X_Z $X_Z
+expect_values "run GQA" "$tmp/o2h.npy" "$X_Z $X_Z"
 
 # seed 003: default scale 1/sqrt(4), no-self mask
 run_clattn run --q "$tmp/r.npy" --k "$tmp/r.npy" --v "$tmp/r.npy" --mask no-self \
     --out "$tmp/ro.npy" --weights "$tmp/rw.npy" --check
 expect_rc "run no-self" 0
-expect_values "run no-self (O)" "$tmp/ro.npy" $R_O
-expect_values "run no-self (W)" "$tmp/rw.npy" $R_W
+expect_values "run no-self (O)" "$tmp/ro.npy" "$R_O"
+expect_values "run no-self (W)" "$tmp/rw.npy" "$R_W"
 
 # causal: the first query sees only the first key, so its output is X[0]
-# shellcheck disable=SC2046
-run_clattn run $(xargs_6x3 x.npy) --mask causal --out "$tmp/oc.npy" --check
+run_6x3 x.npy --mask causal --out "$tmp/oc.npy" --check
 expect_rc "run causal" 0
 if npy_values "$tmp/oc.npy" | head -n 3 | tr '\n' ' ' |
     awk '{ exit !($1 - 0.43 < 1e-6 && 0.43 - $1 < 1e-6 && $3 - 0.89 < 1e-6 && 0.89 - $3 < 1e-6) }'
@@ -243,26 +240,25 @@ printf 'weights' >"$tmp/keepw.npy"
 cp "$tmp/keepw.npy" "$tmp/keepw.orig"
 
 head -c 100 "$tmp/x.npy" >"$tmp/truncated.npy"
+head -c 140 "$tmp/x.npy" >"$tmp/short.npy"
 head -c 9 "$tmp/x.npy" >"$tmp/stub.npy"
-# shellcheck disable=SC2086
-{
-    npy "$tmp/f8.npy" '<f8' '(6, 3)' $X
-    npy "$tmp/be.npy" '>f4' '(6, 3)' $X
-    npy "$tmp/v5.npy" '<f4' '(5, 3)' 3edc28f6 3e19999a 3f63d70a 3f0ccccd 3f5eb852 3f28f5c3 \
-        3f11eb85 3f59999a 3f23d70a 3e6147ae 3f147ae1 3ea8f5c3 3f451eb8 3e800000 3dcccccd
-    npy "$tmp/long.npy" '<f4' '(6, 3)' $X 00000000
-    npy "$tmp/k4.npy" '<f4' '(3, 6)' $X
-    npy "$tmp/rank1.npy" '<f4' '(18,)' $X
-    { npy_header '<f4' '(6, 3)' True; f32 $X; } >"$tmp/fortran.npy"
-}
+npy "$tmp/f8.npy" '<f8' '(6, 3)' $X
+npy "$tmp/be.npy" '>f4' '(6, 3)' $X
+npy "$tmp/v5.npy" '<f4' '(5, 3)' 3edc28f6 3e19999a 3f63d70a 3f0ccccd 3f5eb852 3f28f5c3 \
+    3f11eb85 3f59999a 3f23d70a 3e6147ae 3f147ae1 3ea8f5c3 3f451eb8 3e800000 3dcccccd
+npy "$tmp/long.npy" '<f4' '(6, 3)' $X 00000000
+npy "$tmp/k4.npy" '<f4' '(3, 6)' $X
+npy "$tmp/rank1.npy" '<f4' '(18,)' $X
+{ npy_header '<f4' '(6, 3)' True; f32 $X; } >"$tmp/fortran.npy"
 printf 'PK\003\004 not an npy file at all' >"$tmp/zip.npy"
 
-# expect_failure NAME STATUS FILE TEXT ARGS...: `clattn ARGS` exits with STATUS, its
-# message names FILE and contains TEXT, and keep.npy/keepw.npy are unchanged.
+# expect_failure NAME STATUS FILE TEXT ARGS...: `clattn run ARGS` exits with STATUS,
+# its message names FILE and contains TEXT, and the existing outputs keep.npy and
+# keepw.npy (the defaults of --out and --weights; ARGS may override them) are unchanged.
 expect_failure() {
     name=$1 status=$2 file=$3 text=$4
     shift 4
-    run_clattn "$@"
+    run_clattn run --out "$tmp/keep.npy" --weights "$tmp/keepw.npy" "$@"
     expect_rc "$name" "$status"
     expect_text "$name" "$tmp/err" "$file"
     expect_text "$name" "$tmp/err" "$text"
@@ -273,48 +269,32 @@ expect_failure() {
         cp "$tmp/keep.orig" "$tmp/keep.npy"
         cp "$tmp/keepw.orig" "$tmp/keepw.npy"
     fi
-    if ls "$tmp" | grep -q clattn-tmp; then fail "$name: temporary file left behind"; else pass; fi
+    for left in "$tmp"/*.clattn-tmp*; do
+        if [ -e "$left" ]; then fail "$name: temporary file $left left behind"; return; fi
+    done
+    pass
 }
 
-# run_bad ARGS...: a run that writes keep.npy and keepw.npy if it succeeds.
-run_bad() { echo run "$@" --out "$tmp/keep.npy" --weights "$tmp/keepw.npy"; }
 x=$tmp/x.npy
-
-# shellcheck disable=SC2046
-{
-    expect_failure "truncated" 1 "$tmp/truncated.npy" "truncated" \
-        $(run_bad --q "$x" --k "$tmp/truncated.npy" --v "$x")
-    expect_failure "short header" 1 "$tmp/stub.npy" "truncated" \
-        $(run_bad --q "$tmp/stub.npy" --k "$x" --v "$x")
-    expect_failure "dtype <f8" 1 "$tmp/f8.npy" "dtype '<f8' is not supported" \
-        $(run_bad --q "$x" --k "$x" --v "$tmp/f8.npy")
-    expect_failure "dtype >f4" 1 "$tmp/be.npy" "dtype '>f4' is not supported" \
-        $(run_bad --q "$tmp/be.npy" --k "$x" --v "$x")
-    expect_failure "fortran order" 1 "$tmp/fortran.npy" "fortran_order" \
-        $(run_bad --q "$tmp/fortran.npy" --k "$x" --v "$x")
-    expect_failure "bad magic" 1 "$tmp/zip.npy" "bad magic" \
-        $(run_bad --q "$x" --k "$tmp/zip.npy" --v "$x")
-    expect_failure "trailing data" 1 "$tmp/long.npy" "trailing bytes" \
-        $(run_bad --q "$x" --k "$x" --v "$tmp/long.npy")
-    expect_failure "missing file" 1 "$tmp/nonexistent.npy" "cannot open" \
-        $(run_bad --q "$x" --k "$x" --v "$tmp/nonexistent.npy")
-    expect_failure "K/V rows differ" 1 "$tmp/v5.npy" "n_kv" \
-        $(run_bad --q "$x" --k "$x" --v "$tmp/v5.npy")
-    expect_failure "d_k differs" 1 "$tmp/k4.npy" "d_k" \
-        $(run_bad --q "$x" --k "$tmp/k4.npy" --v "$tmp/k4.npy")
-    expect_failure "rank differs" 1 "$tmp/x3.npy" "rank" \
-        $(run_bad --q "$x" --k "$tmp/x3.npy" --v "$tmp/x3.npy")
-    expect_failure "rank 1" 1 "$tmp/rank1.npy" "rank 1" \
-        $(run_bad --q "$tmp/rank1.npy" --k "$x" --v "$x")
-    expect_failure "bad mask" 2 "--mask" "unknown --mask 'diagonal'" \
-        $(run_bad --q "$x" --k "$x" --v "$x" --mask diagonal)
-    expect_failure "bad scale" 2 "--scale" "not a finite float32" \
-        $(run_bad --q "$x" --k "$x" --v "$x" --scale 1e99)
-    expect_failure "fused weights" 2 "--weights" "needs --algorithm auto or unfused" \
-        $(run_bad --q "$x" --k "$x" --v "$x" --algorithm fused)
-    expect_failure "output folder missing" 1 "$tmp/no/such/dir/o.npy" "temporary file" \
-        run --q "$x" --k "$x" --v "$x" --out "$tmp/no/such/dir/o.npy"
-}
+expect_failure "truncated" 1 "$tmp/truncated.npy" "truncated" --q "$x" --k "$tmp/truncated.npy" --v "$x"
+expect_failure "short data" 1 "$tmp/short.npy" "truncated: data is 12 bytes" --q "$x" --k "$x" --v "$tmp/short.npy"
+expect_failure "short header" 1 "$tmp/stub.npy" "truncated" --q "$tmp/stub.npy" --k "$x" --v "$x"
+expect_failure "dtype <f8" 1 "$tmp/f8.npy" "dtype '<f8' is not supported" --q "$x" --k "$x" --v "$tmp/f8.npy"
+expect_failure "dtype >f4" 1 "$tmp/be.npy" "dtype '>f4' is not supported" --q "$tmp/be.npy" --k "$x" --v "$x"
+expect_failure "fortran order" 1 "$tmp/fortran.npy" "fortran_order" --q "$tmp/fortran.npy" --k "$x" --v "$x"
+expect_failure "bad magic" 1 "$tmp/zip.npy" "bad magic" --q "$x" --k "$tmp/zip.npy" --v "$x"
+expect_failure "trailing data" 1 "$tmp/long.npy" "trailing bytes" --q "$x" --k "$x" --v "$tmp/long.npy"
+expect_failure "missing file" 1 "$tmp/nonexistent.npy" "cannot open" --q "$x" --k "$x" --v "$tmp/nonexistent.npy"
+expect_failure "K/V rows differ" 1 "$tmp/v5.npy" "n_kv" --q "$x" --k "$x" --v "$tmp/v5.npy"
+expect_failure "d_k differs" 1 "$tmp/k4.npy" "d_k" --q "$x" --k "$tmp/k4.npy" --v "$tmp/k4.npy"
+expect_failure "rank differs" 1 "$tmp/x3.npy" "rank" --q "$x" --k "$tmp/x3.npy" --v "$tmp/x3.npy"
+expect_failure "rank 1" 1 "$tmp/rank1.npy" "rank 1" --q "$tmp/rank1.npy" --k "$x" --v "$x"
+expect_failure "bad mask" 2 "--mask" "unknown --mask 'diagonal'" --q "$x" --k "$x" --v "$x" --mask diagonal
+expect_failure "bad scale" 2 "--scale" "not a finite float32" --q "$x" --k "$x" --v "$x" --scale 1e99
+expect_failure "fused weights" 2 "--weights" "needs --algorithm auto or unfused" \
+    --q "$x" --k "$x" --v "$x" --algorithm fused
+expect_failure "output folder missing" 1 "$tmp/no/dir/o.npy" "temporary file" \
+    --q "$x" --k "$x" --v "$x" --out "$tmp/no/dir/o.npy"
 
 echo "test_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -160,14 +160,18 @@ static deviation compare(const float *got, const float *ref, size_t count)
     deviation dev = {0.0, 0, 1};
     for (size_t i = 0; i < count; ++i) {
         double g = got[i], r = ref[i], diff;
+        int ok;
         if (isnan(g) || isnan(r)) {
-            diff = isnan(g) && isnan(r) ? 0.0 : INFINITY;
+            ok = isnan(g) && isnan(r);
+            diff = ok ? 0.0 : INFINITY;
         } else if (isinf(g) || isinf(r)) {
-            diff = g == r ? 0.0 : INFINITY;
+            ok = g == r;
+            diff = ok ? 0.0 : INFINITY;
         } else {
             diff = fabs(g - r);
+            ok = diff <= CHECK_ATOL + CHECK_RTOL * fabs(r);
         }
-        if (diff > CHECK_ATOL + CHECK_RTOL * fabs(r)) {
+        if (!ok) {
             dev.within = 0;
         }
         if (diff > dev.max_abs) {
@@ -322,15 +326,21 @@ static void print_device(cl_uint p, cl_uint d, cl_device_id device, int is_defau
     cl_ulong global_mem = 0, local_mem = 0, max_alloc = 0;
     cl_device_local_mem_type local_type = CL_LOCAL;
     size_t max_wg = 0;
-    /* Failed queries leave the zero values; every one of these is core OpenCL 1.2. */
-    clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof compute_units, &compute_units,
-                    NULL);
-    clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global_mem, &global_mem, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof local_type, &local_type, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
-    clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
+    /* Core OpenCL 1.2 queries; `failed` is non-zero if any failed (CL_SUCCESS is 0), and
+     * a failed query leaves its zero value. */
+    cl_int failed = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL) |
+                    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof compute_units,
+                                    &compute_units, NULL) |
+                    clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global_mem,
+                                    &global_mem, NULL) |
+                    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
+                                    &local_mem, NULL) |
+                    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof local_type,
+                                    &local_type, NULL) |
+                    clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc,
+                                    &max_alloc, NULL) |
+                    clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg,
+                                    &max_wg, NULL);
     char *name = cl_info_string(NULL, device, CL_DEVICE_NAME);
     char *version = cl_info_string(NULL, device, CL_DEVICE_VERSION);
     char *extensions = cl_info_string(NULL, device, CL_DEVICE_EXTENSIONS);
@@ -348,6 +358,9 @@ static void print_device(cl_uint p, cl_uint d, cl_device_id device, int is_defau
     printf("       fp16 / fp64          %s / %s\n",
            has_extension(extensions, "cl_khr_fp16") ? "yes" : "no",
            has_extension(extensions, "cl_khr_fp64") ? "yes" : "no");
+    if (failed != CL_SUCCESS || name == NULL || version == NULL || extensions == NULL) {
+        printf("       (some device queries failed: their values show as 0 or ?)\n");
+    }
     free(name);
     free(version);
     free(extensions);
@@ -405,8 +418,9 @@ static int cmd_devices(int argc, char **argv)
     clattn_context *ctx = NULL;
     cl_device_id default_device = NULL;
     clattn_status status = clattn_context_create(NULL, &ctx);
-    if (status == CLATTN_SUCCESS) {
-        clattn_context_get_cl(ctx, NULL, &default_device, NULL);
+    if (status == CLATTN_SUCCESS &&
+        clattn_context_get_cl(ctx, NULL, &default_device, NULL) != CLATTN_SUCCESS) {
+        default_device = NULL;
     }
 
     cl_uint n_devices = 0;
@@ -751,12 +765,12 @@ static int parse_run_args(int argc, char **argv, run_args *a)
     return -1;
 }
 
-/* The 4-D shape [b, h, n, d] of an array of rank 2..4 (leading 1s). */
-static void shape4(const npy_array *a, int64_t shape[4])
+/* The 4-D shape [b, h, n, d] of a shape of rank 2..4 (leading 1s). */
+static void shape4(const int64_t *shape, int ndim, int64_t out[4])
 {
-    int lead = 4 - a->ndim;
+    int lead = 4 - ndim;
     for (int i = 0; i < 4; ++i) {
-        shape[i] = i < lead ? 1 : a->shape[i - lead];
+        out[i] = i < lead ? 1 : shape[i - lead];
     }
 }
 
@@ -789,9 +803,9 @@ static int check_shapes(const run_args *a, const npy_array *q, const npy_array *
         }
     }
     int64_t qs[4], ks[4], vs[4];
-    shape4(q, qs);
-    shape4(k, ks);
-    shape4(v, vs);
+    shape4(q->shape, q->ndim, qs);
+    shape4(k->shape, k->ndim, ks);
+    shape4(v->shape, v->ndim, vs);
     if (!same_dim("the batch size", a->k, ks[0], a->q, qs[0]) ||
         !same_dim("the batch size", a->v, vs[0], a->q, qs[0]) ||
         !same_dim("the number of heads", a->v, vs[1], a->k, ks[1]) ||
@@ -827,11 +841,8 @@ static int output_shape(const npy_array *like, int64_t last, int64_t shape[4], s
 
 static clattn_tensor host_view(float *data, const int64_t *shape, int ndim)
 {
-    npy_array a = {0};
-    a.ndim = ndim;
-    memcpy(a.shape, shape, (size_t)ndim * sizeof *shape);
     int64_t s[4];
-    shape4(&a, s);
+    shape4(shape, ndim, s);
     return clattn_tensor_host(data, s[0], s[1], s[2], s[3]);
 }
 

@@ -43,19 +43,27 @@ static int fail(char *err, size_t errlen, const char *name, const char *fmt, ...
     return -1;
 }
 
-/* "(6, 3)", or "(5,)" for rank 1, as Python writes tuples. */
-static void format_shape(char *buf, size_t len, const int64_t *shape, int ndim)
+/* "(6, 3)", or "(5,)" for rank 1, as Python writes tuples; 1 <= ndim <= NPY_MAX_NDIM
+ * always fits NPY_SHAPE_STR_LEN. */
+static void format_shape(char buf[NPY_SHAPE_STR_LEN], const int64_t *shape, int ndim)
 {
-    size_t used = 0;
-    int n = snprintf(buf, len, "(");
-    for (int i = 0; i < ndim && n >= 0 && (size_t)n < len - used; ++i) {
-        used += (size_t)n;
-        n = snprintf(buf + used, len - used, "%s%lld", i > 0 ? ", " : "", (long long)shape[i]);
+    int used = snprintf(buf, NPY_SHAPE_STR_LEN, "(");
+    for (int i = 0; i < ndim; ++i) {
+        used += snprintf(buf + used, NPY_SHAPE_STR_LEN - (size_t)used, i > 0 ? ", %lld" : "%lld",
+                         (long long)shape[i]);
     }
-    if (n >= 0 && (size_t)n < len - used) {
-        used += (size_t)n;
-        snprintf(buf + used, len - used, "%s", ndim == 1 ? ",)" : ")");
+    snprintf(buf + used, NPY_SHAPE_STR_LEN - (size_t)used, ndim == 1 ? ",)" : ")");
+}
+
+/* Up to 40 bytes of header text for a message, non-printable bytes shown as '?'. */
+static const char *printable(char out[44], const unsigned char *text, size_t len)
+{
+    size_t n = len > 40 ? 40 : len;
+    for (size_t i = 0; i < n; ++i) {
+        out[i] = text[i] >= 0x20 && text[i] < 0x7f ? (char)text[i] : '?';
     }
+    strcpy(out + n, len > 40 ? "..." : "");
+    return out;
 }
 
 /* The element count of a shape, or -1 if it (or its byte size) overflows int64_t or
@@ -92,7 +100,7 @@ typedef struct header {
     const unsigned char *descr; /* points into the header bytes */
     size_t descr_len;
     int fortran_order;
-    int ndim; /* as written, may exceed NPY_MAX_NDIM (only the first dims are kept) */
+    size_t ndim; /* as written, may exceed NPY_MAX_NDIM (only the first dims are kept) */
     int64_t shape[NPY_MAX_NDIM];
 } header;
 
@@ -199,9 +207,7 @@ static int parse_shape(cursor *c, const char *name, header *h, char *err, size_t
         if (h->ndim < NPY_MAX_NDIM) {
             h->shape[h->ndim] = dim;
         }
-        if (h->ndim < 1000) {
-            ++h->ndim;
-        }
+        ++h->ndim;
         trailing_comma = accept(c, ',');
         if (!trailing_comma) {
             if (!accept(c, ')')) {
@@ -231,9 +237,9 @@ static int parse_entry(cursor *c, const char *name, header *h, unsigned *seen, c
         ++which;
     }
     if (which == 3) {
-        int shown = key_len > 40 ? 40 : (int)key_len;
-        return fail(err, errlen, name, "malformed header: unexpected key '%.*s'", shown,
-                    (const char *)key);
+        char shown[44];
+        return fail(err, errlen, name, "malformed header: unexpected key '%s'",
+                    printable(shown, key, key_len));
     }
     if (*seen & (1u << which)) {
         return fail(err, errlen, name, "malformed header: key '%s' appears twice", keys[which]);
@@ -335,10 +341,10 @@ static int parse_header(const char *name, const unsigned char *bytes, size_t siz
         return -1;
     }
     if (h.descr_len != 3 || memcmp(h.descr, "<f4", 3) != 0) {
-        int shown = h.descr_len > 40 ? 40 : (int)h.descr_len;
+        char shown[44];
         return fail(err, errlen, name,
-                    "dtype '%.*s' is not supported (need '<f4', little-endian float32)", shown,
-                    (const char *)h.descr);
+                    "dtype '%s' is not supported (need '<f4', little-endian float32)",
+                    printable(shown, h.descr, h.descr_len));
     }
     if (h.fortran_order) {
         return fail(err, errlen, name,
@@ -346,13 +352,14 @@ static int parse_header(const char *name, const unsigned char *bytes, size_t siz
                     "(save np.ascontiguousarray(a))");
     }
     if (h.ndim < 1 || h.ndim > NPY_MAX_NDIM) {
-        return fail(err, errlen, name, "rank %d%s is not supported (need 1 to %d dimensions)",
-                    h.ndim, h.ndim >= 1000 ? " or more" : "", NPY_MAX_NDIM);
+        return fail(err, errlen, name, "rank %zu is not supported (need 1 to %d dimensions)",
+                    h.ndim, NPY_MAX_NDIM);
     }
 
+    int ndim = (int)h.ndim;
     char shape_str[NPY_SHAPE_STR_LEN];
-    format_shape(shape_str, sizeof shape_str, h.shape, h.ndim);
-    int64_t count = shape_count(h.shape, h.ndim);
+    format_shape(shape_str, h.shape, ndim);
+    int64_t count = shape_count(h.shape, ndim);
     if (count < 0) {
         return fail(err, errlen, name, "shape %s has too many elements (overflows 64-bit sizes)",
                     shape_str);
@@ -365,9 +372,9 @@ static int parse_header(const char *name, const unsigned char *bytes, size_t siz
                     need);
     }
 
-    out->ndim = h.ndim;
+    out->ndim = ndim;
     for (int i = 0; i < NPY_MAX_NDIM; ++i) {
-        out->shape[i] = i < h.ndim ? h.shape[i] : 1;
+        out->shape[i] = i < ndim ? h.shape[i] : 1;
     }
     out->count = (size_t)count;
     *data_offset = prefix + header_len;
@@ -523,7 +530,7 @@ int npy_write_f32_stream(FILE *stream, const char *name, const float *data,
     /* magic, version 1.0, header length, dict, space padding to NPY_ALIGN, '\n' */
     char shape_str[NPY_SHAPE_STR_LEN];
     char head[256];
-    format_shape(shape_str, sizeof shape_str, shape, ndim);
+    format_shape(shape_str, shape, ndim);
     int dict_len = snprintf(head + 10, sizeof head - 10,
                             "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_str);
     size_t total = 10 + (size_t)dict_len + 1;
