@@ -610,6 +610,8 @@ static int run_example(clattn_context *ctx, const example *ex, float *z_out)
         print_matrix("Weights W = softmax(S) (unfused):", res.weights, ex->n, ex->n, ex->words,
                      ex->words);
         print_matrix("Outputs Z = W X (unfused):", res.z, ex->n, ex->d, ex->words, NULL);
+        print_matrix("Outputs Z (fused, online softmax):", res.z_fused, ex->n, ex->d, ex->words,
+                     NULL);
         rc = check_example(ex, &res, block + 2 * nn + 2 * nd);
         if (z_out != NULL) {
             memcpy(z_out, res.z, nd * sizeof *z_out);

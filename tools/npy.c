@@ -59,6 +59,7 @@ static void format_shape(char buf[NPY_SHAPE_STR_LEN], const int64_t *shape, int 
 static const char *printable(char out[44], const unsigned char *text, size_t len)
 {
     size_t n = len > 40 ? 40 : len;
+    // cppcheck-suppress knownConditionTrueFalse ; false positive: len comes from the file
     for (size_t i = 0; i < n; ++i) {
         out[i] = text[i] >= 0x20 && text[i] < 0x7f ? (char)text[i] : '?';
     }
@@ -430,6 +431,7 @@ int npy_parse_f32(const char *name, const unsigned char *bytes, size_t size, npy
     }
     decode_f32(result.data, bytes + offset, result.count);
     *out = result;
+    // cppcheck-suppress memleak ; false positive: out->data owns the buffer
     return 0;
 }
 
@@ -497,6 +499,7 @@ int npy_read_f32(const char *path, npy_array *out, char *err, size_t errlen)
     unsigned char *shrunk = realloc(bytes, data_bytes > 0 ? data_bytes : 1);
     result.data = (float *)(void *)(shrunk != NULL ? shrunk : bytes);
     *out = result;
+    // cppcheck-suppress memleak ; false positive: out->data owns the buffer
     return 0;
 }
 
