@@ -10,14 +10,16 @@
  *         p_j = exp(s_j - m_new); l += p_j; acc += p_j · V[j]   (p_j == 0 skipped)
  *         m = m_new
  *     O[i] = (m == -inf) ? 0 : acc / l               (no visible key → zeros)
- * Index map: NDRange (⌈n_q/WG⌉·WG, batch·h_q), work-group (WG, 1); work-item t of
- * group g owns query i = g·WG + t. The group stages TILE_KV keys of K (transposed) and
- * V in local memory per step; causal masks stop at the last key the group can see.
+ * Index map: NDRange (⌈n_q/(WG·RQ)⌉·WG, batch·h_q), work-group (WG, 1); work-item t
+ * of group g owns the RQ queries i = (g·WG + t)·RQ + r. The group stages TILE_KV keys
+ * of K (transposed) and V in local memory per step; causal masks stop at the last key
+ * the group can see.
  *
- * Vector shape (what CPU OpenCL compilers vectorise without fast-math, and plain
- * registers on GPUs): scores of 16 keys at a time are one float16, built by
- * broadcasting q[c] against row c of the transposed K tile, so no horizontal sums
- * in the dot products; the d_v accumulator is float16 vectors.
+ * Register blocking (what CPU OpenCL compilers vectorise without fast-math, and plain
+ * registers on GPUs): the scores of RQ queries × 16 keys are RQ float16 values built by
+ * broadcasting q[r][c] against row c of the transposed K tile — each K vector feeds RQ
+ * FMAs and no dot product needs a horizontal sum; each V row vector feeds RQ
+ * accumulators.
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K (compile-time: private arrays, unrolled loops) */
@@ -26,15 +28,18 @@
 #define D_V 64 /* head dim of V and O */
 #endif
 #ifndef TILE_KV
-#define TILE_KV 64 /* keys staged in local memory per step; a multiple of 16 */
+#define TILE_KV 32 /* keys staged in local memory per step; a multiple of 16 */
 #endif
 #ifndef WG
-#define WG 64 /* queries (work-items) per work-group */
+#define WG 16 /* work-items per work-group */
+#endif
+#ifndef RQ
+#define RQ 4 /* queries per work-item */
 #endif
 
-#define N_SV (TILE_KV / 16)           /* float16 score vectors per tile */
+#define N_SV (TILE_KV / 16)              /* float16 score vectors per query and tile */
 #define D_V_PAD (((D_V) + 15) / 16 * 16) /* d_v rounded up to whole float16 vectors */
-#define N_AV (D_V_PAD / 16)           /* float16 accumulator vectors */
+#define N_AV (D_V_PAD / 16)              /* float16 accumulator vectors per query */
 
 float16 max_nan16(float16 a, float16 b)
 {
@@ -57,6 +62,44 @@ float hsum(float16 v)
     return c.x + c.y;
 }
 
+/* Stages keys [j0, j0 + TILE_KV) of head (b, hk): K transposed into k_t, V into v_tile
+ * (columns zero-padded); rows past n_kv are zeros. Work-item t copies rows t, t+WG, …
+ * Dense rows (stride 1 along d) move as float16 vectors. */
+void stage_kv_tile(__global const float *k, long k_off, long4 k_st, __global const float *v,
+                   long v_off, long4 v_st, long b, long hk, long j0, long n_kv,
+                   __local float *k_t, __local float *v_tile)
+{
+    for (int jj = get_local_id(0); jj < TILE_KV; jj += WG) {
+        const long j = j0 + jj;
+        const bool in = j < n_kv;
+        const long kb = view_at(k_off, k_st, b, hk, j, 0);
+        const long vb = view_at(v_off, v_st, b, hk, j, 0);
+        float row[D_K];
+#if D_K % 16 == 0
+        if (in && k_st.s3 == 1) {
+            for (int c = 0; c < D_K / 16; c++)
+                vstore16(vload16(0, k + kb + 16 * c), c, row);
+        } else
+#endif
+        {
+            for (int c = 0; c < D_K; c++)
+                row[c] = in ? k[kb + c * k_st.s3] : 0.0f;
+        }
+        for (int c = 0; c < D_K; c++)
+            k_t[c * TILE_KV + jj] = row[c];
+#if D_V % 16 == 0
+        if (in && v_st.s3 == 1) {
+            for (int c = 0; c < D_V / 16; c++)
+                vstore16(vload16(0, v + vb + 16 * c), c, v_tile + jj * D_V_PAD);
+        } else
+#endif
+        {
+            for (int c = 0; c < D_V_PAD; c++)
+                v_tile[jj * D_V_PAD + c] = (in && c < D_V) ? v[vb + c * v_st.s3] : 0.0f;
+        }
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_fused(__global const float *q, long q_off, long4 q_st,
              __global const float *k, long k_off, long4 k_st,
@@ -64,85 +107,96 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
              __global float *o, long o_off, long4 o_st,
              int h_q, int group, long n_q, long n_kv, float scale, int mask)
 {
-    __local float k_t[D_K * TILE_KV];    /* K tile transposed: k_t[c·TILE_KV + key] */
+    __local float k_t[D_K * TILE_KV];        /* K tile transposed: k_t[c·TILE_KV + key] */
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
-    const int lid = get_local_id(0);
-    const long i0 = get_group_id(0) * WG, i = i0 + lid, bh = get_global_id(1);
+    const long g0 = get_group_id(0) * (WG * RQ);      /* first query of the group */
+    const long i0 = g0 + get_local_id(0) * RQ;        /* first query of this work-item */
+    const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
-    const bool active = i < n_q;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
-    float q_row[D_K];
-    for (int c = 0; c < D_K; c++)
-        q_row[c] = active ? q[view_at(q_off, q_st, b, h, i, c)] : 0.0f;
-    float16 acc[N_AV];
-    for (int a = 0; a < N_AV; a++)
-        acc[a] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    /* one past the last key this row may see */
-    const long row_end = visible_key_end(mask, i, n_q, n_kv);
-
-    const long kv_end = visible_key_end(mask, min(i0 + WG, n_q) - 1, n_q, n_kv);
+    float q_rows[RQ][D_K]; /* pre-multiplied by scale */
+    float16 acc[RQ][N_AV];
+    float m[RQ], l[RQ];
+    long row_end[RQ]; /* one past the last key row i may see (0 for rows past n_q) */
+    long wi_end = 0;  /* one past the last key any of this work-item's rows may see */
+    for (int r = 0; r < RQ; r++) {
+        const long i = i0 + r;
+        for (int c = 0; c < D_K; c++)
+            q_rows[r][c] = i < n_q ? q[view_at(q_off, q_st, b, h, i, c)] : 0.0f;
+        for (int a = 0; a < N_AV; a++)
+            acc[r][a] = 0.0f;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        row_end[r] = i < n_q ? visible_key_end(mask, i, n_q, n_kv) : 0;
+        wi_end = max(wi_end, row_end[r]);
+    }
+    const long kv_end = visible_key_end(mask, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
     for (long j0 = 0; j0 < kv_end; j0 += TILE_KV) {
-        for (int e = lid; e < TILE_KV * D_K; e += WG) {
-            const int jj = e / D_K, c = e % D_K;
-            const long j = j0 + jj;
-            k_t[c * TILE_KV + jj] = j < n_kv ? k[view_at(k_off, k_st, b, hk, j, c)] : 0.0f;
-        }
-        for (int e = lid; e < TILE_KV * D_V_PAD; e += WG) {
-            const int jj = e / D_V_PAD, c = e % D_V_PAD;
-            const long j = j0 + jj;
-            v_tile[e] = (j < n_kv && c < D_V) ? v[view_at(v_off, v_st, b, hk, j, c)] : 0.0f;
-        }
+        stage_kv_tile(k, k_off, k_st, v, v_off, v_st, b, hk, j0, n_kv, k_t, v_tile);
         barrier(CLK_LOCAL_MEM_FENCE); /* K and V tiles staged before anyone reads them */
 
-        if (active && j0 < row_end) {
-            float16 s[N_SV];
-            for (int sv = 0; sv < N_SV; sv++)
-                s[sv] = 0.0f;
-            for (int c = 0; c < D_K; c++) {
-                const float16 qc = (float16)(q_row[c]);
+        if (j0 < wi_end) {
+            float16 s[RQ][N_SV];
+            for (int r = 0; r < RQ; r++)
                 for (int sv = 0; sv < N_SV; sv++)
-                    s[sv] = fma(qc, vload16(sv, k_t + c * TILE_KV), s[sv]);
-            }
-            /* visible keys of this tile: lane + 16·sv < lim, and ≠ self for NO_SELF */
-            const int lim = (int)min(row_end - j0, (long)TILE_KV);
-            const int self = (mask == MASK_NO_SELF && i >= j0 && i < j0 + TILE_KV)
-                                 ? (int)(i - j0) : -1;
-            float16 m_tile16 = (float16)(-INFINITY);
-            for (int sv = 0; sv < N_SV; sv++) {
-                const int16 key = lane + 16 * sv;
-                s[sv] = select((float16)(-INFINITY), s[sv] * scale,
-                               (key < lim) & (key != self));
-                m_tile16 = max_nan16(m_tile16, s[sv]);
-            }
-            const float m_new = max_nan(m, hmax_nan(m_tile16));
-            if (m_new != -INFINITY) { /* something visible so far (or NaN) */
-                const float alpha = exp(m - m_new);
-                l *= alpha;
-                for (int a = 0; a < N_AV; a++)
-                    acc[a] *= alpha;
-                float p[TILE_KV];
+                    s[r][sv] = 0.0f;
+            for (int c = 0; c < D_K; c++)
                 for (int sv = 0; sv < N_SV; sv++) {
-                    const float16 pv = exp(s[sv] - m_new);
-                    l += hsum(pv);
-                    vstore16(pv, sv, p);
+                    const float16 kc = vload16(sv, k_t + c * TILE_KV);
+                    for (int r = 0; r < RQ; r++)
+                        s[r][sv] = fma((float16)(q_rows[r][c]), kc, s[r][sv]);
                 }
-                for (int jj = 0; jj < TILE_KV; jj++)
-                    if (p[jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
-                        for (int a = 0; a < N_AV; a++)
-                            acc[a] = fma((float16)(p[jj]), vload16(a, v_tile + jj * D_V_PAD),
-                                         acc[a]);
-                m = m_new;
+            float p[RQ][TILE_KV];
+            for (int r = 0; r < RQ; r++) {
+                const long i = i0 + r;
+                /* visible keys of this tile: lane + 16·sv < lim, and ≠ self for NO_SELF */
+                const int lim = (int)clamp(row_end[r] - j0, 0L, (long)TILE_KV);
+                const int self = (mask == MASK_NO_SELF && i >= j0 && i < j0 + TILE_KV)
+                                     ? (int)(i - j0)
+                                     : -1;
+                float16 m16 = (float16)(-INFINITY);
+                for (int sv = 0; sv < N_SV; sv++) {
+                    const int16 key = lane + 16 * sv;
+                    s[r][sv] = select((float16)(-INFINITY), s[r][sv] * scale,
+                                      (key < lim) & (key != self));
+                    m16 = max_nan16(m16, s[r][sv]);
+                }
+                const float m_new = max_nan(m[r], hmax_nan(m16));
+                if (m_new == -INFINITY) { /* nothing visible yet: p = 0 */
+                    for (int sv = 0; sv < N_SV; sv++)
+                        vstore16((float16)(0.0f), sv, p[r]);
+                    continue;
+                }
+                const float alpha = exp(m[r] - m_new);
+                l[r] *= alpha;
+                for (int a = 0; a < N_AV; a++)
+                    acc[r][a] *= alpha;
+                for (int sv = 0; sv < N_SV; sv++) {
+                    const float16 pv = exp(s[r][sv] - m_new);
+                    l[r] += hsum(pv);
+                    vstore16(pv, sv, p[r]);
+                }
+                m[r] = m_new;
             }
+            for (int jj = 0; jj < TILE_KV; jj++)
+                for (int a = 0; a < N_AV; a++) {
+                    const float16 vv = vload16(a, v_tile + jj * D_V_PAD);
+                    for (int r = 0; r < RQ; r++)
+                        if (p[r][jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
+                            acc[r][a] = fma((float16)(p[r][jj]), vv, acc[r][a]);
+                }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
-    if (active) {
+    for (int r = 0; r < RQ; r++) {
+        const long i = i0 + r;
+        if (i >= n_q)
+            break;
         float out[D_V_PAD];
-        const bool empty = (m == -INFINITY);
+        const bool empty = (m[r] == -INFINITY);
         for (int a = 0; a < N_AV; a++)
-            vstore16(empty ? (float16)(0.0f) : acc[a] / l, a, out);
+            vstore16(empty ? (float16)(0.0f) : acc[r][a] / l[r], a, out);
         for (int c = 0; c < D_V; c++)
             o[view_at(o_off, o_st, b, h, i, c)] = out[c];
     }

@@ -9,7 +9,9 @@
 
 #define DEFAULT_TILE 16     /* scores / weighted-sum tile edge */
 #define DEFAULT_TILE_KV 64  /* fused: keys staged per step (a multiple of 16) */
-#define DEFAULT_FUSED_WG 64 /* fused: queries per work-group */
+#define CPU_TILE_KV 32      /* fused on CPUs: keys per step (RQ·TILE_KV/16 score vectors) */
+#define DEFAULT_FUSED_WG 64 /* fused: work-items per work-group */
+#define CPU_FUSED_WG 16     /* fused on CPUs: work-items per work-group (WG·RQ queries) */
 #define MAX_SOFTMAX_WG 256  /* softmax: work-items per row */
 #define MAX_HEAD_DIM 4096   /* beyond this, private arrays and tiles make no sense */
 
@@ -135,7 +137,8 @@ typedef struct plan_t {
     clattn_algorithm algorithm;
     size_t tile;       /* unfused */
     size_t softmax_wg; /* unfused */
-    size_t fused_wg;   /* fused */
+    size_t fused_wg;   /* fused: work-items per work-group */
+    size_t fused_rq;   /* fused: queries per work-item */
     size_t tile_kv;    /* fused */
     int64_t workspace_bytes;
     char reason[256];
@@ -236,7 +239,16 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
         return softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg);
     }
 
-    /* fused: WG queries per group, a compile-time constant of the program */
+    /* fused: RQ queries per work-item (register blocking on CPUs, where a work-item is
+     * a loop iteration; GPUs keep one query per work-item to spare registers), WG
+     * work-items per group; both compile-time constants of the program */
+    const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
+    const int64_t d_v_pad = (d_v + 15) / 16 * 16;
+    size_t rq = !cpu ? 1 : d_v_pad <= 64 ? 4 : d_v_pad <= 128 ? 2 : 1;
+    while (rq > 1 && (int64_t)rq > n_q)
+        rq /= 2;
+    if (cpu && p->tile_kv > CPU_TILE_KV)
+        p->tile_kv = CPU_TILE_KV;
     size_t wg = desc->work_group_size;
     if (wg > 0 && (wg > ctx->max_wg || wg > ctx->max_wi[0]))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
@@ -244,14 +256,16 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
                            "(CL_DEVICE_MAX_WORK_GROUP_SIZE)",
                            wg, ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0]);
     if (wg == 0) {
-        wg = pow2_at_least(min64(n_q, DEFAULT_FUSED_WG), DEFAULT_FUSED_WG);
+        const size_t cap = cpu ? CPU_FUSED_WG : DEFAULT_FUSED_WG;
+        wg = pow2_at_least(min64((n_q + (int64_t)rq - 1) / (int64_t)rq, (int64_t)cap), cap);
         while (wg > ctx->max_wg || wg > ctx->max_wi[0])
             wg /= 2;
     }
     for (;;) {
-        char opts[160];
-        snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DD_K=%lld -DD_V=%lld -DTILE_KV=%zu -DWG=%zu",
-                 (long long)d_k, (long long)d_v, p->tile_kv, wg);
+        char opts[192];
+        snprintf(opts, sizeof opts,
+                 "-cl-std=CL1.2 -DD_K=%lld -DD_V=%lld -DTILE_KV=%zu -DWG=%zu -DRQ=%zu",
+                 (long long)d_k, (long long)d_v, p->tile_kv, wg, rq);
         if ((st = clattn_get_kernel(ctx, "fused.cl", opts, &p->fused)) != CLATTN_SUCCESS)
             return st;
         if (p->fused->kernel_wg_max >= wg)
@@ -263,6 +277,7 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
                                wg, p->fused->kernel_wg_max);
         wg /= 2;
     }
+    p->fused_rq = rq;
     p->fused_wg = wg;
     (void)batch;
     return CLATTN_SUCCESS;
@@ -342,7 +357,8 @@ static clattn_status enqueue_fused(clattn_context *ctx, const plan_t *p, const c
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
     arg_int(&a, mask);
-    const size_t global[2] = {round_up(q->n[2], p->fused_wg), (size_t)(q->n[0] * q->n[1])};
+    const int64_t items = (q->n[2] + (int64_t)p->fused_rq - 1) / (int64_t)p->fused_rq;
+    const size_t global[2] = {round_up(items, p->fused_wg), (size_t)(q->n[0] * q->n[1])};
     const size_t local[2] = {p->fused_wg, 1};
     return launch(ctx, "fused", &a, 2, global, local, n_wait, wait, done);
 }
