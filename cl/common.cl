@@ -41,8 +41,72 @@ float max_nan(float a, float b)
     return (a > b || isnan(a)) ? a : b;
 }
 
+/* NaN-propagating max of float16 vectors, and horizontal max / sum of one. */
+float16 max_nan16(float16 a, float16 b)
+{
+    return select(b, a, isgreater(a, b) | isnan(a));
+}
+
+float hmax_nan(float16 v)
+{
+    float8 a = select(v.hi, v.lo, isgreater(v.lo, v.hi) | isnan(v.lo));
+    float4 b = select(a.hi, a.lo, isgreater(a.lo, a.hi) | isnan(a.lo));
+    float2 c = select(b.hi, b.lo, isgreater(b.lo, b.hi) | isnan(b.lo));
+    return max_nan(c.x, c.y);
+}
+
+float hsum(float16 v)
+{
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
 /* Element offset of row s, column d of head (b, h) of a view. */
 long view_at(long off, long4 st, long b, long h, long s, long d)
 {
     return off + b * st.s0 + h * st.s1 + s * st.s2 + d * st.s3;
+}
+
+/* d rounded up to whole float16 vectors */
+#define PAD16(d) (((d) + 15) / 16 * 16)
+
+/* Stages rows [j0, j0 + tile) of head (b, h) of a view into local memory: transposed,
+ * dst[c·tile + jj] (K for the scores), or row-major with rows padded to d_pad,
+ * dst[jj·d_pad + c] (V for the weighted sum). Rows past n and columns past d are
+ * zeros. Work-item t copies rows t, t + wg, …; rows dense along d move as float16
+ * vectors. Callers pass compile-time constants for d, d_pad, tile, wg and transpose,
+ * so the compiler specialises this after inlining. */
+void stage_rows(__global const float *src, long off, long4 st, long b, long h, long j0, long n,
+                int d, int d_pad, int tile, int wg, bool transpose, __local float *dst)
+{
+    for (int jj = get_local_id(0); jj < tile; jj += wg) {
+        const long j = j0 + jj;
+        const bool in = j < n;
+        const long base = view_at(off, st, b, h, in ? j : 0, 0);
+        int c = 0;
+        if (in && st.s3 == 1) {
+            for (; c + 16 <= d; c += 16) {
+                const float16 r = vload16(0, src + base + c);
+                if (transpose) {
+                    __local float *t = dst + c * tile + jj;
+                    t[0] = r.s0, t[tile] = r.s1, t[2 * tile] = r.s2, t[3 * tile] = r.s3;
+                    t[4 * tile] = r.s4, t[5 * tile] = r.s5, t[6 * tile] = r.s6;
+                    t[7 * tile] = r.s7, t[8 * tile] = r.s8, t[9 * tile] = r.s9;
+                    t[10 * tile] = r.sa, t[11 * tile] = r.sb, t[12 * tile] = r.sc;
+                    t[13 * tile] = r.sd, t[14 * tile] = r.se, t[15 * tile] = r.sf;
+                } else {
+                    vstore16(r, 0, dst + jj * d_pad + c);
+                }
+            }
+        }
+        for (; c < d_pad; c++) {
+            const float x = (in && c < d) ? src[base + c * st.s3] : 0.0f;
+            if (!transpose)
+                dst[jj * d_pad + c] = x;
+            else if (c < d)
+                dst[c * tile + jj] = x;
+        }
+    }
 }

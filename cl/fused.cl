@@ -38,67 +38,8 @@
 #endif
 
 #define N_SV (TILE_KV / 16)              /* float16 score vectors per query and tile */
-#define D_V_PAD (((D_V) + 15) / 16 * 16) /* d_v rounded up to whole float16 vectors */
+#define D_V_PAD PAD16(D_V)              /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)              /* float16 accumulator vectors per query */
-
-float16 max_nan16(float16 a, float16 b)
-{
-    return select(b, a, isgreater(a, b) | isnan(a));
-}
-
-float hmax_nan(float16 v)
-{
-    float8 a = select(v.hi, v.lo, isgreater(v.lo, v.hi) | isnan(v.lo));
-    float4 b = select(a.hi, a.lo, isgreater(a.lo, a.hi) | isnan(a.lo));
-    float2 c = select(b.hi, b.lo, isgreater(b.lo, b.hi) | isnan(b.lo));
-    return max_nan(c.x, c.y);
-}
-
-float hsum(float16 v)
-{
-    float8 a = v.lo + v.hi;
-    float4 b = a.lo + a.hi;
-    float2 c = b.lo + b.hi;
-    return c.x + c.y;
-}
-
-/* Stages keys [j0, j0 + TILE_KV) of head (b, hk): K transposed into k_t, V into v_tile
- * (columns zero-padded); rows past n_kv are zeros. Work-item t copies rows t, t+WG, …
- * Dense rows (stride 1 along d) move as float16 vectors. */
-void stage_kv_tile(__global const float *k, long k_off, long4 k_st, __global const float *v,
-                   long v_off, long4 v_st, long b, long hk, long j0, long n_kv,
-                   __local float *k_t, __local float *v_tile)
-{
-    for (int jj = get_local_id(0); jj < TILE_KV; jj += WG) {
-        const long j = j0 + jj;
-        const bool in = j < n_kv;
-        const long kb = view_at(k_off, k_st, b, hk, j, 0);
-        const long vb = view_at(v_off, v_st, b, hk, j, 0);
-        float row[D_K];
-#if D_K % 16 == 0
-        if (in && k_st.s3 == 1) {
-            for (int c = 0; c < D_K / 16; c++)
-                vstore16(vload16(0, k + kb + 16 * c), c, row);
-        } else
-#endif
-        {
-            for (int c = 0; c < D_K; c++)
-                row[c] = in ? k[kb + c * k_st.s3] : 0.0f;
-        }
-        for (int c = 0; c < D_K; c++)
-            k_t[c * TILE_KV + jj] = row[c];
-#if D_V % 16 == 0
-        if (in && v_st.s3 == 1) {
-            for (int c = 0; c < D_V / 16; c++)
-                vstore16(vload16(0, v + vb + 16 * c), c, v_tile + jj * D_V_PAD);
-        } else
-#endif
-        {
-            for (int c = 0; c < D_V_PAD; c++)
-                v_tile[jj * D_V_PAD + c] = (in && c < D_V) ? v[vb + c * v_st.s3] : 0.0f;
-        }
-    }
-}
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_fused(__global const float *q, long q_off, long4 q_st,
@@ -133,7 +74,8 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
     }
     const long kv_end = visible_key_end(mask, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
     for (long j0 = 0; j0 < kv_end; j0 += TILE_KV) {
-        stage_kv_tile(k, k_off, k_st, v, v_off, v_st, b, hk, j0, n_kv, k_t, v_tile);
+        stage_rows(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
+        stage_rows(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false, v_tile);
         barrier(CLK_LOCAL_MEM_FENCE); /* K and V tiles staged before anyone reads them */
 
         if (j0 < wi_end) {

@@ -3,39 +3,78 @@
  * Reference loop, per (b, h):
  *     for i < n_q, j < n_kv:
  *         S[i][j] = visible(i, j) ? scale * sum_c Q[i][c] * K[j][c] : -inf
- * Index map: NDRange (⌈n_kv/TILE⌉·TILE, ⌈n_q/TILE⌉·TILE, batch·h_q), work-group
- * (TILE, TILE, 1); work-item (x, y) owns S[i = gid.y][j = gid.x] of head gid.z.
- * Query head h reads key head h / group (grouped-query attention).
+ * Index map: NDRange (⌈n_q/(WG·RQ)⌉·WG, ⌈n_kv/TILE_KV⌉, batch·h_q), work-group
+ * (WG, 1, 1). Group (x, y) stages keys [y·TILE_KV, (y+1)·TILE_KV) of K transposed in
+ * local memory; its work-item t owns S[i][j] for the RQ queries i = (x·WG + t)·RQ + r
+ * and those keys. Query head h reads key head h / group (grouped-query attention).
+ * Register blocking as in fused.cl: RQ × TILE_KV/16 float16 accumulators, each K
+ * vector feeding RQ FMAs.
  */
-#ifndef TILE
-#define TILE 16 /* edge of the square tile of S one work-group computes */
+#ifndef D_K
+#define D_K 64 /* head dim of Q and K */
 #endif
+#ifndef TILE_KV
+#define TILE_KV 32 /* keys per work-group; a multiple of 16 */
+#endif
+#ifndef WG
+#define WG 16 /* work-items per work-group */
+#endif
+#ifndef RQ
+#define RQ 4 /* queries per work-item */
+#endif
+#define N_SV (TILE_KV / 16) /* float16 score vectors per query */
 
-__kernel __attribute__((reqd_work_group_size(TILE, TILE, 1))) void
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_scores(__global const float *q, long q_off, long4 q_st,
               __global const float *k, long k_off, long4 k_st,
               __global float *s, long s_off, long4 s_st,
-              int h_q, int group, long n_q, long n_kv, int d_k, float scale, int mask)
+              int h_q, int group, long n_q, long n_kv, float scale, int mask)
 {
-    __local float q_tile[TILE][TILE + 1]; /* rows of Q, a TILE-wide slice of d_k */
-    __local float k_tile[TILE][TILE + 1]; /* rows of K, the same slice */
-    const int lx = get_local_id(0), ly = get_local_id(1);
-    const long j = get_global_id(0), i = get_global_id(1), bh = get_global_id(2);
+    __local float k_t[D_K * TILE_KV]; /* K tile transposed: k_t[c·TILE_KV + key] */
+    const long i0 = (get_group_id(0) * WG + get_local_id(0)) * RQ;
+    const long j0 = get_group_id(1) * TILE_KV, bh = get_global_id(2);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
-    const long k_row = get_group_id(0) * TILE + ly; /* the K row this work-item stages */
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
-    float acc = 0.0f;
-    for (int c0 = 0; c0 < d_k; c0 += TILE) {
-        const int c = c0 + lx;
-        q_tile[ly][lx] = (i < n_q && c < d_k) ? q[view_at(q_off, q_st, b, h, i, c)] : 0.0f;
-        k_tile[ly][lx] =
-            (k_row < n_kv && c < d_k) ? k[view_at(k_off, k_st, b, hk, k_row, c)] : 0.0f;
-        barrier(CLK_LOCAL_MEM_FENCE); /* both tiles written before anyone reads them */
-        for (int t = 0; t < TILE; t++)
-            acc = fma(q_tile[ly][t], k_tile[lx][t], acc);
-        barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next slice overwrites */
+    stage_rows(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
+    barrier(CLK_LOCAL_MEM_FENCE); /* K tile staged before anyone reads it */
+
+    float16 acc[RQ][N_SV];
+    for (int r = 0; r < RQ; r++)
+        for (int sv = 0; sv < N_SV; sv++)
+            acc[r][sv] = 0.0f;
+    for (int c = 0; c < D_K; c++) {
+        float qc[RQ];
+        for (int r = 0; r < RQ; r++)
+            qc[r] = i0 + r < n_q ? q[view_at(q_off, q_st, b, h, i0 + r, c)] : 0.0f;
+        for (int sv = 0; sv < N_SV; sv++) {
+            const float16 kc = vload16(sv, k_t + c * TILE_KV);
+            for (int r = 0; r < RQ; r++)
+                acc[r][sv] = fma((float16)(qc[r]), kc, acc[r][sv]);
+        }
     }
-    if (i < n_q && j < n_kv)
-        s[view_at(s_off, s_st, b, h, i, j)] =
-            key_visible(mask, i, j, n_q, n_kv) ? acc * scale : -INFINITY;
+    const int n_keys = (int)min(n_kv - j0, (long)TILE_KV);
+    for (int r = 0; r < RQ; r++) {
+        const long i = i0 + r;
+        if (i >= n_q)
+            break;
+        /* visible keys of this tile: key < lim, and ≠ self for NO_SELF */
+        const int lim = (int)clamp(visible_key_end(mask, i, n_q, n_kv) - j0, 0L, (long)n_keys);
+        const int self =
+            (mask == MASK_NO_SELF && i >= j0 && i < j0 + TILE_KV) ? (int)(i - j0) : -1;
+        const long row = view_at(s_off, s_st, b, h, i, j0);
+        for (int sv = 0; sv < N_SV; sv++) {
+            const int16 key = lane + 16 * sv;
+            const float16 out = select((float16)(-INFINITY), acc[r][sv] * scale,
+                                       (key < lim) & (key != self));
+            if (s_st.s3 == 1 && 16 * (sv + 1) <= n_keys) {
+                vstore16(out, 0, s + row + 16 * sv);
+            } else {
+                float tmp[16];
+                vstore16(out, 0, tmp);
+                for (int t = 0; t < 16 && 16 * sv + t < n_keys; t++)
+                    s[row + (16 * sv + t) * s_st.s3] = tmp[t];
+            }
+        }
+    }
 }

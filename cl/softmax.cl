@@ -4,8 +4,8 @@
  *     m = max_j x[j] (NaN wins);  if m == -inf: W = 0 (no visible key)
  *     else W[j] = exp(x[j] - m) / sum_j exp(x[j] - m)
  * Index map: NDRange (WG, rows, batch·heads), work-group (WG, 1, 1) with WG any size
- * the kernel allows (chosen by the host); work-item t handles j = t, t+WG, t+2·WG…
- * in all three passes, so x and y may be the same view (in place).
+ * the kernel allows (chosen by the host); work-item t handles the same elements in
+ * all three passes, so x and y may be the same view (in place).
  */
 
 /* Reduces v over the work-group with op (any work-group size, not only powers of
@@ -38,22 +38,36 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     const long r = get_global_id(1), bh = get_global_id(2);
     const long b = bh / heads, h = bh % heads;
     const long xrow = view_at(x_off, x_st, b, h, r, 0), yrow = view_at(y_off, y_st, b, h, r, 0);
+    /* Dense rows go 16 at a time: work-item t owns chunks t, t+WG, … of 16 elements, and
+     * the tail past the last whole chunk element by element, in every pass alike. */
+    const bool dense = x_st.s3 == 1 && y_st.s3 == 1;
+    const long n16 = dense ? width / 16 : 0;
 
-    float m = -INFINITY;
-    for (long j = lid; j < width; j += wg)
+    float16 m16 = (float16)(-INFINITY);
+    for (long c = lid; c < n16; c += wg)
+        m16 = max_nan16(m16, vload16(c, x + xrow));
+    float m = hmax_nan(m16);
+    for (long j = 16 * n16 + lid; j < width; j += wg)
         m = max_nan(m, x[xrow + j * x_st.s3]);
     WG_REDUCE(red, m, max_nan);
 
     if (m == -INFINITY) { /* every key masked: zeros, not NaN */
-        for (long j = lid; j < width; j += wg)
+        for (long c = lid; c < n16; c += wg)
+            vstore16((float16)(0.0f), c, y + yrow);
+        for (long j = 16 * n16 + lid; j < width; j += wg)
             y[yrow + j * y_st.s3] = 0.0f;
         return;
     }
-    float l = 0.0f;
-    for (long j = lid; j < width; j += wg)
+    float16 l16 = 0.0f;
+    for (long c = lid; c < n16; c += wg)
+        l16 += exp(vload16(c, x + xrow) - m);
+    float l = hsum(l16);
+    for (long j = 16 * n16 + lid; j < width; j += wg)
         l += exp(x[xrow + j * x_st.s3] - m);
     WG_REDUCE(red, l, ADD);
 
-    for (long j = lid; j < width; j += wg)
+    for (long c = lid; c < n16; c += wg)
+        vstore16(exp(vload16(c, x + xrow) - m) / l, c, y + yrow);
+    for (long j = 16 * n16 + lid; j < width; j += wg)
         y[yrow + j * y_st.s3] = exp(x[xrow + j * x_st.s3] - m) / l;
 }

@@ -4,37 +4,72 @@
  *     for i < n_q, c < d_v:
  *         O[i][c] = sum over j < n_kv with W[i][j] != 0 of W[i][j] * V[j][c]
  * Keys of weight exactly 0 (masked) contribute nothing, even when V holds NaN or inf.
- * Index map: NDRange (⌈d_v/TILE⌉·TILE, ⌈n_q/TILE⌉·TILE, batch·h_q), work-group
- * (TILE, TILE, 1); work-item (x, y) owns O[i = gid.y][c = gid.x] of head gid.z.
+ * Index map: NDRange (⌈n_q/(WG·RQ)⌉·WG, batch·h_q), work-group (WG, 1); work-item t
+ * of group g owns the RQ rows i = (g·WG + t)·RQ + r of O. The group stages TILE_KV
+ * rows of V in local memory per step. `mask` only lets causal masks stop at the last
+ * key the group's rows can see (their weights past it are zero anyway).
+ * Register blocking as in fused.cl: RQ × d_v/16 float16 accumulators, each V vector
+ * feeding RQ FMAs.
  */
-#ifndef TILE
-#define TILE 16 /* edge of the square tile of O one work-group computes */
+#ifndef D_V
+#define D_V 64 /* head dim of V and O */
 #endif
+#ifndef TILE_KV
+#define TILE_KV 32 /* keys staged in local memory per step */
+#endif
+#ifndef WG
+#define WG 16 /* work-items per work-group */
+#endif
+#ifndef RQ
+#define RQ 4 /* rows of O per work-item */
+#endif
+#define D_V_PAD PAD16(D_V)  /* d_v rounded up to whole float16 vectors */
+#define N_AV (D_V_PAD / 16) /* float16 accumulator vectors per row */
 
-__kernel __attribute__((reqd_work_group_size(TILE, TILE, 1))) void
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
                     __global const float *v, long v_off, long4 v_st,
                     __global float *o, long o_off, long4 o_st,
-                    int h_q, int group, long n_q, long n_kv, int d_v)
+                    int h_q, int group, long n_q, long n_kv, int mask)
 {
-    __local float w_tile[TILE][TILE + 1]; /* rows of W, TILE keys */
-    __local float v_tile[TILE][TILE + 1]; /* those TILE rows of V, TILE columns */
-    const int lx = get_local_id(0), ly = get_local_id(1);
-    const long c = get_global_id(0), i = get_global_id(1), bh = get_global_id(2);
+    __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
+    const long g0 = get_group_id(0) * (WG * RQ), i0 = g0 + get_local_id(0) * RQ;
+    const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
 
-    float acc = 0.0f;
-    for (long j0 = 0; j0 < n_kv; j0 += TILE) {
-        const long jw = j0 + lx, jv = j0 + ly;
-        w_tile[ly][lx] = (i < n_q && jw < n_kv) ? w[view_at(w_off, w_st, b, h, i, jw)] : 0.0f;
-        v_tile[ly][lx] = (jv < n_kv && c < d_v) ? v[view_at(v_off, v_st, b, hk, jv, c)] : 0.0f;
-        barrier(CLK_LOCAL_MEM_FENCE); /* both tiles written before anyone reads them */
-        for (int t = 0; t < TILE; t++) {
-            const float wt = w_tile[ly][t];
-            acc += (wt != 0.0f) ? wt * v_tile[t][lx] : 0.0f;
+    float16 acc[RQ][N_AV];
+    for (int r = 0; r < RQ; r++)
+        for (int a = 0; a < N_AV; a++)
+            acc[r][a] = 0.0f;
+    const long kv_end = visible_key_end(mask, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
+    for (long j0 = 0; j0 < kv_end; j0 += TILE_KV) {
+        stage_rows(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false, v_tile);
+        barrier(CLK_LOCAL_MEM_FENCE); /* V tile staged before anyone reads it */
+
+        float p[RQ][TILE_KV];
+        for (int r = 0; r < RQ; r++) {
+            const long i = i0 + r;
+            const long row = view_at(w_off, w_st, b, h, i < n_q ? i : 0, 0);
+            for (int jj = 0; jj < TILE_KV; jj++)
+                p[r][jj] = (i < n_q && j0 + jj < n_kv) ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next keys overwrite */
+        for (int jj = 0; jj < TILE_KV; jj++)
+            for (int a = 0; a < N_AV; a++) {
+                const float16 vv = vload16(a, v_tile + jj * D_V_PAD);
+                for (int r = 0; r < RQ; r++)
+                    if (p[r][jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
+                        acc[r][a] = fma((float16)(p[r][jj]), vv, acc[r][a]);
+            }
+        barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
-    if (i < n_q && c < d_v)
-        o[view_at(o_off, o_st, b, h, i, c)] = acc;
+    for (int r = 0; r < RQ; r++) {
+        const long i = i0 + r;
+        if (i >= n_q)
+            break;
+        float out[D_V_PAD];
+        for (int a = 0; a < N_AV; a++)
+            vstore16(acc[r][a], a, out);
+        for (int c = 0; c < D_V; c++)
+            o[view_at(o_off, o_st, b, h, i, c)] = out[c];
+    }
 }

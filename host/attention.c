@@ -7,13 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TILE 16     /* scores / weighted-sum tile edge */
-#define DEFAULT_TILE_KV 64  /* fused: keys staged per step (a multiple of 16) */
-#define CPU_TILE_KV 32      /* fused on CPUs: keys per step (RQ·TILE_KV/16 score vectors) */
-#define DEFAULT_FUSED_WG 64 /* fused: work-items per work-group */
-#define CPU_FUSED_WG 16     /* fused on CPUs: work-items per work-group (WG·RQ queries) */
-#define MAX_SOFTMAX_WG 256  /* softmax: work-items per row */
-#define MAX_HEAD_DIM 4096   /* beyond this, private arrays and tiles make no sense */
+#define GPU_TILE_KV 64     /* blocked kernels on GPUs: keys staged per step (multiple of 16) */
+#define CPU_TILE_KV 32     /* on CPUs: keys per step (RQ·TILE_KV/16 score vectors) */
+#define GPU_WG 64          /* blocked kernels on GPUs: work-items per work-group */
+#define CPU_WG 16          /* on CPUs: work-items per work-group (WG·RQ queries) */
+#define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
+#define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
 
 /* ---------------------------------------------------------------- kernel helpers */
 
@@ -75,34 +74,118 @@ static clattn_status launch(clattn_context *ctx, const char *name, arg_list *a, 
     return CLATTN_SUCCESS;
 }
 
-/* Builds `file` with a square TILE×TILE work-group, halving TILE until the device and
- * the kernel accept it. */
-static clattn_status get_tiled_kernel(clattn_context *ctx, const char *file,
-                                      clattn_program_entry **out, size_t *tile)
-{
-    for (size_t t = DEFAULT_TILE; t >= 1; t /= 2) {
-        if (t * t > ctx->max_wg || t > ctx->max_wi[0] || t > ctx->max_wi[1])
-            continue;
-        char opts[96];
-        snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DTILE=%zu", t);
-        clattn_status st = clattn_get_kernel(ctx, file, opts, out);
-        if (st != CLATTN_SUCCESS)
-            return st;
-        if ((*out)->kernel_wg_max >= t * t) {
-            *tile = t;
-            return CLATTN_SUCCESS;
-        }
-    }
-    return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                       "%s: the device accepts no square work-group (max %zu)", file, ctx->max_wg);
-}
-
 static size_t pow2_at_least(int64_t n, size_t cap)
 {
     size_t p = 1;
     while ((int64_t)p < n && p < cap)
         p *= 2;
     return p;
+}
+
+/* The blocking of the tiled kernels (scores, weighted sum, fused): RQ queries per
+ * work-item, WG work-items per group, TILE_KV keys per step — compile-time constants of
+ * each program. */
+typedef struct blocking {
+    size_t rq, wg, tile_kv;
+    clattn_program_entry *entry;
+} blocking;
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
+ * local_floats_per_key floats per key fit the device's local memory; 0 if none. */
+static size_t fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap)
+{
+    const cl_ulong budget = ctx->local_mem > 1024 ? ctx->local_mem - 1024 : 0;
+    size_t t = cap;
+    while (t >= 16 && (cl_ulong)t * (cl_ulong)local_floats_per_key * sizeof(float) > budget)
+        t /= 2;
+    return t >= 16 ? t : 0;
+}
+
+/* Builds `file` with `dims` (e.g. "-DD_K=64") and a blocking for n_q queries whose
+ * per-query accumulators are acc_floats wide: on CPUs, where a work-item is a loop
+ * iteration, several queries per work-item (register blocking); on GPUs one, to spare
+ * registers. wg_request 0 = choose; otherwise exactly that many work-items or
+ * CLATTN_ERROR_UNSUPPORTED. */
+static clattn_status build_blocked(clattn_context *ctx, const char *file, const char *dims,
+                                   int64_t n_q, int64_t acc_floats, size_t tile_kv,
+                                   size_t wg_request, blocking *out)
+{
+    const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
+    const size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
+    size_t rq = !cpu ? 1 : acc_floats <= 64 ? 4 : acc_floats <= 128 ? 2 : 1;
+    while (rq > 1 && (int64_t)rq > n_q)
+        rq /= 2;
+    size_t wg = wg_request;
+    if (wg > limit)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "work_group_size %zu exceeds the device's limit %zu "
+                           "(CL_DEVICE_MAX_WORK_GROUP_SIZE)",
+                           wg, limit);
+    if (wg == 0) {
+        const size_t cap = cpu ? CPU_WG : GPU_WG;
+        wg = pow2_at_least(ceil_div(n_q, (int64_t)rq), cap);
+        while (wg > limit)
+            wg /= 2;
+    }
+    for (;;) {
+        char opts[192];
+        snprintf(opts, sizeof opts, "-cl-std=CL1.2 %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu", dims,
+                 tile_kv, wg, rq);
+        clattn_status st = clattn_get_kernel(ctx, file, opts, &out->entry);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        if (out->entry->kernel_wg_max >= wg)
+            break;
+        if (wg_request > 0 || wg == 1)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "work_group_size %zu exceeds the %s kernel's limit %zu "
+                               "(CL_KERNEL_WORK_GROUP_SIZE)",
+                               wg, file, out->entry->kernel_wg_max);
+        wg /= 2;
+    }
+    out->rq = rq;
+    out->wg = wg;
+    out->tile_kv = tile_kv;
+    return CLATTN_SUCCESS;
+}
+
+static size_t default_tile_kv(const clattn_context *ctx)
+{
+    return (ctx->device_type & CL_DEVICE_TYPE_CPU) ? CPU_TILE_KV : GPU_TILE_KV;
+}
+
+/* scores.cl for d_k, or why not (local memory) */
+static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, blocking *out)
+{
+    const size_t t = fit_tile_kv(ctx, d_k, default_tile_kv(ctx));
+    if (t == 0)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "scores: 16 rows of K with d_k %lld exceed the device's local memory "
+                           "(%llu bytes)",
+                           (long long)d_k, (unsigned long long)ctx->local_mem);
+    char dims[48];
+    snprintf(dims, sizeof dims, "-DD_K=%lld", (long long)d_k);
+    return build_blocked(ctx, "scores.cl", dims, n_q, (int64_t)t, t, 0, out);
+}
+
+/* weighted_sum.cl for d_v, or why not (local memory) */
+static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, blocking *out)
+{
+    const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
+    const size_t t = fit_tile_kv(ctx, d_v_pad, default_tile_kv(ctx));
+    if (t == 0)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "weighted sum: 16 rows of V with d_v %lld exceed the device's local "
+                           "memory (%llu bytes)",
+                           (long long)d_v, (unsigned long long)ctx->local_mem);
+    char dims[48];
+    snprintf(dims, sizeof dims, "-DD_V=%lld", (long long)d_v);
+    return build_blocked(ctx, "weighted_sum.cl", dims, n_q, d_v_pad, t, 0, out);
 }
 
 /* Softmax work-group: the caller's size if it is legal, else a power of two covering
@@ -135,42 +218,29 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
 
 typedef struct plan_t {
     clattn_algorithm algorithm;
-    size_t tile;       /* unfused */
-    size_t softmax_wg; /* unfused */
-    size_t fused_wg;   /* fused: work-items per work-group */
-    size_t fused_rq;   /* fused: queries per work-item */
-    size_t tile_kv;    /* fused */
+    blocking scores, wsum, fused; /* the tiled kernels that will run */
+    clattn_program_entry *softmax;
+    size_t softmax_wg;
     int64_t workspace_bytes;
     char reason[256];
-    clattn_program_entry *scores, *softmax, *wsum, *fused;
 } plan_t;
 
-static int64_t min64(int64_t a, int64_t b)
-{
-    return a < b ? a : b;
-}
-
-/* Why the fused kernel cannot run this shape here ("" when it can); picks tile_kv. */
-static void fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, size_t *tile_kv,
-                      char *why, size_t why_len)
+/* Why the fused kernel cannot run this shape here ("" when it can); picks its tile. */
+static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, char *why,
+                        size_t why_len)
 {
     why[0] = '\0';
-    const int64_t d_v_pad = (d_v + 15) / 16 * 16;
-    const cl_ulong row_bytes = (cl_ulong)(d_k + d_v_pad) * sizeof(float);
-    const cl_ulong budget = ctx->local_mem > 1024 ? ctx->local_mem - 1024 : 0;
-    cl_ulong t = DEFAULT_TILE_KV; /* halve until the K and V tiles fit local memory */
-    while (t >= 16 && t * row_bytes > budget)
-        t /= 2;
-    if (t < 16)
-        t = 0;
+    const int64_t per_key = d_k + ceil_div(d_v, 16) * 16; /* K and V tile floats per key */
+    const size_t t = fit_tile_kv(ctx, per_key, default_tile_kv(ctx));
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
-    else if (t < 1)
+    else if (t == 0)
         snprintf(why, why_len,
                  "fused: 16 key rows of K and V (%llu bytes) exceed the device's local "
                  "memory (%llu bytes)",
-                 (unsigned long long)(16 * row_bytes), (unsigned long long)ctx->local_mem);
-    *tile_kv = (size_t)t;
+                 (unsigned long long)(16 * per_key * sizeof(float)),
+                 (unsigned long long)ctx->local_mem);
+    return t;
 }
 
 static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_desc *desc,
@@ -184,7 +254,7 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads or head dims above INT_MAX");
 
     char fused_why[160];
-    fused_fit(ctx, d_k, d_v, &p->tile_kv, fused_why, sizeof fused_why);
+    const size_t fused_tile = fused_fit(ctx, d_k, d_v, fused_why, sizeof fused_why);
     if (want_weights && !fused_why[0])
         snprintf(fused_why, sizeof fused_why, "fused: cannot return attention weights");
 
@@ -229,68 +299,25 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
     clattn_status st;
     if (p->algorithm == CLATTN_ALGORITHM_UNFUSED) {
         p->workspace_bytes = ws;
-        if ((st = get_tiled_kernel(ctx, "scores.cl", &p->scores, &p->tile)) != CLATTN_SUCCESS)
+        if ((st = scores_kernel(ctx, n_q, d_k, &p->scores)) != CLATTN_SUCCESS ||
+            (st = wsum_kernel(ctx, n_q, d_v, &p->wsum)) != CLATTN_SUCCESS)
             return st;
-        size_t t2;
-        if ((st = get_tiled_kernel(ctx, "weighted_sum.cl", &p->wsum, &t2)) != CLATTN_SUCCESS)
-            return st;
-        if (t2 != p->tile)
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "tile sizes of the stages differ");
         return softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg);
     }
-
-    /* fused: RQ queries per work-item (register blocking on CPUs, where a work-item is
-     * a loop iteration; GPUs keep one query per work-item to spare registers), WG
-     * work-items per group; both compile-time constants of the program */
-    const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
-    const int64_t d_v_pad = (d_v + 15) / 16 * 16;
-    size_t rq = !cpu ? 1 : d_v_pad <= 64 ? 4 : d_v_pad <= 128 ? 2 : 1;
-    while (rq > 1 && (int64_t)rq > n_q)
-        rq /= 2;
-    if (cpu && p->tile_kv > CPU_TILE_KV)
-        p->tile_kv = CPU_TILE_KV;
-    size_t wg = desc->work_group_size;
-    if (wg > 0 && (wg > ctx->max_wg || wg > ctx->max_wi[0]))
-        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "work_group_size %zu exceeds the device's limit %zu "
-                           "(CL_DEVICE_MAX_WORK_GROUP_SIZE)",
-                           wg, ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0]);
-    if (wg == 0) {
-        const size_t cap = cpu ? CPU_FUSED_WG : DEFAULT_FUSED_WG;
-        wg = pow2_at_least(min64((n_q + (int64_t)rq - 1) / (int64_t)rq, (int64_t)cap), cap);
-        while (wg > ctx->max_wg || wg > ctx->max_wi[0])
-            wg /= 2;
-    }
-    for (;;) {
-        char opts[192];
-        snprintf(opts, sizeof opts,
-                 "-cl-std=CL1.2 -DD_K=%lld -DD_V=%lld -DTILE_KV=%zu -DWG=%zu -DRQ=%zu",
-                 (long long)d_k, (long long)d_v, p->tile_kv, wg, rq);
-        if ((st = clattn_get_kernel(ctx, "fused.cl", opts, &p->fused)) != CLATTN_SUCCESS)
-            return st;
-        if (p->fused->kernel_wg_max >= wg)
-            break;
-        if (desc->work_group_size > 0 || wg == 1)
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                               "work_group_size %zu exceeds the fused kernel's limit %zu "
-                               "(CL_KERNEL_WORK_GROUP_SIZE)",
-                               wg, p->fused->kernel_wg_max);
-        wg /= 2;
-    }
-    p->fused_rq = rq;
-    p->fused_wg = wg;
-    (void)batch;
-    return CLATTN_SUCCESS;
+    char dims[64];
+    snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld", (long long)d_k, (long long)d_v);
+    return build_blocked(ctx, "fused.cl", dims, n_q, ceil_div(d_v, 16) * 16, fused_tile,
+                         desc->work_group_size, &p->fused);
 }
 
 /* ------------------------------------------------------------ stage dispatchers */
 
-static clattn_status enqueue_scores(clattn_context *ctx, clattn_program_entry *e, size_t tile,
-                                    const clattn_view *q, const clattn_view *k,
-                                    const clattn_view *s, float scale, clattn_mask mask,
-                                    cl_uint n_wait, const cl_event *wait, cl_event *done)
+static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, const clattn_view *q,
+                                    const clattn_view *k, const clattn_view *s, float scale,
+                                    clattn_mask mask, cl_uint n_wait, const cl_event *wait,
+                                    cl_event *done)
 {
-    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
     arg_view(&a, k);
     arg_view(&a, s);
@@ -298,12 +325,12 @@ static clattn_status enqueue_scores(clattn_context *ctx, clattn_program_entry *e
     arg_int(&a, q->n[1] / k->n[1]);
     arg_long(&a, q->n[2]);
     arg_long(&a, k->n[2]);
-    arg_int(&a, q->n[3]);
     arg(&a, sizeof scale, &scale);
     arg_int(&a, mask);
-    const size_t global[3] = {round_up(k->n[2], tile), round_up(q->n[2], tile),
+    const size_t global[3] = {round_up(ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
+                              (size_t)ceil_div(k->n[2], (int64_t)bk->tile_kv),
                               (size_t)(q->n[0] * q->n[1])};
-    const size_t local[3] = {tile, tile, 1};
+    const size_t local[3] = {bk->wg, 1, 1};
     return launch(ctx, "scores", &a, 3, global, local, n_wait, wait, done);
 }
 
@@ -322,11 +349,12 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
     return launch(ctx, "softmax", &a, 3, global, local, n_wait, wait, done);
 }
 
-static clattn_status enqueue_wsum(clattn_context *ctx, clattn_program_entry *e, size_t tile,
-                                  const clattn_view *w, const clattn_view *v, const clattn_view *o,
+/* O = W·V; `mask` only lets causal masks skip key tiles whose weights are all zero */
+static clattn_status enqueue_wsum(clattn_context *ctx, const blocking *bk, const clattn_view *w,
+                                  const clattn_view *v, const clattn_view *o, clattn_mask mask,
                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
-    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, w);
     arg_view(&a, v);
     arg_view(&a, o);
@@ -334,19 +362,19 @@ static clattn_status enqueue_wsum(clattn_context *ctx, clattn_program_entry *e, 
     arg_int(&a, o->n[1] / v->n[1]);
     arg_long(&a, o->n[2]);
     arg_long(&a, v->n[2]);
-    arg_int(&a, v->n[3]);
-    const size_t global[3] = {round_up(o->n[3], tile), round_up(o->n[2], tile),
+    arg_int(&a, mask);
+    const size_t global[2] = {round_up(ceil_div(o->n[2], (int64_t)bk->rq), bk->wg),
                               (size_t)(o->n[0] * o->n[1])};
-    const size_t local[3] = {tile, tile, 1};
-    return launch(ctx, "weighted_sum", &a, 3, global, local, n_wait, wait, done);
+    const size_t local[2] = {bk->wg, 1};
+    return launch(ctx, "weighted_sum", &a, 2, global, local, n_wait, wait, done);
 }
 
-static clattn_status enqueue_fused(clattn_context *ctx, const plan_t *p, const clattn_view *q,
+static clattn_status enqueue_fused(clattn_context *ctx, const blocking *bk, const clattn_view *q,
                                    const clattn_view *k, const clattn_view *v, const clattn_view *o,
                                    float scale, clattn_mask mask, cl_uint n_wait,
                                    const cl_event *wait, cl_event *done)
 {
-    arg_list a = {p->fused->kernel, 0, CL_SUCCESS};
+    arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
     arg_view(&a, k);
     arg_view(&a, v);
@@ -357,9 +385,9 @@ static clattn_status enqueue_fused(clattn_context *ctx, const plan_t *p, const c
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
     arg_int(&a, mask);
-    const int64_t items = (q->n[2] + (int64_t)p->fused_rq - 1) / (int64_t)p->fused_rq;
-    const size_t global[2] = {round_up(items, p->fused_wg), (size_t)(q->n[0] * q->n[1])};
-    const size_t local[2] = {p->fused_wg, 1};
+    const size_t global[2] = {round_up(ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
+                              (size_t)(q->n[0] * q->n[1])};
+    const size_t local[2] = {bk->wg, 1};
     return launch(ctx, "fused", &a, 2, global, local, n_wait, wait, done);
 }
 
@@ -398,10 +426,10 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
     if (q->count == 0)
         return enqueue_marker(ctx, n_wait, wait, done);
     if (p->algorithm == CLATTN_ALGORITHM_FUSED)
-        return enqueue_fused(ctx, p, q, k, v, o, scale, desc->mask, n_wait, wait, done);
+        return enqueue_fused(ctx, &p->fused, q, k, v, o, scale, desc->mask, n_wait, wait, done);
 
     if (k->n[2] == 0) /* no keys: the weighted sum of nothing writes zero rows */
-        return enqueue_wsum(ctx, p->wsum, p->tile, v, v, o, n_wait, wait, done);
+        return enqueue_wsum(ctx, &p->wsum, v, v, o, CLATTN_MASK_NONE, n_wait, wait, done);
 
     clattn_view ws;
     cl_mem ws_mem = NULL;
@@ -424,12 +452,11 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
     }
     cl_event e1 = NULL, e2 = NULL;
     if (st == CLATTN_SUCCESS)
-        st = enqueue_scores(ctx, p->scores, p->tile, q, k, &ws, scale, desc->mask, n_wait, wait,
-                            &e1);
+        st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, desc->mask, n_wait, wait, &e1);
     if (st == CLATTN_SUCCESS)
         st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, 1, &e1, &e2);
     if (st == CLATTN_SUCCESS)
-        st = enqueue_wsum(ctx, p->wsum, p->tile, &ws, v, o, 1, &e2, done);
+        st = enqueue_wsum(ctx, &p->wsum, &ws, v, o, desc->mask, 1, &e2, done);
     if (e1)
         clReleaseEvent(e1);
     if (e2)
@@ -619,9 +646,10 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
     memset(out, 0, sizeof *out);
     out->algorithm = p.algorithm;
     out->workspace_bytes = (size_t)p.workspace_bytes;
-    out->work_group_size = p.algorithm == CLATTN_ALGORITHM_FUSED ? p.fused_wg : p.softmax_wg;
-    out->tile = p.tile;
-    out->tile_kv = p.algorithm == CLATTN_ALGORITHM_FUSED ? p.tile_kv : 0;
+    const blocking *bk = p.algorithm == CLATTN_ALGORITHM_FUSED ? &p.fused : &p.scores;
+    out->work_group_size = p.algorithm == CLATTN_ALGORITHM_FUSED ? p.fused.wg : p.softmax_wg;
+    out->queries_per_work_item = bk->rq;
+    out->tile_kv = bk->tile_kv;
     snprintf(out->reason, sizeof out->reason, "%s", p.reason);
     return CLATTN_SUCCESS;
 }
@@ -708,13 +736,16 @@ static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_atten
             return st;
         return enqueue_softmax(ctx, e, size, a, c, n_wait, wait, done);
     }
-    if ((st = get_tiled_kernel(ctx, kind == 0 ? "scores.cl" : "weighted_sum.cl", &e, &size)) !=
-        CLATTN_SUCCESS)
+    blocking bk;
+    if (kind == 0) {
+        if ((st = scores_kernel(ctx, a->n[2], a->n[3], &bk)) != CLATTN_SUCCESS)
+            return st;
+        return enqueue_scores(ctx, &bk, a, b, c, clattn_effective_scale(desc, a->n[3]), desc->mask,
+                              n_wait, wait, done);
+    }
+    if ((st = wsum_kernel(ctx, c->n[2], c->n[3], &bk)) != CLATTN_SUCCESS)
         return st;
-    if (kind == 0)
-        return enqueue_scores(ctx, e, size, a, b, c, clattn_effective_scale(desc, a->n[3]),
-                              desc->mask, n_wait, wait, done);
-    return enqueue_wsum(ctx, e, size, a, b, c, n_wait, wait, done);
+    return enqueue_wsum(ctx, &bk, a, b, c, CLATTN_MASK_NONE, n_wait, wait, done);
 }
 
 static clattn_status stage_enqueue(clattn_context *ctx, int kind, const clattn_attention_desc *desc,

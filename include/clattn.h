@@ -293,12 +293,12 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
 
 /** What clattn_attention would run, and why. */
 typedef struct clattn_plan {
-    clattn_algorithm algorithm; /**< UNFUSED or FUSED: what will run */
-    size_t workspace_bytes;     /**< device memory clattn allocates besides the operands */
-    size_t work_group_size;     /**< softmax / fused work-group size */
-    size_t tile;                /**< scores / weighted-sum tile edge (work-group tile×tile) */
-    size_t tile_kv;             /**< fused: keys staged in local memory per step */
-    char reason[256];           /**< one line: why this algorithm */
+    clattn_algorithm algorithm;   /**< UNFUSED or FUSED: what will run */
+    size_t workspace_bytes;       /**< device memory clattn allocates besides the operands */
+    size_t work_group_size;       /**< softmax (unfused) or fused work-group size */
+    size_t queries_per_work_item; /**< scores (unfused) or fused: query rows per work-item */
+    size_t tile_kv;               /**< scores (unfused) or fused: keys per local-memory tile */
+    char reason[256];             /**< one line: why this algorithm */
 } clattn_plan;
 
 /** Plan without running. Same validation and statuses as clattn_attention (views may

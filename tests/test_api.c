@@ -209,13 +209,13 @@ START_TEST(plan_explains_choice)
     ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
     ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_FUSED);
     ck_assert_uint_eq(p.workspace_bytes, 0);
-    ck_assert(p.work_group_size >= 1 && p.tile_kv >= 1);
+    ck_assert(p.work_group_size >= 1 && p.tile_kv >= 16 && p.queries_per_work_item >= 1);
     ck_assert(strlen(p.reason) > 0);
     d.algorithm = CLATTN_ALGORITHM_UNFUSED;
     ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
     ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_UNFUSED);
     ck_assert_uint_eq(p.workspace_bytes, 6 * 6 * 4);
-    ck_assert(p.tile >= 1);
+    ck_assert(p.tile_kv >= 16 && p.tile_kv % 16 == 0 && p.queries_per_work_item >= 1);
     clattn_tensor wt = clattn_tensor_host(w, 1, 1, 6, 6);
     d.algorithm = CLATTN_ALGORITHM_AUTO;
     d.weights = &wt;
