@@ -7,10 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GPU_TILE_KV 64     /* blocked kernels on GPUs: keys staged per step (multiple of 16) */
-#define CPU_TILE_KV 32     /* on CPUs: keys per step (RQ·TILE_KV/16 score vectors) */
-#define GPU_WG 64          /* blocked kernels on GPUs: work-items per work-group */
-#define CPU_WG 16          /* on CPUs: work-items per work-group (WG·RQ queries) */
+#define GPU_TILE_KV 64 /* blocked kernels on GPUs: keys staged per step (multiple of 16) */
+#define CPU_TILE_KV 32 /* on CPUs: keys per step (RQ·TILE_KV/16 score vectors) */
+#define GPU_WG 64      /* blocked kernels on GPUs: work-items per work-group */
+#define CPU_WG 16      /* on CPUs: work-items per work-group (WG·RQ queries) */
+/* PoCL's CPU device runs a work-group on one thread's stack, private arrays of every
+ * work-item included; beyond about this many bytes in all it crashes (and it reports
+ * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
+#define CPU_GROUP_PRIVATE_BYTES (512 * 1024)
 #define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
 #define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
 
@@ -112,20 +116,27 @@ static size_t fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_ke
  * registers. wg_request 0 = choose; otherwise exactly that many work-items or
  * CLATTN_ERROR_UNSUPPORTED. */
 static clattn_status build_blocked(clattn_context *ctx, const char *file, const char *dims,
-                                   int64_t n_q, int64_t acc_floats, size_t tile_kv,
-                                   size_t wg_request, blocking *out)
+                                   int64_t n_q, int64_t acc_floats, int64_t private_floats,
+                                   size_t tile_kv, size_t wg_request, blocking *out)
 {
     const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
-    const size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
     size_t rq = !cpu ? 1 : acc_floats <= 64 ? 4 : acc_floats <= 128 ? 2 : 1;
     while (rq > 1 && (int64_t)rq > n_q)
         rq /= 2;
+    size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
+    if (cpu) { /* private arrays of the whole group on one thread's stack */
+        const int64_t per_item = ((int64_t)rq * private_floats + 64) * (int64_t)sizeof(float);
+        const int64_t fits = CPU_GROUP_PRIVATE_BYTES / per_item;
+        if ((int64_t)limit > fits)
+            limit = fits > 1 ? (size_t)fits : 1;
+    }
     size_t wg = wg_request;
     if (wg > limit)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "work_group_size %zu exceeds the device's limit %zu "
-                           "(CL_DEVICE_MAX_WORK_GROUP_SIZE)",
-                           wg, limit);
+                           "work_group_size %zu exceeds the limit %zu for %s on this device "
+                           "(CL_DEVICE_MAX_WORK_GROUP_SIZE, and on CPUs the stack the "
+                           "work-group's private arrays need)",
+                           wg, limit, file);
     if (wg == 0) {
         const size_t cap = cpu ? CPU_WG : GPU_WG;
         wg = pow2_at_least(ceil_div(n_q, (int64_t)rq), cap);
@@ -170,7 +181,7 @@ static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k
                            (long long)d_k, (unsigned long long)ctx->local_mem);
     char dims[48];
     snprintf(dims, sizeof dims, "-DD_K=%lld", (long long)d_k);
-    return build_blocked(ctx, "scores.cl", dims, n_q, (int64_t)t, t, 0, out);
+    return build_blocked(ctx, "scores.cl", dims, n_q, (int64_t)t, 2 * (int64_t)t + 16, t, 0, out);
 }
 
 /* weighted_sum.cl for d_v, or why not (local memory) */
@@ -185,7 +196,8 @@ static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, 
                            (long long)d_v, (unsigned long long)ctx->local_mem);
     char dims[48];
     snprintf(dims, sizeof dims, "-DD_V=%lld", (long long)d_v);
-    return build_blocked(ctx, "weighted_sum.cl", dims, n_q, d_v_pad, t, 0, out);
+    return build_blocked(ctx, "weighted_sum.cl", dims, n_q, d_v_pad, d_v_pad + (int64_t)t + 16, t,
+                         0, out);
 }
 
 /* Softmax work-group: the caller's size if it is legal, else a power of two covering
@@ -306,7 +318,10 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
     }
     char dims[64];
     snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld", (long long)d_k, (long long)d_v);
-    return build_blocked(ctx, "fused.cl", dims, n_q, ceil_div(d_v, 16) * 16, fused_tile,
+    /* private floats per query: q row, accumulator, scores and weights of a tile */
+    const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
+    return build_blocked(ctx, "fused.cl", dims, n_q, d_v_pad,
+                         d_k + d_v_pad + 2 * (int64_t)fused_tile + 8, fused_tile,
                          desc->work_group_size, &p->fused);
 }
 

@@ -83,7 +83,7 @@ static void expect_read_error(const char *path, const char *fragment)
     ck_assert_int_eq(a.ndim, 0);
 }
 
-#define STD_DICT(descr, order, shape) \
+#define STD_DICT(descr, order, shape)                                                              \
     "{'descr': '" descr "', 'fortran_order': " order ", 'shape': " shape ", }\n"
 
 /* ---- round trips ------------------------------------------------------------------ */
@@ -137,7 +137,8 @@ START_TEST(test_writer_header)
 {
     const int64_t shapes[][4] = {{6, 3}, {7}, {2, 3, 4, 5}};
     const int ndims[] = {2, 1, 4};
-    const char *const texts[] = {"'shape': (6, 3), }", "'shape': (7,), }", "'shape': (2, 3, 4, 5), }"};
+    const char *const texts[] = {"'shape': (6, 3), }", "'shape': (7,), }",
+                                 "'shape': (2, 3, 4, 5), }"};
     for (int t = 0; t < 3; ++t) {
         float data[120] = {0};
         char err[512] = "";
@@ -195,7 +196,9 @@ static const struct {
     {1, "{\"shape\": (3,), \"descr\": \"<f4\", \"fortran_order\": False}", 1, {3}},
     {1, "{'descr':'<f4','fortran_order':False,'shape':(2,3,),}      \n", 2, {2, 3}},
     {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }\n", 2, {2, 3}},
-    {1, "\t{ 'fortran_order' : False ,\r\n 'shape' : ( 1 , 1 , 2 , 1 ) , 'descr' : '<f4' }", 4,
+    {1,
+     "\t{ 'fortran_order' : False ,\r\n 'shape' : ( 1 , 1 , 2 , 1 ) , 'descr' : '<f4' }",
+     4,
      {1, 1, 2, 1}},
 };
 
@@ -205,7 +208,8 @@ START_TEST(test_accepted_headers)
     for (int d = 0; d < accepted[_i].ndim; ++d) {
         count *= (size_t)accepted[_i].shape[d];
     }
-    const char *path = make_file("accepted.npy", accepted[_i].major, 0, accepted[_i].dict, 4 * count);
+    const char *path =
+        make_file("accepted.npy", accepted[_i].major, 0, accepted[_i].dict, 4 * count);
     npy_array a;
     char err[512] = "";
     ck_assert_msg(npy_read_f32(path, &a, err, sizeof err) == 0, "%s", err);
@@ -258,7 +262,8 @@ static const struct {
     {1, 0, STD_DICT("<f4", "False", "(4611686018427387904,)"), 8, "overflows"},
     {1, 0, STD_DICT("<f4", "False", "(65536, 65536, 65536, 65536)"), 8, "overflows"},
     /* data size */
-    {1, 0, STD_DICT("<f4", "False", "(6, 3)"), 71, "truncated: data is 71 bytes but shape (6, 3) needs 72"},
+    {1, 0, STD_DICT("<f4", "False", "(6, 3)"), 71,
+     "truncated: data is 71 bytes but shape (6, 3) needs 72"},
     {1, 0, STD_DICT("<f4", "False", "(6, 3)"), 0, "truncated: data is 0 bytes"},
     {1, 0, STD_DICT("<f4", "False", "(6, 3)"), 76, "trailing bytes: data is 76 bytes"},
     {1, 0, STD_DICT("<f4", "False", "(0, 3)"), 4, "trailing bytes"},
@@ -348,8 +353,8 @@ START_TEST(test_prefixes_and_mutations)
         ck_assert_msg(strstr(err, "prefix.npy") != NULL, "%s", err);
         free(prefix);
     }
-    static const unsigned char replacements[] = {0, ' ', '\'', '"', '(', ')', ',', ':', '{',
-                                                 '}', '9', '-', 'L', 0xff};
+    static const unsigned char replacements[] = {0,   ' ', '\'', '"', '(', ')', ',',
+                                                 ':', '{', '}',  '9', '-', 'L', 0xff};
     for (size_t pos = 0; pos < data_offset; ++pos) {
         for (size_t r = 0; r < sizeof replacements; ++r) {
             unsigned char *copy = malloc(size);
@@ -425,7 +430,8 @@ static void remove_tmp_dir(void)
 int main(void)
 {
     const char *base = getenv("TMPDIR");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_npy.XXXXXX", base != NULL && base[0] ? base : "/tmp");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/test_npy.XXXXXX",
+             base != NULL && base[0] ? base : "/tmp");
     if (mkdtemp(tmp_dir) == NULL) {
         perror("test_npy: mkdtemp");
         return EXIT_FAILURE;

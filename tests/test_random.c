@@ -33,8 +33,8 @@ typedef struct config {
     int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
     clattn_mask mask;
     uint32_t seed;
-    float scale; /* 0 = 1/√d_k */
-    float q_amp; /* Q = q_amp · gen(...) */
+    float scale;  /* 0 = 1/√d_k */
+    float q_amp;  /* Q = q_amp · gen(...) */
     bool weights; /* also compare UNFUSED's weights with the reference's */
 } config;
 
@@ -144,9 +144,8 @@ static void make_configs(uint32_t seed)
     const struct {
         const int64_t *vals;
         int n;
-    } axes[8] = {{AX_B, LEN(AX_B)},       {AX_H, LEN(AX_H)}, {AX_N, LEN(AX_N)},
-                 {AX_N, LEN(AX_N)},       {AX_D, LEN(AX_D)}, {AX_D, LEN(AX_D)},
-                 {AX_MASK, LEN(AX_MASK)}, {AX_H, LEN(AX_H)}};
+    } axes[8] = {{AX_B, LEN(AX_B)}, {AX_H, LEN(AX_H)}, {AX_N, LEN(AX_N)},       {AX_N, LEN(AX_N)},
+                 {AX_D, LEN(AX_D)}, {AX_D, LEN(AX_D)}, {AX_MASK, LEN(AX_MASK)}, {AX_H, LEN(AX_H)}};
     for (int axis = 0; axis < 8; axis++)
         for (int v = 0; v < axes[axis].n; v++) {
             int64_t val = axes[axis].vals[v];
@@ -173,9 +172,9 @@ static void describe(char *out, size_t cap, const char *kind, int index, const c
     snprintf(out, cap,
              "%s #%d seed=0x%08x b=%lld h_q=%lld h_kv=%lld n_q=%lld n_kv=%lld d_k=%lld d_v=%lld "
              "mask=%s scale=%g q_amp=%g%s",
-             kind, index, (unsigned)c->seed, (long long)c->b, (long long)c->h_q,
-             (long long)c->h_kv, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
-             (long long)c->d_v, tu_mask_name(c->mask), (double)c->scale, (double)c->q_amp,
+             kind, index, (unsigned)c->seed, (long long)c->b, (long long)c->h_q, (long long)c->h_kv,
+             (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
+             tu_mask_name(c->mask), (double)c->scale, (double)c->q_amp,
              c->weights ? " +weights" : "");
 }
 
@@ -238,9 +237,9 @@ START_TEST(sample_covers_every_axis_value)
         const char *name;
         const int64_t *vals;
         int n;
-    } axes[8] = {{"b", AX_B, LEN(AX_B)},       {"h_q", AX_H, LEN(AX_H)},
-                 {"n_q", AX_N, LEN(AX_N)},     {"n_kv", AX_N, LEN(AX_N)},
-                 {"d_k", AX_D, LEN(AX_D)},     {"d_v", AX_D, LEN(AX_D)},
+    } axes[8] = {{"b", AX_B, LEN(AX_B)},          {"h_q", AX_H, LEN(AX_H)},
+                 {"n_q", AX_N, LEN(AX_N)},        {"n_kv", AX_N, LEN(AX_N)},
+                 {"d_k", AX_D, LEN(AX_D)},        {"d_v", AX_D, LEN(AX_D)},
                  {"mask", AX_MASK, LEN(AX_MASK)}, {"h_kv", AX_H, LEN(AX_H)}};
     for (int axis = 0; axis < 8; axis++)
         for (int v = 0; v < axes[axis].n; v++)
@@ -249,8 +248,8 @@ START_TEST(sample_covers_every_axis_value)
                           (long long)axes[axis].vals[v], (unsigned)tu_seed());
     for (int i = 0; i < g_n_random; i++) {
         const config *c = &g_random[i];
-        ck_assert_msg(c->h_q % c->h_kv == 0, "problem %d: h_kv %lld does not divide h_q %lld",
-                      i, (long long)c->h_kv, (long long)c->h_q);
+        ck_assert_msg(c->h_q % c->h_kv == 0, "problem %d: h_kv %lld does not divide h_q %lld", i,
+                      (long long)c->h_kv, (long long)c->h_q);
     }
 }
 END_TEST
@@ -259,17 +258,16 @@ END_TEST
 
 static const int64_t NONSQUARE[][4] = {
     /* n_q, n_kv, d_k, d_v */
-    {1, 257, 64, 64}, {257, 1, 8, 3},   {2, 129, 33, 16}, {129, 2, 16, 33},
-    {7, 100, 80, 1},  {100, 7, 3, 128}, {16, 17, 128, 8}, {17, 16, 1, 80},
-    {64, 7, 16, 16},  {2, 1, 8, 8},
+    {1, 257, 64, 64}, {257, 1, 8, 3},   {2, 129, 33, 16}, {129, 2, 16, 33}, {7, 100, 80, 1},
+    {100, 7, 3, 128}, {16, 17, 128, 8}, {17, 16, 1, 80},  {64, 7, 16, 16},  {2, 1, 8, 8},
 };
 #define N_NONSQUARE ((int)(sizeof NONSQUARE / sizeof NONSQUARE[0]))
 
 START_TEST(nonsquare_every_mask)
 {
     const int64_t *s = NONSQUARE[_i / 4];
-    config c = {2, 4, 2, s[0], s[1], s[2], s[3], (clattn_mask)AX_MASK[_i % 4], 0, 0.0f, 1.0f,
-                (_i % 4) == 2};
+    config c = {2, 4,    2,    s[0],         s[1], s[2], s[3], (clattn_mask)AX_MASK[_i % 4],
+                0, 0.0f, 1.0f, (_i % 4) == 2};
     c.seed = tu_lowbias32(tu_seed() ^ (0xA5A5u + (uint32_t)_i));
     run_config("nonsquare", _i, &c);
 }

@@ -86,7 +86,8 @@ int tu_run_suite(Suite *suite)
 
     SRunner *sr = srunner_create(suite);
     srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_VERBOSE);
+    srunner_set_log(sr, "-"); /* each result as it finishes: a crash still names its test */
+    srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     clattn_context_release(g_ctx);
@@ -142,8 +143,7 @@ int64_t tu_count(const clattn_tensor *t)
     return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
 }
 
-clattn_tensor tu_view(float *data, const int64_t shape[4], const int64_t strides[4],
-                      int64_t offset)
+clattn_tensor tu_view(float *data, const int64_t shape[4], const int64_t strides[4], int64_t offset)
 {
     clattn_tensor t = clattn_tensor_host(data, shape[0], shape[1], shape[2], shape[3]);
     memcpy(t.strides, strides, sizeof t.strides);
@@ -163,9 +163,9 @@ float *tu_pack(const clattn_tensor *t)
     return out;
 }
 
-void tu_problem_init(tu_problem *p, int64_t b, int64_t h_q, int64_t h_kv, int64_t n_q,
-                     int64_t n_kv, int64_t d_k, int64_t d_v, uint32_t seed_q, uint32_t seed_k,
-                     uint32_t seed_v, size_t tail)
+void tu_problem_init(tu_problem *p, int64_t b, int64_t h_q, int64_t h_kv, int64_t n_q, int64_t n_kv,
+                     int64_t d_k, int64_t d_v, uint32_t seed_q, uint32_t seed_k, uint32_t seed_v,
+                     size_t tail)
 {
     memset(p, 0, sizeof *p);
     p->b = b, p->h_q = h_q, p->h_kv = h_kv, p->n_q = n_q, p->n_kv = n_kv;
@@ -225,8 +225,7 @@ float *tu_reference(const tu_problem *p, const clattn_attention_desc *desc, floa
         d.weights = NULL;
     }
     clattn_status st = clattn_reference_attention(&d, &p->tq, &p->tk, &p->tv, &to);
-    ck_assert_msg(st == CLATTN_SUCCESS, "clattn_reference_attention: %s",
-                  clattn_status_string(st));
+    ck_assert_msg(st == CLATTN_SUCCESS, "clattn_reference_attention: %s", clattn_status_string(st));
     return o;
 }
 
@@ -247,8 +246,8 @@ clattn_status tu_attention_via_buffers(clattn_context *ctx, const clattn_attenti
             continue;
         cl_int err = CL_SUCCESS;
         size_t n = len[i] > 0 ? len[i] : 1;
-        mem[i] = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
-                                n * sizeof(float), host[i]->host, &err);
+        mem[i] = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof(float),
+                                host[i]->host, &err);
         ck_assert_msg(err == CL_SUCCESS, "clCreateBuffer(%zu floats) failed: %d", n, (int)err);
         view[i] = *host[i];
         view[i].host = NULL;
@@ -257,8 +256,8 @@ clattn_status tu_attention_via_buffers(clattn_context *ctx, const clattn_attenti
     clattn_attention_desc d = *desc;
     d.weights = desc->weights ? &view[4] : NULL;
     cl_event done = NULL;
-    clattn_status st = clattn_attention_enqueue(ctx, &d, &view[0], &view[1], &view[2], &view[3],
-                                                0, NULL, &done);
+    clattn_status st =
+        clattn_attention_enqueue(ctx, &d, &view[0], &view[1], &view[2], &view[3], 0, NULL, &done);
     if (st == CLATTN_SUCCESS) {
         ck_assert_msg(done != NULL, "clattn_attention_enqueue succeeded without a done event");
         ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
@@ -287,8 +286,8 @@ bool tu_within(double got, double exp, tu_tol tol)
     return fabs(got - exp) <= tol.atol + tol.rtol * fabs(exp);
 }
 
-bool tu_close(const char *what, const clattn_tensor *got, const double *exp64,
-              const float *exp32, tu_tol tol, char *msg, size_t cap)
+bool tu_close(const char *what, const clattn_tensor *got, const double *exp64, const float *exp32,
+              tu_tol tol, char *msg, size_t cap)
 {
     int64_t n_bad = 0, worst[4] = {0, 0, 0, 0}, idx = 0;
     double worst_ratio = -1.0, worst_got = 0.0, worst_exp = 0.0;
@@ -322,8 +321,7 @@ bool tu_close(const char *what, const clattn_tensor *got, const double *exp64,
     return false;
 }
 
-void tu_assert_untouched(const char *what, const float *buf, size_t begin, size_t end,
-                         float value)
+void tu_assert_untouched(const char *what, const float *buf, size_t begin, size_t end, float value)
 {
     size_t n_bad = 0, first = 0;
     for (size_t i = begin; i < end; i++)

@@ -40,8 +40,8 @@ uint32_t tu_seed(void);
 clattn_context *tu_ctx(void);
 
 /** Prints the device, creates the context, runs the suite with CK_NOFORK (OpenCL and
- *  fork() do not mix) and CK_VERBOSE, releases the context. Returns the exit status
- *  for main(): 0 when every test passed. */
+ *  fork() do not mix), each result printed as it finishes, releases the context. Returns the exit
+ * status for main(): 0 when every test passed. */
 int tu_run_suite(Suite *suite);
 
 /** The two algorithms every attention test runs. */
@@ -50,15 +50,15 @@ const char *tu_algorithm_name(clattn_algorithm a);
 const char *tu_mask_name(clattn_mask m);
 
 /** Fails the running test with the status, the call and the library's message. */
-#define TU_ASSERT_OK(status, ...)                                                          \
-    do {                                                                                   \
-        clattn_status tu_st_ = (status);                                                   \
-        if (tu_st_ != CLATTN_SUCCESS) {                                                    \
-            char tu_what_[1024];                                                           \
-            snprintf(tu_what_, sizeof tu_what_, __VA_ARGS__);                              \
-            ck_abort_msg("%s: status %d (%s): %s", tu_what_, (int)tu_st_,                  \
-                         clattn_status_string(tu_st_), clattn_last_error_message(tu_ctx())); \
-        }                                                                                  \
+#define TU_ASSERT_OK(status, ...)                                                                  \
+    do {                                                                                           \
+        clattn_status tu_st_ = (status);                                                           \
+        if (tu_st_ != CLATTN_SUCCESS) {                                                            \
+            char tu_what_[1024];                                                                   \
+            snprintf(tu_what_, sizeof tu_what_, __VA_ARGS__);                                      \
+            ck_abort_msg("%s: status %d (%s): %s", tu_what_, (int)tu_st_,                          \
+                         clattn_status_string(tu_st_), clattn_last_error_message(tu_ctx()));       \
+        }                                                                                          \
     } while (0)
 
 /* ---- tensors ----------------------------------------------------------------------- */
@@ -83,9 +83,9 @@ typedef struct tu_problem {
 } tu_problem;
 
 /** Allocates the problem; Q, K, V = gen(seed_q/k/v, packed index). */
-void tu_problem_init(tu_problem *p, int64_t b, int64_t h_q, int64_t h_kv, int64_t n_q,
-                     int64_t n_kv, int64_t d_k, int64_t d_v, uint32_t seed_q, uint32_t seed_k,
-                     uint32_t seed_v, size_t tail);
+void tu_problem_init(tu_problem *p, int64_t b, int64_t h_q, int64_t h_kv, int64_t n_q, int64_t n_kv,
+                     int64_t d_k, int64_t d_v, uint32_t seed_q, uint32_t seed_k, uint32_t seed_v,
+                     size_t tail);
 void tu_problem_free(tu_problem *p);
 /** A packed O view for the problem over `o` (b·h_q·n_q·d_v floats). */
 clattn_tensor tu_problem_o(const tu_problem *p, float *o);
@@ -124,21 +124,19 @@ bool tu_within(double got, double exp, tu_tol tol);
  *  same shape (exactly one of exp64, exp32 is non-NULL). On a mismatch writes into
  *  msg the name, the number of bad elements and the worst one (index (b, h, i, j),
  *  got, expected, tolerance) and returns false. */
-bool tu_close(const char *what, const clattn_tensor *got, const double *exp64,
-              const float *exp32, tu_tol tol, char *msg, size_t cap);
+bool tu_close(const char *what, const clattn_tensor *got, const double *exp64, const float *exp32,
+              tu_tol tol, char *msg, size_t cap);
 
-#define TU_ASSERT_CLOSE(what, got, exp64, exp32, tol)                                    \
-    do {                                                                                 \
-        char tu_msg_[768];                                                               \
-        ck_assert_msg(tu_close((what), (got), (exp64), (exp32), (tol), tu_msg_,          \
-                               sizeof tu_msg_),                                          \
-                      "%s", tu_msg_);                                                    \
+#define TU_ASSERT_CLOSE(what, got, exp64, exp32, tol)                                              \
+    do {                                                                                           \
+        char tu_msg_[1024];                                                                        \
+        ck_assert_msg(tu_close((what), (got), (exp64), (exp32), (tol), tu_msg_, sizeof tu_msg_),   \
+                      "%s", tu_msg_);                                                              \
     } while (0)
 
 /** Fails the test unless buf[begin..end) all still hold `value` (bitwise; canaries and
  *  "untouched" regions). */
-void tu_assert_untouched(const char *what, const float *buf, size_t begin, size_t end,
-                         float value);
+void tu_assert_untouched(const char *what, const float *buf, size_t begin, size_t end, float value);
 /** Fails the test if any element of the view is NaN or infinite. */
 void tu_assert_finite(const char *what, const clattn_tensor *t);
 
