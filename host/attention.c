@@ -308,8 +308,8 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
         }
     }
 
-    clattn_status st;
     if (p->algorithm == CLATTN_ALGORITHM_UNFUSED) {
+        clattn_status st;
         p->workspace_bytes = ws;
         if ((st = scores_kernel(ctx, n_q, d_k, &p->scores)) != CLATTN_SUCCESS ||
             (st = wsum_kernel(ctx, n_q, d_v, &p->wsum)) != CLATTN_SUCCESS)
