@@ -9,6 +9,7 @@
  * 2 usage error. A failing `run` writes no output file.
  */
 #include "clattn.h"
+#include "bench.h"
 #include "npy.h"
 
 #include <CL/cl_ext.h>
@@ -42,6 +43,7 @@ static const char program_usage[] =
     "  devices   list OpenCL platforms and devices (\"P:D\") with their limits\n"
     "  demo      run the seed examples on a device and compare with the CPU reference\n"
     "  run       compute attention on .npy files\n"
+    "  bench     time attention on device buffers over a list of shapes\n"
     "\n"
     "Options:\n"
     "  -h, --help   show this help; `clattn <command> --help` describes a command\n"
@@ -242,12 +244,9 @@ static int parse_command_line(const char *command, const char *usage, int argc, 
                               const option *options, size_t n_options)
 {
     switch (parse_options(command, usage, argc, argv, options, n_options)) {
-    case PARSE_OK:
-        return -1;
-    case PARSE_HELP:
-        return EXIT_SUCCESS;
-    default:
-        return EXIT_USAGE;
+    case PARSE_OK: return -1;
+    case PARSE_HELP: return EXIT_SUCCESS;
+    default: return EXIT_USAGE;
     }
 }
 
@@ -328,19 +327,15 @@ static void print_device(cl_uint p, cl_uint d, cl_device_id device, int is_defau
     size_t max_wg = 0;
     /* Core OpenCL 1.2 queries; `failed` is non-zero if any failed (CL_SUCCESS is 0), and
      * a failed query leaves its zero value. */
-    cl_int failed = clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL) |
-                    clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof compute_units,
-                                    &compute_units, NULL) |
-                    clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global_mem,
-                                    &global_mem, NULL) |
-                    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem,
-                                    &local_mem, NULL) |
-                    clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof local_type,
-                                    &local_type, NULL) |
-                    clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc,
-                                    &max_alloc, NULL) |
-                    clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg,
-                                    &max_wg, NULL);
+    cl_int failed =
+        clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL) |
+        clGetDeviceInfo(device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof compute_units, &compute_units,
+                        NULL) |
+        clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global_mem, &global_mem, NULL) |
+        clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL) |
+        clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_TYPE, sizeof local_type, &local_type, NULL) |
+        clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL) |
+        clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, NULL);
     char *name = cl_info_string(NULL, device, CL_DEVICE_NAME);
     char *version = cl_info_string(NULL, device, CL_DEVICE_VERSION);
     char *extensions = cl_info_string(NULL, device, CL_DEVICE_EXTENSIONS);
@@ -377,13 +372,12 @@ static cl_uint print_platform(cl_uint p, cl_platform_id platform, cl_device_id d
 
     cl_uint n_devices = 0;
     cl_int rc = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &n_devices);
-    cl_device_id *devices = rc == CL_SUCCESS && n_devices > 0
-                                ? malloc(n_devices * sizeof *devices)
-                                : NULL;
+    cl_device_id *devices =
+        rc == CL_SUCCESS && n_devices > 0 ? malloc(n_devices * sizeof *devices) : NULL;
     if (devices == NULL ||
         clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, n_devices, devices, NULL) != CL_SUCCESS) {
-        printf("  no devices%s\n", rc == CL_SUCCESS || rc == CL_DEVICE_NOT_FOUND ? "" :
-                                   " (clGetDeviceIDs failed)");
+        printf("  no devices%s\n",
+               rc == CL_SUCCESS || rc == CL_DEVICE_NOT_FOUND ? "" : " (clGetDeviceIDs failed)");
         free(devices);
         return 0;
     }
@@ -407,8 +401,8 @@ static int cmd_devices(int argc, char **argv)
                      "`apt-get install pocl-opencl-icd` (CPU), or a GPU vendor's OpenCL "
                      "driver.");
     }
-    cl_platform_id *platforms = cl_rc == CL_SUCCESS ? malloc(n_platforms * sizeof *platforms)
-                                                    : NULL;
+    cl_platform_id *platforms =
+        cl_rc == CL_SUCCESS ? malloc(n_platforms * sizeof *platforms) : NULL;
     if (platforms == NULL || clGetPlatformIDs(n_platforms, platforms, NULL) != CL_SUCCESS) {
         free(platforms);
         return error("clGetPlatformIDs failed (OpenCL error %d)", (int)cl_rc);
@@ -458,7 +452,7 @@ static float journey_x[6 * 3] = {
 /* Seed 003: static embeddings of "sat bank river" (and "money" for comparison). */
 static const char *const river_words[] = {"sat", "bank", "river"};
 static float river_x[3 * 4] = {
-    0.1f, 0.2f, 0.3f, 0.4f,  /* sat */
+    0.1f, 0.2f,  0.3f, 0.4f, /* sat */
     0.3f, -0.4f, 0.0f, 1.3f, /* bank */
     0.4f, -0.3f, 0.1f, 1.5f, /* river */
 };
@@ -503,12 +497,9 @@ static int visible(clattn_mask mask, int64_t i, int64_t j)
 {
     switch (mask) {
     case CLATTN_MASK_CAUSAL_TOP_LEFT:
-    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT:
-        return j <= i;
-    case CLATTN_MASK_NO_SELF:
-        return j != i;
-    default:
-        return 1;
+    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT: return j <= i;
+    case CLATTN_MASK_NO_SELF: return j != i;
+    default: return 1;
     }
 }
 
@@ -562,7 +553,8 @@ static int report_deviation(const char *what, const float *got, const float *ref
 {
     deviation dev = compare(got, ref, count);
     int bad = !(dev.max_abs <= CHECK_ATOL);
-    printf("  max |%s - reference| = %.3g%s\n", what, dev.max_abs, bad ? "  ** exceeds 1e-5 **" : "");
+    printf("  max |%s - reference| = %.3g%s\n", what, dev.max_abs,
+           bad ? "  ** exceeds 1e-5 **" : "");
     return bad;
 }
 
@@ -654,10 +646,20 @@ static int cmd_demo(int argc, char **argv)
 
     const example journey = {
         "Seed 000: \"your journey starts with one step\", Q = K = V = X (6x3), scale 1",
-        journey_words, journey_x, 6, 3, 1.0f, CLATTN_MASK_NONE};
+        journey_words,
+        journey_x,
+        6,
+        3,
+        1.0f,
+        CLATTN_MASK_NONE};
     const example river = {
         "Seed 003: \"sat bank river\", Q = K = V (3x4), scale 1/sqrt(4) = 1/2, no self-attention",
-        river_words, river_x, 3, 4, 0.5f, CLATTN_MASK_NO_SELF};
+        river_words,
+        river_x,
+        3,
+        4,
+        0.5f,
+        CLATTN_MASK_NO_SELF};
     float river_z[3 * 4];
 
     int journey_rc = run_example(ctx, &journey, NULL);
@@ -780,8 +782,7 @@ static void shape4(const int64_t *shape, int ndim, int64_t out[4])
 static int same_dim(const char *what, const char *a_path, int64_t a, const char *b_path, int64_t b)
 {
     if (a != b) {
-        error("%s: %s is %lld but %s has %lld", a_path, what, (long long)a, b_path,
-              (long long)b);
+        error("%s: %s is %lld but %s has %lld", a_path, what, (long long)a, b_path, (long long)b);
         return 0;
     }
     return 1;
@@ -795,8 +796,7 @@ static int check_shapes(const run_args *a, const npy_array *q, const npy_array *
     const npy_array *const arrays[] = {q, k, v};
     for (int i = 0; i < 3; ++i) {
         if (arrays[i]->ndim < 2) {
-            error("%s: rank 1 is not supported: need (n, d), (h, n, d) or (b, h, n, d)",
-                  paths[i]);
+            error("%s: rank 1 is not supported: need (n, d), (h, n, d) or (b, h, n, d)", paths[i]);
             return 0;
         }
         if (i > 0 && !same_dim("the rank (Q, K and V must have the same rank)", paths[i],
@@ -901,8 +901,8 @@ static int write_temporary(const char *path, const float *data, const int64_t *s
 
 /* Writes O (and W if requested) all-or-nothing: both go to temporary files first, then
  * are renamed over their destinations. */
-static int write_outputs(const run_args *a, const float *o, const int64_t *o_shape,
-                         const float *w, const int64_t *w_shape, int ndim)
+static int write_outputs(const run_args *a, const float *o, const int64_t *o_shape, const float *w,
+                         const int64_t *w_shape, int ndim)
 {
     char *tmp_o = NULL, *tmp_w = NULL;
     int rc = write_temporary(a->out, o, o_shape, ndim, &tmp_o);
@@ -910,8 +910,7 @@ static int write_outputs(const run_args *a, const float *o, const int64_t *o_sha
         rc = write_temporary(a->weights, w, w_shape, ndim, &tmp_w);
     }
     if (rc == 0 && tmp_w != NULL && rename(tmp_w, a->weights) != 0) {
-        rc = error("%s: cannot rename the temporary file onto it: %s", a->weights,
-                   strerror(errno));
+        rc = error("%s: cannot rename the temporary file onto it: %s", a->weights, strerror(errno));
     }
     if (rc == 0 && rename(tmp_o, a->out) != 0) {
         rc = error("%s: cannot rename the temporary file onto it: %s", a->out, strerror(errno));
@@ -955,8 +954,9 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
         if (desc->weights != NULL) {
             ok &= report_check("W", desc->weights->host, ref + o_count, w_count);
         }
-        rc = ok ? 0 : error("--check failed: the result is not within tolerance; nothing "
-                            "was written");
+        rc = ok ? 0
+                : error("--check failed: the result is not within tolerance; nothing "
+                        "was written");
     }
     free(ref);
     return rc;
@@ -1047,7 +1047,8 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int argc, char **argv);
-    } commands[] = {{"devices", cmd_devices}, {"demo", cmd_demo}, {"run", cmd_run}};
+    } commands[] = {
+        {"devices", cmd_devices}, {"demo", cmd_demo}, {"run", cmd_run}, {"bench", cmd_bench}};
 
     if (argc < 2) {
         fputs(program_usage, stderr);
@@ -1067,7 +1068,6 @@ int main(int argc, char **argv)
             return commands[i].run(argc - 2, argv + 2);
         }
     }
-    return usage_error("clattn", command[0] == '-' ? "unknown option '%s'"
-                                                   : "unknown command '%s'",
+    return usage_error("clattn", command[0] == '-' ? "unknown option '%s'" : "unknown command '%s'",
                        command);
 }

@@ -234,7 +234,8 @@ static int parse_entry(cursor *c, const char *name, header *h, unsigned *seen, c
         return malformed(c, name, "a quoted key", err, errlen);
     }
     unsigned which = 0;
-    while (which < 3 && !(strlen(keys[which]) == key_len && memcmp(keys[which], key, key_len) == 0)) {
+    while (which < 3 &&
+           !(strlen(keys[which]) == key_len && memcmp(keys[which], key, key_len) == 0)) {
         ++which;
     }
     if (which == 3) {
@@ -266,14 +267,13 @@ static int parse_entry(cursor *c, const char *name, header *h, unsigned *seen, c
             return malformed(c, name, "True or False for 'fortran_order'", err, errlen);
         }
         return 0;
-    default:
-        return parse_shape(c, name, h, err, errlen);
+    default: return parse_shape(c, name, h, err, errlen);
     }
 }
 
 /* The whole dict: '{' entries '}', then only spaces and newlines. */
-static int parse_dict(const unsigned char *text, size_t len, const char *name, header *h,
-                      char *err, size_t errlen)
+static int parse_dict(const unsigned char *text, size_t len, const char *name, header *h, char *err,
+                      size_t errlen)
 {
     cursor c = {text, text, text + len};
     unsigned seen = 0;
@@ -307,8 +307,8 @@ static int parse_dict(const unsigned char *text, size_t len, const char *name, h
 /* Everything before the data: magic, version, header length, header dict, and the
  * checks of dtype, order, rank and data size. On success *data_offset is where the
  * data starts and out->shape/ndim/count are set (out->data is not). */
-static int parse_header(const char *name, const unsigned char *bytes, size_t size,
-                        npy_array *out, size_t *data_offset, char *err, size_t errlen)
+static int parse_header(const char *name, const unsigned char *bytes, size_t size, npy_array *out,
+                        size_t *data_offset, char *err, size_t errlen)
 {
     size_t magic_len = size < NPY_MAGIC_LEN ? size : NPY_MAGIC_LEN;
     if (memcmp(bytes, npy_magic, magic_len) != 0) {
@@ -387,8 +387,8 @@ static void decode_f32(float *dst, const unsigned char *src, size_t count)
 {
     for (size_t i = 0; i < count; ++i) {
         const unsigned char *b = src + 4 * i;
-        uint32_t bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                        (uint32_t)b[3] << 24;
+        uint32_t bits =
+            (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
         float value;
         memcpy(&value, &bits, sizeof value);
         memcpy(dst + i, &value, sizeof value);
@@ -436,8 +436,7 @@ int npy_parse_f32(const char *name, const unsigned char *bytes, size_t size, npy
 }
 
 /* The whole file in one malloc'd buffer (works for pipes too). */
-static int read_all(const char *path, unsigned char **bytes, size_t *size, char *err,
-                    size_t errlen)
+static int read_all(const char *path, unsigned char **bytes, size_t *size, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
@@ -511,8 +510,8 @@ void npy_free(npy_array *array)
     }
 }
 
-int npy_write_f32_stream(FILE *stream, const char *name, const float *data,
-                         const int64_t *shape, int ndim, char *err, size_t errlen)
+int npy_write_f32_stream(FILE *stream, const char *name, const float *data, const int64_t *shape,
+                         int ndim, char *err, size_t errlen)
 {
     if (name == NULL) {
         name = "(unnamed)";
@@ -566,8 +565,8 @@ int npy_write_f32_stream(FILE *stream, const char *name, const float *data,
     return 0;
 }
 
-int npy_write_f32(const char *path, const float *data, const int64_t *shape, int ndim,
-                  char *err, size_t errlen)
+int npy_write_f32(const char *path, const float *data, const int64_t *shape, int ndim, char *err,
+                  size_t errlen)
 {
     if (path == NULL) {
         return fail(err, errlen, "(null)", "invalid argument");

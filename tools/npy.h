@@ -23,10 +23,10 @@
 /** A float32 array read from a .npy file. `data` holds `count` elements in C order
  *  (malloc'd; free with npy_free()). */
 typedef struct npy_array {
-    int ndim;                     /**< 1..NPY_MAX_NDIM */
-    int64_t shape[NPY_MAX_NDIM];  /**< shape[0..ndim-1]; the rest are 1 */
-    size_t count;                 /**< product of the shape */
-    float *data;                  /**< never NULL after a successful read */
+    int ndim;                    /**< 1..NPY_MAX_NDIM */
+    int64_t shape[NPY_MAX_NDIM]; /**< shape[0..ndim-1]; the rest are 1 */
+    size_t count;                /**< product of the shape */
+    float *data;                 /**< never NULL after a successful read */
 } npy_array;
 
 /** Read the file at `path` into `out` (zeroed on failure). */
@@ -42,12 +42,12 @@ void npy_free(npy_array *array);
 
 /** Write `data` (C order, product of shape[0..ndim-1] elements, 1 <= ndim <=
  *  NPY_MAX_NDIM, dims >= 0) as a version 1.0 '<f4' file at `path`, replacing it. */
-int npy_write_f32(const char *path, const float *data, const int64_t *shape, int ndim,
-                  char *err, size_t errlen);
+int npy_write_f32(const char *path, const float *data, const int64_t *shape, int ndim, char *err,
+                  size_t errlen);
 
 /** As npy_write_f32() on an open binary stream; `name` is used in messages only. The
  *  stream is not closed; the caller must still check fclose(). */
-int npy_write_f32_stream(FILE *stream, const char *name, const float *data,
-                         const int64_t *shape, int ndim, char *err, size_t errlen);
+int npy_write_f32_stream(FILE *stream, const char *name, const float *data, const int64_t *shape,
+                         int ndim, char *err, size_t errlen);
 
 #endif /* CLATTN_NPY_H */

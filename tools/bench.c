@@ -1,0 +1,451 @@
+#define _POSIX_C_SOURCE 200809L
+/* `clattn bench`: device and wall time of attention calls over a list of shapes, and
+ * the device's f32 FMA peak as the ceiling they are compared with. */
+#include "bench.h"
+
+#include <clattn.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char bench_usage[] =
+    "Usage: clattn bench [--shapes LIST] [--reps N] [--warmup N] [--json] [--peak]\n"
+    "                    [--device SPEC]\n"
+    "\n"
+    "Times attention on device buffers (the enqueue API) and prints, per case, the\n"
+    "median and spread of the device time (OpenCL profiling events) and of the wall\n"
+    "time, GFLOP/s counted as 2*n_q*n_kv*(d_k + d_v) per head (halved for causal\n"
+    "masks), GB/s of compulsory traffic (Q, K, V read and O written once; the unfused\n"
+    "algorithm also makes 6 passes over the n_q x n_kv score matrix) and the device\n"
+    "memory the call itself allocates (its workspace).\n"
+    "\n"
+    "Options:\n"
+    "  --shapes LIST   cases separated by ';', each b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg]]\n"
+    "                  with mask none|causal|causal-bottom-right|no-self and alg\n"
+    "                  fused|unfused|both (default both); default: the CPU set\n"
+    "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
+    "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
+    "                  1,32,32,1,8192,128,128 (decode)\n"
+    "  --reps N        timed runs per case (default 5)\n"
+    "  --warmup N      untimed runs first (default 1; the first also builds programs)\n"
+    "  --json          one JSON object per case on stdout, in a JSON array\n"
+    "  --peak          also measure the device's f32 FMA peak (independent float16\n"
+    "                  accumulators) and print each case as a fraction of it\n"
+    "  --device SPEC   \"P:D\" or a device-name substring (default: CLATTN_DEVICE, else\n"
+    "                  the first GPU, else the first device)\n"
+    "  -h, --help      show this help\n";
+
+static const char default_shapes[] = "1,8,8,1024,1024,64,64;1,8,8,4096,4096,64,64;"
+                                     "1,1,1,4096,4096,128,128;1,8,8,4096,4096,64,64,causal;"
+                                     "1,32,32,1,8192,128,128";
+
+typedef struct bench_case {
+    int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
+    clattn_mask mask;
+    clattn_algorithm algorithm;
+} bench_case;
+
+typedef struct stats {
+    double median, min, max;
+} stats;
+
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("clattn bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+static const char *mask_name(clattn_mask m)
+{
+    static const char *const names[] = {"none", "causal", "causal-bottom-right", "no-self"};
+    return (unsigned)m < 4 ? names[m] : "?";
+}
+
+static int parse_mask(const char *s, clattn_mask *out)
+{
+    for (int m = 0; m < 4; m++)
+        if (strcmp(s, mask_name((clattn_mask)m)) == 0) {
+            *out = (clattn_mask)m;
+            return 0;
+        }
+    return -1;
+}
+
+/* Parses LIST into cases (an algorithm "both" gives two cases). Returns the count, or
+ * -1 with a message. */
+static int parse_shapes(const char *list, bench_case *cases, int max)
+{
+    char *copy = malloc(strlen(list) + 1);
+    if (!copy)
+        return fail("out of memory"), -1;
+    strcpy(copy, list);
+    int n = 0;
+    char *save = NULL;
+    for (char *spec = strtok_r(copy, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
+        while (*spec == ' ')
+            spec++;
+        if (!*spec)
+            continue;
+        bench_case c = {0};
+        char mask[32] = "none", alg[16] = "both";
+        long long v[7];
+        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15s", &v[0], &v[1],
+                         &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg);
+        int bad = got < 7 || parse_mask(mask, &c.mask) != 0;
+        for (int i = 0; i < 7 && !bad; i++)
+            bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
+        if (!bad) {
+            c.b = v[0], c.h_q = v[1], c.h_kv = v[2], c.n_q = v[3], c.n_kv = v[4];
+            c.d_k = v[5], c.d_v = v[6];
+        }
+        const int both = strcmp(alg, "both") == 0;
+        if (!bad && !both && strcmp(alg, "fused") != 0 && strcmp(alg, "unfused") != 0)
+            bad = 1;
+        if (bad || n + 1 + both > max) {
+            fail("bad --shapes entry '%s' (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg]], at most "
+                 "%d cases)",
+                 spec, max);
+            free(copy);
+            return -1;
+        }
+        if (both || strcmp(alg, "fused") == 0) {
+            c.algorithm = CLATTN_ALGORITHM_FUSED;
+            cases[n++] = c;
+        }
+        if (both || strcmp(alg, "unfused") == 0) {
+            c.algorithm = CLATTN_ALGORITHM_UNFUSED;
+            cases[n++] = c;
+        }
+    }
+    free(copy);
+    if (n == 0)
+        return fail("--shapes names no case"), -1;
+    return n;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static stats summarize(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    stats s = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
+    return s;
+}
+
+/* A device buffer of `count` floats filled with values in [-1, 1). */
+static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t count, unsigned seed)
+{
+    const size_t n = (size_t)(count > 0 ? count : 1);
+    float *host = malloc(n * sizeof *host);
+    if (!host)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        host[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, n * sizeof *host, NULL, &err);
+    if (m && clEnqueueWriteBuffer(queue, m, CL_TRUE, 0, n * sizeof *host, host, 0, NULL, NULL) !=
+                 CL_SUCCESS) {
+        clReleaseMemObject(m);
+        m = NULL;
+    }
+    free(host);
+    return m;
+}
+
+static double event_ns(cl_event e, cl_profiling_info what)
+{
+    cl_ulong t = 0;
+    clGetEventProfilingInfo(e, what, sizeof t, &t, NULL);
+    return (double)t;
+}
+
+typedef struct result {
+    stats device_ms, wall_ms;
+    double gflops, gbytes_per_s;
+    size_t workspace_bytes;
+} result;
+
+static int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, result *res,
+                     char *plan_reason, size_t reason_len)
+{
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
+    cl_mem mq = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_k, 1);
+    cl_mem mk = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_k, 2);
+    cl_mem mv = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_v, 3);
+    cl_mem mo = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_v, 4);
+    double *dev = calloc((size_t)reps, sizeof *dev), *wall = calloc((size_t)reps, sizeof *wall);
+    int rc = 0;
+    if (!mq || !mk || !mv || !mo || !dev || !wall) {
+        rc = fail("cannot allocate the operands of %lldx%lldx%lld", (long long)c->b,
+                  (long long)c->h_q, (long long)c->n_q);
+        goto done;
+    }
+    clattn_tensor q = clattn_tensor_buffer(mq, c->b, c->h_q, c->n_q, c->d_k);
+    clattn_tensor k = clattn_tensor_buffer(mk, c->b, c->h_kv, c->n_kv, c->d_k);
+    clattn_tensor v = clattn_tensor_buffer(mv, c->b, c->h_kv, c->n_kv, c->d_v);
+    clattn_tensor o = clattn_tensor_buffer(mo, c->b, c->h_q, c->n_q, c->d_v);
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.mask = c->mask;
+    desc.algorithm = c->algorithm;
+    clattn_plan plan;
+    clattn_status st = clattn_attention_plan(ctx, &desc, &q, &k, &v, &o, &plan);
+    if (st != CLATTN_SUCCESS) {
+        rc = fail("plan: %s: %s", clattn_status_string(st), clattn_last_error_message(ctx));
+        goto done;
+    }
+    snprintf(plan_reason, reason_len, "%s", plan.reason);
+    for (int r = -warmup; r < reps; r++) {
+        cl_event start = NULL, end = NULL;
+        const double t0 = now_s();
+        cl_int err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start);
+        st = err == CL_SUCCESS
+                 ? clattn_attention_enqueue(ctx, &desc, &q, &k, &v, &o, 1, &start, &end)
+                 : CLATTN_ERROR_OPENCL;
+        if (st == CLATTN_SUCCESS)
+            err = clWaitForEvents(1, &end);
+        const double t1 = now_s();
+        if (st == CLATTN_SUCCESS && err == CL_SUCCESS && r >= 0) {
+            /* from the marker's end (everything before it done) to the last kernel's end */
+            dev[r] = 1e-6 * (event_ns(end, CL_PROFILING_COMMAND_END) -
+                             event_ns(start, CL_PROFILING_COMMAND_END));
+            wall[r] = 1e3 * (t1 - t0);
+        }
+        if (start)
+            clReleaseEvent(start);
+        if (end)
+            clReleaseEvent(end);
+        if (st != CLATTN_SUCCESS || err != CL_SUCCESS) {
+            rc =
+                fail("attention: %s: %s", clattn_status_string(st), clattn_last_error_message(ctx));
+            goto done;
+        }
+    }
+    res->device_ms = summarize(dev, reps);
+    res->wall_ms = summarize(wall, reps);
+    const double heads = (double)(c->b * c->h_q);
+    double flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(c->d_k + c->d_v);
+    if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
+        flop /= 2;
+    double bytes = 4.0 * ((double)(c->b * c->h_q * c->n_q) * (double)(c->d_k + c->d_v) +
+                          (double)(c->b * c->h_kv * c->n_kv) * (double)(c->d_k + c->d_v));
+    if (plan.algorithm == CLATTN_ALGORITHM_UNFUSED)
+        bytes += 6.0 * 4.0 * heads * (double)c->n_q * (double)c->n_kv;
+    res->gflops = flop / (res->device_ms.median * 1e6);
+    res->gbytes_per_s = bytes / (res->device_ms.median * 1e6);
+    res->workspace_bytes = plan.workspace_bytes;
+done:
+    free(dev);
+    free(wall);
+    cl_mem all[4] = {mq, mk, mv, mo};
+    for (int i = 0; i < 4; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    return rc;
+}
+
+/* An FMA micro-benchmark: each work-item keeps 8 independent float16 accumulators, so
+ * the chain latency hides behind throughput; FLOP = items · iterations · 8 · 16 · 2. */
+static const char peak_source[] =
+    "__kernel void fma_peak(__global float *out, int iters, float a, float b)\n"
+    "{\n"
+    "    float16 x0 = (float16)(get_global_id(0)), x1 = x0 + 1.0f, x2 = x0 + 2.0f,\n"
+    "            x3 = x0 + 3.0f, x4 = x0 + 4.0f, x5 = x0 + 5.0f, x6 = x0 + 6.0f,\n"
+    "            x7 = x0 + 7.0f;\n"
+    "    for (int i = 0; i < iters; i++) {\n"
+    "        x0 = fma(x0, a, b); x1 = fma(x1, a, b); x2 = fma(x2, a, b);\n"
+    "        x3 = fma(x3, a, b); x4 = fma(x4, a, b); x5 = fma(x5, a, b);\n"
+    "        x6 = fma(x6, a, b); x7 = fma(x7, a, b);\n"
+    "    }\n"
+    "    float16 s = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7));\n"
+    "    out[get_global_id(0)] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 +\n"
+    "                            s.s8 + s.s9 + s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
+    "}\n";
+
+/* GFLOP/s of the FMA kernel: the median of 5 runs; 0 on failure. */
+static double measure_peak(clattn_context *ctx)
+{
+    cl_context cl_ctx;
+    cl_device_id dev;
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
+    cl_uint units = 1;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    const size_t local = 8, global = local * units * ((type & CL_DEVICE_TYPE_GPU) ? 2048 : 16);
+    const cl_int iters = (type & CL_DEVICE_TYPE_GPU) ? 4096 : 65536;
+    const char *src = peak_source;
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, &err);
+    if (err == CL_SUCCESS)
+        err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
+    cl_kernel kern = err == CL_SUCCESS ? clCreateKernel(prog, "fma_peak", &err) : NULL;
+    cl_mem out = err == CL_SUCCESS
+                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
+                     : NULL;
+    const cl_float a = 0.999f, b = 0.001f;
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 0, sizeof out, &out) |
+              clSetKernelArg(kern, 1, sizeof iters, &iters) |
+              clSetKernelArg(kern, 2, sizeof a, &a) | clSetKernelArg(kern, 3, sizeof b, &b);
+    double gflops[5];
+    int runs = 0;
+    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
+        cl_event e;
+        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
+        if (err == CL_SUCCESS)
+            err = clWaitForEvents(1, &e);
+        if (err == CL_SUCCESS && r > 0) { /* the first run compiles for this local size */
+            double ns =
+                event_ns(e, CL_PROFILING_COMMAND_END) - event_ns(e, CL_PROFILING_COMMAND_START);
+            gflops[runs++] = (double)global * iters * 8 * 16 * 2 / ns;
+        }
+        if (err == CL_SUCCESS)
+            clReleaseEvent(e);
+    }
+    if (out)
+        clReleaseMemObject(out);
+    if (kern)
+        clReleaseKernel(kern);
+    if (prog)
+        clReleaseProgram(prog);
+    return runs ? summarize(gflops, runs).median : 0.0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *shapes = default_shapes, *device = NULL;
+    int reps = 5, warmup = 1, json = 0, peak = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const int has_value = i + 1 < argc;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(bench_usage, stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--peak") == 0) {
+            peak = 1;
+        } else if (strcmp(a, "--shapes") == 0 && has_value) {
+            shapes = argv[++i];
+        } else if (strcmp(a, "--device") == 0 && has_value) {
+            device = argv[++i];
+        } else if ((strcmp(a, "--reps") == 0 || strcmp(a, "--warmup") == 0) && has_value) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < (a[2] == 'r' ? 1 : 0) || n > 1000) {
+                fprintf(stderr, "clattn bench: bad %s '%s'\n", a, argv[i]);
+                return 2;
+            }
+            *(a[2] == 'r' ? &reps : &warmup) = (int)n;
+        } else {
+            fprintf(stderr, "clattn bench: unknown or incomplete option '%s'\n%s", a, bench_usage);
+            return 2;
+        }
+    }
+    bench_case cases[64];
+    const int n_cases = parse_shapes(shapes, cases, 64);
+    if (n_cases < 0)
+        return 2;
+
+    clattn_context_options opt = {0};
+    opt.device = device;
+    clattn_context *ctx;
+    clattn_status st = clattn_context_create(&opt, &ctx);
+    if (st != CLATTN_SUCCESS)
+        return fail("%s", clattn_last_error_message(NULL));
+    cl_device_id dev;
+    clattn_context_get_cl(ctx, NULL, &dev, NULL);
+    char name[256] = "", version[256] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof version - 1, version, NULL);
+    const double peak_gflops = peak ? measure_peak(ctx) : 0.0;
+    const int progress = !json && isatty(STDERR_FILENO);
+
+    if (json)
+        printf("[\n");
+    else {
+        printf("device: %s (driver %s), clattn %s, %d timed runs after %d warm-up\n", name, version,
+               clattn_version(), reps, warmup);
+        if (peak)
+            printf("f32 FMA peak (float16 x 8 accumulators): %.1f GFLOP/s\n", peak_gflops);
+        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %10s %17s %10s %8s %7s %10s%s\n", "b",
+               "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "device_ms", "[min-max]",
+               "wall_ms", "GFLOP/s", "GB/s", "workspace", peak ? "  of peak" : "");
+    }
+    int rc = 0;
+    for (int i = 0; i < n_cases; i++) {
+        const bench_case *c = &cases[i];
+        if (progress)
+            fprintf(stderr, "\r[%d/%d] %lldx%lldx%lld d=%lld %s %s ...", i + 1, n_cases,
+                    (long long)c->b, (long long)c->h_q, (long long)c->n_q, (long long)c->d_k,
+                    mask_name(c->mask),
+                    c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused");
+        result r = {0};
+        char reason[256] = "";
+        if (time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0) {
+            rc = 1;
+            continue;
+        }
+        if (progress)
+            fprintf(stderr, "\r%60s\r", "");
+        const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
+        if (json) {
+            printf(
+                "  {\"device\": \"%s\", \"b\": %lld, \"h_q\": %lld, \"h_kv\": %lld, \"n_q\": %lld, "
+                "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
+                "\"algorithm\": \"%s\", \"device_ms\": {\"median\": %.6g, \"min\": %.6g, "
+                "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
+                "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
+                "\"peak_gflops\": %.6g, \"plan\": \"%s\"}%s\n",
+                name, (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
+                (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask), alg,
+                r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
+                r.wall_ms.min, r.wall_ms.max, r.gflops, r.gbytes_per_s, r.workspace_bytes,
+                peak_gflops, reason, i + 1 < n_cases ? "," : "");
+        } else {
+            char spread[32];
+            snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
+            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-8s %-8s %10.3f %17s "
+                   "%10.3f %8.1f %7.1f %10zu",
+                   (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
+                   (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
+                   c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ? "causal-br" : mask_name(c->mask),
+                   alg, r.device_ms.median, spread, r.wall_ms.median, r.gflops, r.gbytes_per_s,
+                   r.workspace_bytes);
+            if (peak && peak_gflops > 0)
+                printf("  %7.1f%%", 100.0 * r.gflops / peak_gflops);
+            printf("\n");
+        }
+        fflush(stdout);
+    }
+    if (json)
+        printf("]\n");
+    clattn_context_release(ctx);
+    return rc;
+}
