@@ -1,8 +1,9 @@
 #!/bin/sh
 # End-to-end tests of the `clattn` program: demo, run (round trips, ranks, masks,
-# weights, --check), usage errors, and malformed inputs that must fail without
-# touching an existing output file. Needs only POSIX sh, od, awk, cmp and mktemp:
-# the .npy inputs are written here with printf.
+# weights, --check), usage errors, malformed inputs that must fail without touching
+# an existing output file, and outputs that must never be replaced (inputs, folders,
+# symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, ln, mkfifo and
+# mktemp: the .npy inputs are written here with printf.
 #
 # Usage: CLATTN_BIN=path/to/clattn sh tests/test_cli.sh
 #
@@ -71,14 +72,14 @@ npy() {
     { npy_header "$descr" "$shape"; f32 "$@"; } >"$file"
 }
 
-# Seed 000: X (6x3), "your journey starts with one step".
+# Example 1 of the demo: X (6x3), "your journey starts with one step".
 X="3edc28f6 3e19999a 3f63d70a 3f0ccccd 3f5eb852 3f28f5c3 3f11eb85 3f59999a 3f23d70a
    3e6147ae 3f147ae1 3ea8f5c3 3f451eb8 3e800000 3dcccccd 3d4ccccd 3f4ccccd 3f0ccccd"
-# Seed 003: sat, bank, river (3x4).
+# Example 2 of the demo: sat, bank, river (3x4).
 R="3dcccccd 3e4ccccd 3e99999a 3ecccccd 3e99999a becccccd 00000000 3fa66666
    3ecccccd be99999a 3dcccccd 3fc00000"
 
-# float64 results of the seed examples (tests/cases/seed_examples.json)
+# float64 results of the two examples (tests/cases/seed_examples.json)
 X_Z="0.4420593986 0.5930985621 0.5789890707 0.4418657479 0.651481978 0.5683088877
      0.443127512 0.649594579 0.5670730577 0.4303897328 0.6298280621 0.55102706
      0.4671017295 0.5909927255 0.526596524 0.4177244739 0.6503232057 0.5645352171"
@@ -151,6 +152,16 @@ expect_rc "missing --v" 2
 expect_text "missing --v" "$tmp/err" "missing --v"
 run_clattn demo --frob
 expect_rc "demo unknown option" 2
+run_clattn demo --device ""
+expect_rc "demo empty --device" 2
+expect_text "demo empty --device" "$tmp/err" "option '--device' needs a non-empty value"
+run_clattn demo --device 0:0 --device 0:0
+expect_rc "demo repeated --device" 2
+expect_text "demo repeated --device" "$tmp/err" "option '--device' is given more than once"
+run_clattn demo --help
+expect_text "demo --help" "$tmp/out" 'Example 1: "your journey starts with one step"'
+expect_text "demo --help" "$tmp/out" 'Example 2: "sat bank river"'
+if grep -q -i seed "$tmp/out"; then fail "demo --help: mentions seeds"; else pass; fi
 
 run_clattn devices
 expect_rc "devices" 0
@@ -167,10 +178,13 @@ expect_text "demo" "$tmp/out" "bank 0.2973 0.0000 0.7027"
 expect_text "demo" "$tmp/out" "cos(bank output, money) = 0.959816"
 expect_text "demo" "$tmp/out" "cos(bank output, river) = 0.995579"
 expect_text "demo" "$tmp/out" "Z fused - reference"
+expect_text "demo" "$tmp/out" 'Example 1: "your journey starts with one step"'
+expect_text "demo" "$tmp/out" 'Example 2: "sat bank river"'
+if grep -q -i seed "$tmp/out"; then fail "demo: mentions seeds"; else pass; fi
 
 # ---- run: round trips ----------------------------------------------------------
 
-# run_6x3 FILE ARGS...: `clattn run` with Q = K = V = FILE, scale 1 (as in seed 000).
+# run_6x3 FILE ARGS...: `clattn run` with Q = K = V = FILE, scale 1 (as in example 1).
 run_6x3() {
     file=$tmp/$1
     shift
@@ -218,7 +232,7 @@ run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --scale=1 
 expect_rc "run GQA" 0
 expect_values "run GQA" "$tmp/o2h.npy" "$X_Z $X_Z"
 
-# seed 003: default scale 1/sqrt(4), no-self mask
+# example 2: default scale 1/sqrt(4), no-self mask
 run_clattn run --q "$tmp/r.npy" --k "$tmp/r.npy" --v "$tmp/r.npy" --mask no-self \
     --out "$tmp/ro.npy" --weights "$tmp/rw.npy" --check
 expect_rc "run no-self" 0
@@ -254,11 +268,21 @@ printf 'PK\003\004 not an npy file at all' >"$tmp/zip.npy"
 
 # expect_failure NAME STATUS FILE TEXT ARGS...: `clattn run ARGS` exits with STATUS,
 # its message names FILE and contains TEXT, and the existing outputs keep.npy and
-# keepw.npy (the defaults of --out and --weights; ARGS may override them) are unchanged.
+# keepw.npy (the defaults of --out and --weights, added unless ARGS has them) are
+# unchanged.
 expect_failure() {
     name=$1 status=$2 file=$3 text=$4
     shift 4
-    run_clattn run --out "$tmp/keep.npy" --weights "$tmp/keepw.npy" "$@"
+    has_out=0 has_weights=0
+    for arg in "$@"; do
+        case $arg in
+        --out | --out=*) has_out=1 ;;
+        --weights | --weights=*) has_weights=1 ;;
+        esac
+    done
+    if [ "$has_out" -eq 0 ]; then set -- "$@" --out "$tmp/keep.npy"; fi
+    if [ "$has_weights" -eq 0 ]; then set -- "$@" --weights "$tmp/keepw.npy"; fi
+    run_clattn run "$@"
     expect_rc "$name" "$status"
     expect_text "$name" "$tmp/err" "$file"
     expect_text "$name" "$tmp/err" "$text"
@@ -288,13 +312,117 @@ expect_failure "missing file" 1 "$tmp/nonexistent.npy" "cannot open" --q "$x" --
 expect_failure "K/V rows differ" 1 "$tmp/v5.npy" "n_kv" --q "$x" --k "$x" --v "$tmp/v5.npy"
 expect_failure "d_k differs" 1 "$tmp/k4.npy" "d_k" --q "$x" --k "$tmp/k4.npy" --v "$tmp/k4.npy"
 expect_failure "rank differs" 1 "$tmp/x3.npy" "rank" --q "$x" --k "$tmp/x3.npy" --v "$tmp/x3.npy"
-expect_failure "rank 1" 1 "$tmp/rank1.npy" "rank 1" --q "$tmp/rank1.npy" --k "$x" --v "$x"
+expect_failure "rank 1" 1 "$tmp/rank1.npy" "rank 1 is not supported (need (n, d), (h, n, d) or (b, h, n, d))" \
+    --q "$tmp/rank1.npy" --k "$x" --v "$x"
 expect_failure "bad mask" 2 "--mask" "unknown --mask 'diagonal'" --q "$x" --k "$x" --v "$x" --mask diagonal
 expect_failure "bad scale" 2 "--scale" "not a finite float32" --q "$x" --k "$x" --v "$x" --scale 1e99
 expect_failure "fused weights" 2 "--weights" "needs --algorithm auto or unfused" \
     --q "$x" --k "$x" --v "$x" --algorithm fused
 expect_failure "output folder missing" 1 "$tmp/no/dir/o.npy" "temporary file" \
     --q "$x" --k "$x" --v "$x" --out "$tmp/no/dir/o.npy"
+expect_failure "weights folder missing" 1 "$tmp/no/dir/w.npy" "temporary file" \
+    --q "$x" --k "$x" --v "$x" --weights "$tmp/no/dir/w.npy"
+
+# zero heads and zero head dimensions, ranks 0 and 5 (rejected with messages that say
+# what is accepted)
+npy "$tmp/h0.npy" '<f4' '(0, 6, 3)'
+npy "$tmp/d0.npy" '<f4' '(6, 0)'
+npy "$tmp/rank0.npy" '<f4' '()' 3f800000
+npy "$tmp/rank5.npy" '<f4' '(1, 1, 1, 6, 3)' $X
+expect_failure "h_q = h_kv = 0" 1 "$tmp/h0.npy" "h_q is 0; heads must be at least 1" \
+    --q "$tmp/h0.npy" --k "$tmp/h0.npy" --v "$tmp/h0.npy"
+expect_failure "h_kv = 0" 1 "$tmp/h0.npy" "h_kv is 0; heads must be at least 1" \
+    --q "$tmp/x3.npy" --k "$tmp/h0.npy" --v "$tmp/h0.npy"
+expect_failure "d_k = 0" 1 "$tmp/d0.npy" "d_k is 0; head dims must be at least 1" \
+    --q "$tmp/d0.npy" --k "$tmp/d0.npy" --v "$x"
+expect_failure "d_v = 0" 1 "$tmp/d0.npy" "d_v is 0; head dims must be at least 1" \
+    --q "$x" --k "$x" --v "$tmp/d0.npy"
+expect_failure "rank 0" 1 "$tmp/rank0.npy" "rank 0 is not supported (need (n, d), (h, n, d) or (b, h, n, d))" \
+    --q "$tmp/rank0.npy" --k "$x" --v "$x"
+expect_failure "rank 5" 1 "$tmp/rank5.npy" "rank 5 is not supported (need (n, d), (h, n, d) or (b, h, n, d))" \
+    --q "$x" --k "$x" --v "$tmp/rank5.npy"
+
+# empty and repeated options are usage errors
+expect_failure "empty --out" 2 "--out" "option '--out' needs a non-empty value" \
+    --q "$x" --k "$x" --v "$x" --out ""
+expect_failure "empty --weights" 2 "--weights" "option '--weights' needs a non-empty value" \
+    --q "$x" --k "$x" --v "$x" --weights ""
+expect_failure "empty --weights=" 2 "--weights" "option '--weights' needs a non-empty value" \
+    --q "$x" --k "$x" --v "$x" --weights=
+expect_failure "empty --device" 2 "--device" "option '--device' needs a non-empty value" \
+    --q "$x" --k "$x" --v "$x" --device ""
+expect_failure "repeated --out" 2 "--out" "option '--out' is given more than once" \
+    --q "$x" --k "$x" --v "$x" --out "$tmp/keep.npy" --out "$tmp/keep.npy"
+expect_failure "repeated --q" 2 "--q" "option '--q' is given more than once" \
+    --q "$x" --k "$x" --v "$x" --q "$x"
+expect_failure "repeated --check" 2 "--check" "option '--check' is given more than once" \
+    --q "$x" --k "$x" --v "$x" --check --check
+
+# inputs that are not regular files are rejected without being read: a FIFO without a
+# writer, a device (/dev/null rather than an endless /dev/zero, which a reader that
+# reads to the end would never finish)
+mkfifo "$tmp/fifo.npy"
+expect_failure "FIFO input" 1 "$tmp/fifo.npy" "is a FIFO (named pipe), not a regular file" \
+    --q "$x" --k "$tmp/fifo.npy" --v "$x"
+expect_failure "device input" 1 "/dev/null" "is a device, not a regular file" \
+    --q "$x" --k "$x" --v /dev/null
+
+# ---- run: outputs that must not be replaced --------------------------------------
+
+# An output that cannot be replaced fails before anything is written: here --out is a
+# folder and the existing --weights file must keep its content (and the other way).
+mkdir "$tmp/adir"
+expect_failure "--out is a folder" 1 "$tmp/adir" "is a directory, not a regular file" \
+    --q "$x" --k "$x" --v "$x" --out "$tmp/adir"
+expect_failure "--weights is a folder" 1 "$tmp/adir" "is a directory, not a regular file" \
+    --q "$x" --k "$x" --v "$x" --weights "$tmp/adir"
+if [ -d "$tmp/adir" ]; then pass; else fail "--out is a folder: the folder was replaced"; fi
+
+# symbolic links, devices and FIFOs are refused (the link, to keep.npy, stays a link)
+ln -s keep.npy "$tmp/link.npy"
+expect_failure "--out is a symbolic link" 1 "$tmp/link.npy" "is a symbolic link, not a regular file" \
+    --q "$x" --k "$x" --v "$x" --out "$tmp/link.npy"
+if [ -L "$tmp/link.npy" ]; then pass; else fail "--out is a symbolic link: the link was replaced"; fi
+# As root, a program that replaced devices would replace /dev/null itself: use a copy
+# of it in $tmp then (skipped if mknod is not allowed).
+dev=/dev/null
+if [ "$(id -u)" -eq 0 ]; then
+    dev=$tmp/null
+    mknod "$dev" c 1 3 2>/dev/null || dev=
+fi
+if [ -n "$dev" ]; then
+    expect_failure "--out is a device" 1 "$dev" "is a device, not a regular file" \
+        --q "$x" --k "$x" --v "$x" --out "$dev"
+    if [ -c "$dev" ]; then pass; else fail "--out is a device: $dev is no longer a device"; fi
+fi
+mkfifo "$tmp/fifo-out.npy"
+expect_failure "--weights is a FIFO" 1 "$tmp/fifo-out.npy" "is a FIFO (named pipe), not a regular file" \
+    --q "$x" --k "$x" --v "$x" --weights "$tmp/fifo-out.npy"
+if [ -p "$tmp/fifo-out.npy" ]; then pass; else fail "--weights is a FIFO: the FIFO was replaced"; fi
+
+# an output that names an input (by the same or another path, or a hard link), or the
+# other output, is a usage error and the input is kept
+cp "$x" "$tmp/qc.npy"
+ln "$tmp/qc.npy" "$tmp/qc-link.npy"
+expect_failure "--out is --q" 2 "--out '$tmp/qc.npy' is the same file as --q" "would destroy an input" \
+    --q "$tmp/qc.npy" --k "$x" --v "$x" --out "$tmp/qc.npy"
+expect_failure "--out is --k (other path)" 2 "--out '$tmp/./qc.npy' is the same file as --k" \
+    "would destroy an input" --q "$x" --k "$tmp/qc.npy" --v "$x" --out "$tmp/./qc.npy"
+expect_failure "--weights is --v (hard link)" 2 "--weights '$tmp/qc-link.npy' is the same file as --v" \
+    "would destroy an input" --q "$x" --k "$x" --v "$tmp/qc.npy" --weights "$tmp/qc-link.npy"
+if cmp -s "$x" "$tmp/qc.npy"; then pass; else fail "--out is an input: the input was changed"; fi
+expect_failure "--out is --weights" 2 "--weights '$tmp/./new.npy'" "name the same file" \
+    --q "$x" --k "$x" --v "$x" --out "$tmp/new.npy" --weights "$tmp/./new.npy"
+expect_failure "--out is --weights (existing)" 2 "--weights '$tmp/keep.npy'" "name the same file" \
+    --q "$x" --k "$x" --v "$x" --weights "$tmp/keep.npy"
+if [ -e "$tmp/new.npy" ]; then fail "--out is --weights: new.npy was written"; else pass; fi
+
+# the same inputs with ordinary outputs still work, and replace both existing outputs
+run_clattn run --q "$tmp/qc.npy" --k "$tmp/qc-link.npy" --v "$x" --scale 1 \
+    --out "$tmp/keep.npy" --weights "$tmp/keepw.npy"
+expect_rc "replace both outputs" 0
+expect_values "replace both outputs (O)" "$tmp/keep.npy" "$X_Z"
+expect_values "replace both outputs (W)" "$tmp/keepw.npy" "$X_W"
 
 echo "test_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

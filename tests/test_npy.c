@@ -1,7 +1,7 @@
 /* The .npy reader and writer of tools/npy.c: round trips of every supported rank,
  * the writer's header layout, versions 2.0 and 3.0, and every kind of malformed file
  * rejected with a message that names the file. No OpenCL needed. */
-#define _POSIX_C_SOURCE 200809L /* mkdtemp, opendir */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, opendir, mkfifo */
 
 #include "npy.h"
 
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmp_dir[4096];
@@ -408,6 +409,55 @@ START_TEST(test_io_errors)
 }
 END_TEST
 
+/* Inputs that are not regular files are rejected without being read: a FIFO (which has
+ * no writer: a blocking open or read would hang), a device (/dev/null here: a reader
+ * that reads to the end first would never finish /dev/zero) and a directory. Each
+ * message names the file. */
+START_TEST(test_special_files)
+{
+    const char *fifo = tmp_path("fifo.npy");
+    ck_assert_msg(mkfifo(fifo, 0600) == 0, "mkfifo %s failed", fifo);
+    expect_read_error(fifo, "is a FIFO (named pipe), not a regular file");
+    remove(fifo);
+    if (access("/dev/null", R_OK) == 0) {
+        expect_read_error("/dev/null", "is a device, not a regular file");
+    }
+    expect_read_error(tmp_dir, "is a directory, not a regular file");
+}
+END_TEST
+
+/* npy_read_f32_rank(): a minimum rank, and the description of the accepted ranks in
+ * the message. */
+START_TEST(test_min_rank)
+{
+    static const char ranks[] = "(n, d), (h, n, d) or (b, h, n, d)";
+    char err[512] = "";
+    npy_array a;
+    const char *path = make_file("rank1.npy", 1, 0, STD_DICT("<f4", "False", "(2,)"), 8);
+    ck_assert_msg(npy_read_f32(path, &a, err, sizeof err) == 0, "%s", err);
+    npy_free(&a);
+    ck_assert_int_ne(npy_read_f32_rank(path, 2, ranks, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "rank1.npy: rank 1 is not supported (need (n, d), (h, n, d) or "
+                              "(b, h, n, d))") != NULL,
+                  "%s", err);
+    ck_assert_ptr_null(a.data);
+
+    path = make_file("rank5.npy", 1, 0, STD_DICT("<f4", "False", "(1, 1, 1, 1, 2)"), 8);
+    ck_assert_int_ne(npy_read_f32_rank(path, 2, ranks, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "rank 5 is not supported (need (n, d),") != NULL, "%s", err);
+    ck_assert_int_ne(npy_read_f32(path, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "rank 5 is not supported (need 1 to 4 dimensions)") != NULL, "%s",
+                  err);
+
+    path = make_file("rank2.npy", 1, 0, STD_DICT("<f4", "False", "(2, 1)"), 8);
+    ck_assert_msg(npy_read_f32_rank(path, 2, ranks, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(a.ndim, 2);
+    npy_free(&a);
+    ck_assert_int_ne(npy_read_f32_rank(path, 0, ranks, &a, err, sizeof err), 0);
+    ck_assert_int_ne(npy_read_f32_rank(path, 5, ranks, &a, err, sizeof err), 0);
+}
+END_TEST
+
 /* ---- main --------------------------------------------------------------------------- */
 
 static void remove_tmp_dir(void)
@@ -447,6 +497,8 @@ int main(void)
     tcase_add_test(tc, test_bad_magic_and_truncation);
     tcase_add_test(tc, test_prefixes_and_mutations);
     tcase_add_test(tc, test_io_errors);
+    tcase_add_test(tc, test_special_files);
+    tcase_add_test(tc, test_min_rank);
     suite_add_tcase(suite, tc);
 
     SRunner *runner = srunner_create(suite);

@@ -2,12 +2,14 @@
  * clattn — command-line front end of the clattn library.
  *
  *   clattn devices   list OpenCL platforms and devices with their limits
- *   clattn demo      run the two seed examples and compare with the CPU reference
+ *   clattn demo      run two worked examples and compare with the CPU reference
  *   clattn run       attention on .npy files
  *
  * Exit status: 0 success, 1 failure (bad file, library error, failed check),
  * 2 usage error. A failing `run` writes no output file.
  */
+#define _POSIX_C_SOURCE 200809L /* lstat, stat, access, link */
+
 #include "clattn.h"
 #include "bench.h"
 #include "npy.h"
@@ -20,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #if defined(__GNUC__)
 #define CLI_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
@@ -41,7 +46,7 @@ static const char program_usage[] =
     "\n"
     "Commands:\n"
     "  devices   list OpenCL platforms and devices (\"P:D\") with their limits\n"
-    "  demo      run the seed examples on a device and compare with the CPU reference\n"
+    "  demo      run two worked examples on a device and compare with the CPU reference\n"
     "  run       compute attention on .npy files\n"
     "  bench     time attention on device buffers over a list of shapes\n"
     "\n"
@@ -65,11 +70,14 @@ static const char devices_usage[] =
 static const char demo_usage[] =
     "Usage: clattn demo [--device SPEC]\n"
     "\n"
-    "Runs the two worked examples of the seed texts through the library and prints\n"
-    "their scores, weights and outputs: the 6x3 \"your journey starts with one step\"\n"
-    "matrix (Q = K = V = X, scale 1) and \"sat bank river\" (scale 1/2, no query attends\n"
-    "itself). Compares both algorithms (unfused, fused) with the CPU reference and\n"
-    "exits 1 if any value deviates by more than 1e-5.\n"
+    "Runs two worked examples through the library and prints their scores, weights\n"
+    "and outputs:\n"
+    "  Example 1: \"your journey starts with one step\", six words embedded as a 6x3\n"
+    "             matrix X; Q = K = V = X, scale 1\n"
+    "  Example 2: \"sat bank river\", 3x4 embeddings; scale 1/2, no word attends\n"
+    "             itself; the output of \"bank\" is compared with \"river\" and \"money\"\n"
+    "Compares both algorithms (unfused, fused) with the CPU reference and exits 1 if\n"
+    "any value deviates by more than 1e-5.\n"
     "\n"
     "Options:\n"
     "  --device SPEC   \"P:D\" (see `clattn devices`) or a device-name substring;\n"
@@ -83,7 +91,9 @@ static const char run_usage[] =
     "float32 .npy files shaped (n, d), (h, n, d) or (b, h, n, d), all of the same rank:\n"
     "Q [b, h_q, n_q, d_k], K [b, h_kv, n_kv, d_k], V [b, h_kv, n_kv, d_v], with h_q a\n"
     "multiple of h_kv. O gets Q's rank and shape with the last dimension d_v.\n"
-    "Output files are written only on success (an existing file is otherwise kept).\n"
+    "Output files are written only on success (an existing file is otherwise kept);\n"
+    "an output must not name an input or the other output, and an existing output must\n"
+    "be a regular file (not a directory, symbolic link, device or FIFO).\n"
     "\n"
     "Options:\n"
     "  --q FILE          queries\n"
@@ -196,11 +206,12 @@ typedef struct option {
 
 enum { PARSE_OK, PARSE_HELP, PARSE_ERROR };
 
-/* Accepts "--name VALUE", "--name=VALUE" and flags; -h/--help prints `usage`. A
- * repeated option keeps its last value. */
+/* Accepts "--name VALUE", "--name=VALUE" and flags; -h/--help prints `usage`. An
+ * option given twice, or with an empty value, is a usage error. At most 32 options. */
 static int parse_options(const char *command, const char *usage, int argc, char **argv,
                          const option *options, size_t n_options)
 {
+    unsigned long seen = 0; /* bit j: options[j] was given */
     for (int i = 0; i < argc; ++i) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -209,32 +220,40 @@ static int parse_options(const char *command, const char *usage, int argc, char 
         }
         const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
         size_t name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        const option *opt = NULL;
-        for (size_t j = 0; j < n_options && opt == NULL; ++j) {
-            if (strlen(options[j].name) == name_len &&
-                strncmp(options[j].name, arg, name_len) == 0) {
-                opt = &options[j];
-            }
+        size_t j = 0;
+        while (j < n_options && !(strlen(options[j].name) == name_len &&
+                                  strncmp(options[j].name, arg, name_len) == 0)) {
+            ++j;
         }
-        if (opt == NULL) {
+        if (j == n_options) {
             usage_error(command, arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'",
                         arg);
             return PARSE_ERROR;
         }
+        const option *opt = &options[j];
+        if (seen & 1ul << j) {
+            usage_error(command, "option '%s' is given more than once", opt->name);
+            return PARSE_ERROR;
+        }
+        seen |= 1ul << j;
         if (opt->value == NULL) {
             if (eq != NULL) {
                 usage_error(command, "option '%s' takes no value", opt->name);
                 return PARSE_ERROR;
             }
             *opt->flag = 1;
-        } else if (eq != NULL) {
-            *opt->value = eq + 1;
-        } else if (i + 1 < argc) {
-            *opt->value = argv[++i];
-        } else {
+            continue;
+        }
+        const char *value = eq != NULL ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (value == NULL) {
             usage_error(command, "option '%s' needs a value", opt->name);
             return PARSE_ERROR;
         }
+        if (value[0] == '\0') {
+            usage_error(command, "option '%s' needs a non-empty value", opt->name);
+            return PARSE_ERROR;
+        }
+        *opt->value = value;
     }
     return PARSE_OK;
 }
@@ -438,7 +457,7 @@ static int cmd_devices(int argc, char **argv)
 /* clattn demo                                                                    */
 /* ------------------------------------------------------------------------------ */
 
-/* Seed 000: "Your journey starts with one step", 6 words × 3 dimensions. */
+/* Example 1: "Your journey starts with one step", 6 words × 3 dimensions. */
 static const char *const journey_words[] = {"your", "journey", "starts", "with", "one", "step"};
 static float journey_x[6 * 3] = {
     0.43f, 0.15f, 0.89f, /* your */
@@ -449,7 +468,7 @@ static float journey_x[6 * 3] = {
     0.05f, 0.80f, 0.55f, /* step */
 };
 
-/* Seed 003: static embeddings of "sat bank river" (and "money" for comparison). */
+/* Example 2: static embeddings of "sat bank river" (and "money" for comparison). */
 static const char *const river_words[] = {"sat", "bank", "river"};
 static float river_x[3 * 4] = {
     0.1f, 0.2f,  0.3f, 0.4f, /* sat */
@@ -645,7 +664,7 @@ static int cmd_demo(int argc, char **argv)
     free(device_name);
 
     const example journey = {
-        "Seed 000: \"your journey starts with one step\", Q = K = V = X (6x3), scale 1",
+        "Example 1: \"your journey starts with one step\", Q = K = V = X (6x3), scale 1",
         journey_words,
         journey_x,
         6,
@@ -653,7 +672,7 @@ static int cmd_demo(int argc, char **argv)
         1.0f,
         CLATTN_MASK_NONE};
     const example river = {
-        "Seed 003: \"sat bank river\", Q = K = V (3x4), scale 1/sqrt(4) = 1/2, no self-attention",
+        "Example 2: \"sat bank river\", Q = K = V (3x4), scale 1/sqrt(4) = 1/2, no self-attention",
         river_words,
         river_x,
         3,
@@ -763,11 +782,133 @@ static int parse_run_args(int argc, char **argv, run_args *a)
         return usage_error(command, "--weights needs --algorithm auto or unfused (the fused "
                                     "kernel never stores the weights)");
     }
-    if (a->weights != NULL && strcmp(a->weights, a->out) == 0) {
-        return usage_error(command, "--out and --weights name the same file '%s'", a->out);
+    return -1;
+}
+
+/* The folder part of `path` ("." if it has none; malloc'd, NULL if out of memory). */
+static char *folder_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t len = slash == NULL ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    char *folder = malloc(len + 2);
+    if (folder != NULL) {
+        if (slash == NULL) {
+            strcpy(folder, ".");
+        } else {
+            memcpy(folder, path, len);
+            folder[len] = '\0';
+        }
+    }
+    return folder;
+}
+
+/* Whether `a` and `b` name the same file: the same text; the same (st_dev, st_ino) if
+ * both exist; or, if neither exists, the same name in the same folder. */
+static int same_file(const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0) {
+        return 1;
+    }
+    struct stat sa, sb;
+    int a_exists = stat(a, &sa) == 0, b_exists = stat(b, &sb) == 0;
+    if (a_exists || b_exists) {
+        return a_exists && b_exists && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    }
+    const char *base_a = strrchr(a, '/'), *base_b = strrchr(b, '/');
+    base_a = base_a != NULL ? base_a + 1 : a;
+    base_b = base_b != NULL ? base_b + 1 : b;
+    if (strcmp(base_a, base_b) != 0) {
+        return 0;
+    }
+    char *folder_a = folder_of(a), *folder_b = folder_of(b);
+    int same = folder_a != NULL && folder_b != NULL && stat(folder_a, &sa) == 0 &&
+               stat(folder_b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    free(folder_a);
+    free(folder_b);
+    return same;
+}
+
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode)) {
+        return "a directory";
+    }
+    if (S_ISLNK(mode)) {
+        return "a symbolic link";
+    }
+    if (S_ISFIFO(mode)) {
+        return "a FIFO (named pipe)";
+    }
+    if (S_ISCHR(mode) || S_ISBLK(mode)) {
+        return "a device";
+    }
+    if (S_ISSOCK(mode)) {
+        return "a socket";
+    }
+    return "a special file";
+}
+
+/* An output may be replaced: it is not there yet, or is a regular file (not a
+ * symbolic link); and its folder is writable. Returns 0, or an exit status. */
+static int check_output_file(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) {
+            return error("%s: is %s, not a regular file; refusing to replace it (name a new or "
+                         "regular file)",
+                         path, file_kind(st.st_mode));
+        }
+    } else if (errno != ENOENT) {
+        return error("%s: cannot use it as an output: %s", path, strerror(errno));
+    }
+    char *folder = folder_of(path);
+    if (folder == NULL) {
+        return error("out of memory");
+    }
+    int rc = 0;
+    if (access(folder, W_OK | X_OK) != 0) {
+        rc = error("%s: cannot create a temporary file in its folder '%s': %s", path, folder,
+                   strerror(errno));
+    }
+    free(folder);
+    return rc;
+}
+
+/* Checks --out and --weights before anything is computed: neither names an input nor
+ * the other (usage error), and each can be replaced. Returns -1 to go on, or an exit
+ * status. */
+static int check_output_paths(const run_args *a)
+{
+    const char *const out_names[] = {"--out", "--weights"};
+    const char *const outs[] = {a->out, a->weights};
+    const char *const in_names[] = {"--q", "--k", "--v"};
+    const char *const ins[] = {a->q, a->k, a->v};
+    for (int i = 0; i < 2 && outs[i] != NULL; ++i) {
+        for (int j = 0; j < 3; ++j) {
+            if (same_file(outs[i], ins[j])) {
+                return usage_error("clattn run",
+                                   "%s '%s' is the same file as %s '%s'; writing it would "
+                                   "destroy an input",
+                                   out_names[i], outs[i], in_names[j], ins[j]);
+            }
+        }
+    }
+    if (a->weights != NULL && same_file(a->out, a->weights)) {
+        return usage_error("clattn run", "--out '%s' and --weights '%s' name the same file", a->out,
+                           a->weights);
+    }
+    for (int i = 0; i < 2; ++i) {
+        if (outs[i] != NULL && check_output_file(outs[i]) != 0) {
+            return EXIT_FAILURE;
+        }
     }
     return -1;
 }
+
+/* The input ranks `run` accepts, as messages describe them. */
+#define RUN_RANKS "(n, d), (h, n, d) or (b, h, n, d)"
 
 /* The 4-D shape [b, h, n, d] of a shape of rank 2..4 (leading 1s). */
 static void shape4(const int64_t *shape, int ndim, int64_t out[4])
@@ -794,20 +935,29 @@ static int check_shapes(const run_args *a, const npy_array *q, const npy_array *
 {
     const char *const paths[] = {a->q, a->k, a->v};
     const npy_array *const arrays[] = {q, k, v};
+    const char *const heads[] = {"h_q", "h_kv", "h_kv"};
+    const char *const dims[] = {"d_k", "d_k", "d_v"};
+    int64_t qs[4], ks[4], vs[4];
+    int64_t *const shapes[] = {qs, ks, vs};
     for (int i = 0; i < 3; ++i) {
-        if (arrays[i]->ndim < 2) {
-            error("%s: rank 1 is not supported: need (n, d), (h, n, d) or (b, h, n, d)", paths[i]);
+        if (arrays[i]->ndim < 2) { /* the reader rejects it already */
+            error("%s: rank %d is not supported (need " RUN_RANKS ")", paths[i], arrays[i]->ndim);
             return 0;
         }
         if (i > 0 && !same_dim("the rank (Q, K and V must have the same rank)", paths[i],
                                arrays[i]->ndim, a->q, q->ndim)) {
             return 0;
         }
+        shape4(arrays[i]->shape, arrays[i]->ndim, shapes[i]);
+        if (shapes[i][1] < 1) {
+            error("%s: %s is 0; heads must be at least 1", paths[i], heads[i]);
+            return 0;
+        }
+        if (shapes[i][3] < 1) {
+            error("%s: %s is 0; head dims must be at least 1", paths[i], dims[i]);
+            return 0;
+        }
     }
-    int64_t qs[4], ks[4], vs[4];
-    shape4(q->shape, q->ndim, qs);
-    shape4(k->shape, k->ndim, ks);
-    shape4(v->shape, v->ndim, vs);
     if (!same_dim("the batch size", a->k, ks[0], a->q, qs[0]) ||
         !same_dim("the batch size", a->v, vs[0], a->q, qs[0]) ||
         !same_dim("the number of heads", a->v, vs[1], a->k, ks[1]) ||
@@ -815,7 +965,7 @@ static int check_shapes(const run_args *a, const npy_array *q, const npy_array *
         !same_dim("d_k (last dimension)", a->k, ks[3], a->q, qs[3])) {
         return 0;
     }
-    if (ks[1] == 0 || qs[1] % ks[1] != 0) {
+    if (qs[1] % ks[1] != 0) {
         error("%s: %lld heads is not a multiple of the %lld heads of %s (h_q must be a "
               "multiple of h_kv)",
               a->q, (long long)qs[1], (long long)ks[1], a->k);
@@ -861,70 +1011,154 @@ static int report_check(const char *name, const float *got, const float *ref, si
     return dev.within;
 }
 
+/* Creates a new file next to `path`, named "PATH.clattn-tmpN", with `create` (which
+ * must fail with EEXIST if the name is taken); *name receives the malloc'd name.
+ * Returns 0, or -1 with errno set. */
+static int create_next_to(const char *path, int (*create)(const char *name, void *arg), void *arg,
+                          char **name)
+{
+    size_t len = strlen(path) + 32;
+    char *candidate = malloc(len);
+    if (candidate == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    for (int i = 0; i < 1000; ++i) {
+        snprintf(candidate, len, "%s.clattn-tmp%d", path, i);
+        errno = 0;
+        if (create(candidate, arg) == 0) {
+            *name = candidate;
+            return 0;
+        }
+        if (errno != EEXIST) {
+            break;
+        }
+    }
+    int saved = errno;
+    free(candidate);
+    errno = saved;
+    return -1;
+}
+
+typedef struct npy_content {
+    const char *path; /* for messages */
+    const float *data;
+    const int64_t *shape;
+    int ndim;
+    char message[512]; /* set when writing fails */
+} npy_content;
+
+/* create_next_to() callback: a new file holding an npy_content. */
+static int create_npy(const char *name, void *arg)
+{
+    npy_content *c = arg;
+    c->message[0] = '\0';
+    FILE *f = fopen(name, "wbx"); /* C11 exclusive create: never clobbers a file */
+    if (f == NULL) {
+        return -1;
+    }
+    int rc =
+        npy_write_f32_stream(f, c->path, c->data, c->shape, c->ndim, c->message, sizeof c->message);
+    if (fclose(f) != 0 && rc == 0) {
+        rc = -1;
+        snprintf(c->message, sizeof c->message, "%s: write failed: %s", c->path, strerror(errno));
+    }
+    if (rc != 0) {
+        remove(name);
+        errno = 0; /* not EEXIST: stop trying other names */
+    }
+    return rc;
+}
+
+/* create_next_to() callback: a second hard link to the file `arg`. */
+static int create_link(const char *name, void *arg)
+{
+    return link((const char *)arg, name);
+}
+
 /* Writes `data` to a new temporary file next to `path`; *tmp receives its name. */
 static int write_temporary(const char *path, const float *data, const int64_t *shape, int ndim,
                            char **tmp)
 {
-    size_t len = strlen(path) + 32;
-    char *name = malloc(len);
-    if (name == NULL) {
-        return error("out of memory");
-    }
-    for (int i = 0; i < 1000; ++i) {
-        snprintf(name, len, "%s.clattn-tmp%d", path, i);
-        errno = 0;
-        FILE *f = fopen(name, "wbx"); /* C11 exclusive create: never clobbers a file */
-        if (f == NULL && errno == EEXIST) {
-            continue;
-        }
-        if (f == NULL) {
-            error("%s: cannot create a temporary file next to it: %s", path, strerror(errno));
-            break;
-        }
-        char message[512];
-        int rc = npy_write_f32_stream(f, path, data, shape, ndim, message, sizeof message);
-        if (fclose(f) != 0 && rc == 0) {
-            rc = -1;
-            snprintf(message, sizeof message, "%s: write failed: %s", path, strerror(errno));
-        }
-        if (rc != 0) {
-            remove(name);
-            error("%s", message);
-            break;
-        }
-        *tmp = name;
+    npy_content content = {path, data, shape, ndim, ""};
+    if (create_next_to(path, create_npy, &content, tmp) == 0) {
         return 0;
     }
-    free(name);
-    return EXIT_FAILURE;
+    if (content.message[0] != '\0') {
+        return error("%s", content.message);
+    }
+    return error("%s: cannot create a temporary file next to it: %s", path, strerror(errno));
+}
+
+/* Renames the temporary file `tmp` onto `path`. If `backup` is not NULL and `path`
+ * exists, it is first hard-linked to a new name in *backup (NULL if that fails), so
+ * that the old file can be put back. Returns 0, or an exit status. */
+static int replace_file(const char *tmp, const char *path, char **backup)
+{
+    struct stat st;
+    if (backup != NULL && lstat(path, &st) == 0 &&
+        create_next_to(path, create_link, (void *)path, backup) != 0) {
+        *backup = NULL; /* e.g. a file system without hard links: no way back */
+    }
+    if (rename(tmp, path) != 0) {
+        int saved = errno;
+        if (backup != NULL && *backup != NULL) {
+            remove(*backup);
+            free(*backup);
+            *backup = NULL;
+        }
+        return error("%s: cannot rename the temporary file onto it: %s", path, strerror(saved));
+    }
+    return 0;
 }
 
 /* Writes O (and W if requested) all-or-nothing: both go to temporary files first, then
- * are renamed over their destinations. */
+ * are renamed over their destinations; if the second rename fails, the first
+ * destination gets its old content back (or is removed if it did not exist). */
 static int write_outputs(const run_args *a, const float *o, const int64_t *o_shape, const float *w,
                          const int64_t *w_shape, int ndim)
 {
-    char *tmp_o = NULL, *tmp_w = NULL;
+    char *tmp_o = NULL, *tmp_w = NULL, *backup = NULL;
     int rc = write_temporary(a->out, o, o_shape, ndim, &tmp_o);
     if (rc == 0 && a->weights != NULL) {
         rc = write_temporary(a->weights, w, w_shape, ndim, &tmp_w);
     }
-    if (rc == 0 && tmp_w != NULL && rename(tmp_w, a->weights) != 0) {
-        rc = error("%s: cannot rename the temporary file onto it: %s", a->weights, strerror(errno));
-    }
-    if (rc == 0 && rename(tmp_o, a->out) != 0) {
-        rc = error("%s: cannot rename the temporary file onto it: %s", a->out, strerror(errno));
-    }
-    if (rc != 0) {
-        if (tmp_o != NULL) {
-            remove(tmp_o);
-        }
-        if (tmp_w != NULL) {
-            remove(tmp_w);
+    struct stat st;
+    int w_existed = a->weights != NULL && lstat(a->weights, &st) == 0;
+    if (rc == 0 && tmp_w != NULL) {
+        rc = replace_file(tmp_w, a->weights, &backup);
+        if (rc == 0) {
+            free(tmp_w); /* renamed: nothing left to remove */
+            tmp_w = NULL;
         }
     }
-    free(tmp_o);
-    free(tmp_w);
+    if (rc == 0) {
+        rc = replace_file(tmp_o, a->out, NULL);
+        if (rc == 0) {
+            free(tmp_o);
+            tmp_o = NULL;
+        } else if (a->weights != NULL) {
+            /* undo the rename of W */
+            if (backup != NULL && rename(backup, a->weights) == 0) {
+                free(backup);
+                backup = NULL;
+            } else if (backup != NULL || w_existed || remove(a->weights) != 0) {
+                error("%s: was already replaced and could not be restored", a->weights);
+            }
+        }
+    }
+    if (backup != NULL) {
+        remove(backup);
+        free(backup);
+    }
+    if (tmp_o != NULL) {
+        remove(tmp_o);
+        free(tmp_o);
+    }
+    if (tmp_w != NULL) {
+        remove(tmp_w);
+        free(tmp_w);
+    }
     return rc;
 }
 
@@ -1016,6 +1250,9 @@ static int cmd_run(int argc, char **argv)
 {
     run_args a = {0};
     int rc = parse_run_args(argc, argv, &a);
+    if (rc < 0) {
+        rc = check_output_paths(&a);
+    }
     if (rc >= 0) {
         return rc;
     }
@@ -1025,7 +1262,7 @@ static int cmd_run(int argc, char **argv)
     char message[512];
     rc = EXIT_FAILURE;
     for (int i = 0; i < 3; ++i) {
-        if (npy_read_f32(paths[i], arrays[i], message, sizeof message) != 0) {
+        if (npy_read_f32_rank(paths[i], 2, RUN_RANKS, arrays[i], message, sizeof message) != 0) {
             error("%s", message);
             goto done;
         }

@@ -6,12 +6,18 @@
  * literal such as {'descr': '<f4', 'fortran_order': False, 'shape': (6, 3), } padded
  * with spaces and ended by '\n'), then the raw array data.
  */
+#define _POSIX_C_SOURCE 200809L /* open, fstat, pread */
+
 #include "npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #if defined(__GNUC__)
 #define NPY_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
@@ -19,10 +25,16 @@
 #define NPY_PRINTF(fmt_index, first_arg)
 #endif
 
+/* The ranks npy_read_f32() accepts, as its messages describe them. */
+#define NPY_ANY_RANK "1 to 4 dimensions"
+/* The most one read() asks for (Linux reads at most about 2 GiB at a time anyway). */
+#define NPY_READ_CHUNK ((size_t)1 << 30)
+
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
 enum {
     NPY_MAGIC_LEN = 6,
+    NPY_PREAMBLE_MAX = 12,  /* magic, version and a 4-byte header length (2.0, 3.0) */
     NPY_ALIGN = 64,         /* the writer pads the header to this many bytes */
     NPY_SHAPE_STR_LEN = 100 /* "(" + 4 × (19 digits + ", ") + ")" fits */
 };
@@ -304,11 +316,11 @@ static int parse_dict(const unsigned char *text, size_t len, const char *name, h
     return 0;
 }
 
-/* Everything before the data: magic, version, header length, header dict, and the
- * checks of dtype, order, rank and data size. On success *data_offset is where the
- * data starts and out->shape/ndim/count are set (out->data is not). */
-static int parse_header(const char *name, const unsigned char *bytes, size_t size, npy_array *out,
-                        size_t *data_offset, char *err, size_t errlen)
+/* Magic, version and header length of a `size`-byte file, given its first
+ * min(size, NPY_PREAMBLE_MAX) bytes. On success *prefix is where the header dict
+ * starts and *header_len its length, which is known to fit in the file. */
+static int parse_preamble(const char *name, const unsigned char *bytes, size_t size, size_t *prefix,
+                          size_t *header_len, char *err, size_t errlen)
 {
     size_t magic_len = size < NPY_MAGIC_LEN ? size : NPY_MAGIC_LEN;
     if (memcmp(bytes, npy_magic, magic_len) != 0) {
@@ -323,22 +335,32 @@ static int parse_header(const char *name, const unsigned char *bytes, size_t siz
                     "unsupported .npy format version %u.%u (supported: 1.0, 2.0, 3.0)", major,
                     minor);
     }
-    size_t prefix = major == 1 ? 10 : 12;
-    if (size < prefix) {
+    *prefix = major == 1 ? 10 : NPY_PREAMBLE_MAX;
+    if (size < *prefix) {
         return fail(err, errlen, name, "truncated: file ends inside the header length field");
     }
-    size_t header_len = (size_t)bytes[8] | (size_t)bytes[9] << 8;
+    *header_len = (size_t)bytes[8] | (size_t)bytes[9] << 8;
     if (major > 1) {
-        header_len |= (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
+        *header_len |= (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
     }
-    if (header_len > size - prefix) {
+    if (*header_len > size - *prefix) {
         return fail(err, errlen, name,
                     "truncated: header length %zu runs past the end of the file (%zu bytes)",
-                    header_len, size);
+                    *header_len, size);
     }
+    return 0;
+}
 
+/* The header dict (`header_len` bytes at `text`) and the checks of dtype, order, rank
+ * (min_ndim..NPY_MAX_NDIM, described by `ranks` in messages) and of the data size
+ * against `data_bytes`, the bytes after the header. On success out->shape/ndim/count
+ * are set (out->data is not). */
+static int parse_header(const char *name, const unsigned char *text, size_t header_len,
+                        size_t data_bytes, int min_ndim, const char *ranks, npy_array *out,
+                        char *err, size_t errlen)
+{
     header h = {0};
-    if (parse_dict(bytes + prefix, header_len, name, &h, err, errlen) != 0) {
+    if (parse_dict(text, header_len, name, &h, err, errlen) != 0) {
         return -1;
     }
     if (h.descr_len != 3 || memcmp(h.descr, "<f4", 3) != 0) {
@@ -352,9 +374,8 @@ static int parse_header(const char *name, const unsigned char *bytes, size_t siz
                     "fortran_order is True (column-major); only C-order arrays are supported "
                     "(save np.ascontiguousarray(a))");
     }
-    if (h.ndim < 1 || h.ndim > NPY_MAX_NDIM) {
-        return fail(err, errlen, name, "rank %zu is not supported (need 1 to %d dimensions)",
-                    h.ndim, NPY_MAX_NDIM);
+    if (h.ndim < (size_t)min_ndim || h.ndim > NPY_MAX_NDIM) {
+        return fail(err, errlen, name, "rank %zu is not supported (need %s)", h.ndim, ranks);
     }
 
     int ndim = (int)h.ndim;
@@ -365,7 +386,6 @@ static int parse_header(const char *name, const unsigned char *bytes, size_t siz
         return fail(err, errlen, name, "shape %s has too many elements (overflows 64-bit sizes)",
                     shape_str);
     }
-    size_t data_bytes = size - prefix - header_len;
     size_t need = (size_t)count * sizeof(float);
     if (data_bytes != need) {
         return fail(err, errlen, name, "%s: data is %zu bytes but shape %s needs %zu (float32)",
@@ -378,7 +398,6 @@ static int parse_header(const char *name, const unsigned char *bytes, size_t siz
         out->shape[i] = i < ndim ? h.shape[i] : 1;
     }
     out->count = (size_t)count;
-    *data_offset = prefix + header_len;
     return 0;
 }
 
@@ -410,7 +429,7 @@ static void encode_f32(unsigned char *dst, const float *src, size_t count)
 int npy_parse_f32(const char *name, const unsigned char *bytes, size_t size, npy_array *out,
                   char *err, size_t errlen)
 {
-    size_t offset;
+    size_t prefix = 0, header_len = 0;
     npy_array result = {0};
     if (out != NULL) {
         *out = result;
@@ -421,85 +440,146 @@ int npy_parse_f32(const char *name, const unsigned char *bytes, size_t size, npy
     if (out == NULL || (bytes == NULL && size > 0)) {
         return fail(err, errlen, name, "invalid argument");
     }
-    if (parse_header(name, bytes != NULL ? bytes : npy_magic, bytes != NULL ? size : 0, &result,
-                     &offset, err, errlen) != 0) {
+    if (bytes == NULL) {
+        bytes = npy_magic; /* size is 0: only the "truncated" message is reachable */
+    }
+    if (parse_preamble(name, bytes, size, &prefix, &header_len, err, errlen) != 0 ||
+        parse_header(name, bytes + prefix, header_len, size - prefix - header_len, 1, NPY_ANY_RANK,
+                     &result, err, errlen) != 0) {
         return -1;
     }
     result.data = malloc(result.count > 0 ? result.count * sizeof(float) : 1);
     if (result.data == NULL) {
         return fail(err, errlen, name, "out of memory for %zu floats", result.count);
     }
-    decode_f32(result.data, bytes + offset, result.count);
+    decode_f32(result.data, bytes + prefix + header_len, result.count);
     *out = result;
     // cppcheck-suppress memleak ; false positive: out->data owns the buffer
     return 0;
 }
 
-/* The whole file in one malloc'd buffer (works for pipes too). */
-static int read_all(const char *path, unsigned char **bytes, size_t *size, char *err, size_t errlen)
+/* Reads exactly `len` bytes at `offset` of the open file. */
+static int read_at(int fd, const char *path, void *buf, size_t len, size_t offset, char *err,
+                   size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        return fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    unsigned char *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        size_t want = len - done < NPY_READ_CHUNK ? len - done : NPY_READ_CHUNK;
+        ssize_t got = pread(fd, p + done, want, (off_t)(offset + done));
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got < 0) {
+            return fail(err, errlen, path, "read error: %s", strerror(errno));
+        }
+        if (got == 0) {
+            return fail(err, errlen, path, "truncated: the file shrank while it was read");
+        }
+        done += (size_t)got;
     }
-    unsigned char *buf = NULL;
-    size_t cap = 0, len = 0;
-    for (;;) {
-        if (len == cap) {
-            size_t new_cap = cap == 0 ? 65536 : cap * 2;
-            unsigned char *grown = new_cap > cap ? realloc(buf, new_cap) : NULL;
-            if (grown == NULL) {
-                free(buf);
-                fclose(f);
-                return fail(err, errlen, path, "out of memory reading the file");
-            }
-            buf = grown;
-            cap = new_cap;
-        }
-        len += fread(buf + len, 1, cap - len, f);
-        if (ferror(f)) {
-            int saved = errno;
-            free(buf);
-            fclose(f);
-            return fail(err, errlen, path, "read error: %s", strerror(saved));
-        }
-        if (feof(f)) {
-            break;
-        }
-    }
-    fclose(f);
-    *bytes = buf;
-    *size = len;
     return 0;
 }
 
-int npy_read_f32(const char *path, npy_array *out, char *err, size_t errlen)
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
 {
-    unsigned char *bytes = NULL;
-    size_t size = 0, offset = 0;
+    if (S_ISDIR(mode)) {
+        return "a directory";
+    }
+    if (S_ISFIFO(mode)) {
+        return "a FIFO (named pipe)";
+    }
+    if (S_ISCHR(mode) || S_ISBLK(mode)) {
+        return "a device";
+    }
+    if (S_ISSOCK(mode)) {
+        return "a socket";
+    }
+    return "a special file";
+}
+
+/* Reads the open regular file `fd` of `size` bytes: the preamble, then the header, then
+ * (once both are valid, so that the data size is known to match) the data. */
+static int read_npy(int fd, const char *path, size_t size, int min_ndim, const char *ranks,
+                    npy_array *out, char *err, size_t errlen)
+{
+    unsigned char preamble[NPY_PREAMBLE_MAX];
+    size_t prefix = 0, header_len = 0;
+    if (read_at(fd, path, preamble, size < sizeof preamble ? size : sizeof preamble, 0, err,
+                errlen) != 0 ||
+        parse_preamble(path, preamble, size, &prefix, &header_len, err, errlen) != 0) {
+        return -1;
+    }
+    unsigned char *text = malloc(header_len > 0 ? header_len : 1);
+    if (text == NULL) {
+        return fail(err, errlen, path, "out of memory for a %zu-byte header", header_len);
+    }
+    int rc = read_at(fd, path, text, header_len, prefix, err, errlen);
+    if (rc == 0) {
+        rc = parse_header(path, text, header_len, size - prefix - header_len, min_ndim, ranks, out,
+                          err, errlen);
+    }
+    free(text);
+    if (rc != 0) {
+        return -1;
+    }
+    out->data = malloc(out->count > 0 ? out->count * sizeof(float) : 1);
+    if (out->data == NULL) {
+        return fail(err, errlen, path, "out of memory for %zu floats", out->count);
+    }
+    if (read_at(fd, path, out->data, out->count * sizeof(float), prefix + header_len, err,
+                errlen) != 0) {
+        free(out->data);
+        out->data = NULL;
+        return -1;
+    }
+    /* Little-endian bytes to host floats, in place. */
+    decode_f32(out->data, (const unsigned char *)out->data, out->count);
+    return 0;
+}
+
+int npy_read_f32_rank(const char *path, int min_ndim, const char *ranks, npy_array *out, char *err,
+                      size_t errlen)
+{
     npy_array result = {0};
     if (out != NULL) {
         *out = result;
     }
-    if (path == NULL || out == NULL) {
+    if (path == NULL || out == NULL || min_ndim < 1 || min_ndim > NPY_MAX_NDIM) {
         return fail(err, errlen, path != NULL ? path : "(null)", "invalid argument");
     }
-    if (read_all(path, &bytes, &size, err, errlen) != 0) {
-        return -1;
+    if (ranks == NULL) {
+        ranks = NPY_ANY_RANK;
     }
-    if (parse_header(path, bytes, size, &result, &offset, err, errlen) != 0) {
-        free(bytes);
-        return -1;
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is rejected below). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+        return fail(err, errlen, path, "cannot open: %s", strerror(errno));
     }
-    /* Reuse the file buffer: move the data to its start and decode in place. */
-    size_t data_bytes = result.count * sizeof(float);
-    memmove(bytes, bytes + offset, data_bytes);
-    decode_f32((float *)(void *)bytes, bytes, result.count);
-    unsigned char *shrunk = realloc(bytes, data_bytes > 0 ? data_bytes : 1);
-    result.data = (float *)(void *)(shrunk != NULL ? shrunk : bytes);
-    *out = result;
+    struct stat st;
+    int rc = -1;
+    if (fstat(fd, &st) != 0) {
+        fail(err, errlen, path, "cannot stat: %s", strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        fail(err, errlen, path, "is %s, not a regular file (a .npy input must be a regular file)",
+             file_kind(st.st_mode));
+    } else if (st.st_size < 0 || (uintmax_t)st.st_size > SIZE_MAX) {
+        fail(err, errlen, path, "too large for this machine's size_t");
+    } else {
+        rc = read_npy(fd, path, (size_t)st.st_size, min_ndim, ranks, &result, err, errlen);
+    }
+    close(fd);
+    if (rc == 0) {
+        *out = result;
+    }
     // cppcheck-suppress memleak ; false positive: out->data owns the buffer
-    return 0;
+    return rc;
+}
+
+int npy_read_f32(const char *path, npy_array *out, char *err, size_t errlen)
+{
+    return npy_read_f32_rank(path, 1, NPY_ANY_RANK, out, err, errlen);
 }
 
 void npy_free(npy_array *array)

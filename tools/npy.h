@@ -29,8 +29,17 @@ typedef struct npy_array {
     float *data;                 /**< never NULL after a successful read */
 } npy_array;
 
-/** Read the file at `path` into `out` (zeroed on failure). */
+/** Read the file at `path` into `out` (zeroed on failure). The file must be a regular
+ *  file (a FIFO, device or directory is rejected without reading it); its magic and
+ *  header are checked before the data is read. */
 int npy_read_f32(const char *path, npy_array *out, char *err, size_t errlen);
+
+/** As npy_read_f32(), but ranks below `min_ndim` (1..NPY_MAX_NDIM) are rejected too.
+ *  `ranks` describes the accepted ranks in the message of a rank error, which reads
+ *  "rank R is not supported (need RANKS)", e.g. ranks = "(n, d), (h, n, d) or
+ *  (b, h, n, d)"; NULL gives "1 to 4 dimensions". */
+int npy_read_f32_rank(const char *path, int min_ndim, const char *ranks, npy_array *out, char *err,
+                      size_t errlen);
 
 /** Parse `size` bytes of .npy content; `name` is used in messages only. The bytes
  *  are not modified and may be freed afterwards. This is the fuzzing entry point. */
