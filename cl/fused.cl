@@ -20,6 +20,9 @@
  * broadcasting q[r][c] against row c of the transposed K tile — each K vector feeds RQ
  * FMAs and no dot product needs a horizontal sum; each V row vector feeds RQ
  * accumulators.
+ * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
+ * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
+ * and runs 2x slower.
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K (compile-time: private arrays, unrolled loops) */
@@ -61,10 +64,12 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
     float m[RQ], l[RQ];
     long row_end[RQ]; /* one past the last key row i may see (0 for rows past n_q) */
     long wi_end = 0;  /* one past the last key any of this work-item's rows may see */
+    #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         for (int c = 0; c < D_K; c++)
             q_rows[r][c] = i < n_q ? q[view_at(q_off, q_st, b, h, i, c)] : 0.0f;
+        #pragma unroll
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         m[r] = -INFINITY;
@@ -80,16 +85,21 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
 
         if (j0 < wi_end) {
             float16 s[RQ][N_SV];
+            #pragma unroll
             for (int r = 0; r < RQ; r++)
+                #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++)
                     s[r][sv] = 0.0f;
             for (int c = 0; c < D_K; c++)
+                #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++) {
                     const float16 kc = vload16(sv, k_t + c * TILE_KV);
+                    #pragma unroll
                     for (int r = 0; r < RQ; r++)
                         s[r][sv] = fma((float16)(q_rows[r][c]), kc, s[r][sv]);
                 }
             float p[RQ][TILE_KV];
+            #pragma unroll
             for (int r = 0; r < RQ; r++) {
                 const long i = i0 + r;
                 /* visible keys of this tile: lane + 16·sv < lim, and ≠ self for NO_SELF */
@@ -98,6 +108,7 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
                                      ? (int)(i - j0)
                                      : -1;
                 float16 m16 = (float16)(-INFINITY);
+                #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++) {
                     const int16 key = lane + 16 * sv;
                     s[r][sv] = select((float16)(-INFINITY), s[r][sv] * scale,
@@ -106,14 +117,17 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
                 }
                 const float m_new = max_nan(m[r], hmax_nan(m16));
                 if (m_new == -INFINITY) { /* nothing visible yet: p = 0 */
+                    #pragma unroll
                     for (int sv = 0; sv < N_SV; sv++)
                         vstore16((float16)(0.0f), sv, p[r]);
                     continue;
                 }
                 const float alpha = exp(m[r] - m_new);
                 l[r] *= alpha;
+                #pragma unroll
                 for (int a = 0; a < N_AV; a++)
                     acc[r][a] *= alpha;
+                #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++) {
                     const float16 pv = exp(s[r][sv] - m_new);
                     l[r] += hsum(pv);
@@ -122,8 +136,10 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
                 m[r] = m_new;
             }
             for (int jj = 0; jj < TILE_KV; jj++)
+                #pragma unroll
                 for (int a = 0; a < N_AV; a++) {
                     const float16 vv = vload16(a, v_tile + jj * D_V_PAD);
+                    #pragma unroll
                     for (int r = 0; r < RQ; r++)
                         if (p[r][jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
                             acc[r][a] = fma((float16)(p[r][jj]), vv, acc[r][a]);
@@ -131,12 +147,14 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
+    #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         if (i >= n_q)
             break;
         float out[D_V_PAD];
         const bool empty = (m[r] == -INFINITY);
+        #pragma unroll
         for (int a = 0; a < N_AV; a++)
             vstore16(empty ? (float16)(0.0f) : acc[r][a] / l[r], a, out);
         for (int c = 0; c < D_V; c++)

@@ -9,6 +9,9 @@
  * and those keys. Query head h reads key head h / group (grouped-query attention).
  * Register blocking as in fused.cl: RQ × TILE_KV/16 float16 accumulators, each K
  * vector feeding RQ FMAs.
+ * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
+ * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
+ * and runs 2x slower.
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K */
@@ -40,20 +43,26 @@ clattn_scores(__global const float *q, long q_off, long4 q_st,
     barrier(CLK_LOCAL_MEM_FENCE); /* K tile staged before anyone reads it */
 
     float16 acc[RQ][N_SV];
+    #pragma unroll
     for (int r = 0; r < RQ; r++)
+        #pragma unroll
         for (int sv = 0; sv < N_SV; sv++)
             acc[r][sv] = 0.0f;
     for (int c = 0; c < D_K; c++) {
         float qc[RQ];
+        #pragma unroll
         for (int r = 0; r < RQ; r++)
             qc[r] = i0 + r < n_q ? q[view_at(q_off, q_st, b, h, i0 + r, c)] : 0.0f;
+        #pragma unroll
         for (int sv = 0; sv < N_SV; sv++) {
             const float16 kc = vload16(sv, k_t + c * TILE_KV);
+            #pragma unroll
             for (int r = 0; r < RQ; r++)
                 acc[r][sv] = fma((float16)(qc[r]), kc, acc[r][sv]);
         }
     }
     const int n_keys = (int)min(n_kv - j0, (long)TILE_KV);
+    #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         if (i >= n_q)
@@ -63,6 +72,7 @@ clattn_scores(__global const float *q, long q_off, long4 q_st,
         const int self =
             (mask == MASK_NO_SELF && i >= j0 && i < j0 + TILE_KV) ? (int)(i - j0) : -1;
         const long row = view_at(s_off, s_st, b, h, i, j0);
+        #pragma unroll
         for (int sv = 0; sv < N_SV; sv++) {
             const int16 key = lane + 16 * sv;
             const float16 out = select((float16)(-INFINITY), acc[r][sv] * scale,

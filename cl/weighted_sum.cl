@@ -10,6 +10,9 @@
  * key the group's rows can see (their weights past it are zero anyway).
  * Register blocking as in fused.cl: RQ × d_v/16 float16 accumulators, each V vector
  * feeding RQ FMAs.
+ * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
+ * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
+ * and runs 2x slower.
  */
 #ifndef D_V
 #define D_V 64 /* head dim of V and O */
@@ -38,7 +41,9 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
 
     float16 acc[RQ][N_AV];
+    #pragma unroll
     for (int r = 0; r < RQ; r++)
+        #pragma unroll
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
     const long kv_end = visible_key_end(mask, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
@@ -47,6 +52,7 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
         barrier(CLK_LOCAL_MEM_FENCE); /* V tile staged before anyone reads it */
 
         float p[RQ][TILE_KV];
+        #pragma unroll
         for (int r = 0; r < RQ; r++) {
             const long i = i0 + r;
             const long row = view_at(w_off, w_st, b, h, i < n_q ? i : 0, 0);
@@ -54,19 +60,23 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
                 p[r][jj] = (i < n_q && j0 + jj < n_kv) ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
         }
         for (int jj = 0; jj < TILE_KV; jj++)
+            #pragma unroll
             for (int a = 0; a < N_AV; a++) {
                 const float16 vv = vload16(a, v_tile + jj * D_V_PAD);
+                #pragma unroll
                 for (int r = 0; r < RQ; r++)
                     if (p[r][jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
                         acc[r][a] = fma((float16)(p[r][jj]), vv, acc[r][a]);
             }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
+    #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         if (i >= n_q)
             break;
         float out[D_V_PAD];
+        #pragma unroll
         for (int a = 0; a < N_AV; a++)
             vstore16(acc[r][a], a, out);
         for (int c = 0; c < D_V; c++)

@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GPU_TILE_KV 64 /* blocked kernels on GPUs: keys staged per step (multiple of 16) */
-#define CPU_TILE_KV 32 /* on CPUs: keys per step (RQ·TILE_KV/16 score vectors) */
-#define GPU_WG 64      /* blocked kernels on GPUs: work-items per work-group */
-#define CPU_WG 16      /* on CPUs: work-items per work-group (WG·RQ queries) */
+#define GPU_TILE_KV 64        /* blocked kernels on GPUs: keys per step (multiple of 16) */
+#define CPU_TILE_KV 64        /* scores / weighted sum on CPUs: keys per step */
+#define CPU_FUSED_TILE_KV 128 /* fused on CPUs: keys per step (measured best, 8x4096x64) */
+#define GPU_WG 64             /* blocked kernels on GPUs: work-items per work-group */
+#define CPU_WG 16             /* on CPUs: work-items per work-group (WG·RQ queries) */
 /* PoCL's CPU device runs a work-group on one thread's stack, private arrays of every
  * work-item included; beyond about this many bytes in all it crashes (and it reports
  * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
@@ -130,6 +131,16 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
         if ((int64_t)limit > fits)
             limit = fits > 1 ? (size_t)fits : 1;
     }
+    /* CLATTN_BLOCKING="RQ,WG,TILE_KV" overrides the choice (tuning experiments) */
+    const char *env = getenv("CLATTN_BLOCKING");
+    unsigned e_rq, e_wg, e_tile;
+    if (env && sscanf(env, "%u,%u,%u", &e_rq, &e_wg, &e_tile) == 3 && e_rq >= 1 && e_rq <= 8 &&
+        e_tile >= 16 && e_tile % 16 == 0 && e_tile <= 4 * tile_kv && e_wg >= 1) {
+        rq = e_rq;
+        tile_kv = e_tile;
+        if (wg_request == 0)
+            wg_request = e_wg;
+    }
     size_t wg = wg_request;
     if (wg > limit)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
@@ -165,15 +176,17 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
     return CLATTN_SUCCESS;
 }
 
-static size_t default_tile_kv(const clattn_context *ctx)
+static size_t default_tile_kv(const clattn_context *ctx, bool fused)
 {
-    return (ctx->device_type & CL_DEVICE_TYPE_CPU) ? CPU_TILE_KV : GPU_TILE_KV;
+    if (!(ctx->device_type & CL_DEVICE_TYPE_CPU))
+        return GPU_TILE_KV;
+    return fused ? CPU_FUSED_TILE_KV : CPU_TILE_KV;
 }
 
 /* scores.cl for d_k, or why not (local memory) */
 static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, blocking *out)
 {
-    const size_t t = fit_tile_kv(ctx, d_k, default_tile_kv(ctx));
+    const size_t t = fit_tile_kv(ctx, d_k, default_tile_kv(ctx, false));
     if (t == 0)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "scores: 16 rows of K with d_k %lld exceed the device's local memory "
@@ -188,7 +201,7 @@ static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k
 static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, blocking *out)
 {
     const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
-    const size_t t = fit_tile_kv(ctx, d_v_pad, default_tile_kv(ctx));
+    const size_t t = fit_tile_kv(ctx, d_v_pad, default_tile_kv(ctx, false));
     if (t == 0)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "weighted sum: 16 rows of V with d_v %lld exceed the device's local "
@@ -243,7 +256,7 @@ static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, cha
 {
     why[0] = '\0';
     const int64_t per_key = d_k + ceil_div(d_v, 16) * 16; /* K and V tile floats per key */
-    const size_t t = fit_tile_kv(ctx, per_key, default_tile_kv(ctx));
+    const size_t t = fit_tile_kv(ctx, per_key, default_tile_kv(ctx, true));
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
     else if (t == 0)
