@@ -180,7 +180,7 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
     clattn_status st = choose_device(spec, &platform, &device);
     if (st != CLATTN_SUCCESS)
         return st;
-    clattn_context *ctx;
+    clattn_context *ctx = NULL;
     if ((st = context_new(&ctx)) != CLATTN_SUCCESS)
         return st;
     ctx->device = device;
@@ -221,7 +221,7 @@ clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id dev
     if (qdev != device || qctx != context)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
                            "the queue belongs to another device or context");
-    clattn_context *ctx;
+    clattn_context *ctx = NULL;
     clattn_status st = context_new(&ctx);
     if (st != CLATTN_SUCCESS)
         return st;
