@@ -69,6 +69,18 @@ long view_at(long off, long4 st, long b, long h, long s, long d)
     return off + b * st.s0 + h * st.s1 + s * st.s2 + d * st.s3;
 }
 
+/* Elements c0 … c0+15 of a row starting at src[base] with stride st3 along d, zeros
+ * past d. */
+float16 load_row16(__global const float *src, long base, long st3, int c0, int d)
+{
+    if (st3 == 1 && c0 + 16 <= d)
+        return vload16(0, src + base + c0);
+    float t[16];
+    for (int c = 0; c < 16; c++)
+        t[c] = c0 + c < d ? src[base + (c0 + c) * st3] : 0.0f;
+    return vload16(0, t);
+}
+
 /* d rounded up to whole float16 vectors */
 #define PAD16(d) (((d) + 15) / 16 * 16)
 

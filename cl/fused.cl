@@ -39,11 +39,85 @@
 #ifndef RQ
 #define RQ 4 /* queries per work-item */
 #endif
+#ifndef DIRECT
+#define DIRECT 0 /* 1: stream K and V from global memory, for a few queries (decoding) */
+#endif
 
 #define N_SV (TILE_KV / 16)              /* float16 score vectors per query and tile */
 #define D_V_PAD PAD16(D_V)              /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)              /* float16 accumulator vectors per query */
 
+#if DIRECT
+/* Few queries (decoding): nothing to share between work-items, so each one streams K
+ * and V rows straight from global memory, 16 keys per step, one query per work-item
+ * (the host sets RQ = 1). Same online softmax as below. */
+#define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+clattn_fused(__global const float *q, long q_off, long4 q_st,
+             __global const float *k, long k_off, long4 k_st,
+             __global const float *v, long v_off, long4 v_st,
+             __global float *o, long o_off, long4 o_st,
+             int h_q, int group, long n_q, long n_kv, float scale, int mask)
+{
+    const long i = get_global_id(0), bh = get_global_id(1);
+    if (i >= n_q)
+        return; /* no barriers in this kernel */
+    const long b = bh / h_q, h = bh % h_q, hk = h / group;
+    float16 q16[N_QV], acc[N_AV];
+    const long qb = view_at(q_off, q_st, b, h, i, 0);
+#pragma unroll
+    for (int cv = 0; cv < N_QV; cv++)
+        q16[cv] = load_row16(q, qb, q_st.s3, 16 * cv, D_K);
+#pragma unroll
+    for (int a = 0; a < N_AV; a++)
+        acc[a] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const long end = visible_key_end(mask, i, n_q, n_kv);
+    for (long j0 = 0; j0 < end; j0 += 16) {
+        float s[16];
+        for (int t = 0; t < 16; t++) {
+            const long j = j0 + t;
+            s[t] = -INFINITY;
+            if (j < end && (mask != MASK_NO_SELF || j != i)) {
+                const long kb = view_at(k_off, k_st, b, hk, j, 0);
+                float16 d16 = 0.0f;
+#pragma unroll
+                for (int cv = 0; cv < N_QV; cv++)
+                    d16 = fma(q16[cv], load_row16(k, kb, k_st.s3, 16 * cv, D_K), d16);
+                s[t] = hsum(d16) * scale;
+            }
+        }
+        const float16 s16 = vload16(0, s);
+        const float m_new = max_nan(m, hmax_nan(s16));
+        if (m_new == -INFINITY)
+            continue; /* nothing visible yet */
+        const float alpha = exp(m - m_new);
+        l *= alpha;
+#pragma unroll
+        for (int a = 0; a < N_AV; a++)
+            acc[a] *= alpha;
+        const float16 p16 = exp(s16 - m_new);
+        l += hsum(p16);
+        float p[16];
+        vstore16(p16, 0, p);
+        for (int t = 0; t < 16; t++)
+            if (p[t] != 0.0f) { /* masked keys contribute nothing, even NaN V */
+                const long vb = view_at(v_off, v_st, b, hk, j0 + t, 0);
+#pragma unroll
+                for (int a = 0; a < N_AV; a++)
+                    acc[a] = fma((float16)(p[t]), load_row16(v, vb, v_st.s3, 16 * a, D_V), acc[a]);
+            }
+        m = m_new;
+    }
+    float out[D_V_PAD];
+    const bool empty = (m == -INFINITY);
+#pragma unroll
+    for (int a = 0; a < N_AV; a++)
+        vstore16(empty ? (float16)(0.0f) : acc[a] / l, a, out);
+    for (int c = 0; c < D_V; c++)
+        o[view_at(o_off, o_st, b, h, i, c)] = out[c];
+}
+#else
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_fused(__global const float *q, long q_off, long4 q_st,
              __global const float *k, long k_off, long4 k_st,
@@ -161,3 +235,4 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
             o[view_at(o_off, o_st, b, h, i, c)] = out[c];
     }
 }
+#endif /* DIRECT */

@@ -16,6 +16,7 @@
  * work-item included; beyond about this many bytes in all it crashes (and it reports
  * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
 #define CPU_GROUP_PRIVATE_BYTES (512 * 1024)
+#define DIRECT_MAX_N_Q 8   /* fused: up to this many queries stream K and V (decoding) */
 #define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
 #define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
 
@@ -118,10 +119,11 @@ static size_t fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_ke
  * CLATTN_ERROR_UNSUPPORTED. */
 static clattn_status build_blocked(clattn_context *ctx, const char *file, const char *dims,
                                    int64_t n_q, int64_t acc_floats, int64_t private_floats,
-                                   size_t tile_kv, size_t wg_request, blocking *out)
+                                   size_t tile_kv, size_t wg_request, bool one_query_per_item,
+                                   blocking *out)
 {
     const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
-    size_t rq = !cpu ? 1 : acc_floats <= 64 ? 4 : acc_floats <= 128 ? 2 : 1;
+    size_t rq = !cpu || one_query_per_item ? 1 : acc_floats <= 64 ? 4 : acc_floats <= 128 ? 2 : 1;
     while (rq > 1 && (int64_t)rq > n_q)
         rq /= 2;
     size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
@@ -194,7 +196,8 @@ static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k
                            (long long)d_k, (unsigned long long)ctx->local_mem);
     char dims[48];
     snprintf(dims, sizeof dims, "-DD_K=%lld", (long long)d_k);
-    return build_blocked(ctx, "scores.cl", dims, n_q, (int64_t)t, 2 * (int64_t)t + 16, t, 0, out);
+    return build_blocked(ctx, "scores.cl", dims, n_q, (int64_t)t, 2 * (int64_t)t + 16, t, 0, false,
+                         out);
 }
 
 /* weighted_sum.cl for d_v, or why not (local memory) */
@@ -210,7 +213,7 @@ static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, 
     char dims[48];
     snprintf(dims, sizeof dims, "-DD_V=%lld", (long long)d_v);
     return build_blocked(ctx, "weighted_sum.cl", dims, n_q, d_v_pad, d_v_pad + (int64_t)t + 16, t,
-                         0, out);
+                         0, false, out);
 }
 
 /* Softmax work-group: the caller's size if it is legal, else a power of two covering
@@ -329,13 +332,16 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
             return st;
         return softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg);
     }
-    char dims[64];
-    snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld", (long long)d_k, (long long)d_v);
+    /* a few queries (decoding) share nothing: stream K and V instead of staging tiles */
+    const bool direct = n_q <= DIRECT_MAX_N_Q && desc->work_group_size == 0;
+    char dims[80];
+    snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld -DDIRECT=%d", (long long)d_k, (long long)d_v,
+             direct ? 1 : 0);
     /* private floats per query: q row, accumulator, scores and weights of a tile */
     const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
     return build_blocked(ctx, "fused.cl", dims, n_q, d_v_pad,
                          d_k + d_v_pad + 2 * (int64_t)fused_tile + 8, fused_tile,
-                         desc->work_group_size, &p->fused);
+                         desc->work_group_size, direct, &p->fused);
 }
 
 /* ------------------------------------------------------------ stage dispatchers */
