@@ -48,7 +48,12 @@ clattn_scores(__global const float *q, long q_off, long4 q_st,
         #pragma unroll
         for (int sv = 0; sv < N_SV; sv++)
             acc[r][sv] = 0.0f;
-    for (int c = 0; c < D_K; c++) {
+    /* causal masks: keys past every row's last visible key only get −∞, no products */
+    long wi_end = 0;
+    for (int r = 0; r < RQ; r++)
+        if (i0 + r < n_q)
+            wi_end = max(wi_end, visible_key_end(mask, i0 + r, n_q, n_kv));
+    for (int c = 0; c < D_K && j0 < wi_end; c++) {
         float qc[RQ];
         #pragma unroll
         for (int r = 0; r < RQ; r++)

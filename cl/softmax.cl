@@ -32,29 +32,34 @@
 
 __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
                              __global float *y, long y_off, long4 y_st,
-                             int heads, long width, __local float *red)
+                             int heads, long width, int mask, long n_q, __local float *red)
 {
     const int lid = get_local_id(0), wg = get_local_size(0);
     const long r = get_global_id(1), bh = get_global_id(2);
     const long b = bh / heads, h = bh % heads;
     const long xrow = view_at(x_off, x_st, b, h, r, 0), yrow = view_at(y_off, y_st, b, h, r, 0);
+    /* Entries past `vis` are masked by a causal mask (−∞ in x): they are not read and
+     * their weights are written as zeros. mask is MASK_NONE for plain rows. */
+    const long vis = visible_key_end(mask, r, n_q, width);
     /* Dense rows go 16 at a time: work-item t owns chunks t, t+WG, … of 16 elements, and
      * the tail past the last whole chunk element by element, in every pass alike. */
     const bool dense = x_st.s3 == 1 && y_st.s3 == 1;
-    const long n16 = dense ? width / 16 : 0;
+    const long n16 = dense ? vis / 16 : 0;
+    for (long j = vis + lid; j < width; j += wg)
+        y[yrow + j * y_st.s3] = 0.0f;
 
     float16 m16 = (float16)(-INFINITY);
     for (long c = lid; c < n16; c += wg)
         m16 = max_nan16(m16, vload16(c, x + xrow));
     float m = hmax_nan(m16);
-    for (long j = 16 * n16 + lid; j < width; j += wg)
+    for (long j = 16 * n16 + lid; j < vis; j += wg)
         m = max_nan(m, x[xrow + j * x_st.s3]);
     WG_REDUCE(red, m, max_nan);
 
     if (m == -INFINITY) { /* every key masked: zeros, not NaN */
         for (long c = lid; c < n16; c += wg)
             vstore16((float16)(0.0f), c, y + yrow);
-        for (long j = 16 * n16 + lid; j < width; j += wg)
+        for (long j = 16 * n16 + lid; j < vis; j += wg)
             y[yrow + j * y_st.s3] = 0.0f;
         return;
     }
@@ -62,12 +67,12 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     for (long c = lid; c < n16; c += wg)
         l16 += exp(vload16(c, x + xrow) - m);
     float l = hsum(l16);
-    for (long j = 16 * n16 + lid; j < width; j += wg)
+    for (long j = 16 * n16 + lid; j < vis; j += wg)
         l += exp(x[xrow + j * x_st.s3] - m);
     WG_REDUCE(red, l, ADD);
 
     for (long c = lid; c < n16; c += wg)
         vstore16(exp(vload16(c, x + xrow) - m) / l, c, y + yrow);
-    for (long j = 16 * n16 + lid; j < width; j += wg)
+    for (long j = 16 * n16 + lid; j < vis; j += wg)
         y[yrow + j * y_st.s3] = exp(x[xrow + j * x_st.s3] - m) / l;
 }

@@ -368,15 +368,19 @@ static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, con
     return launch(ctx, "scores", &a, 3, global, local, n_wait, wait, done);
 }
 
+/* W = softmax(S); a causal `mask` (with n_q queries) lets rows stop at their last visible
+ * key, the rest of S being −∞ already */
 static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *e, size_t wg,
-                                     const clattn_view *x, const clattn_view *y, cl_uint n_wait,
-                                     const cl_event *wait, cl_event *done)
+                                     const clattn_view *x, const clattn_view *y, clattn_mask mask,
+                                     cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     arg_list a = {e->kernel, 0, CL_SUCCESS};
     arg_view(&a, x);
     arg_view(&a, y);
     arg_int(&a, x->n[1]);
     arg_long(&a, x->n[3]);
+    arg_int(&a, mask);
+    arg_long(&a, x->n[2]);
     arg(&a, wg * sizeof(float), NULL);
     const size_t global[3] = {wg, (size_t)x->n[2], (size_t)(x->n[0] * x->n[1])};
     const size_t local[3] = {wg, 1, 1};
@@ -488,7 +492,7 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
     if (st == CLATTN_SUCCESS)
         st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, desc->mask, n_wait, wait, &e1);
     if (st == CLATTN_SUCCESS)
-        st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, 1, &e1, &e2);
+        st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, desc->mask, 1, &e1, &e2);
     if (st == CLATTN_SUCCESS)
         st = enqueue_wsum(ctx, &p->wsum, &ws, v, o, desc->mask, 1, &e2, done);
     if (e1)
@@ -768,7 +772,7 @@ static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_atten
     if (kind == 1) {
         if ((st = softmax_kernel(ctx, desc, a->n[3], &e, &size)) != CLATTN_SUCCESS)
             return st;
-        return enqueue_softmax(ctx, e, size, a, c, n_wait, wait, done);
+        return enqueue_softmax(ctx, e, size, a, c, CLATTN_MASK_NONE, n_wait, wait, done);
     }
     blocking bk;
     if (kind == 0) {
