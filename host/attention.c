@@ -9,9 +9,10 @@
 
 #define GPU_TILE_KV 64        /* blocked kernels on GPUs: keys per step (multiple of 16) */
 #define CPU_TILE_KV 64        /* scores / weighted sum on CPUs: keys per step */
-#define CPU_FUSED_TILE_KV 128 /* fused on CPUs: keys per step (measured best, 8x4096x64) */
-#define GPU_WG 64             /* blocked kernels on GPUs: work-items per work-group */
-#define CPU_WG 16             /* on CPUs: work-items per work-group (WG·RQ queries) */
+#define CPU_FUSED_TILE_KV 128 /* fused on CPUs: at most this many keys per step, */
+#define CPU_FUSED_TILE_BYTES (64 * 1024) /* with K and V tiles within this (cache-sized) */
+#define GPU_WG 64                        /* blocked kernels on GPUs: work-items per work-group */
+#define CPU_WG 16                        /* on CPUs: work-items per work-group (WG·RQ queries) */
 /* PoCL's CPU device runs a work-group on one thread's stack, private arrays of every
  * work-item included; beyond about this many bytes in all it crashes (and it reports
  * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
@@ -123,7 +124,7 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
                                    blocking *out)
 {
     const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
-    size_t rq = !cpu || one_query_per_item ? 1 : acc_floats <= 64 ? 4 : acc_floats <= 128 ? 2 : 1;
+    size_t rq = !cpu || one_query_per_item ? 1 : acc_floats <= 128 ? 4 : acc_floats <= 256 ? 2 : 1;
     while (rq > 1 && (int64_t)rq > n_q)
         rq /= 2;
     size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
@@ -259,7 +260,11 @@ static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, cha
 {
     why[0] = '\0';
     const int64_t per_key = d_k + ceil_div(d_v, 16) * 16; /* K and V tile floats per key */
-    const size_t t = fit_tile_kv(ctx, per_key, default_tile_kv(ctx, true));
+    size_t cap = default_tile_kv(ctx, true);
+    if (ctx->device_type & CL_DEVICE_TYPE_CPU) /* measured: d 64 best at 128 keys, 128 at 64 */
+        while (cap > 16 && (int64_t)cap * per_key * (int64_t)sizeof(float) > CPU_FUSED_TILE_BYTES)
+            cap /= 2;
+    const size_t t = fit_tile_kv(ctx, per_key, cap);
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
     else if (t == 0)
@@ -534,7 +539,23 @@ static clattn_status check_call(clattn_context *ctx, const clattn_attention_desc
     if (st == CLATTN_SUCCESS)
         st = clattn_check_attention_shapes(ctx, &cv->q, &cv->k, &cv->v, &cv->o,
                                            cv->has_w ? &cv->w : NULL);
-    return st;
+    if (st != CLATTN_SUCCESS)
+        return st;
+    /* outputs never overlap each other; on device buffers (no staging copy) they must
+     * not overlap the inputs the kernels are reading either */
+    if (cv->has_w && clattn_views_overlap(&cv->o, &cv->w))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "O and the weights overlap");
+    if (storage == CLATTN_STORAGE_BUFFER) {
+        const clattn_view *ins[3] = {&cv->q, &cv->k, &cv->v};
+        static const char *const names[3] = {"Q", "K", "V"};
+        for (int i = 0; i < 3; i++)
+            for (int w = 0; w < 1 + cv->has_w; w++)
+                if (clattn_views_overlap(w ? &cv->w : &cv->o, ins[i]))
+                    return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                                       "%s overlaps %s in the same cl_mem", w ? "weights" : "O",
+                                       names[i]);
+    }
+    return CLATTN_SUCCESS;
 }
 
 /* -------------------------------------------- staging host views through buffers */
@@ -717,6 +738,16 @@ static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_att
         st = clattn_view_make(ctx, names[kind][2], c, storage, true, vc);
     if (st != CLATTN_SUCCESS)
         return st;
+    /* on device buffers the kernel reads its inputs while writing its output: no overlap,
+     * except softmax exactly in place (each work-item rewrites what it read) */
+    if (storage == CLATTN_STORAGE_BUFFER) {
+        const bool in_place = kind == 1 && va->buffer == vc->buffer && va->offset == vc->offset &&
+                              !memcmp(va->s, vc->s, sizeof va->s);
+        if ((!in_place && clattn_views_overlap(vc, va)) ||
+            (kind != 1 && clattn_views_overlap(vc, vb)))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                               "%s overlaps an input in the same cl_mem", names[kind][2]);
+    }
 #define LL(x) ((long long)(x))
     const clattn_view *x = va, *y = vc;
     if (kind == 1) {

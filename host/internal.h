@@ -68,6 +68,9 @@ clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_vi
                                             const clattn_view *o, const clattn_view *w);
 clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
 bool clattn_mul_ok(int64_t a, int64_t b, int64_t *out);
+/* Whether the extents [offset, offset + span) of two views on the same storage (the same
+ * host memory or the same cl_mem) intersect. */
+bool clattn_views_overlap(const clattn_view *a, const clattn_view *b);
 
 /* ---- programs (program.c) ---- */
 clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const char *options,

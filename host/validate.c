@@ -218,3 +218,16 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
     }
     return CLATTN_SUCCESS;
 }
+
+bool clattn_views_overlap(const clattn_view *a, const clattn_view *b)
+{
+    if (a->count == 0 || b->count == 0)
+        return false;
+    if (a->host && b->host) {
+        const float *a0 = (const float *)a->host + a->offset,
+                    *b0 = (const float *)b->host + b->offset;
+        return a0 < b0 + b->span && b0 < a0 + a->span;
+    }
+    return a->buffer && a->buffer == b->buffer && a->offset < b->offset + b->span &&
+           b->offset < a->offset + a->span;
+}

@@ -189,7 +189,9 @@ typedef enum clattn_mask {
 } clattn_mask;
 
 typedef enum clattn_algorithm {
-    /** FUSED unless attention weights are requested, then UNFUSED. */
+    /** FUSED unless attention weights are requested or the fused kernel cannot run the
+     *  shape on this device (head dims above 4096, or 16 rows of K and V exceeding its
+     *  local memory); then UNFUSED. clattn_attention_plan() says which and why. */
     CLATTN_ALGORITHM_AUTO = 0,
     /** Three kernels: scores (tiled Q·Kᵀ), softmax (row reduction), weighted sum
      *  (tiled W·V); needs an n_q×n_kv workspace per (batch, head). */
@@ -231,6 +233,9 @@ clattn_attention_desc clattn_attention_desc_default(void);
  * reads key/value head h / (h_q / h_kv). n_q = 0 is a no-op; n_kv = 0 writes zero
  * rows. A query row with no visible key outputs zeros (and zero weights). Only the
  * elements of the O view are written; other elements of o->host are untouched.
+ * Inputs are copied to the device first, so O may share storage with Q, K or V
+ * (in place); O and the weights must not overlap each other (CLATTN_ERROR_INVALID_LAYOUT).
+ * A score that overflows to −∞ in float32 counts as masked.
  *
  * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT, CLATTN_ERROR_INVALID_SHAPE,
  *         CLATTN_ERROR_INVALID_LAYOUT, CLATTN_ERROR_SIZE_OVERFLOW,
@@ -247,7 +252,9 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
  * in the context's cl_context). Waits for `wait` (n_wait events) before starting;
  * if `done` is not NULL it receives an event that completes when O (and the
  * weights) are written; the caller releases it. Does not block; temporary device
- * buffers are released by the runtime once the kernels finish.
+ * buffers are released by the runtime once the kernels finish. The output views must
+ * not overlap any input view or each other on the same cl_mem
+ * (CLATTN_ERROR_INVALID_LAYOUT): the kernels read inputs while writing outputs.
  * Shapes, statuses: as clattn_attention(); also CLATTN_ERROR_BUFFER_TOO_SMALL.
  */
 clattn_status clattn_attention_enqueue(clattn_context *ctx, const clattn_attention_desc *desc,

@@ -180,6 +180,55 @@ START_TEST(layouts_and_overflow)
 }
 END_TEST
 
+/* Outputs that overlap each other (host or device), or an input on the same cl_mem,
+ * are refused before anything runs; O in place over Q on host memory is fine. */
+START_TEST(overlapping_outputs_refused)
+{
+    clattn_attention_desc d = unscaled();
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    float buf[64];
+    fill(buf, 64, -7.0f);
+    clattn_tensor o = clattn_tensor_host(buf, 1, 1, 6, 3);
+    clattn_tensor w = clattn_tensor_host(buf + 10, 1, 1, 6, 6); /* starts inside O */
+    d.weights = &w;
+    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_str_eq(clattn_last_error_message(ctx), "O and the weights overlap");
+    assert_all(buf, 64, -7.0f);
+    w.host = buf + 18; /* right after O: fine */
+    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
+    assert_z(buf, "O next to the weights");
+
+    float xq[18];
+    memcpy(xq, X, sizeof xq);
+    clattn_tensor q = clattn_tensor_host(xq, 1, 1, 6, 3);
+    d.weights = NULL;
+    ck_assert_int_eq(clattn_attention(ctx, &d, &q, &x, &x, &q), CLATTN_SUCCESS); /* in place */
+    assert_z(xq, "O over Q on host memory");
+
+    cl_context c;
+    clattn_context_get_cl(ctx, &c, NULL, NULL);
+    cl_int err;
+    cl_mem m = clCreateBuffer(c, CL_MEM_READ_WRITE, 64 * sizeof(float), NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    clattn_tensor bq = clattn_tensor_buffer(m, 1, 1, 6, 3), bo = bq;
+    bo.offset = 17; /* overlaps the last element of Q */
+    ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &bq, &bq, &bq, &bo, 0, NULL, NULL),
+                     CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_str_eq(clattn_last_error_message(ctx), "O overlaps Q in the same cl_mem");
+    clattn_tensor s = clattn_tensor_buffer(m, 1, 1, 6, 6);
+    s.offset = 18;
+    clattn_tensor s2 = s;
+    s2.offset = 20; /* softmax: exactly in place is fine, shifted is not */
+    ck_assert_int_eq(clattn_softmax_enqueue(ctx, NULL, &s, &s2, 0, NULL, NULL),
+                     CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_int_eq(clattn_softmax_enqueue(ctx, NULL, &s, &s, 0, NULL, NULL), CLATTN_SUCCESS);
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, NULL, NULL, &queue);
+    clFinish(queue);
+    clReleaseMemObject(m);
+}
+END_TEST
+
 START_TEST(fused_cannot_return_weights)
 {
     clattn_attention_desc d = unscaled();
@@ -429,6 +478,7 @@ int main(void)
     tcase_add_test(tc, null_and_enum_arguments);
     tcase_add_test(tc, shape_mismatches_name_the_numbers);
     tcase_add_test(tc, layouts_and_overflow);
+    tcase_add_test(tc, overlapping_outputs_refused);
     tcase_add_test(tc, fused_cannot_return_weights);
     tcase_add_test(tc, plan_explains_choice);
     tcase_add_test(tc, empty_problems);
