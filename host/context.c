@@ -186,6 +186,7 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
     ctx->device = device;
     if (kdir && *kdir && !(ctx->kernel_dir = dup_string(kdir)))
         return fail_create(ctx, clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "strdup"));
+    ctx->cache_dir = clattn_cache_dir(options ? options->cache_dir : NULL);
 
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
@@ -235,6 +236,7 @@ clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id dev
     const char *kdir = getenv("CLATTN_KERNEL_DIR");
     if (kdir && *kdir && !(ctx->kernel_dir = dup_string(kdir)))
         return fail_create(ctx, clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "strdup"));
+    ctx->cache_dir = clattn_cache_dir(NULL);
     if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
         return fail_create(ctx, st);
     clattn_clear_error(NULL);
@@ -256,6 +258,7 @@ void clattn_context_release(clattn_context *ctx)
     if (ctx->context)
         clReleaseContext(ctx->context);
     free(ctx->kernel_dir);
+    free(ctx->cache_dir);
     free(ctx->message);
     free(ctx);
 }

@@ -29,6 +29,7 @@ struct clattn_context {
     cl_ulong max_alloc;  /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
     cl_ulong global_mem; /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
     char *kernel_dir;    /* NULL = embedded sources */
+    char *cache_dir;     /* program-binary cache folder; NULL = off */
     clattn_program_entry *programs;
     char *message; /* last error, heap; "" when none */
     size_t message_cap;
@@ -71,6 +72,16 @@ bool clattn_mul_ok(int64_t a, int64_t b, int64_t *out);
 /* Whether the extents [offset, offset + span) of two views on the same storage (the same
  * host memory or the same cl_mem) intersect. */
 bool clattn_views_overlap(const clattn_view *a, const clattn_view *b);
+
+/* ---- persistent program-binary cache (cache.c) ---- */
+/* The folder from the option (or CLATTN_CACHE_DIR, $XDG_CACHE_HOME/clattn,
+ * ~/.cache/clattn); NULL when disabled ("" or "off") or out of memory. Heap string. */
+char *clattn_cache_dir(const char *option);
+uint64_t clattn_cache_key(const clattn_context *ctx, const char *const *sources, int n_sources,
+                          const char *options);
+/* A program created from a cached binary (not yet built), or NULL. */
+cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key);
+void clattn_cache_store(const clattn_context *ctx, uint64_t key, cl_program program);
 
 /* ---- programs (program.c) ---- */
 clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const char *options,

@@ -43,6 +43,23 @@ static clattn_status read_source(clattn_context *ctx, const char *file, char **o
     return st;
 }
 
+/* The program's one kernel, "clattn_<stem>", and its work-group limit. */
+static clattn_status create_kernel(clattn_context *ctx, const char *file, clattn_program_entry *e)
+{
+    cl_int err;
+    char name[64];
+    size_t stem = strcspn(file, ".");
+    snprintf(name, sizeof name, "clattn_%.*s", (int)stem, file);
+    e->kernel = clCreateKernel(e->program, name, &err);
+    if (err != CL_SUCCESS)
+        return clattn_fail_cl(ctx, err, "clCreateKernel");
+    err = clGetKernelWorkGroupInfo(e->kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                   sizeof e->kernel_wg_max, &e->kernel_wg_max, NULL);
+    if (err != CL_SUCCESS)
+        return clattn_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status build(clattn_context *ctx, const char *file, const char *options,
                            clattn_program_entry *e)
 {
@@ -59,7 +76,20 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
         }
     }
     cl_int err = CL_SUCCESS;
+    uint64_t key = 0;
     if (st == CLATTN_SUCCESS) {
+        key = clattn_cache_key(ctx, src, 2, options);
+        e->program = clattn_cache_load(ctx, key);
+        if (e->program && clBuildProgram(e->program, 1, &ctx->device, options, NULL, NULL) !=
+                              CL_SUCCESS) { /* a stale or foreign binary: build from source */
+            clReleaseProgram(e->program);
+            e->program = NULL;
+        }
+        if (e->program) {
+            free(loaded[0]);
+            free(loaded[1]);
+            return create_kernel(ctx, file, e);
+        }
         e->program = clCreateProgramWithSource(ctx->context, 2, src, NULL, &err);
         if (err != CL_SUCCESS)
             st = clattn_fail_cl(ctx, err, "clCreateProgramWithSource");
@@ -70,6 +100,8 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
         return st;
 
     err = clBuildProgram(e->program, 1, &ctx->device, options, NULL, NULL);
+    if (err == CL_SUCCESS)
+        clattn_cache_store(ctx, key, e->program);
     if (err != CL_SUCCESS) {
         size_t log_size = 0;
         clGetProgramBuildInfo(e->program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &log_size);
@@ -98,17 +130,7 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
         return CLATTN_ERROR_BUILD_FAILED;
     }
 
-    char name[64];
-    size_t stem = strcspn(file, ".");
-    snprintf(name, sizeof name, "clattn_%.*s", (int)stem, file);
-    e->kernel = clCreateKernel(e->program, name, &err);
-    if (err != CL_SUCCESS)
-        return clattn_fail_cl(ctx, err, "clCreateKernel");
-    err = clGetKernelWorkGroupInfo(e->kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                   sizeof e->kernel_wg_max, &e->kernel_wg_max, NULL);
-    if (err != CL_SUCCESS)
-        return clattn_fail_cl(ctx, err, "clGetKernelWorkGroupInfo");
-    return CLATTN_SUCCESS;
+    return create_kernel(ctx, file, e);
 }
 
 static void entry_free(clattn_program_entry *e)

@@ -97,6 +97,13 @@ typedef struct clattn_context_options {
      *  (kernel development). NULL: the CLATTN_KERNEL_DIR environment variable, else
      *  the embedded sources. */
     const char *kernel_dir;
+    /** Folder of the persistent program-binary cache: built kernels are saved there per
+     *  (clattn version, device, driver, build options, sources) and reused by later
+     *  processes; corrupt or foreign files are ignored and rebuilt. NULL: the
+     *  CLATTN_CACHE_DIR environment variable, else $XDG_CACHE_HOME/clattn, else
+     *  ~/.cache/clattn. "" or "off" disables it. Failures to read or write it are never
+     *  errors. */
+    const char *cache_dir;
 } clattn_context_options;
 
 /**

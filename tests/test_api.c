@@ -446,6 +446,65 @@ START_TEST(build_failure_reports_log)
 }
 END_TEST
 
+static int count_bin_files(const char *dir, int corrupt)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             corrupt ? "for f in %s/*.bin; do printf 'CLATTNB1garbage' > \"$f\"; done"
+                     : "ls %s/*.bin 2>/dev/null | wc -l",
+             dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    int n = 0;
+    if (fscanf(p, "%d", &n) != 1)
+        n = 0;
+    pclose(p);
+    return n;
+}
+
+/* The persistent program cache: a first context writes binaries, a second one reuses
+ * them, corrupt files are ignored (and replaced), "off" writes nothing. */
+START_TEST(program_binary_cache)
+{
+    char dir[] = "/tmp/clattn_cache_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    clattn_context_options opt = {0};
+    opt.cache_dir = dir;
+    clattn_attention_desc d = unscaled();
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    float out[18];
+    clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+    for (int round = 0; round < 3; round++) {
+        if (round == 2)
+            count_bin_files(dir, 1); /* corrupt every file */
+        clattn_context *c2;
+        ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+        for (int alg = CLATTN_ALGORITHM_UNFUSED; alg <= CLATTN_ALGORITHM_FUSED; alg++) {
+            d.algorithm = (clattn_algorithm)alg;
+            fill(out, 18, NAN);
+            ck_assert_int_eq(clattn_attention(c2, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
+            assert_z(out, round == 0 ? "cache cold" : round == 1 ? "cache warm" : "corrupt");
+        }
+        clattn_context_release(c2);
+        ck_assert_int_eq(count_bin_files(dir, 0), 4); /* scores, softmax, wsum, fused */
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char off_dir[] = "/tmp/clattn_cache_off_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(off_dir));
+    ck_assert_int_eq(setenv("CLATTN_CACHE_DIR", off_dir, 1), 0); /* the option wins */
+    opt.cache_dir = "off";
+    clattn_context *c3;
+    ck_assert_int_eq(clattn_context_create(&opt, &c3), CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_attention(c3, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
+    clattn_context_release(c3);
+    ck_assert_int_eq(count_bin_files(off_dir, 0), 0);
+    unsetenv("CLATTN_CACHE_DIR");
+    rmdir(off_dir);
+}
+END_TEST
+
 /* After every kind of error above, the same context still computes right answers. */
 START_TEST(context_usable_after_errors)
 {
@@ -485,6 +544,7 @@ int main(void)
     tcase_add_test(tc, enqueue_api_with_events);
     tcase_add_test(tc, device_selection);
     tcase_add_test(tc, build_failure_reports_log);
+    tcase_add_test(tc, program_binary_cache);
     tcase_add_test(tc, context_usable_after_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -150,7 +150,8 @@ static int library_error(const char *call, clattn_status status, const clattn_co
 
 static clattn_status open_context(const char *device, clattn_context **ctx)
 {
-    clattn_context_options options = {device, NULL};
+    clattn_context_options options = {0}; /* fields are only ever appended */
+    options.device = device;
     clattn_status status = clattn_context_create(&options, ctx);
     if (status != CLATTN_SUCCESS) {
         library_error("clattn_context_create", status, NULL);
