@@ -275,6 +275,31 @@ START_TEST(plan_explains_choice)
 }
 END_TEST
 
+/* A score matrix beyond CL_DEVICE_MAX_MEM_ALLOC_SIZE: UNFUSED is refused with the
+ * numbers, AUTO takes FUSED (plans only: nothing is allocated or read). */
+START_TEST(plan_falls_back_to_fused_for_huge_scores)
+{
+    static float dummy[4];
+    cl_device_id dev;
+    clattn_context_get_cl(ctx, NULL, &dev, NULL);
+    cl_ulong max_alloc = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    int64_t n = 1024;
+    while ((cl_ulong)(n * n) * 4 <= max_alloc) /* n x n floats just past the limit */
+        n *= 2;
+    clattn_tensor q = clattn_tensor_host(dummy, 1, 1, n, 64), o = q;
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.algorithm = CLATTN_ALGORITHM_UNFUSED;
+    clattn_plan p;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &q, &q, &q, &o, &p), CLATTN_ERROR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "CL_DEVICE_MAX_MEM_ALLOC_SIZE"));
+    d.algorithm = CLATTN_ALGORITHM_AUTO;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &q, &q, &q, &o, &p), CLATTN_SUCCESS);
+    ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_FUSED);
+    ck_assert_uint_eq(p.workspace_bytes, 0);
+}
+END_TEST
+
 START_TEST(empty_problems)
 {
     clattn_attention_desc d = clattn_attention_desc_default();
@@ -540,6 +565,7 @@ int main(void)
     tcase_add_test(tc, overlapping_outputs_refused);
     tcase_add_test(tc, fused_cannot_return_weights);
     tcase_add_test(tc, plan_explains_choice);
+    tcase_add_test(tc, plan_falls_back_to_fused_for_huge_scores);
     tcase_add_test(tc, empty_problems);
     tcase_add_test(tc, enqueue_api_with_events);
     tcase_add_test(tc, device_selection);
