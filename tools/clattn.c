@@ -829,27 +829,6 @@ static int same_file(const char *a, const char *b)
     return same;
 }
 
-/* What a file that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
-{
-    if (S_ISDIR(mode)) {
-        return "a directory";
-    }
-    if (S_ISLNK(mode)) {
-        return "a symbolic link";
-    }
-    if (S_ISFIFO(mode)) {
-        return "a FIFO (named pipe)";
-    }
-    if (S_ISCHR(mode) || S_ISBLK(mode)) {
-        return "a device";
-    }
-    if (S_ISSOCK(mode)) {
-        return "a socket";
-    }
-    return "a special file";
-}
-
 /* An output may be replaced: it is not there yet, or is a regular file (not a
  * symbolic link); and its folder is writable. Returns 0, or an exit status. */
 static int check_output_file(const char *path)
@@ -859,7 +838,7 @@ static int check_output_file(const char *path)
         if (!S_ISREG(st.st_mode)) {
             return error("%s: is %s, not a regular file; refusing to replace it (name a new or "
                          "regular file)",
-                         path, file_kind(st.st_mode));
+                         path, npy_file_kind(st.st_mode));
         }
     } else if (errno != ENOENT) {
         return error("%s: cannot use it as an output: %s", path, strerror(errno));

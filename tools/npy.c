@@ -481,11 +481,13 @@ static int read_at(int fd, const char *path, void *buf, size_t len, size_t offse
     return 0;
 }
 
-/* What a file that is not a regular file is, for messages. */
-static const char *file_kind(mode_t mode)
+const char *npy_file_kind(unsigned mode)
 {
     if (S_ISDIR(mode)) {
         return "a directory";
+    }
+    if (S_ISLNK(mode)) {
+        return "a symbolic link";
     }
     if (S_ISFIFO(mode)) {
         return "a FIFO (named pipe)";
@@ -563,7 +565,7 @@ int npy_read_f32_rank(const char *path, int min_ndim, const char *ranks, npy_arr
         fail(err, errlen, path, "cannot stat: %s", strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
         fail(err, errlen, path, "is %s, not a regular file (a .npy input must be a regular file)",
-             file_kind(st.st_mode));
+             npy_file_kind(st.st_mode));
     } else if (st.st_size < 0 || (uintmax_t)st.st_size > SIZE_MAX) {
         fail(err, errlen, path, "too large for this machine's size_t");
     } else {

@@ -59,4 +59,8 @@ int npy_write_f32(const char *path, const float *data, const int64_t *shape, int
 int npy_write_f32_stream(FILE *stream, const char *name, const float *data, const int64_t *shape,
                          int ndim, char *err, size_t errlen);
 
+/* What a file that is not a regular file is ("a directory", "a FIFO (named pipe)", …),
+ * from its st_mode, for messages. */
+const char *npy_file_kind(unsigned mode);
+
 #endif /* CLATTN_NPY_H */
