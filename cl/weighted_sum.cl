@@ -51,23 +51,25 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
         stage_rows(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false, v_tile);
         barrier(CLK_LOCAL_MEM_FENCE); /* V tile staged before anyone reads it */
 
-        float p[RQ][TILE_KV];
-        #pragma unroll
-        for (int r = 0; r < RQ; r++) {
-            const long i = i0 + r;
-            const long row = view_at(w_off, w_st, b, h, i < n_q ? i : 0, 0);
-            for (int jj = 0; jj < TILE_KV; jj++)
-                p[r][jj] = (i < n_q && j0 + jj < n_kv) ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
-        }
-        for (int jj = 0; jj < TILE_KV; jj++)
+        if (i0 < n_q) { /* work-items past the last row only help stage V */
+            float p[RQ][TILE_KV];
             #pragma unroll
-            for (int a = 0; a < N_AV; a++) {
-                const float16 vv = vload16(a, v_tile + jj * D_V_PAD);
-                #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    if (p[r][jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
-                        acc[r][a] = fma((float16)(p[r][jj]), vv, acc[r][a]);
+            for (int r = 0; r < RQ; r++) {
+                const long i = i0 + r;
+                const long row = view_at(w_off, w_st, b, h, i < n_q ? i : 0, 0);
+                for (int jj = 0; jj < TILE_KV; jj++)
+                    p[r][jj] = (i < n_q && j0 + jj < n_kv) ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
             }
+            for (int jj = 0; jj < TILE_KV; jj++)
+                #pragma unroll
+                for (int a = 0; a < N_AV; a++) {
+                    const float16 vv = vload16(a, v_tile + jj * D_V_PAD);
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        if (p[r][jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
+                            acc[r][a] = fma((float16)(p[r][jj]), vv, acc[r][a]);
+                }
+        }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
     #pragma unroll

@@ -125,8 +125,6 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
 {
     const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
     size_t rq = !cpu || one_query_per_item ? 1 : acc_floats <= 128 ? 4 : acc_floats <= 256 ? 2 : 1;
-    while (rq > 1 && (int64_t)rq > n_q)
-        rq /= 2;
     size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
     if (cpu) { /* private arrays of the whole group on one thread's stack */
         const int64_t per_item = ((int64_t)rq * private_floats + 64) * (int64_t)sizeof(float);
@@ -151,9 +149,10 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
                            "(CL_DEVICE_MAX_WORK_GROUP_SIZE, and on CPUs the stack the "
                            "work-group's private arrays need)",
                            wg, limit, file);
-    if (wg == 0) {
-        const size_t cap = cpu ? CPU_WG : GPU_WG;
-        wg = pow2_at_least(ceil_div(n_q, (int64_t)rq), cap);
+    if (wg == 0) { /* two size classes, not one program per n_q */
+        wg = cpu ? CPU_WG : GPU_WG;
+        if (cpu && n_q < (int64_t)(wg * rq)) /* fewer queries than one group holds */
+            rq = wg = 1;
         while (wg > limit)
             wg /= 2;
     }
@@ -234,6 +233,8 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
                                "(CL_KERNEL_WORK_GROUP_SIZE / CL_DEVICE_MAX_WORK_ITEM_SIZES)",
                                want, limit);
         *wg = want;
+    } else if (ctx->device_type & CL_DEVICE_TYPE_CPU) {
+        *wg = 1; /* a row per work-item, 16 lanes at a time: no reduction, one JIT size */
     } else {
         size_t cap = limit < MAX_SOFTMAX_WG ? limit : MAX_SOFTMAX_WG;
         *wg = pow2_at_least(width, cap);
