@@ -1,8 +1,9 @@
 /* Persistent program-binary cache: built kernels saved per (clattn version, device,
  * driver, build options, sources), so a new process skips the OpenCL compiler.
  *
- * File: <dir>/<16 hex digits>.bin holding "CLATTNB1", the 64-bit FNV-1a hash of the
- * key, the binary's size (both little-endian u64) and the binary. Everything here is
+ * File: <dir>/<16 hex digits>.bin holding "CLATTNB2", the 64-bit FNV-1a hash of the
+ * key, the binary's size and the FNV-1a hash of the binary (little-endian u64s), then
+ * the binary. Everything here is
  * best effort: a missing folder, a corrupt or foreign file, a failed write only mean a
  * build from source (and a fresh file). Files are written to a temporary name and
  * renamed, so concurrent processes never read half a file. */
@@ -16,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAGIC "CLATTNB1"
+#define MAGIC "CLATTNB2"
 #define MAX_BINARY ((size_t)256 << 20)
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
@@ -85,7 +86,7 @@ cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    unsigned char head[24];
+    unsigned char head[32];
     unsigned char *binary = NULL;
     size_t size = 0;
     const int head_ok = fread(head, 1, sizeof head, f) == sizeof head &&
@@ -94,8 +95,9 @@ cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key)
         size = (size_t)get_u64(head + 16);
         if (size > 0 && size <= MAX_BINARY)
             binary = malloc(size + 1);
-        /* exactly `size` bytes must follow */
-        if (binary && fread(binary, 1, size + 1, f) != size) {
+        /* exactly `size` bytes must follow, with the recorded hash */
+        if (binary && (fread(binary, 1, size + 1, f) != size ||
+                       fnv1a(0xcbf29ce484222325ULL, binary, size) != get_u64(head + 24))) {
             free(binary);
             binary = NULL;
         }
@@ -151,12 +153,18 @@ void clattn_cache_store(const clattn_context *ctx, uint64_t key, cl_program prog
     }
     char path[4096], tmp[4200];
     file_path(ctx, key, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    unsigned char head[24];
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path); /* unique per writer, thread or process */
+    unsigned char head[32];
     memcpy(head, MAGIC, 8);
     put_u64(head + 8, key);
     put_u64(head + 16, size);
-    FILE *f = fopen(tmp, "wb");
+    put_u64(head + 24, fnv1a(0xcbf29ce484222325ULL, binary, size));
+    const int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) {
+        close(fd);
+        remove(tmp);
+    }
     if (f) {
         const int ok =
             fwrite(head, 1, sizeof head, f) == sizeof head && fwrite(binary, 1, size, f) == size;

@@ -1,6 +1,8 @@
 /* Platform/device choice, context and queue, device limits. */
 #include "internal.h"
 
+#include <pthread.h>
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,24 @@ static bool parse_index_spec(const char *spec, unsigned *p, unsigned *d)
     return true;
 }
 
+/* ICD loaders and drivers (PoCL 3.1 among them) are not safe when several threads make
+ * a process's first OpenCL calls at once: device discovery is serialised here. This is
+ * the library's only global state, and it holds no data. */
+static pthread_mutex_t discovery_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static clattn_status choose_device_locked(const char *spec, cl_platform_id *out_p,
+                                          cl_device_id *out_d);
+
 static clattn_status choose_device(const char *spec, cl_platform_id *out_p, cl_device_id *out_d)
+{
+    pthread_mutex_lock(&discovery_lock);
+    clattn_status st = choose_device_locked(spec, out_p, out_d);
+    pthread_mutex_unlock(&discovery_lock);
+    return st;
+}
+
+static clattn_status choose_device_locked(const char *spec, cl_platform_id *out_p,
+                                          cl_device_id *out_d)
 {
     cl_platform_id platforms[MAX_PLATFORMS];
     cl_uint n_platforms = 0;
