@@ -81,6 +81,19 @@ float16 load_row16(__global const float *src, long base, long st3, int c0, int d
     return vload16(0, t);
 }
 
+/* acc[r][a] += p[r][jj] · V[jj] (vector a) for every key jj of a staged V tile, for the
+ * RQ rows of a work-item; keys of weight exactly 0 contribute nothing, even NaN or inf
+ * values. A macro, so each kernel file's RQ, N_AV, TILE_KV and D_V_PAD apply; the
+ * pragmas keep the register blocks in registers (see fused.cl). */
+#define ACCUMULATE_PV(acc, p, v_tile)                                                    \
+    for (int jj_ = 0; jj_ < TILE_KV; jj_++)                                              \
+        _Pragma("unroll") for (int a_ = 0; a_ < N_AV; a_++)                              \
+        {                                                                                \
+            const float16 vv_ = vload16(a_, (v_tile) + jj_ * D_V_PAD);                   \
+            _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) if ((p)[r_][jj_] != 0.0f)  \
+                (acc)[r_][a_] = fma((float16)((p)[r_][jj_]), vv_, (acc)[r_][a_]);        \
+        }
+
 /* d rounded up to whole float16 vectors */
 #define PAD16(d) (((d) + 15) / 16 * 16)
 

@@ -60,15 +60,7 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
                 for (int jj = 0; jj < TILE_KV; jj++)
                     p[r][jj] = (i < n_q && j0 + jj < n_kv) ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
             }
-            for (int jj = 0; jj < TILE_KV; jj++)
-                #pragma unroll
-                for (int a = 0; a < N_AV; a++) {
-                    const float16 vv = vload16(a, v_tile + jj * D_V_PAD);
-                    #pragma unroll
-                    for (int r = 0; r < RQ; r++)
-                        if (p[r][jj] != 0.0f) /* masked keys contribute nothing, even NaN V */
-                            acc[r][a] = fma((float16)(p[r][jj]), vv, acc[r][a]);
-                }
+            ACCUMULATE_PV(acc, p, v_tile);
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
