@@ -67,14 +67,13 @@ static int fail(const char *fmt, ...)
 
 static const char *mask_name(clattn_mask m)
 {
-    static const char *const names[] = {"none", "causal", "causal-bottom-right", "no-self"};
-    return (unsigned)m < 4 ? names[m] : "?";
+    return (unsigned)m <= CLATTN_MASK_NO_SELF ? cli_mask_names[m] : "?";
 }
 
 static int parse_mask(const char *s, clattn_mask *out)
 {
-    for (int m = 0; m < 4; m++)
-        if (strcmp(s, mask_name((clattn_mask)m)) == 0) {
+    for (int m = 0; cli_mask_names[m]; m++)
+        if (strcmp(s, cli_mask_names[m]) == 0) {
             *out = (clattn_mask)m;
             return 0;
         }

@@ -719,12 +719,13 @@ static int lookup(const char *text, const char *const *names)
     return -1;
 }
 
+const char *const cli_mask_names[] = {"none", "causal", "causal-bottom-right", "no-self",
+                                      NULL}; /* in clattn_mask order */
+
 /* Parses and checks the command line; returns -1 to go on, or an exit status. */
 static int parse_run_args(int argc, char **argv, run_args *a)
 {
     static const char command[] = "clattn run";
-    /* in enum order */
-    static const char *const masks[] = {"none", "causal", "causal-bottom-right", "no-self", NULL};
     static const char *const algorithms[] = {"auto", "unfused", "fused", NULL};
     const option options[] = {
         {"--q", &a->q, NULL},
@@ -766,7 +767,7 @@ static int parse_run_args(int argc, char **argv, run_args *a)
                                a->scale_text);
         }
     }
-    int mask = a->mask_text != NULL ? lookup(a->mask_text, masks) : 0;
+    int mask = a->mask_text != NULL ? lookup(a->mask_text, cli_mask_names) : 0;
     if (mask < 0) {
         return usage_error(command,
                            "unknown --mask '%s' (none, causal, causal-bottom-right, no-self)",
