@@ -539,7 +539,7 @@ static clattn_status check_call(clattn_context *ctx, const clattn_attention_desc
         st = clattn_view_make(ctx, "weights", desc->weights, storage, true, &cv->w);
     if (st == CLATTN_SUCCESS)
         st = clattn_check_attention_shapes(ctx, &cv->q, &cv->k, &cv->v, &cv->o,
-                                           cv->has_w ? &cv->w : NULL);
+                                           cv->has_w ? &cv->w : NULL, desc->weights_head_mean != 0);
     if (st != CLATTN_SUCCESS)
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must

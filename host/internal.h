@@ -45,7 +45,14 @@ typedef struct clattn_view {
     int64_t span;  /* elements from offset to one past the last element (0 if empty) */
     void *host;
     cl_mem buffer;
+    clattn_dtype dtype;
+    int64_t esize; /* bytes per element */
 } clattn_view;
+
+/* Bit sets of dtypes a role accepts (clattn_view_check_dtype). */
+#define CLATTN_DT_F32 (1u << CLATTN_FLOAT32)
+#define CLATTN_DT_FLOATS ((1u << CLATTN_FLOAT32) | (1u << CLATTN_FLOAT16) | (1u << CLATTN_BFLOAT16))
+#define CLATTN_DT_MASK ((1u << CLATTN_FLOAT32) | (1u << CLATTN_BOOL))
 
 /* ---- errors (status.c) ---- */
 clattn_status clattn_fail(clattn_context *ctx, clattn_status st, const char *fmt, ...)
@@ -66,8 +73,23 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
 /* checks shapes of an attention call: q, k, v, o and the optional weights */
 clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_view *q,
                                             const clattn_view *k, const clattn_view *v,
-                                            const clattn_view *o, const clattn_view *w);
+                                            const clattn_view *o, const clattn_view *w,
+                                            bool w_head_mean);
 clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
+/* INVALID_ARGUMENT unless v's dtype is in `allowed` (CLATTN_DT_*) */
+clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
+                                      unsigned allowed);
+/* The optional inputs and outputs of a desc for an attention call, validated against
+ * the call's q, k (and o for shapes): mask tensor, lengths, slopes, LSE. Views are made
+ * with `storage`; absent ones get count 0 and have_* false. */
+typedef struct clattn_extras {
+    bool has_mask, has_lse;
+    clattn_view mask; /* with stride 0 on broadcast dimensions */
+    clattn_view lse;
+} clattn_extras;
+clattn_status clattn_check_extras(clattn_context *ctx, const clattn_attention_desc *desc,
+                                  const clattn_view *q, const clattn_view *k,
+                                  clattn_storage storage, clattn_extras *out);
 bool clattn_mul_ok(int64_t a, int64_t b, int64_t *out);
 /* Whether the extents [offset, offset + span) of two views on the same storage (the same
  * host memory or the same cl_mem) intersect. */
@@ -101,6 +123,65 @@ static inline bool clattn_key_visible(clattn_mask mask, int64_t i, int64_t j, in
     case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT: return j <= i + n_kv - n_q;
     case CLATTN_MASK_NO_SELF: return j != i;
     default: return true;
+    }
+}
+
+/* The positional rules of one (batch entry, query row), shared by the reference and
+ * the host-side planning (same rules as cl/common.cl). */
+typedef struct clattn_row_rule {
+    int64_t lo, hi; /* visible keys are lo <= j < hi (lengths, causal, window) */
+    int64_t self;   /* NO_SELF: the excluded key (a_i), else -1 */
+    int64_t diag;   /* a_i: the key aligned with this query */
+    bool valid;     /* i < q_len */
+} clattn_row_rule;
+
+static inline clattn_row_rule clattn_rule(const clattn_attention_desc *d, int64_t b, int64_t i,
+                                          int64_t n_q, int64_t n_kv)
+{
+    clattn_row_rule r;
+    const int64_t nq_b = d->q_lens ? d->q_lens[b] : n_q;
+    const int64_t nkv_b = d->kv_lens ? d->kv_lens[b] : n_kv;
+    r.valid = i < nq_b;
+    r.diag = i + d->q_start - d->kv_start +
+             (d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ? nkv_b - nq_b : 0);
+    r.lo = 0;
+    r.hi = nkv_b;
+    if ((d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) &&
+        r.diag + 1 < r.hi)
+        r.hi = r.diag + 1;
+    /* positions are validated to |x| < 2^53 and windows are capped here, so nothing
+     * below overflows */
+    const int64_t cap = (int64_t)1 << 60;
+    const int64_t wl = d->window_left < cap ? d->window_left : cap;
+    const int64_t wr = d->window_right < cap ? d->window_right : cap;
+    if (d->window && wr >= 0 && r.diag + wr + 1 < r.hi)
+        r.hi = r.diag + wr + 1;
+    if (d->window && wl >= 0 && r.diag - wl > r.lo)
+        r.lo = r.diag - wl;
+    if (r.hi < r.lo)
+        r.hi = r.lo;
+    r.self = d->mask == CLATTN_MASK_NO_SELF ? r.diag : -1;
+    return r;
+}
+
+/* Element idx of a host view as float (any float dtype, or bool as 0/1). */
+static inline float clattn_host_load(const clattn_view *v, int64_t idx)
+{
+    switch (v->dtype) {
+    case CLATTN_FLOAT16: return clattn_f16_to_f32(((const uint16_t *)v->host)[idx]);
+    case CLATTN_BFLOAT16: return clattn_bf16_to_f32(((const uint16_t *)v->host)[idx]);
+    case CLATTN_BOOL: return ((const uint8_t *)v->host)[idx] ? 1.0f : 0.0f;
+    default: return ((const float *)v->host)[idx];
+    }
+}
+
+static inline void clattn_host_store(const clattn_view *v, int64_t idx, float x)
+{
+    switch (v->dtype) {
+    case CLATTN_FLOAT16: ((uint16_t *)v->host)[idx] = clattn_f32_to_f16(x); break;
+    case CLATTN_BFLOAT16: ((uint16_t *)v->host)[idx] = clattn_f32_to_bf16(x); break;
+    case CLATTN_BOOL: ((uint8_t *)v->host)[idx] = x != 0.0f; break;
+    default: ((float *)v->host)[idx] = x;
     }
 }
 

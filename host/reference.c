@@ -1,17 +1,63 @@
 /* The CPU reference: plain loops, every sum in double. The oracle for the tests and
- * for `clattn run --check`. Semantics match the kernels: masked keys (and keys whose
- * weight is exactly 0) contribute nothing; a row with no visible key outputs zeros;
- * NaN and +inf follow IEEE arithmetic within their own row. */
+ * for `clattn run --check`. Semantics match the kernels (docs/SEMANTICS.md):
+ *  - score s_ij = softcap(scale · q_i·k_j) − slope_h·|a_i − j| + float_mask_ij for the
+ *    visible keys (lengths, causal, window, no-self, bool mask), −∞ for the others;
+ *  - masked keys (and keys whose weight is exactly 0) contribute nothing;
+ *  - a row with no visible key outputs zeros (or NaN with CLATTN_MASKED_ROWS_NAN) and
+ *    LSE −∞; rows past q_lens[b] output zeros and LSE −∞;
+ *  - NaN and +inf follow IEEE arithmetic within their own row. */
 #include "internal.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* The scores of one query row into p[0..n_kv), −∞ where masked; returns the row max
+ * (NaN wins, as in the kernels). */
+static double row_scores(const clattn_attention_desc *desc, const clattn_view *q,
+                         const clattn_view *k, const clattn_extras *ex, double scale, int64_t b,
+                         int64_t h, int64_t hk, int64_t i, double *p)
+{
+    const int64_t n_q = q->n[2], n_kv = k->n[2], d_k = q->n[3];
+    const clattn_row_rule rule = clattn_rule(desc, b, i, n_q, n_kv);
+    const double slope = desc->alibi_slopes ? (double)desc->alibi_slopes[h] : 0.0;
+    double m = -INFINITY;
+    for (int64_t j = 0; j < n_kv; j++) {
+        p[j] = -INFINITY;
+        if (!rule.valid || j < rule.lo || j >= rule.hi || j == rule.self)
+            continue;
+        double mval = 0.0;
+        if (ex->has_mask) {
+            mval = clattn_host_load(&ex->mask, clattn_view_index(&ex->mask, b, h, i, j));
+            if (ex->mask.dtype == CLATTN_BOOL) {
+                if (mval == 0.0)
+                    continue;
+                mval = 0.0;
+            }
+        }
+        double dot = 0.0;
+        for (int64_t c = 0; c < d_k; c++)
+            dot += (double)clattn_host_load(q, clattn_view_index(q, b, h, i, c)) *
+                   (double)clattn_host_load(k, clattn_view_index(k, b, hk, j, c));
+        double s = scale * dot;
+        if (desc->softcap > 0.0f)
+            s = desc->softcap * tanh(s / desc->softcap);
+        if (slope != 0.0)
+            s -= slope * fabs((double)(rule.diag - j));
+        s += mval;
+        p[j] = s;
+        if (s > m || isnan(s))
+            m = isnan(m) ? m : s;
+    }
+    return m;
+}
 
 clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                                          const clattn_tensor *q_t, const clattn_tensor *k_t,
                                          const clattn_tensor *v_t, const clattn_tensor *o_t)
 {
     clattn_view q, k, v, o, w;
+    clattn_extras ex;
     clattn_status st = clattn_check_desc(NULL, desc);
     if (st == CLATTN_SUCCESS)
         st = clattn_view_make(NULL, "Q", q_t, CLATTN_STORAGE_HOST, false, &q);
@@ -24,7 +70,10 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
     if (st == CLATTN_SUCCESS && desc->weights)
         st = clattn_view_make(NULL, "weights", desc->weights, CLATTN_STORAGE_HOST, true, &w);
     if (st == CLATTN_SUCCESS)
-        st = clattn_check_attention_shapes(NULL, &q, &k, &v, &o, desc->weights ? &w : NULL);
+        st = clattn_check_attention_shapes(NULL, &q, &k, &v, &o, desc->weights ? &w : NULL,
+                                           desc->weights_head_mean != 0);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_check_extras(NULL, desc, &q, &k, CLATTN_STORAGE_HOST, &ex);
     if (st != CLATTN_SUCCESS)
         return st;
     clattn_clear_error(NULL);
@@ -35,56 +84,66 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
         return CLATTN_SUCCESS;
     const int64_t group = h_q / k.n[1];
     const double scale = clattn_effective_scale(desc, d_k);
-    const float *Q = q.host, *K = k.host, *V = v.host;
-    float *O = o.host, *W = desc->weights ? (float *)w.host : NULL;
+    const bool mean = desc->weights && desc->weights_head_mean;
+    const bool nan_rows = desc->masked_rows == CLATTN_MASKED_ROWS_NAN;
 
     double *p = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
     double *acc = malloc(sizeof(double) * (size_t)d_v);
-    if (!p || !acc) {
+    /* head mean: per (b, i) sums over heads, in double */
+    double *wsum =
+        mean ? calloc((size_t)(n_kv > 0 ? n_kv : 1) * (size_t)n_q, sizeof(double)) : NULL;
+    if (!p || !acc || (mean && !wsum)) {
         free(p);
         free(acc);
+        free(wsum);
         return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
                            "reference: cannot allocate %lld doubles", (long long)(n_kv + d_v));
     }
-    for (int64_t b = 0; b < batch; b++)
+    for (int64_t b = 0; b < batch; b++) {
+        if (mean)
+            memset(wsum, 0, sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1) * (size_t)n_q);
         for (int64_t h = 0; h < h_q; h++) {
             const int64_t hk = h / group;
             for (int64_t i = 0; i < n_q; i++) {
-                /* scores and the true row max (NaN wins, as in the kernels) */
-                double m = -INFINITY;
-                for (int64_t j = 0; j < n_kv; j++) {
-                    if (!clattn_key_visible(desc->mask, i, j, n_q, n_kv)) {
-                        p[j] = -INFINITY;
-                        continue;
-                    }
-                    double dot = 0.0;
-                    for (int64_t c = 0; c < d_k; c++)
-                        dot += (double)Q[clattn_view_index(&q, b, h, i, c)] *
-                               (double)K[clattn_view_index(&k, b, hk, j, c)];
-                    p[j] = scale * dot;
-                    if (p[j] > m || isnan(p[j]))
-                        m = isnan(m) ? m : p[j];
-                }
+                const bool valid = clattn_rule(desc, b, i, n_q, n_kv).valid;
+                const double m = row_scores(desc, &q, &k, &ex, scale, b, h, hk, i, p);
+                const bool empty = (m == -INFINITY);
+                /* padding rows (past q_lens) are zeros; fully masked rows zeros or NaN */
+                const double fill = (!valid || !nan_rows) ? 0.0 : NAN;
                 double l = 0.0;
                 for (int64_t c = 0; c < d_v; c++)
                     acc[c] = 0.0;
-                const bool empty = (m == -INFINITY);
                 for (int64_t j = 0; j < n_kv; j++) {
                     p[j] = empty ? 0.0 : exp(p[j] - m);
                     if (p[j] == 0.0)
                         continue; /* masked or zero weight: contributes nothing */
                     l += p[j];
                     for (int64_t c = 0; c < d_v; c++)
-                        acc[c] += p[j] * (double)V[clattn_view_index(&v, b, hk, j, c)];
+                        acc[c] +=
+                            p[j] * (double)clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
                 }
                 for (int64_t c = 0; c < d_v; c++)
-                    O[clattn_view_index(&o, b, h, i, c)] = empty ? 0.0f : (float)(acc[c] / l);
-                if (W)
-                    for (int64_t j = 0; j < n_kv; j++)
-                        W[clattn_view_index(&w, b, h, i, j)] = empty ? 0.0f : (float)(p[j] / l);
+                    clattn_host_store(&o, clattn_view_index(&o, b, h, i, c),
+                                      empty ? (float)fill : (float)(acc[c] / l));
+                if (ex.has_lse)
+                    clattn_host_store(&ex.lse, clattn_view_index(&ex.lse, b, h, i, 0),
+                                      empty ? -INFINITY : (float)(m + log(l)));
+                for (int64_t j = 0; desc->weights && j < n_kv; j++) {
+                    const double wij = empty ? fill : p[j] / l;
+                    if (mean)
+                        wsum[i * n_kv + j] += wij;
+                    else
+                        clattn_host_store(&w, clattn_view_index(&w, b, h, i, j), (float)wij);
+                }
             }
         }
+        for (int64_t i = 0; mean && i < n_q; i++)
+            for (int64_t j = 0; j < n_kv; j++)
+                clattn_host_store(&w, clattn_view_index(&w, b, 0, i, j),
+                                  (float)(wsum[i * n_kv + j] / (double)h_q));
+    }
     free(p);
     free(acc);
+    free(wsum);
     return CLATTN_SUCCESS;
 }

@@ -52,3 +52,79 @@ float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k)
         return desc->scale;
     return (float)(1.0 / sqrt((double)(d_k > 0 ? d_k : 1)));
 }
+
+size_t clattn_dtype_size(clattn_dtype dtype)
+{
+    switch (dtype) {
+    case CLATTN_FLOAT32: return 4;
+    case CLATTN_FLOAT16:
+    case CLATTN_BFLOAT16: return 2;
+    case CLATTN_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float clattn_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) /* inf or NaN (payload kept, quiet) */
+        return bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0));
+    if (exp != 0)
+        return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    /* zero or subnormal: man · 2^-24, exact in float */
+    const float mag = (float)man * 5.9604644775390625e-8f;
+    return sign ? -mag : mag;
+}
+
+uint16_t clattn_f32_to_f16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t abs = u & 0x7fffffffu;
+    if (abs > 0x7f800000u) /* NaN: stay NaN */
+        return (uint16_t)(sign | 0x7e00u | ((abs >> 13) & 0x1ffu));
+    if (abs >= 0x477ff000u) /* ≥ 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (abs < 0x38800000u) { /* below 2^-14: subnormal half, round man·2^24 to int */
+        const float mag = bits_f32(abs) * 16777216.0f; /* exact: scales by 2^24 */
+        /* round half to even with the current (default) rounding of float→int via
+         * nearbyint-free arithmetic: add 2^23 trick */
+        const float r = (mag + 8388608.0f) - 8388608.0f;
+        return (uint16_t)(sign | (uint16_t)r);
+    }
+    /* normal: rebias and round the 13 dropped bits to nearest even */
+    uint32_t h = ((abs >> 13) - (112u << 10));
+    const uint32_t rest = abs & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++; /* may carry into the exponent, up to inf: correct */
+    return (uint16_t)(sign | h);
+}
+
+float clattn_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t clattn_f32_to_bf16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a quiet NaN */
+        return (uint16_t)((u >> 16) | 0x40u);
+    const uint32_t r = u + 0x7fffu + ((u >> 16) & 1u); /* nearest, ties to even */
+    return (uint16_t)(r >> 16);
+}

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <string.h>
 
 static const char *const dim_names[4] = {"batch", "heads", "seq", "dim"};
 
@@ -53,9 +54,8 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
 {
     if (!t)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-    if (t->dtype != CLATTN_FLOAT32)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "%s has unknown dtype %d (only CLATTN_FLOAT32 is supported)", name,
+    if (clattn_dtype_size(t->dtype) == 0)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s has unknown dtype %d", name,
                            (int)t->dtype);
     if (t->host && t->buffer)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
@@ -72,6 +72,8 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has no storage", name);
 
     clattn_view v;
+    v.dtype = t->dtype;
+    v.esize = (int64_t)clattn_dtype_size(t->dtype);
     v.host = t->host;
     v.buffer = t->buffer;
     bool packed = true;
@@ -119,7 +121,7 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
         v.span = last + 1;
     }
     int64_t end, bytes;
-    if (!add_ok(v.offset, v.span, &end) || !clattn_mul_ok(end, 4, &bytes) ||
+    if (!add_ok(v.offset, v.span, &end) || !clattn_mul_ok(end, v.esize, &bytes) ||
         (uint64_t)bytes > (uint64_t)SIZE_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_SIZE_OVERFLOW,
                            "%s: offset %lld + extent %lld elements overflows a byte count", name,
@@ -155,7 +157,8 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
 
 clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_view *q,
                                             const clattn_view *k, const clattn_view *v,
-                                            const clattn_view *o, const clattn_view *w)
+                                            const clattn_view *o, const clattn_view *w,
+                                            bool w_head_mean)
 {
 #define SHAPE_FAIL(...) clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, __VA_ARGS__)
 #define LL(x) ((long long)(x))
@@ -183,11 +186,24 @@ clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_vi
         return SHAPE_FAIL("d_v is %lld; it must be at least 1", LL(v->n[3]));
     if (o->n[3] != v->n[3])
         return SHAPE_FAIL("V has d_v %lld, O has %lld", LL(v->n[3]), LL(o->n[3]));
-    if (w && (w->n[0] != q->n[0] || w->n[1] != q->n[1] || w->n[2] != q->n[2] || w->n[3] != k->n[2]))
+    const int64_t w_heads = w_head_mean ? 1 : q->n[1];
+    if (w && (w->n[0] != q->n[0] || w->n[1] != w_heads || w->n[2] != q->n[2] || w->n[3] != k->n[2]))
         return SHAPE_FAIL("weights are [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, "
-                          "%lld] (batch, heads_q, n_q, n_kv)",
+                          "%lld] (batch, %s, n_q, n_kv)",
                           LL(w->n[0]), LL(w->n[1]), LL(w->n[2]), LL(w->n[3]), LL(q->n[0]),
-                          LL(q->n[1]), LL(q->n[2]), LL(k->n[2]));
+                          LL(w_heads), LL(q->n[2]), LL(k->n[2]),
+                          w_head_mean ? "1 (weights_head_mean)" : "heads_q");
+    clattn_status st = clattn_view_check_dtype(ctx, "Q", q, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, "K", k, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, "V", v, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, "O", o, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS && w)
+        st = clattn_view_check_dtype(ctx, "weights", w, CLATTN_DT_F32);
+    if (st != CLATTN_SUCCESS)
+        return st;
 #undef SHAPE_FAIL
 #undef LL
     return CLATTN_SUCCESS;
@@ -208,6 +224,20 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
     default:
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown mask %d", (int)desc->mask);
     }
+    if (desc->masked_rows != CLATTN_MASKED_ROWS_ZERO && desc->masked_rows != CLATTN_MASKED_ROWS_NAN)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "unknown masked_rows %d (CLATTN_MASKED_ROWS_ZERO or _NAN)",
+                           desc->masked_rows);
+    if (!(desc->softcap == 0.0f || (isfinite(desc->softcap) && desc->softcap > 0.0f)))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "softcap %g must be 0 (off) or finite and positive",
+                           (double)desc->softcap);
+    const int64_t pos_max = (int64_t)1 << 53;
+    if (desc->q_start <= -pos_max || desc->q_start >= pos_max || desc->kv_start <= -pos_max ||
+        desc->kv_start >= pos_max)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "q_start %lld / kv_start %lld must be within ±2^53",
+                           (long long)desc->q_start, (long long)desc->kv_start);
     switch (desc->algorithm) {
     case CLATTN_ALGORITHM_AUTO:
     case CLATTN_ALGORITHM_UNFUSED:
@@ -223,11 +253,94 @@ bool clattn_views_overlap(const clattn_view *a, const clattn_view *b)
 {
     if (a->count == 0 || b->count == 0)
         return false;
+    /* byte extents: the views may have different element sizes */
     if (a->host && b->host) {
-        const float *a0 = (const float *)a->host + a->offset,
-                    *b0 = (const float *)b->host + b->offset;
-        return a0 < b0 + b->span && b0 < a0 + a->span;
+        const char *a0 = (const char *)a->host + a->offset * a->esize,
+                   *b0 = (const char *)b->host + b->offset * b->esize;
+        return a0 < b0 + b->span * b->esize && b0 < a0 + a->span * a->esize;
     }
-    return a->buffer && a->buffer == b->buffer && a->offset < b->offset + b->span &&
-           b->offset < a->offset + a->span;
+    return a->buffer && a->buffer == b->buffer &&
+           a->offset * a->esize < (b->offset + b->span) * b->esize &&
+           b->offset * b->esize < (a->offset + a->span) * a->esize;
+}
+
+clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
+                                      unsigned allowed)
+{
+    static const char *const names[4] = {"float32", "float16", "bfloat16", "bool"};
+    if (allowed & (1u << v->dtype))
+        return CLATTN_SUCCESS;
+    char list[64] = "";
+    for (int i = 0; i < 4; i++)
+        if (allowed & (1u << i)) {
+            strcat(list, list[0] ? ", " : "");
+            strcat(list, names[i]);
+        }
+    return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s has dtype %s; it must be %s", name,
+                       names[v->dtype], list);
+}
+
+clattn_status clattn_check_extras(clattn_context *ctx, const clattn_attention_desc *desc,
+                                  const clattn_view *q, const clattn_view *k,
+                                  clattn_storage storage, clattn_extras *out)
+{
+#define LL(x) ((long long)(x))
+    memset(out, 0, sizeof *out);
+    const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], n_kv = k->n[2];
+    clattn_status st;
+    if (desc->kv_lens)
+        for (int64_t b = 0; b < batch; b++)
+            if (desc->kv_lens[b] < 0 || desc->kv_lens[b] > n_kv)
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                                   "kv_lens[%lld] is %d; it must be within 0..n_kv (%lld)", LL(b),
+                                   (int)desc->kv_lens[b], LL(n_kv));
+    if (desc->q_lens)
+        for (int64_t b = 0; b < batch; b++)
+            if (desc->q_lens[b] < 0 || desc->q_lens[b] > n_q)
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                                   "q_lens[%lld] is %d; it must be within 0..n_q (%lld)", LL(b),
+                                   (int)desc->q_lens[b], LL(n_q));
+    if (desc->alibi_slopes)
+        for (int64_t h = 0; h < h_q; h++)
+            if (!isfinite(desc->alibi_slopes[h]))
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                                   "alibi_slopes[%lld] is %g; slopes must be finite", LL(h),
+                                   (double)desc->alibi_slopes[h]);
+    if (desc->mask_tensor) {
+        out->has_mask = true;
+        st = clattn_view_make(ctx, "mask_tensor", desc->mask_tensor, storage, false, &out->mask);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "mask_tensor", &out->mask, CLATTN_DT_MASK);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        const clattn_view *m = &out->mask;
+        if ((m->n[0] != 1 && m->n[0] != batch) || (m->n[1] != 1 && m->n[1] != h_q) ||
+            m->n[2] != n_q || m->n[3] != n_kv)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "mask_tensor is [%lld, %lld, %lld, %lld], expected [%lld or 1, "
+                               "%lld or 1, %lld, %lld] (batch, heads_q, n_q, n_kv)",
+                               LL(m->n[0]), LL(m->n[1]), LL(m->n[2]), LL(m->n[3]), LL(batch),
+                               LL(h_q), LL(n_q), LL(n_kv));
+        /* broadcast: a dimension of 1 is read with stride 0 */
+        for (int i = 0; i < 2; i++)
+            if (m->n[i] == 1)
+                out->mask.s[i] = 0;
+    }
+    if (desc->lse) {
+        out->has_lse = true;
+        st = clattn_view_make(ctx, "lse", desc->lse, storage, true, &out->lse);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "lse", &out->lse, CLATTN_DT_F32);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        const clattn_view *l = &out->lse;
+        if (l->n[0] != batch || l->n[1] != h_q || l->n[2] != n_q || l->n[3] != 1)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "lse is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, 1] "
+                               "(batch, heads_q, n_q, 1)",
+                               LL(l->n[0]), LL(l->n[1]), LL(l->n[2]), LL(l->n[3]), LL(batch),
+                               LL(h_q), LL(n_q));
+    }
+#undef LL
+    return CLATTN_SUCCESS;
 }

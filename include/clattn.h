@@ -33,9 +33,9 @@ extern "C" {
 
 /* The one place the version lives; CMake reads it from here. */
 #define CLATTN_VERSION_MAJOR 0
-#define CLATTN_VERSION_MINOR 1
+#define CLATTN_VERSION_MINOR 2
 #define CLATTN_VERSION_PATCH 0
-#define CLATTN_VERSION_STRING "0.1.0"
+#define CLATTN_VERSION_STRING "0.2.0"
 
 /** The library's version as "MAJOR.MINOR.PATCH" (static storage; never NULL). */
 const char *clattn_version(void);
@@ -151,14 +151,41 @@ clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *conte
 /* Tensors                                                                         */
 /* ------------------------------------------------------------------------------ */
 
-typedef enum clattn_dtype { CLATTN_FLOAT32 = 0 } clattn_dtype;
+/** Storage types. Arithmetic is always float32 on the device (float64 in the
+ *  reference); 16-bit types are converted on load and rounded to nearest-even on
+ *  store. */
+typedef enum clattn_dtype {
+    /** IEEE binary32 (`float`). Q, K, V, O, scores, weights, LSE, float masks. */
+    CLATTN_FLOAT32 = 0,
+    /** IEEE binary16, 2 bytes per element (read with vload_half, core OpenCL 1.2).
+     *  Q, K, V and O only. */
+    CLATTN_FLOAT16 = 1,
+    /** bfloat16: the high 16 bits of a float32, 2 bytes per element (uint16_t on the
+     *  host). Q, K, V and O only. */
+    CLATTN_BFLOAT16 = 2,
+    /** One byte per element, nonzero = true (uint8_t / bool on the host). Boolean mask
+     *  tensors only. */
+    CLATTN_BOOL = 3
+} clattn_dtype;
+
+/** Bytes per element of a dtype (4, 2, 2, 1); 0 for an unknown value. */
+size_t clattn_dtype_size(clattn_dtype dtype);
+
+/** Conversions between float32 and the 16-bit storage types, as the kernels do them:
+ *  exact widening; narrowing rounds to nearest, ties to even, keeps NaN a NaN, and
+ *  overflows to ±∞ (binary16 above 65504). */
+float clattn_f16_to_f32(uint16_t h);
+uint16_t clattn_f32_to_f16(float f);
+float clattn_bf16_to_f32(uint16_t h);
+uint16_t clattn_f32_to_bf16(float f);
 
 /**
- * A 4-D float32 view [batch, heads, seq, dim] on host memory or on a cl_mem.
+ * A 4-D view [batch, heads, seq, dim] on host memory or on a cl_mem.
  *
  * Element (b, h, s, d) lives at index
  *     offset + b·strides[0] + h·strides[1] + s·strides[2] + d·strides[3]
- * of `host` (as float*) or of `buffer`, in elements. strides all 0 means packed
+ * of `host` or of `buffer`, in elements of `dtype` (so a byte offset is that index
+ * times clattn_dtype_size(dtype)). strides all 0 means packed
  * row-major: {heads·seq·dim, seq·dim, dim, 1}. Strides must be ≥ 0; a stride of 0
  * on a dimension larger than 1 broadcasts an input and is refused on an output.
  * Exactly one of `host` and `buffer` is set: the blocking calls take host views,
@@ -168,15 +195,15 @@ typedef struct clattn_tensor {
     int64_t shape[4];   /**< batch, heads, seq, dim (elements) */
     int64_t strides[4]; /**< elements; all 0 = packed */
     int64_t offset;     /**< elements from the start of host / buffer */
-    clattn_dtype dtype; /**< CLATTN_FLOAT32 */
+    clattn_dtype dtype; /**< storage type; 0 = CLATTN_FLOAT32 */
     void *host;         /**< host storage (blocking API) or NULL */
     cl_mem buffer;      /**< device storage (enqueue API) or NULL */
 } clattn_tensor;
 
-/** A packed view on host memory. */
+/** A packed float32 view on host memory (set .dtype afterwards for other types). */
 clattn_tensor clattn_tensor_host(void *data, int64_t batch, int64_t heads, int64_t seq,
                                  int64_t dim);
-/** A packed view on a cl_mem. */
+/** A packed float32 view on a cl_mem (set .dtype afterwards for other types). */
 clattn_tensor clattn_tensor_buffer(cl_mem buffer, int64_t batch, int64_t heads, int64_t seq,
                                    int64_t dim);
 
@@ -196,9 +223,11 @@ typedef enum clattn_mask {
 } clattn_mask;
 
 typedef enum clattn_algorithm {
-    /** FUSED unless attention weights are requested or the fused kernel cannot run the
-     *  shape on this device (head dims above 4096, or 16 rows of K and V exceeding its
-     *  local memory); then UNFUSED. clattn_attention_plan() says which and why. */
+    /** FUSED unless attention weights are requested (UNFUSED computes them once, FUSED
+     *  would need a second pass) or the fused kernel cannot run the shape on this device
+     *  (head dims above 4096, or 16 rows of K and V exceeding its local memory); then
+     *  UNFUSED if its n_q×n_kv workspace fits. clattn_attention_plan() says which and
+     *  why, and why the other was rejected. */
     CLATTN_ALGORITHM_AUTO = 0,
     /** Three kernels: scores (tiled Q·Kᵀ), softmax (row reduction), weighted sum
      *  (tiled W·V); needs an n_q×n_kv workspace per (batch, head). */
@@ -215,19 +244,76 @@ typedef struct clattn_attention_desc {
     float scale;
     clattn_mask mask;
     clattn_algorithm algorithm;
-    /** Optional output: the attention weights W = softmax(...), shape
-     *  [batch, heads_q, n_q, n_kv], same storage kind as O (host or buffer). Requires
-     *  UNFUSED (AUTO picks it); FUSED with weights returns CLATTN_ERROR_UNSUPPORTED.
-     *  NULL: not computed. */
+    /** Optional output: the attention weights W = softmax(...), float32, shape
+     *  [batch, heads_q, n_q, n_kv] (or [batch, 1, n_q, n_kv] with weights_head_mean),
+     *  same storage kind as O (host or buffer). Both algorithms return them: UNFUSED
+     *  keeps its softmax output; FUSED runs a second pass W = exp(S − LSE) from its
+     *  LSE. NULL: not computed. */
     const clattn_tensor *weights;
     /** Work-group size for the row-reduction (softmax) kernel and the number of
      *  queries per work-group of the fused kernel. 0 = chosen from the device and
      *  kernel limits. A size above CL_KERNEL_WORK_GROUP_SIZE returns
      *  CLATTN_ERROR_UNSUPPORTED naming the limit. */
     size_t work_group_size;
+
+    /* ---- Fields below were added in 0.2. Every term combines with every other: a key
+     * is visible to a query only if every mask says so; the score of a visible key is
+     *     s = softcap(scale · q·k) − alibi_slope·|a_i − j| + float_mask[i][j].
+     * Positions: query i and key j of this call sit at absolute positions q_start + i
+     * and kv_start + j. The key aligned with query i ("its diagonal") is the local key
+     *     a_i = i + q_start − kv_start + (mask == CAUSAL_BOTTOM_RIGHT ? n_kv_b − n_q_b : 0)
+     * where n_q_b and n_kv_b are this batch entry's valid lengths (q_lens, kv_lens, or
+     * n_q and n_kv). Causal masks keep j ≤ a_i; NO_SELF keeps j ≠ a_i; the window keeps
+     * a_i − window_left ≤ j ≤ a_i + window_right. See docs/SEMANTICS.md. */
+
+    /** Optional mask tensor [b|1, h_q|1, n_q, n_kv], broadcast over batch and heads
+     *  where its dimension is 1 (any strides). dtype CLATTN_BOOL: nonzero = visible.
+     *  dtype CLATTN_FLOAT32: added to the score (−∞ = masked; NaN poisons the row).
+     *  Same storage kind as Q (host or buffer). NULL: none. */
+    const clattn_tensor *mask_tensor;
+    /** Optional, host array of `batch` valid key counts: keys j ≥ kv_lens[b] of batch
+     *  entry b are masked (key padding), 0 ≤ kv_lens[b] ≤ n_kv. Read during the call
+     *  only. NULL: every key valid. */
+    const int32_t *kv_lens;
+    /** Optional, host array of `batch` valid query counts, 0 ≤ q_lens[b] ≤ n_q. Rows
+     *  i ≥ q_lens[b] are written as zeros in O and the weights, and −∞ in the LSE
+     *  (never left uninitialised). NULL: every row valid. */
+    const int32_t *q_lens;
+    /** Nonzero enables the sliding window: keys a_i − window_left … a_i + window_right
+     *  are visible; a negative bound is unbounded on that side (FlashAttention's
+     *  window_size = (left, right) with −1 = unbounded). Zero (the default) = no window,
+     *  so a zero-initialised desc stays "no window". */
+    int window;
+    int64_t window_left, window_right;
+    /** Optional, host array of h_q ALiBi slopes (Press et al. 2022): the score of key
+     *  j for query i of head h gets −alibi_slopes[h]·|a_i − j|. Finite. NULL: none. */
+    const float *alibi_slopes;
+    /** Logit softcap (Gemma 2): scaled scores s → softcap·tanh(s / softcap), before
+     *  masks and biases. 0 = off; otherwise finite and > 0. */
+    float softcap;
+    /** What a query row with no visible key outputs: CLATTN_MASKED_ROWS_ZERO (O = 0,
+     *  weights 0) or CLATTN_MASKED_ROWS_NAN (O and weights NaN, to detect them). Its
+     *  LSE is −∞ either way. */
+    int masked_rows;
+    /** Optional output: per query row, LSE = log Σ_j exp(s_ij) over the visible keys
+     *  (natural log, of the scaled, capped, biased, masked scores), float32, shape
+     *  [batch, heads_q, n_q, 1]; −∞ for a row with no visible key. Same storage kind
+     *  as O. Both algorithms. NULL: not computed. */
+    const clattn_tensor *lse;
+    /** With `weights`: nonzero returns the weights averaged over the query heads,
+     *  shape [batch, 1, n_q, n_kv] (PyTorch MultiheadAttention's average_attn_weights). */
+    int weights_head_mean;
+    /** Absolute positions of this call's first query and first key (see above), for a
+     *  slice of a longer sequence: split-KV decoding, ring attention, a KV cache. 0, 0
+     *  for a whole sequence. */
+    int64_t q_start, kv_start;
 } clattn_attention_desc;
 
-/** A desc with every field at its default (scale 0 → 1/√d_k, no mask, AUTO). */
+/** Values of clattn_attention_desc.masked_rows. */
+enum { CLATTN_MASKED_ROWS_ZERO = 0, CLATTN_MASKED_ROWS_NAN = 1 };
+
+/** A desc with every field at its default: scale 0 → 1/√d_k, no mask, AUTO, no
+ *  window, no optional inputs or outputs (the same as zero-initialised). */
 clattn_attention_desc clattn_attention_desc_default(void);
 
 /**
@@ -313,6 +399,12 @@ typedef struct clattn_plan {
     size_t queries_per_work_item; /**< scores (unfused) or fused: query rows per work-item */
     size_t tile_kv;               /**< scores (unfused) or fused: keys per local-memory tile */
     char reason[256];             /**< one line: why this algorithm */
+    /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum" or
+     *  "fused, scores, weights_from_lse". */
+    char kernels[128];
+    /** For each algorithm not chosen, why ("unfused: ...; fused: ..."); "" if the other
+     *  algorithm could run too but was not preferred, as stated in `reason`. */
+    char rejected[512];
 } clattn_plan;
 
 /** Plan without running. Same validation and statuses as clattn_attention (views may
@@ -324,10 +416,37 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
                                     clattn_plan *out);
 
 /**
+ * Merge partial attention results computed over disjoint key ranges of the same
+ * queries (split-KV decoding, several devices, ring attention) into the exact result
+ * over all the keys:
+ *     LSE = log Σ_p exp(LSE_p),   O = Σ_p exp(LSE_p − LSE) · O_p
+ * Parts whose LSE is −∞ (no visible key in that range) contribute nothing, even if
+ * their O rows hold NaN; a row with LSE −∞ in every part outputs zeros (LSE −∞).
+ *
+ * @param n_parts    number of parts, ≥ 1.
+ * @param o_parts    n_parts views [b, h, n_q, d_v] (float32, float16 or bfloat16).
+ * @param lse_parts  n_parts float32 views [b, h, n_q, 1], the LSE outputs of the parts.
+ * @param o          output [b, h, n_q, d_v], any of the three float types. It may be
+ *                   the view of o_parts[0] (in place) and nothing else of the inputs.
+ * @param lse        optional float32 output [b, h, n_q, 1], may be lse_parts[0]; NULL:
+ *                   not written.
+ * Blocking on host views; clattn_merge_enqueue takes buffer views with the event
+ * semantics of clattn_attention_enqueue(). Statuses as clattn_attention().
+ */
+clattn_status clattn_merge(clattn_context *ctx, size_t n_parts, const clattn_tensor *o_parts,
+                           const clattn_tensor *lse_parts, const clattn_tensor *o,
+                           const clattn_tensor *lse);
+clattn_status clattn_merge_enqueue(clattn_context *ctx, size_t n_parts,
+                                   const clattn_tensor *o_parts, const clattn_tensor *lse_parts,
+                                   const clattn_tensor *o, const clattn_tensor *lse, cl_uint n_wait,
+                                   const cl_event *wait, cl_event *done);
+
+/**
  * The CPU reference: the same semantics as clattn_attention (masks, GQA, empty rows,
- * strides) on host views, accumulating every sum in double and rounding only the
- * stored results to float. Single-threaded; no OpenCL needed. desc->weights, if set,
- * must be a host view. desc->algorithm and work_group_size are ignored.
+ * strides, every field of the desc, every dtype) on host views, accumulating every
+ * sum in double and rounding only the stored results to their dtype. Single-threaded;
+ * no OpenCL needed. desc->weights, desc->lse and desc->mask_tensor, if set, must be
+ * host views. desc->algorithm and work_group_size are ignored.
  * @return CLATTN_SUCCESS or a validation status (no context: no message).
  */
 clattn_status clattn_reference_attention(const clattn_attention_desc *desc, const clattn_tensor *q,
