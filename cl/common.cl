@@ -11,28 +11,173 @@
 #define MASK_CAUSAL_BOTTOM_RIGHT 2
 #define MASK_NO_SELF 3
 
-/* Whether key j is visible to query i (same rule as host/internal.h). */
-bool key_visible(int mask, long i, long j, long n_q, long n_kv)
+/* ---- storage types (compile-time per tensor: -DQ_DT=1 …; values = clattn_dtype) ----
+ * ELEM_T(dt) is the pointer element type; LD/ST read and write one element as float;
+ * LD16 reads 16 contiguous elements as a float16. Arithmetic is always float. */
+#define DT_F32 0
+#define DT_F16 1
+#define DT_BF16 2
+#ifndef Q_DT
+#define Q_DT 0
+#endif
+#ifndef K_DT
+#define K_DT 0
+#endif
+#ifndef V_DT
+#define V_DT 0
+#endif
+#ifndef O_DT
+#define O_DT 0
+#endif
+#define ELEM_T(dt) ELEM_T_(dt)
+#define ELEM_T_(dt) ELEM_T_##dt
+#define ELEM_T_0 float
+#define ELEM_T_1 half
+#define ELEM_T_2 ushort
+#define LD(dt, p, i) LD_(dt, p, i)
+#define LD_(dt, p, i) LD_##dt(p, i)
+#define LD_0(p, i) ((p)[i])
+#define LD_1(p, i) vload_half((i), (p))
+#define LD_2(p, i) as_float(((uint)(p)[i]) << 16)
+#define LD16(dt, p, i) LD16_(dt, p, i)
+#define LD16_(dt, p, i) LD16_##dt(p, i)
+#define LD16_0(p, i) vload16(0, (p) + (i))
+#define LD16_1(p, i) vload_half16(0, (p) + (i))
+#define LD16_2(p, i) as_float16(convert_uint16(vload16(0, (p) + (i))) << 16)
+#define ST(dt, p, i, x) ST_(dt, p, i, x)
+#define ST_(dt, p, i, x) ST_##dt(p, i, x)
+#define ST_0(p, i, x) ((p)[i] = (x))
+#define ST_1(p, i, x) vstore_half_rte((x), (i), (p))
+#define ST_2(p, i, x) ((p)[i] = f32_to_bf16(x))
+
+/* float → bfloat16, nearest with ties to even; NaN stays a (quiet) NaN */
+ushort f32_to_bf16(float x)
 {
-    if (mask == MASK_CAUSAL_TOP_LEFT)
-        return j <= i;
-    if (mask == MASK_CAUSAL_BOTTOM_RIGHT)
-        return j <= i + n_kv - n_q;
-    if (mask == MASK_NO_SELF)
-        return j != i;
-    return true;
+    const uint u = as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x40u);
+    return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* One past the last key any query in [i_first, i_last] can see: the causal masks
- * make every key tile from here on fully masked, so kernels stop there. */
-long visible_key_end(int mask, long i_last, long n_q, long n_kv)
+/* ---- which keys a query row sees (same rule as host/internal.h clattn_rule) ----
+ * Query i of batch entry b sits at the diagonal key a_i = i + shift (+ n_kv_b − n_q_b for
+ * the bottom-right causal mask), shift = q_start − kv_start. Visible keys are
+ * lo ≤ j < hi (key padding, causal, window) and j ≠ self (NO_SELF); rows past the
+ * batch entry's query length see nothing. wl / wr < 0: the window is unbounded on that
+ * side. The rule arguments travel together as RULE_PARAMS. */
+#define RULE_PARAMS                                                                         \
+    int mask, long shift, long wl, long wr, __global const int *q_lens,                    \
+        __global const int *kv_lens
+#define RULE_ARGS mask, shift, wl, wr, q_lens, kv_lens
+
+typedef struct row_rule {
+    long lo, hi, self, diag;
+} row_rule;
+
+row_rule rule_at(RULE_PARAMS, long b, long i, long n_q, long n_kv)
 {
-    long end = n_kv;
-    if (mask == MASK_CAUSAL_TOP_LEFT)
-        end = i_last + 1;
-    else if (mask == MASK_CAUSAL_BOTTOM_RIGHT)
-        end = i_last + n_kv - n_q + 1;
-    return clamp(end, 0L, n_kv);
+    const long nq_b = q_lens ? (long)q_lens[b] : n_q;
+    const long nkv_b = kv_lens ? (long)kv_lens[b] : n_kv;
+    row_rule r;
+    r.diag = i + shift + (mask == MASK_CAUSAL_BOTTOM_RIGHT ? nkv_b - nq_b : 0);
+    r.lo = 0;
+    r.hi = nkv_b;
+    if (mask == MASK_CAUSAL_TOP_LEFT || mask == MASK_CAUSAL_BOTTOM_RIGHT)
+        r.hi = min(r.hi, r.diag + 1);
+    if (wr >= 0)
+        r.hi = min(r.hi, r.diag + wr + 1);
+    if (wl >= 0)
+        r.lo = max(r.lo, r.diag - wl);
+    if (i >= nq_b) /* padding row: nothing visible */
+        r.lo = r.hi = 0;
+    r.hi = max(r.hi, r.lo);
+    r.self = mask == MASK_NO_SELF ? r.diag : -1;
+    return r;
+}
+
+/* Tile-relative bounds: x − j0 clamped to [0, n]; and a key index relative to the tile,
+ * or −1 when it lies outside [j0, j0 + n). */
+int rel_bound(long x, long j0, int n)
+{
+    return (int)clamp(x - j0, 0L, (long)n);
+}
+
+int rel_key(long x, long j0, int n)
+{
+    return (x >= j0 && x < j0 + n) ? (int)(x - j0) : -1;
+}
+
+/* Whether row i is a padding row (past its batch entry's query length). */
+bool row_padding(__global const int *q_lens, long b, long i)
+{
+    return q_lens && i >= (long)q_lens[b];
+}
+
+/* The keys [lo, hi) that any row of [i_first, i_last] may see: lo and hi grow with i, so
+ * the first row's lo and the last valid row's hi bound them (key tiles outside are fully
+ * masked and skipped). */
+long2 group_key_range(RULE_PARAMS, long b, long i_first, long i_last, long n_q, long n_kv)
+{
+    const long nq_b = q_lens ? (long)q_lens[b] : n_q;
+    i_last = min(i_last, nq_b - 1);
+    if (i_last < i_first)
+        return (long2)(0, 0);
+    const row_rule f = rule_at(RULE_ARGS, b, i_first, n_q, n_kv);
+    const row_rule l = rule_at(RULE_ARGS, b, i_last, n_q, n_kv);
+    return (long2)(f.lo, max(l.hi, f.lo));
+}
+
+/* ---- optional score terms, compile-time: MASK_T 0 none, 1 bool, 2 float additive;
+ * ALIBI, SOFTCAP 0/1 ---- */
+#ifndef MASK_T
+#define MASK_T 0
+#endif
+#ifndef ALIBI
+#define ALIBI 0
+#endif
+#ifndef SOFTCAP
+#define SOFTCAP 0
+#endif
+#if MASK_T == 1
+#define MASK_ELEM uchar
+#else
+#define MASK_ELEM float
+#endif
+#define TERM_PARAMS                                                                         \
+    __global const MASK_ELEM *mt, long mt_off, long4 mt_st, __global const float *alibi,   \
+        float softcap
+
+/* Scores of one row for 16 keys j = j0 + lane: raw dot products s (already scaled)
+ * become softcap(s) − slope·|diag − j| + mask, and −∞ where the key is not visible:
+ * outside [lim_lo, lim_hi) (tile-relative), equal to `self`, false in a bool mask, or
+ * −∞ in a float mask (masked keys never read their values into the sum). */
+float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, long j0,
+                      long n_kv, TERM_PARAMS, long mbase, long diag, float slope)
+{
+    int16 vis = (key >= lim_lo) & (key < lim_hi) & (key != self);
+#if SOFTCAP
+    s = softcap * tanh(s / softcap);
+#endif
+#if ALIBI
+    s -= slope * fabs(convert_float16((int16)(diag - j0) - key));
+#endif
+#if MASK_T
+    MASK_ELEM m[16];
+    for (int t = 0; t < 16; t++) {
+        const int kt = key.s0 + t; /* keys are consecutive: lane t is key.s0 + t */
+        m[t] = 0;
+        if (j0 + kt < n_kv && kt >= lim_lo && kt < lim_hi)
+            m[t] = mt[mbase + (j0 + kt) * mt_st.s3];
+    }
+#if MASK_T == 1
+    vis &= convert_int16(vload16(0, m)) != 0;
+#else
+    const float16 mv = vload16(0, m);
+    vis &= mv != (float16)(-INFINITY);
+    s += mv;
+#endif
+#endif
+    return select((float16)(-INFINITY), s, vis);
 }
 
 /* max that propagates NaN (fmax would drop it and yield finite garbage). */
@@ -70,16 +215,22 @@ long view_at(long off, long4 st, long b, long h, long s, long d)
 }
 
 /* Elements c0 … c0+15 of a row starting at src[base] with stride st3 along d, zeros
- * past d. */
-float16 load_row16(__global const float *src, long base, long st3, int c0, int d)
-{
-    if (st3 == 1 && c0 + 16 <= d)
-        return vload16(0, src + base + c0);
-    float t[16];
-    for (int c = 0; c < 16; c++)
-        t[c] = c0 + c < d ? src[base + (c0 + c) * st3] : 0.0f;
-    return vload16(0, t);
-}
+ * past d; one function per storage type: load_row16_0 (float), _1 (half), _2 (bf16). */
+#define DEFINE_LOAD_ROW16(dt)                                                               \
+    float16 load_row16_##dt(__global const ELEM_T_##dt *src, long base, long st3, int c0, int d) \
+    {                                                                                       \
+        if (st3 == 1 && c0 + 16 <= d)                                                       \
+            return LD16_##dt(src, base + c0);                                               \
+        float t[16];                                                                        \
+        for (int c = 0; c < 16; c++)                                                        \
+            t[c] = c0 + c < d ? LD_##dt(src, base + (c0 + c) * st3) : 0.0f;                 \
+        return vload16(0, t);                                                               \
+    }
+DEFINE_LOAD_ROW16(0)
+DEFINE_LOAD_ROW16(1)
+DEFINE_LOAD_ROW16(2)
+#define LOAD_ROW16(dt, ...) LOAD_ROW16_(dt, __VA_ARGS__)
+#define LOAD_ROW16_(dt, ...) load_row16_##dt(__VA_ARGS__)
 
 /* acc[r][a] += p[r][jj] · V[jj] (vector a) for every key jj of a staged V tile, for the
  * RQ rows of a work-item; keys of weight exactly 0 contribute nothing, even NaN or inf
@@ -102,36 +253,44 @@ float16 load_row16(__global const float *src, long base, long st3, int c0, int d
  * dst[jj·d_pad + c] (V for the weighted sum). Rows past n and columns past d are
  * zeros. Work-item t copies rows t, t + wg, …; rows dense along d move as float16
  * vectors. Callers pass compile-time constants for d, d_pad, tile, wg and transpose,
- * so the compiler specialises this after inlining. */
-void stage_rows(__global const float *src, long off, long4 st, long b, long h, long j0, long n,
-                int d, int d_pad, int tile, int wg, bool transpose, __local float *dst)
-{
-    for (int jj = get_local_id(0); jj < tile; jj += wg) {
-        const long j = j0 + jj;
-        const bool in = j < n;
-        const long base = view_at(off, st, b, h, in ? j : 0, 0);
-        int c = 0;
-        if (in && st.s3 == 1) {
-            for (; c + 16 <= d; c += 16) {
-                const float16 r = vload16(0, src + base + c);
-                if (transpose) {
-                    __local float *t = dst + c * tile + jj;
-                    t[0] = r.s0, t[tile] = r.s1, t[2 * tile] = r.s2, t[3 * tile] = r.s3;
-                    t[4 * tile] = r.s4, t[5 * tile] = r.s5, t[6 * tile] = r.s6;
-                    t[7 * tile] = r.s7, t[8 * tile] = r.s8, t[9 * tile] = r.s9;
-                    t[10 * tile] = r.sa, t[11 * tile] = r.sb, t[12 * tile] = r.sc;
-                    t[13 * tile] = r.sd, t[14 * tile] = r.se, t[15 * tile] = r.sf;
-                } else {
-                    vstore16(r, 0, dst + jj * d_pad + c);
-                }
-            }
-        }
-        for (; c < d_pad; c++) {
-            const float x = (in && c < d) ? src[base + c * st.s3] : 0.0f;
-            if (!transpose)
-                dst[jj * d_pad + c] = x;
-            else if (c < d)
-                dst[c * tile + jj] = x;
-        }
+ * so the compiler specialises this after inlining. One function per storage type:
+ * stage_rows_0 (float), _1 (half), _2 (bf16); STAGE_ROWS(dt, …) picks one. */
+#define DEFINE_STAGE_ROWS(dt)                                                               \
+    void stage_rows_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h, \
+                         long j0, long n, int d, int d_pad, int tile, int wg, bool transpose, \
+                         __local float *dst)                                                \
+    {                                                                                       \
+        for (int jj = get_local_id(0); jj < tile; jj += wg) {                               \
+            const long j = j0 + jj;                                                         \
+            const bool in = j < n;                                                          \
+            const long base = view_at(off, st, b, h, in ? j : 0, 0);                        \
+            int c = 0;                                                                      \
+            if (in && st.s3 == 1) {                                                         \
+                for (; c + 16 <= d; c += 16) {                                              \
+                    const float16 r = LD16_##dt(src, base + c);                             \
+                    if (transpose) {                                                        \
+                        __local float *t = dst + c * tile + jj;                             \
+                        t[0] = r.s0, t[tile] = r.s1, t[2 * tile] = r.s2, t[3 * tile] = r.s3; \
+                        t[4 * tile] = r.s4, t[5 * tile] = r.s5, t[6 * tile] = r.s6;         \
+                        t[7 * tile] = r.s7, t[8 * tile] = r.s8, t[9 * tile] = r.s9;         \
+                        t[10 * tile] = r.sa, t[11 * tile] = r.sb, t[12 * tile] = r.sc;      \
+                        t[13 * tile] = r.sd, t[14 * tile] = r.se, t[15 * tile] = r.sf;      \
+                    } else {                                                                \
+                        vstore16(r, 0, dst + jj * d_pad + c);                               \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+            for (; c < d_pad; c++) {                                                        \
+                const float x = (in && c < d) ? LD_##dt(src, base + c * st.s3) : 0.0f;      \
+                if (!transpose)                                                             \
+                    dst[jj * d_pad + c] = x;                                                \
+                else if (c < d)                                                             \
+                    dst[c * tile + jj] = x;                                                 \
+            }                                                                               \
+        }                                                                                   \
     }
-}
+DEFINE_STAGE_ROWS(0)
+DEFINE_STAGE_ROWS(1)
+DEFINE_STAGE_ROWS(2)
+#define STAGE_ROWS(dt, ...) STAGE_ROWS_(dt, __VA_ARGS__)
+#define STAGE_ROWS_(dt, ...) stage_rows_##dt(__VA_ARGS__)

@@ -47,47 +47,71 @@
 #define D_V_PAD PAD16(D_V)              /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)              /* float16 accumulator vectors per query */
 
+/* The fused kernel's arguments (both variants). lse may be NULL (not written). */
+#define FUSED_PARAMS                                                                        \
+    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
+        long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
+        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global float *lse, long lse_off, \
+        long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
+        RULE_PARAMS, TERM_PARAMS
+
+/* Row i's result: acc / l, or for a row with no visible key zeros (NaN with masked_nan,
+ * but zeros for padding rows); LSE = m + log l (−∞ for no visible key). */
+#define STORE_ROW(acc_row, m_row, l_row)                                                    \
+    do {                                                                                    \
+        float out_[D_V_PAD];                                                                \
+        const bool empty_ = (m_row == -INFINITY);                                           \
+        const float fill_ = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;          \
+        _Pragma("unroll") for (int a_ = 0; a_ < N_AV; a_++)                                 \
+            vstore16(empty_ ? (float16)(fill_) : (acc_row)[a_] / (l_row), a_, out_);        \
+        for (int c_ = 0; c_ < D_V; c_++)                                                    \
+            ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
+        if (lse)                                                                            \
+            lse[view_at(lse_off, lse_st, b, h, i, 0)] =                                     \
+                empty_ ? -INFINITY : (m_row) + log(l_row);                                  \
+    } while (0)
+
 #if DIRECT
 /* Few queries (decoding): nothing to share between work-items, so each one streams K
  * and V rows straight from global memory, 16 keys per step, one query per work-item
  * (the host sets RQ = 1). Same online softmax as below. */
 #define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-clattn_fused(__global const float *q, long q_off, long4 q_st,
-             __global const float *k, long k_off, long4 k_st,
-             __global const float *v, long v_off, long4 v_st,
-             __global float *o, long o_off, long4 o_st,
-             int h_q, int group, long n_q, long n_kv, float scale, int mask)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
 {
     const long i = get_global_id(0), bh = get_global_id(1);
     if (i >= n_q)
         return; /* no barriers in this kernel */
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     float16 q16[N_QV], acc[N_AV];
     const long qb = view_at(q_off, q_st, b, h, i, 0);
 #pragma unroll
     for (int cv = 0; cv < N_QV; cv++)
-        q16[cv] = load_row16(q, qb, q_st.s3, 16 * cv, D_K);
+        q16[cv] = LOAD_ROW16(Q_DT, q, qb, q_st.s3, 16 * cv, D_K);
 #pragma unroll
     for (int a = 0; a < N_AV; a++)
         acc[a] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    const long end = visible_key_end(mask, i, n_q, n_kv);
-    for (long j0 = 0; j0 < end; j0 += 16) {
+    const row_rule rr = rule_at(RULE_ARGS, b, i, n_q, n_kv);
+    const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+    const float slope = ALIBI ? alibi[h] : 0.0f;
+    for (long j0 = rr.lo / 16 * 16; j0 < rr.hi; j0 += 16) {
+        const int lo = rel_bound(rr.lo, j0, 16), hi = rel_bound(rr.hi, j0, 16);
+        const int self = rel_key(rr.self, j0, 16);
         float s[16];
         for (int t = 0; t < 16; t++) {
-            const long j = j0 + t;
-            s[t] = -INFINITY;
-            if (j < end && (mask != MASK_NO_SELF || j != i)) {
-                const long kb = view_at(k_off, k_st, b, hk, j, 0);
+            s[t] = 0.0f;
+            if (t >= lo && t < hi && t != self) {
+                const long kb = view_at(k_off, k_st, b, hk, j0 + t, 0);
                 float16 d16 = 0.0f;
 #pragma unroll
                 for (int cv = 0; cv < N_QV; cv++)
-                    d16 = fma(q16[cv], load_row16(k, kb, k_st.s3, 16 * cv, D_K), d16);
+                    d16 = fma(q16[cv], LOAD_ROW16(K_DT, k, kb, k_st.s3, 16 * cv, D_K), d16);
                 s[t] = hsum(d16) * scale;
             }
         }
-        const float16 s16 = vload16(0, s);
+        const float16 s16 = score_terms16(vload16(0, s), lane, lo, hi, self, j0, n_kv, mt, mt_off,
+                                          mt_st, alibi, softcap, mbase, rr.diag, slope);
         const float m_new = max_nan(m, hmax_nan(s16));
         if (m_new == -INFINITY)
             continue; /* nothing visible yet */
@@ -105,25 +129,15 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
                 const long vb = view_at(v_off, v_st, b, hk, j0 + t, 0);
 #pragma unroll
                 for (int a = 0; a < N_AV; a++)
-                    acc[a] = fma((float16)(p[t]), load_row16(v, vb, v_st.s3, 16 * a, D_V), acc[a]);
+                    acc[a] = fma((float16)(p[t]), LOAD_ROW16(V_DT, v, vb, v_st.s3, 16 * a, D_V),
+                                 acc[a]);
             }
         m = m_new;
     }
-    float out[D_V_PAD];
-    const bool empty = (m == -INFINITY);
-#pragma unroll
-    for (int a = 0; a < N_AV; a++)
-        vstore16(empty ? (float16)(0.0f) : acc[a] / l, a, out);
-    for (int c = 0; c < D_V; c++)
-        o[view_at(o_off, o_st, b, h, i, c)] = out[c];
+    STORE_ROW(acc, m, l);
 }
 #else
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-clattn_fused(__global const float *q, long q_off, long4 q_st,
-             __global const float *k, long k_off, long4 k_st,
-             __global const float *v, long v_off, long4 v_st,
-             __global float *o, long o_off, long4 o_st,
-             int h_q, int group, long n_q, long n_kv, float scale, int mask)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
 {
     __local float k_t[D_K * TILE_KV];        /* K tile transposed: k_t[c·TILE_KV + key] */
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
@@ -132,32 +146,40 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
     const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const float slope = ALIBI ? alibi[h] : 0.0f;
 
-    float q_rows[RQ][D_K]; /* pre-multiplied by scale */
+    float q_rows[RQ][D_K];
     float16 acc[RQ][N_AV];
     float m[RQ], l[RQ];
-    long row_end[RQ]; /* one past the last key row i may see (0 for rows past n_q) */
-    long wi_end = 0;  /* one past the last key any of this work-item's rows may see */
+    row_rule rule[RQ]; /* visible keys of each row (none for rows past n_q) */
+    long wi_lo = n_kv, wi_hi = 0; /* keys any of this work-item's rows may see */
     #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         for (int c = 0; c < D_K; c++)
-            q_rows[r][c] = i < n_q ? q[view_at(q_off, q_st, b, h, i, c)] : 0.0f;
+            q_rows[r][c] = i < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c)) : 0.0f;
         #pragma unroll
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         m[r] = -INFINITY;
         l[r] = 0.0f;
-        row_end[r] = i < n_q ? visible_key_end(mask, i, n_q, n_kv) : 0;
-        wi_end = max(wi_end, row_end[r]);
+        rule[r] = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
+        if (i >= n_q)
+            rule[r].lo = rule[r].hi = 0;
+        if (rule[r].hi > rule[r].lo) {
+            wi_lo = min(wi_lo, rule[r].lo);
+            wi_hi = max(wi_hi, rule[r].hi);
+        }
     }
-    const long kv_end = visible_key_end(mask, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
-    for (long j0 = 0; j0 < kv_end; j0 += TILE_KV) {
-        stage_rows(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
-        stage_rows(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false, v_tile);
+    /* key tiles outside every row's range are fully masked: the group skips them */
+    const long2 kr = group_key_range(RULE_ARGS, b, g0, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
+    for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
+        STAGE_ROWS(K_DT, k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
+        STAGE_ROWS(V_DT, v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false,
+                   v_tile);
         barrier(CLK_LOCAL_MEM_FENCE); /* K and V tiles staged before anyone reads them */
 
-        if (j0 < wi_end) {
+        if (j0 < wi_hi && j0 + TILE_KV > wi_lo) {
             float16 s[RQ][N_SV];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
@@ -176,17 +198,16 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
             #pragma unroll
             for (int r = 0; r < RQ; r++) {
                 const long i = i0 + r;
-                /* visible keys of this tile: lane + 16·sv < lim, and ≠ self for NO_SELF */
-                const int lim = (int)clamp(row_end[r] - j0, 0L, (long)TILE_KV);
-                const int self = (mask == MASK_NO_SELF && i >= j0 && i < j0 + TILE_KV)
-                                     ? (int)(i - j0)
-                                     : -1;
+                const int lo = rel_bound(rule[r].lo, j0, TILE_KV);
+                const int hi = rel_bound(rule[r].hi, j0, TILE_KV);
+                const int self = rel_key(rule[r].self, j0, TILE_KV);
+                const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
                 float16 m16 = (float16)(-INFINITY);
                 #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++) {
-                    const int16 key = lane + 16 * sv;
-                    s[r][sv] = select((float16)(-INFINITY), s[r][sv] * scale,
-                                      (key < lim) & (key != self));
+                    s[r][sv] = score_terms16(s[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0,
+                                             n_kv, mt, mt_off, mt_st, alibi, softcap, mbase,
+                                             rule[r].diag, slope);
                     m16 = max_nan16(m16, s[r][sv]);
                 }
                 const float m_new = max_nan(m[r], hmax_nan(m16));
@@ -218,13 +239,7 @@ clattn_fused(__global const float *q, long q_off, long4 q_st,
         const long i = i0 + r;
         if (i >= n_q)
             break;
-        float out[D_V_PAD];
-        const bool empty = (m[r] == -INFINITY);
-        #pragma unroll
-        for (int a = 0; a < N_AV; a++)
-            vstore16(empty ? (float16)(0.0f) : acc[r][a] / l[r], a, out);
-        for (int c = 0; c < D_V; c++)
-            o[view_at(o_off, o_st, b, h, i, c)] = out[c];
+        STORE_ROW(acc[r], m[r], l[r]);
     }
 }
 #endif /* DIRECT */

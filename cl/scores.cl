@@ -2,7 +2,8 @@
  *
  * Reference loop, per (b, h):
  *     for i < n_q, j < n_kv:
- *         S[i][j] = visible(i, j) ? scale * sum_c Q[i][c] * K[j][c] : -inf
+ *         S[i][j] = visible(i, j) ? terms(scale * sum_c Q[i][c] * K[j][c]) : -inf
+ * (terms: softcap, ALiBi bias, float mask — score_terms16 in common.cl)
  * Index map: NDRange (⌈n_q/(WG·RQ)⌉·WG, ⌈n_kv/TILE_KV⌉, batch·h_q), work-group
  * (WG, 1, 1). Group (x, y) stages keys [y·TILE_KV, (y+1)·TILE_KV) of K transposed in
  * local memory; its work-item t owns S[i][j] for the RQ queries i = (x·WG + t)·RQ + r
@@ -28,18 +29,19 @@
 #define N_SV (TILE_KV / 16) /* float16 score vectors per query */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
-clattn_scores(__global const float *q, long q_off, long4 q_st,
-              __global const float *k, long k_off, long4 k_st,
+clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
+              __global const ELEM_T(K_DT) *k, long k_off, long4 k_st,
               __global float *s, long s_off, long4 s_st,
-              int h_q, int group, long n_q, long n_kv, float scale, int mask)
+              int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
 {
     __local float k_t[D_K * TILE_KV]; /* K tile transposed: k_t[c·TILE_KV + key] */
     const long i0 = (get_group_id(0) * WG + get_local_id(0)) * RQ;
     const long j0 = get_group_id(1) * TILE_KV, bh = get_global_id(2);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const float slope = ALIBI ? alibi[h] : 0.0f;
 
-    stage_rows(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
+    STAGE_ROWS(K_DT, k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
     barrier(CLK_LOCAL_MEM_FENCE); /* K tile staged before anyone reads it */
 
     float16 acc[RQ][N_SV];
@@ -48,16 +50,14 @@ clattn_scores(__global const float *q, long q_off, long4 q_st,
         #pragma unroll
         for (int sv = 0; sv < N_SV; sv++)
             acc[r][sv] = 0.0f;
-    /* causal masks: keys past every row's last visible key only get −∞, no products */
-    long wi_end = 0;
-    for (int r = 0; r < RQ; r++)
-        if (i0 + r < n_q)
-            wi_end = max(wi_end, visible_key_end(mask, i0 + r, n_q, n_kv));
-    for (int c = 0; c < D_K && j0 < wi_end; c++) {
+    /* keys outside every row's visible range only get −∞, no products */
+    const long2 kr = group_key_range(RULE_ARGS, b, i0, min(i0 + RQ, n_q) - 1, n_q, n_kv);
+    const bool work = j0 < kr.y && j0 + TILE_KV > kr.x;
+    for (int c = 0; c < D_K && work; c++) {
         float qc[RQ];
         #pragma unroll
         for (int r = 0; r < RQ; r++)
-            qc[r] = i0 + r < n_q ? q[view_at(q_off, q_st, b, h, i0 + r, c)] : 0.0f;
+            qc[r] = i0 + r < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i0 + r, c)) : 0.0f;
         #pragma unroll
         for (int sv = 0; sv < N_SV; sv++) {
             const float16 kc = vload16(sv, k_t + c * TILE_KV);
@@ -72,16 +72,16 @@ clattn_scores(__global const float *q, long q_off, long4 q_st,
         const long i = i0 + r;
         if (i >= n_q)
             break;
-        /* visible keys of this tile: key < lim, and ≠ self for NO_SELF */
-        const int lim = (int)clamp(visible_key_end(mask, i, n_q, n_kv) - j0, 0L, (long)n_keys);
-        const int self =
-            (mask == MASK_NO_SELF && i >= j0 && i < j0 + TILE_KV) ? (int)(i - j0) : -1;
+        const row_rule rr = rule_at(RULE_ARGS, b, i, n_q, n_kv);
+        const int lo = rel_bound(rr.lo, j0, n_keys), hi = rel_bound(rr.hi, j0, n_keys);
+        const int self = rel_key(rr.self, j0, n_keys);
+        const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
         const long row = view_at(s_off, s_st, b, h, i, j0);
         #pragma unroll
         for (int sv = 0; sv < N_SV; sv++) {
-            const int16 key = lane + 16 * sv;
-            const float16 out = select((float16)(-INFINITY), acc[r][sv] * scale,
-                                       (key < lim) & (key != self));
+            const float16 out =
+                score_terms16(acc[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0, n_kv, mt,
+                              mt_off, mt_st, alibi, softcap, mbase, rr.diag, slope);
             if (s_st.s3 == 1 && 16 * (sv + 1) <= n_keys) {
                 vstore16(out, 0, s + row + 16 * sv);
             } else {

@@ -1,8 +1,8 @@
 /* softmax.cl — W = softmax over each row, subtracting the true row max.
  *
  * Reference loop, per row x of width n:
- *     m = max_j x[j] (NaN wins);  if m == -inf: W = 0 (no visible key)
- *     else W[j] = exp(x[j] - m) / sum_j exp(x[j] - m)
+ *     m = max_j x[j] (NaN wins);  if m == -inf: W = 0 (no visible key; NaN on request)
+ *     else W[j] = exp(x[j] - m) / sum_j exp(x[j] - m),  LSE = m + log(sum_j exp(x[j] - m))
  * Index map: NDRange (WG, rows, batch·heads), work-group (WG, 1, 1) with WG any size
  * the kernel allows (chosen by the host); work-item t handles the same elements in
  * all three passes, so x and y may be the same view (in place).
@@ -32,47 +32,57 @@
 
 __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
                              __global float *y, long y_off, long4 y_st,
-                             int heads, long width, int mask, long n_q, __local float *red)
+                             __global float *lse, long lse_off, long4 lse_st,
+                             int heads, long width, long n_q, int masked_nan, RULE_PARAMS,
+                             __local float *red)
 {
     const int lid = get_local_id(0), wg = get_local_size(0);
     const long r = get_global_id(1), bh = get_global_id(2);
     const long b = bh / heads, h = bh % heads;
-    const long xrow = view_at(x_off, x_st, b, h, r, 0), yrow = view_at(y_off, y_st, b, h, r, 0);
-    /* Entries past `vis` are masked by a causal mask (−∞ in x): they are not read and
-     * their weights are written as zeros. mask is MASK_NONE for plain rows. */
-    const long vis = visible_key_end(mask, r, n_q, width);
+    /* Entries outside the row's visible keys [lo, hi) (lengths, causal, window: −∞ in x)
+     * are not read and their weights are written as zeros. For plain rows (the public
+     * softmax stage) the rule is empty: [0, width). */
+    const row_rule rr = rule_at(RULE_ARGS, b, r, n_q, width);
+    const long lo = rr.lo, hi = rr.hi;
+    const long xrow = view_at(x_off, x_st, b, h, r, lo), yrow = view_at(y_off, y_st, b, h, r, lo);
+    const long yrow0 = view_at(y_off, y_st, b, h, r, 0);
     /* Dense rows go 16 at a time: work-item t owns chunks t, t+WG, … of 16 elements, and
      * the tail past the last whole chunk element by element, in every pass alike. */
     const bool dense = x_st.s3 == 1 && y_st.s3 == 1;
-    const long n16 = dense ? vis / 16 : 0;
-    for (long j = vis + lid; j < width; j += wg)
-        y[yrow + j * y_st.s3] = 0.0f;
+    const long n = hi - lo, n16 = dense ? n / 16 : 0;
+    for (long j = lid; j < width; j += wg)
+        if (j < lo || j >= hi)
+            y[yrow0 + j * y_st.s3] = 0.0f;
 
     float16 m16 = (float16)(-INFINITY);
     for (long c = lid; c < n16; c += wg)
         m16 = max_nan16(m16, vload16(c, x + xrow));
     float m = hmax_nan(m16);
-    for (long j = 16 * n16 + lid; j < vis; j += wg)
+    for (long j = 16 * n16 + lid; j < n; j += wg)
         m = max_nan(m, x[xrow + j * x_st.s3]);
     WG_REDUCE(red, m, max_nan);
 
-    if (m == -INFINITY) { /* every key masked: zeros, not NaN */
-        for (long c = lid; c < n16; c += wg)
-            vstore16((float16)(0.0f), c, y + yrow);
-        for (long j = 16 * n16 + lid; j < vis; j += wg)
-            y[yrow + j * y_st.s3] = 0.0f;
+    if (m == -INFINITY) { /* every key masked: zeros (NaN if asked, not for padding rows) */
+        const float fill = masked_nan && !row_padding(q_lens, b, r) ? NAN : 0.0f;
+        for (long j = lid; j < width; j += wg)
+            if (fill != 0.0f || (j >= lo && j < hi))
+                y[yrow0 + j * y_st.s3] = fill;
+        if (lse && lid == 0)
+            lse[view_at(lse_off, lse_st, b, h, r, 0)] = -INFINITY;
         return;
     }
     float16 l16 = 0.0f;
     for (long c = lid; c < n16; c += wg)
         l16 += exp(vload16(c, x + xrow) - m);
     float l = hsum(l16);
-    for (long j = 16 * n16 + lid; j < vis; j += wg)
+    for (long j = 16 * n16 + lid; j < n; j += wg)
         l += exp(x[xrow + j * x_st.s3] - m);
     WG_REDUCE(red, l, ADD);
+    if (lse && lid == 0)
+        lse[view_at(lse_off, lse_st, b, h, r, 0)] = m + log(l);
 
     for (long c = lid; c < n16; c += wg)
         vstore16(exp(vload16(c, x + xrow) - m) / l, c, y + yrow);
-    for (long j = 16 * n16 + lid; j < vis; j += wg)
+    for (long j = 16 * n16 + lid; j < n; j += wg)
         y[yrow + j * y_st.s3] = exp(x[xrow + j * x_st.s3] - m) / l;
 }

@@ -31,9 +31,9 @@
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
-                    __global const float *v, long v_off, long4 v_st,
-                    __global float *o, long o_off, long4 o_st,
-                    int h_q, int group, long n_q, long n_kv, int mask)
+                    __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
+                    __global ELEM_T(O_DT) *o, long o_off, long4 o_st,
+                    int h_q, int group, long n_q, long n_kv, RULE_PARAMS)
 {
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
     const long g0 = get_group_id(0) * (WG * RQ), i0 = g0 + get_local_id(0) * RQ;
@@ -46,9 +46,15 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
         #pragma unroll
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
-    const long kv_end = visible_key_end(mask, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
-    for (long j0 = 0; j0 < kv_end; j0 += TILE_KV) {
-        stage_rows(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false, v_tile);
+    /* weights outside every row's visible keys are zero: skip those tiles. NaN rows
+     * (masked_rows = NaN) are fully masked and stay NaN through the zero tiles' absence:
+     * they need one tile, so the range is widened to at least the first one. */
+    long2 kr = group_key_range(RULE_ARGS, b, g0, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
+    if (kr.y <= kr.x)
+        kr = (long2)(0, min(n_kv, (long)TILE_KV));
+    for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
+        STAGE_ROWS(V_DT, v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false,
+                   v_tile);
         barrier(CLK_LOCAL_MEM_FENCE); /* V tile staged before anyone reads it */
 
         if (i0 < n_q) { /* work-items past the last row only help stage V */
@@ -74,6 +80,6 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
         for (int a = 0; a < N_AV; a++)
             vstore16(acc[r][a], a, out);
         for (int c = 0; c < D_V; c++)
-            o[view_at(o_off, o_st, b, h, i, c)] = out[c];
+            ST(O_DT, o, view_at(o_off, o_st, b, h, i, c), out[c]);
     }
 }

@@ -157,7 +157,7 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
             wg /= 2;
     }
     for (;;) {
-        char opts[192];
+        char opts[320];
         snprintf(opts, sizeof opts, "-cl-std=CL1.2 %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu", dims,
                  tile_kv, wg, rq);
         clattn_status st = clattn_get_kernel(ctx, file, opts, &out->entry);
@@ -186,7 +186,8 @@ static size_t default_tile_kv(const clattn_context *ctx, bool fused)
 }
 
 /* scores.cl for d_k, or why not (local memory) */
-static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, blocking *out)
+static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, const char *feat,
+                                   blocking *out)
 {
     const size_t t = fit_tile_kv(ctx, d_k, default_tile_kv(ctx, false));
     if (t == 0)
@@ -194,14 +195,15 @@ static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k
                            "scores: 16 rows of K with d_k %lld exceed the device's local memory "
                            "(%llu bytes)",
                            (long long)d_k, (unsigned long long)ctx->local_mem);
-    char dims[48];
-    snprintf(dims, sizeof dims, "-DD_K=%lld", (long long)d_k);
+    char dims[200];
+    snprintf(dims, sizeof dims, "-DD_K=%lld %s", (long long)d_k, feat);
     return build_blocked(ctx, "scores.cl", dims, n_q, (int64_t)t, 2 * (int64_t)t + 16, t, 0, false,
                          out);
 }
 
 /* weighted_sum.cl for d_v, or why not (local memory) */
-static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, blocking *out)
+static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, const char *feat,
+                                 blocking *out)
 {
     const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
     const size_t t = fit_tile_kv(ctx, d_v_pad, default_tile_kv(ctx, false));
@@ -210,8 +212,8 @@ static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, 
                            "weighted sum: 16 rows of V with d_v %lld exceed the device's local "
                            "memory (%llu bytes)",
                            (long long)d_v, (unsigned long long)ctx->local_mem);
-    char dims[48];
-    snprintf(dims, sizeof dims, "-DD_V=%lld", (long long)d_v);
+    char dims[200];
+    snprintf(dims, sizeof dims, "-DD_V=%lld %s", (long long)d_v, feat);
     return build_blocked(ctx, "weighted_sum.cl", dims, n_q, d_v_pad, d_v_pad + (int64_t)t + 16, t,
                          0, false, out);
 }
@@ -246,13 +248,39 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
 
 /* ---------------------------------------------------------------------- planning */
 
+/* What a call adds to the plain problem: the desc's optional terms and outputs, and
+ * the storage types, as compile-time options of the kernels that read them. */
+typedef struct features {
+    char opts[160]; /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0" */
+    bool weights;   /* weights requested */
+    bool head_mean; /* … averaged over heads */
+    bool lse;       /* LSE requested */
+} features;
+
+static void make_features(const clattn_attention_desc *desc, const clattn_view *q,
+                          const clattn_view *k, const clattn_view *v, const clattn_view *o,
+                          const clattn_extras *ex, bool want_weights, features *f)
+{
+    const int mask_t = !ex->has_mask ? 0 : ex->mask.dtype == CLATTN_BOOL ? 1 : 2;
+    snprintf(f->opts, sizeof f->opts,
+             "-DQ_DT=%d -DK_DT=%d -DV_DT=%d -DO_DT=%d -DMASK_T=%d -DALIBI=%d -DSOFTCAP=%d",
+             (int)q->dtype, (int)k->dtype, (int)v->dtype, (int)o->dtype, mask_t,
+             desc->alibi_slopes != NULL, desc->softcap > 0.0f);
+    f->weights = want_weights;
+    f->head_mean = want_weights && desc->weights_head_mean;
+    f->lse = ex->has_lse;
+}
+
 typedef struct plan_t {
     clattn_algorithm algorithm;
+    bool no_keys;                 /* n_kv = 0: the fused streaming kernel writes every row */
     blocking scores, wsum, fused; /* the tiled kernels that will run */
-    clattn_program_entry *softmax;
+    clattn_program_entry *softmax, *from_lse, *head_mean;
     size_t softmax_wg;
     int64_t workspace_bytes;
     char reason[256];
+    char kernels[128];
+    char rejected[512];
 } plan_t;
 
 /* Why the fused kernel cannot run this shape here ("" when it can); picks its tile. */
@@ -277,9 +305,30 @@ static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, cha
     return t;
 }
 
+/* Bytes of a packed float32 [a, b, c, d] workspace into *out, or false (overflow or
+ * more than the device allocates at once; `why` says which). */
+static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int64_t c, int64_t d,
+                           const char *what, int64_t *out, char *why, size_t why_len)
+{
+    int64_t n;
+    if (!clattn_mul_ok(a, b, &n) || !clattn_mul_ok(n, c, &n) || !clattn_mul_ok(n, d, &n) ||
+        !clattn_mul_ok(n, 4, &n)) {
+        snprintf(why, why_len, "%s: the size overflows", what);
+        return false;
+    }
+    if ((cl_ulong)n > ctx->max_alloc) {
+        snprintf(why, why_len,
+                 "%s: the %lld-byte buffer exceeds CL_DEVICE_MAX_MEM_ALLOC_SIZE (%llu bytes)", what,
+                 (long long)n, (unsigned long long)ctx->max_alloc);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
 static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                     const clattn_view *q, const clattn_view *k,
-                                    const clattn_view *v, bool want_weights, plan_t *p)
+                                    const clattn_view *v, const features *f, plan_t *p)
 {
     memset(p, 0, sizeof *p);
     const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], d_k = q->n[3];
@@ -287,74 +336,139 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
     if (h_q > INT_MAX || d_k > INT_MAX || d_v > INT_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads or head dims above INT_MAX");
 
-    char fused_why[160];
+    /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
+     * caller's weights), the per-head weights before averaging, the fused LSE */
+    char fused_why[200], unfused_why[200] = "";
     const size_t fused_tile = fused_fit(ctx, d_k, d_v, fused_why, sizeof fused_why);
-    if (want_weights && !fused_why[0])
-        snprintf(fused_why, sizeof fused_why, "fused: cannot return attention weights");
+    int64_t ws_scores = 0, ws_lse = 0, ws_fused = 0;
+    if ((!f->weights || f->head_mean) &&
+        !workspace_fits(ctx, batch, h_q, n_q, n_kv, "unfused: score matrix", &ws_scores,
+                        unfused_why, sizeof unfused_why))
+        ws_scores = -1;
+    if (!fused_why[0] && f->weights) {
+        if (!workspace_fits(ctx, batch, h_q, n_q, 1, "fused: LSE for the weights pass", &ws_lse,
+                            fused_why, sizeof fused_why))
+            ws_lse = -1;
+        int64_t wm = 0;
+        if (ws_lse >= 0 && f->head_mean &&
+            !workspace_fits(ctx, batch, h_q, n_q, n_kv, "fused: per-head weights", &wm, fused_why,
+                            sizeof fused_why))
+            wm = -1;
+        ws_fused = ws_lse + wm;
+    }
 
-    char unfused_why[160] = "";
-    int64_t ws = 0;
-    if (!want_weights && (!clattn_mul_ok(batch * h_q, n_q, &ws) || !clattn_mul_ok(ws, n_kv, &ws) ||
-                          !clattn_mul_ok(ws, 4, &ws)))
-        snprintf(unfused_why, sizeof unfused_why, "unfused: score matrix size overflows");
-    else if (!want_weights && (cl_ulong)ws > ctx->max_alloc)
-        snprintf(unfused_why, sizeof unfused_why,
-                 "unfused: the %lld-byte score matrix exceeds CL_DEVICE_MAX_MEM_ALLOC_SIZE "
-                 "(%llu bytes)",
-                 (long long)ws, (unsigned long long)ctx->max_alloc);
-
-    switch (desc->algorithm) {
-    case CLATTN_ALGORITHM_FUSED:
-        if (fused_why[0])
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", fused_why);
-        p->algorithm = CLATTN_ALGORITHM_FUSED;
-        snprintf(p->reason, sizeof p->reason, "fused: requested");
-        break;
-    case CLATTN_ALGORITHM_UNFUSED:
-        if (unfused_why[0])
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", unfused_why);
+    const bool want_unfused =
+        desc->algorithm == CLATTN_ALGORITHM_UNFUSED ||
+        (desc->algorithm == CLATTN_ALGORITHM_AUTO && (f->weights || fused_why[0]));
+    if (desc->algorithm == CLATTN_ALGORITHM_FUSED && fused_why[0])
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", fused_why);
+    if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED && unfused_why[0])
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", unfused_why);
+    if (want_unfused && !unfused_why[0]) {
         p->algorithm = CLATTN_ALGORITHM_UNFUSED;
-        snprintf(p->reason, sizeof p->reason, "unfused: requested");
-        break;
-    default:
-        if (!fused_why[0]) {
-            p->algorithm = CLATTN_ALGORITHM_FUSED;
-            snprintf(p->reason, sizeof p->reason,
-                     "auto: fused (no weights requested; never stores n_q x n_kv)");
-        } else if (!unfused_why[0]) {
-            p->algorithm = CLATTN_ALGORITHM_UNFUSED;
-            snprintf(p->reason, sizeof p->reason, "auto: unfused, because %s", fused_why);
-        } else {
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "no algorithm fits: %s; %s",
-                               fused_why, unfused_why);
+        snprintf(p->reason, sizeof p->reason, "%s",
+                 desc->algorithm == CLATTN_ALGORITHM_UNFUSED ? "unfused: requested"
+                 : f->weights ? "auto: unfused, because weights were requested (it computes "
+                                "them once; fused would need a second pass)"
+                              : "auto: unfused, because the fused kernel cannot run this shape");
+        snprintf(p->rejected, sizeof p->rejected, "%s",
+                 fused_why[0] ? fused_why : "fused: possible, not preferred");
+    } else if (!fused_why[0]) {
+        p->algorithm = CLATTN_ALGORITHM_FUSED;
+        snprintf(p->reason, sizeof p->reason, "%s",
+                 desc->algorithm == CLATTN_ALGORITHM_FUSED
+                     ? "fused: requested"
+                     : "auto: fused (never stores n_q x n_kv)");
+        snprintf(p->rejected, sizeof p->rejected, "%s",
+                 unfused_why[0] ? unfused_why : "unfused: possible, not preferred");
+    } else {
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "no algorithm fits: %s; %s", fused_why,
+                           unfused_why);
+    }
+
+    clattn_status st;
+    p->no_keys = n_kv == 0;
+    if (p->algorithm == CLATTN_ALGORITHM_UNFUSED && !p->no_keys) {
+        p->workspace_bytes = ws_scores;
+        if ((st = scores_kernel(ctx, n_q, d_k, f->opts, &p->scores)) != CLATTN_SUCCESS ||
+            (st = wsum_kernel(ctx, n_q, d_v, f->opts, &p->wsum)) != CLATTN_SUCCESS ||
+            (st = softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg)) != CLATTN_SUCCESS)
+            return st;
+        snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
+                 f->head_mean ? ", head_mean" : "");
+    } else {
+        /* a few queries (decoding) share nothing: stream K and V instead of staging tiles;
+         * with no keys at all the streaming kernel just writes the empty rows */
+        const bool direct = p->no_keys || (n_q <= DIRECT_MAX_N_Q && desc->work_group_size == 0);
+        char dims[240];
+        snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld -DDIRECT=%d %s", (long long)d_k,
+                 (long long)d_v, direct ? 1 : 0, f->opts);
+        /* private floats per query: q row, accumulator, scores and weights of a tile */
+        const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
+        const size_t tile = fused_tile ? fused_tile : 16;
+        if ((st = build_blocked(
+                 ctx, "fused.cl", dims, n_q, d_v_pad, d_k + d_v_pad + 2 * (int64_t)tile + 8, tile,
+                 p->no_keys ? 0 : desc->work_group_size, direct, &p->fused)) != CLATTN_SUCCESS)
+            return st;
+        snprintf(p->kernels, sizeof p->kernels, "fused%s%s",
+                 f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
+                 f->head_mean && !p->no_keys ? ", head_mean" : "");
+        if (f->weights && !p->no_keys) {
+            p->workspace_bytes = ws_fused;
+            if ((st = scores_kernel(ctx, n_q, d_k, f->opts, &p->scores)) != CLATTN_SUCCESS ||
+                (st = clattn_get_kernel(ctx, "weights_from_lse.cl", "-cl-std=CL1.2",
+                                        &p->from_lse)) != CLATTN_SUCCESS)
+                return st;
         }
     }
-
-    if (p->algorithm == CLATTN_ALGORITHM_UNFUSED) {
-        clattn_status st;
-        p->workspace_bytes = ws;
-        if ((st = scores_kernel(ctx, n_q, d_k, &p->scores)) != CLATTN_SUCCESS ||
-            (st = wsum_kernel(ctx, n_q, d_v, &p->wsum)) != CLATTN_SUCCESS)
-            return st;
-        return softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg);
-    }
-    /* a few queries (decoding) share nothing: stream K and V instead of staging tiles */
-    const bool direct = n_q <= DIRECT_MAX_N_Q && desc->work_group_size == 0;
-    char dims[80];
-    snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld -DDIRECT=%d", (long long)d_k, (long long)d_v,
-             direct ? 1 : 0);
-    /* private floats per query: q row, accumulator, scores and weights of a tile */
-    const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
-    return build_blocked(ctx, "fused.cl", dims, n_q, d_v_pad,
-                         d_k + d_v_pad + 2 * (int64_t)fused_tile + 8, fused_tile,
-                         desc->work_group_size, direct, &p->fused);
+    if (f->head_mean && !p->no_keys &&
+        (st = clattn_get_kernel(ctx, "head_mean.cl", "-cl-std=CL1.2", &p->head_mean)) !=
+            CLATTN_SUCCESS)
+        return st;
+    return CLATTN_SUCCESS;
 }
 
 /* ------------------------------------------------------------ stage dispatchers */
 
+/* Device-side inputs of the optional terms: host arrays copied into small buffers (the
+ * runtime keeps them alive until the kernels that use them finish). */
+typedef struct aux_t {
+    const clattn_attention_desc *desc; /* NULL: plain rows (the public softmax stage) */
+    cl_mem q_lens, kv_lens, alibi;
+    const clattn_view *mask; /* device view, or NULL */
+    float softcap;
+} aux_t;
+
+static void arg_rule(arg_list *a, const aux_t *x)
+{
+    const clattn_attention_desc *d = x->desc;
+    const bool win = d && d->window;
+    arg_int(a, d ? d->mask : CLATTN_MASK_NONE);
+    arg_long(a, d ? d->q_start - d->kv_start : 0);
+    arg_long(a, win && d->window_left >= 0 ? d->window_left : -1);
+    arg_long(a, win && d->window_right >= 0 ? d->window_right : -1);
+    arg(a, sizeof(cl_mem), &x->q_lens);
+    arg(a, sizeof(cl_mem), &x->kv_lens);
+}
+
+static void arg_terms(arg_list *a, const aux_t *x)
+{
+    static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
+    arg_view(a, x->mask ? x->mask : &none);
+    arg(a, sizeof(cl_mem), &x->alibi);
+    arg(a, sizeof(float), &x->softcap);
+}
+
+/* the LSE view argument; NULL buffer when absent */
+static void arg_opt_view(arg_list *a, const clattn_view *v)
+{
+    static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
+    arg_view(a, v ? v : &none);
+}
+
 static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, const clattn_view *q,
                                     const clattn_view *k, const clattn_view *s, float scale,
-                                    clattn_mask mask, cl_uint n_wait, const cl_event *wait,
+                                    const aux_t *x, cl_uint n_wait, const cl_event *wait,
                                     cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
@@ -366,7 +480,8 @@ static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, con
     arg_long(&a, q->n[2]);
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
-    arg_int(&a, mask);
+    arg_rule(&a, x);
+    arg_terms(&a, x);
     const size_t global[3] = {round_up(ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
                               (size_t)ceil_div(k->n[2], (int64_t)bk->tile_kv),
                               (size_t)(q->n[0] * q->n[1])};
@@ -374,28 +489,31 @@ static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, con
     return launch(ctx, "scores", &a, 3, global, local, n_wait, wait, done);
 }
 
-/* W = softmax(S); a causal `mask` (with n_q queries) lets rows stop at their last visible
- * key, the rest of S being −∞ already */
+/* W = softmax(S) (and the LSE); the rule lets rows skip keys outside their visible
+ * range, the rest of S being −∞ already */
 static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *e, size_t wg,
-                                     const clattn_view *x, const clattn_view *y, clattn_mask mask,
-                                     cl_uint n_wait, const cl_event *wait, cl_event *done)
+                                     const clattn_view *x, const clattn_view *y,
+                                     const clattn_view *lse, const aux_t *aux, cl_uint n_wait,
+                                     const cl_event *wait, cl_event *done)
 {
     arg_list a = {e->kernel, 0, CL_SUCCESS};
     arg_view(&a, x);
     arg_view(&a, y);
+    arg_opt_view(&a, lse);
     arg_int(&a, x->n[1]);
     arg_long(&a, x->n[3]);
-    arg_int(&a, mask);
     arg_long(&a, x->n[2]);
+    arg_int(&a, aux->desc ? aux->desc->masked_rows : 0);
+    arg_rule(&a, aux);
     arg(&a, wg * sizeof(float), NULL);
     const size_t global[3] = {wg, (size_t)x->n[2], (size_t)(x->n[0] * x->n[1])};
     const size_t local[3] = {wg, 1, 1};
     return launch(ctx, "softmax", &a, 3, global, local, n_wait, wait, done);
 }
 
-/* O = W·V; `mask` only lets causal masks skip key tiles whose weights are all zero */
+/* O = W·V; the rule only lets groups skip key tiles whose weights are all zero */
 static clattn_status enqueue_wsum(clattn_context *ctx, const blocking *bk, const clattn_view *w,
-                                  const clattn_view *v, const clattn_view *o, clattn_mask mask,
+                                  const clattn_view *v, const clattn_view *o, const aux_t *x,
                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
@@ -406,7 +524,7 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const blocking *bk, const
     arg_int(&a, o->n[1] / v->n[1]);
     arg_long(&a, o->n[2]);
     arg_long(&a, v->n[2]);
-    arg_int(&a, mask);
+    arg_rule(&a, x);
     const size_t global[2] = {round_up(ceil_div(o->n[2], (int64_t)bk->rq), bk->wg),
                               (size_t)(o->n[0] * o->n[1])};
     const size_t local[2] = {bk->wg, 1};
@@ -415,24 +533,53 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const blocking *bk, const
 
 static clattn_status enqueue_fused(clattn_context *ctx, const blocking *bk, const clattn_view *q,
                                    const clattn_view *k, const clattn_view *v, const clattn_view *o,
-                                   float scale, clattn_mask mask, cl_uint n_wait,
-                                   const cl_event *wait, cl_event *done)
+                                   const clattn_view *lse, float scale, const aux_t *x,
+                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
     arg_view(&a, k);
     arg_view(&a, v);
     arg_view(&a, o);
+    arg_opt_view(&a, lse);
     arg_int(&a, q->n[1]);
     arg_int(&a, q->n[1] / k->n[1]);
     arg_long(&a, q->n[2]);
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
-    arg_int(&a, mask);
+    arg_int(&a, x->desc->masked_rows);
+    arg_rule(&a, x);
+    arg_terms(&a, x);
     const size_t global[2] = {round_up(ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
                               (size_t)(q->n[0] * q->n[1])};
     const size_t local[2] = {bk->wg, 1};
     return launch(ctx, "fused", &a, 2, global, local, n_wait, wait, done);
+}
+
+static clattn_status enqueue_from_lse(clattn_context *ctx, clattn_program_entry *e,
+                                      const clattn_view *w, const clattn_view *lse, const aux_t *x,
+                                      cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_view(&a, w);
+    arg_view(&a, lse);
+    arg_int(&a, w->n[1]);
+    arg_int(&a, x->desc->masked_rows);
+    arg(&a, sizeof(cl_mem), &x->q_lens);
+    const size_t global[3] = {(size_t)w->n[3], (size_t)w->n[2], (size_t)(w->n[0] * w->n[1])};
+    return launch(ctx, "weights_from_lse", &a, 3, global, NULL, n_wait, wait, done);
+}
+
+static clattn_status enqueue_head_mean(clattn_context *ctx, clattn_program_entry *e,
+                                       const clattn_view *w, const clattn_view *out, cl_uint n_wait,
+                                       const cl_event *wait, cl_event *done)
+{
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_view(&a, w);
+    arg_view(&a, out);
+    arg_int(&a, w->n[1]);
+    const size_t global[3] = {(size_t)w->n[3], (size_t)w->n[2], (size_t)w->n[0]};
+    return launch(ctx, "head_mean", &a, 3, global, NULL, n_wait, wait, done);
 }
 
 /* Completes `done` after `wait` without running anything (empty problems). */
@@ -445,13 +592,14 @@ static clattn_status enqueue_marker(clattn_context *ctx, cl_uint n_wait, const c
     return err == CL_SUCCESS ? CLATTN_SUCCESS : clattn_fail_cl(ctx, err, "clEnqueueMarker");
 }
 
-static clattn_status create_buffer(clattn_context *ctx, cl_mem_flags flags, int64_t elements,
+static clattn_status create_buffer(clattn_context *ctx, cl_mem_flags flags, int64_t bytes_wanted,
                                    void *host, cl_mem *out)
 {
     cl_int err;
-    size_t bytes = (size_t)(elements > 0 ? elements : 1) * sizeof(float);
+    size_t bytes = (size_t)(bytes_wanted > 0 ? bytes_wanted : 1);
     *out = clCreateBuffer(ctx->context, flags, bytes, host, &err);
     if (err != CL_SUCCESS) {
+        *out = NULL;
         char what[96];
         snprintf(what, sizeof what, "clCreateBuffer(%zu bytes)", bytes);
         return clattn_fail_cl(ctx, err, what);
@@ -459,54 +607,139 @@ static clattn_status create_buffer(clattn_context *ctx, cl_mem_flags flags, int6
     return CLATTN_SUCCESS;
 }
 
+/* A packed float32 workspace view [a, b, c, d] on a new buffer. */
+static clattn_status workspace(clattn_context *ctx, int64_t a, int64_t b, int64_t c, int64_t d,
+                               clattn_view *ws)
+{
+    memset(ws, 0, sizeof *ws);
+    ws->n[0] = a;
+    ws->n[1] = b;
+    ws->n[2] = c;
+    ws->n[3] = d;
+    ws->s[3] = 1;
+    ws->s[2] = d;
+    ws->s[1] = c * d;
+    ws->s[0] = b * c * d;
+    ws->count = ws->span = a * b * c * d;
+    ws->dtype = CLATTN_FLOAT32;
+    ws->esize = 4;
+    return create_buffer(ctx, CL_MEM_READ_WRITE, ws->count * 4, NULL, &ws->buffer);
+}
+
+static void release_events(cl_event *e, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (e[i])
+            clReleaseEvent(e[i]);
+}
+
+/* The host arrays of the desc as device buffers (count elements of 4 bytes each). */
+static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *desc,
+                              const clattn_view *q, const clattn_view *mask, aux_t *x)
+{
+    memset(x, 0, sizeof *x);
+    x->desc = desc;
+    x->mask = mask;
+    x->softcap = desc->softcap;
+    const cl_mem_flags ro = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    clattn_status st = CLATTN_SUCCESS;
+    if (desc->q_lens && q->n[0] > 0)
+        st = create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->q_lens, &x->q_lens);
+    if (st == CLATTN_SUCCESS && desc->kv_lens && q->n[0] > 0)
+        st = create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->kv_lens, &x->kv_lens);
+    if (st == CLATTN_SUCCESS && desc->alibi_slopes && q->n[1] > 0)
+        st = create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->alibi_slopes, &x->alibi);
+    return st;
+}
+
+static void aux_release(aux_t *x)
+{
+    cl_mem *m[3] = {&x->q_lens, &x->kv_lens, &x->alibi};
+    for (int i = 0; i < 3; i++)
+        if (*m[i]) {
+            clReleaseMemObject(*m[i]); /* freed once the kernels that use it finish */
+            *m[i] = NULL;
+        }
+}
+
+/* Device views of one attention call. */
+typedef struct dev_views {
+    const clattn_view *q, *k, *v, *o, *w, *mask, *lse; /* w, mask, lse may be NULL */
+} dev_views;
+
 /* Runs a planned attention on device views. Events chain the kernels, so an
  * out-of-order queue is fine. */
 static clattn_status run_attention(clattn_context *ctx, const clattn_attention_desc *desc,
-                                   const plan_t *p, const clattn_view *q, const clattn_view *k,
-                                   const clattn_view *v, const clattn_view *o, const clattn_view *w,
-                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
+                                   const plan_t *p, const dev_views *dv, cl_uint n_wait,
+                                   const cl_event *wait, cl_event *done)
 {
+    const clattn_view *q = dv->q, *k = dv->k, *v = dv->v, *o = dv->o, *w = dv->w;
     const float scale = clattn_effective_scale(desc, q->n[3]);
     if (q->count == 0)
         return enqueue_marker(ctx, n_wait, wait, done);
-    if (p->algorithm == CLATTN_ALGORITHM_FUSED)
-        return enqueue_fused(ctx, &p->fused, q, k, v, o, scale, desc->mask, n_wait, wait, done);
-
-    if (k->n[2] == 0) /* no keys: the weighted sum of nothing writes zero rows */
-        return enqueue_wsum(ctx, &p->wsum, v, v, o, CLATTN_MASK_NONE, n_wait, wait, done);
-
-    clattn_view ws;
-    cl_mem ws_mem = NULL;
-    clattn_status st = CLATTN_SUCCESS;
-    if (w) {
-        ws = *w; /* scores go straight into the caller's weights, softmax runs in place */
-    } else {
-        memset(&ws, 0, sizeof ws);
-        ws.n[0] = q->n[0];
-        ws.n[1] = q->n[1];
-        ws.n[2] = q->n[2];
-        ws.n[3] = k->n[2];
-        ws.s[3] = 1;
-        ws.s[2] = ws.n[3];
-        ws.s[1] = ws.s[2] * ws.n[2];
-        ws.s[0] = ws.s[1] * ws.n[1];
-        ws.count = ws.span = ws.s[0] * ws.n[0];
-        st = create_buffer(ctx, CL_MEM_READ_WRITE, ws.count, NULL, &ws_mem);
-        ws.buffer = ws_mem;
+    aux_t x;
+    clattn_status st = aux_make(ctx, desc, q, dv->mask, &x);
+    if (st != CLATTN_SUCCESS) {
+        aux_release(&x);
+        return st;
     }
-    cl_event e1 = NULL, e2 = NULL;
-    if (st == CLATTN_SUCCESS)
-        st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, desc->mask, n_wait, wait, &e1);
-    if (st == CLATTN_SUCCESS)
-        st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, desc->mask, 1, &e1, &e2);
-    if (st == CLATTN_SUCCESS)
-        st = enqueue_wsum(ctx, &p->wsum, &ws, v, o, desc->mask, 1, &e2, done);
-    if (e1)
-        clReleaseEvent(e1);
-    if (e2)
-        clReleaseEvent(e2);
-    if (ws_mem) /* freed by the runtime once the kernels that use it finish */
-        clReleaseMemObject(ws_mem);
+    const bool head_mean = w && desc->weights_head_mean;
+    clattn_view ws_w, ws_lse; /* per-head weights (for the mean), LSE for the weights pass */
+    cl_mem ws_mem[3] = {NULL, NULL, NULL};
+    cl_event ev[5] = {NULL, NULL, NULL, NULL, NULL};
+    const clattn_view *w_heads = w; /* where the per-head weights (or scores) go */
+    if (head_mean && !p->no_keys) {
+        st = workspace(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws_w);
+        ws_mem[0] = ws_w.buffer;
+        w_heads = &ws_w;
+    }
+    if (p->no_keys) {
+        /* no keys: the streaming kernel writes every row (zeros or NaN, LSE −∞); weights
+         * have no columns */
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_fused(ctx, &p->fused, q, k, v, o, dv->lse, scale, &x, n_wait, wait, done);
+    } else if (p->algorithm == CLATTN_ALGORITHM_FUSED) {
+        const clattn_view *lse = dv->lse;
+        if (st == CLATTN_SUCCESS && w && !lse) {
+            st = workspace(ctx, q->n[0], q->n[1], q->n[2], 1, &ws_lse);
+            ws_mem[1] = ws_lse.buffer;
+            lse = &ws_lse;
+        }
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, scale, &x, n_wait, wait,
+                               w ? &ev[0] : done);
+        if (w) { /* second pass: scores again, then W = exp(S − LSE) */
+            if (st == CLATTN_SUCCESS)
+                st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, &x, 1, &ev[0], &ev[1]);
+            if (st == CLATTN_SUCCESS)
+                st = enqueue_from_lse(ctx, p->from_lse, w_heads, lse, &x, 1, &ev[1],
+                                      head_mean ? &ev[2] : done);
+            if (st == CLATTN_SUCCESS && head_mean)
+                st = enqueue_head_mean(ctx, p->head_mean, w_heads, w, 1, &ev[2], done);
+        }
+    } else {
+        clattn_view ws;
+        if (w_heads) {
+            ws = *w_heads; /* scores go straight into the weights, softmax runs in place */
+        } else if (st == CLATTN_SUCCESS) {
+            st = workspace(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws);
+            ws_mem[2] = ws.buffer;
+        }
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, &x, n_wait, wait, &ev[0]);
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, dv->lse, &x, 1, &ev[0],
+                                 &ev[1]);
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_wsum(ctx, &p->wsum, &ws, v, o, &x, 1, &ev[1], head_mean ? &ev[2] : done);
+        if (st == CLATTN_SUCCESS && head_mean)
+            st = enqueue_head_mean(ctx, p->head_mean, &ws, w, 1, &ev[2], done);
+    }
+    release_events(ev, 5);
+    for (int i = 0; i < 3; i++)
+        if (ws_mem[i]) /* freed by the runtime once the kernels that use it finish */
+            clReleaseMemObject(ws_mem[i]);
+    aux_release(&x);
     return st;
 }
 
@@ -515,6 +748,8 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
 typedef struct call_views {
     clattn_view q, k, v, o, w;
     bool has_w;
+    clattn_extras ex;
+    features f;
 } call_views;
 
 static clattn_status check_call(clattn_context *ctx, const clattn_attention_desc *desc,
@@ -540,28 +775,36 @@ static clattn_status check_call(clattn_context *ctx, const clattn_attention_desc
     if (st == CLATTN_SUCCESS)
         st = clattn_check_attention_shapes(ctx, &cv->q, &cv->k, &cv->v, &cv->o,
                                            cv->has_w ? &cv->w : NULL, desc->weights_head_mean != 0);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_check_extras(ctx, desc, &cv->q, &cv->k, storage, &cv->ex);
     if (st != CLATTN_SUCCESS)
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must
      * not overlap the inputs the kernels are reading either */
-    if (cv->has_w && clattn_views_overlap(&cv->o, &cv->w))
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "O and the weights overlap");
+    const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL,
+                                  cv->ex.has_lse ? &cv->ex.lse : NULL};
+    static const char *const out_names[3] = {"O", "weights", "lse"};
+    for (int a = 0; a < 3; a++)
+        for (int b = a + 1; b < 3; b++)
+            if (outs[a] && outs[b] && clattn_views_overlap(outs[a], outs[b]))
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s and %s overlap",
+                                   out_names[a], out_names[b]);
     if (storage == CLATTN_STORAGE_BUFFER) {
-        const clattn_view *ins[3] = {&cv->q, &cv->k, &cv->v};
-        static const char *const names[3] = {"Q", "K", "V"};
-        for (int i = 0; i < 3; i++)
-            for (int w = 0; w < 1 + cv->has_w; w++)
-                if (clattn_views_overlap(w ? &cv->w : &cv->o, ins[i]))
+        const clattn_view *ins[4] = {&cv->q, &cv->k, &cv->v, cv->ex.has_mask ? &cv->ex.mask : NULL};
+        static const char *const names[4] = {"Q", "K", "V", "mask_tensor"};
+        for (int i = 0; i < 4; i++)
+            for (int a = 0; a < 3; a++)
+                if (ins[i] && outs[a] && clattn_views_overlap(outs[a], ins[i]))
                     return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                                       "%s overlaps %s in the same cl_mem", w ? "weights" : "O",
-                                       names[i]);
+                                       "%s overlaps %s in the same cl_mem", out_names[a], names[i]);
     }
+    make_features(desc, &cv->q, &cv->k, &cv->v, &cv->o, &cv->ex, cv->has_w, &cv->f);
     return CLATTN_SUCCESS;
 }
 
 /* -------------------------------------------- staging host views through buffers */
 
-#define MAX_STAGED 5
+#define MAX_STAGED 8
 
 typedef struct staging {
     cl_mem mem[MAX_STAGED];
@@ -576,10 +819,11 @@ static clattn_status stage(clattn_context *ctx, staging *sg, const clattn_view *
     *dv = *hv;
     dv->host = NULL;
     dv->offset = 0;
-    float *base = (float *)hv->host + hv->offset;
+    char *base = (char *)hv->host + hv->offset * hv->esize;
     const bool copy = input && hv->span > 0; /* an empty view still gets a valid cl_mem */
     cl_mem_flags flags = copy ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
-    clattn_status st = create_buffer(ctx, flags, hv->span, copy ? base : NULL, &dv->buffer);
+    clattn_status st =
+        create_buffer(ctx, flags, hv->span * hv->esize, copy ? base : NULL, &dv->buffer);
     if (st == CLATTN_SUCCESS)
         sg->mem[sg->n++] = dv->buffer;
     return st;
@@ -597,15 +841,16 @@ static clattn_status unstage(clattn_context *ctx, const clattn_view *hv, const c
 {
     if (hv->count == 0)
         return CLATTN_SUCCESS;
-    float *base = (float *)hv->host + hv->offset;
+    const size_t es = (size_t)hv->esize;
+    char *base = (char *)hv->host + hv->offset * hv->esize;
     const bool dense = hv->span == hv->count;
-    float *tmp = dense ? base : malloc((size_t)hv->span * sizeof(float));
+    char *tmp = dense ? base : malloc((size_t)hv->span * es);
     if (!tmp)
         return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
-                           "cannot allocate %lld floats to read back an output",
-                           (long long)hv->span);
-    cl_int err = clEnqueueReadBuffer(ctx->queue, dv->buffer, CL_TRUE, 0,
-                                     (size_t)hv->span * sizeof(float), tmp, 0, NULL, NULL);
+                           "cannot allocate %lld bytes to read back an output",
+                           (long long)(hv->span * hv->esize));
+    cl_int err = clEnqueueReadBuffer(ctx->queue, dv->buffer, CL_TRUE, 0, (size_t)hv->span * es, tmp,
+                                     0, NULL, NULL);
     if (err != CL_SUCCESS) {
         if (!dense)
             free(tmp);
@@ -617,7 +862,7 @@ static clattn_status unstage(clattn_context *ctx, const clattn_view *hv, const c
                 for (int64_t s = 0; s < hv->n[2]; s++)
                     for (int64_t d = 0; d < hv->n[3]; d++) {
                         int64_t at = b * hv->s[0] + h * hv->s[1] + s * hv->s[2] + d * hv->s[3];
-                        base[at] = tmp[at];
+                        memcpy(base + at * hv->esize, tmp + at * hv->esize, es);
                     }
         free(tmp);
     }
@@ -645,10 +890,17 @@ clattn_status clattn_attention_enqueue(clattn_context *ctx, const clattn_attenti
                          n_wait);
     plan_t p;
     if (st == CLATTN_SUCCESS)
-        st = plan_attention(ctx, desc, &cv.q, &cv.k, &cv.v, cv.has_w, &p);
-    if (st == CLATTN_SUCCESS)
-        st = run_attention(ctx, desc, &p, &cv.q, &cv.k, &cv.v, &cv.o, cv.has_w ? &cv.w : NULL,
-                           n_wait, wait, done);
+        st = plan_attention(ctx, desc, &cv.q, &cv.k, &cv.v, &cv.f, &p);
+    if (st == CLATTN_SUCCESS) {
+        const dev_views dv = {&cv.q,
+                              &cv.k,
+                              &cv.v,
+                              &cv.o,
+                              cv.has_w ? &cv.w : NULL,
+                              cv.ex.has_mask ? &cv.ex.mask : NULL,
+                              cv.ex.has_lse ? &cv.ex.lse : NULL};
+        st = run_attention(ctx, desc, &p, &dv, n_wait, wait, done);
+    }
     return st;
 }
 
@@ -660,12 +912,12 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     clattn_status st = check_call(ctx, desc, q, k, v, o, CLATTN_STORAGE_HOST, &cv);
     plan_t p;
     if (st == CLATTN_SUCCESS)
-        st = plan_attention(ctx, desc, &cv.q, &cv.k, &cv.v, cv.has_w, &p);
+        st = plan_attention(ctx, desc, &cv.q, &cv.k, &cv.v, &cv.f, &p);
     if (st != CLATTN_SUCCESS || cv.q.count == 0)
         return st;
 
     staging sg = {{NULL}, 0};
-    clattn_view dq, dk, dv, dout, dw;
+    clattn_view dq, dk, dv, dout, dw, dmask, dlse;
     cl_event done = NULL;
     st = stage(ctx, &sg, &cv.q, true, &dq);
     if (st == CLATTN_SUCCESS)
@@ -676,15 +928,28 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
         st = stage(ctx, &sg, &cv.o, false, &dout);
     if (st == CLATTN_SUCCESS && cv.has_w)
         st = stage(ctx, &sg, &cv.w, false, &dw);
-    if (st == CLATTN_SUCCESS)
-        st = run_attention(ctx, desc, &p, &dq, &dk, &dv, &dout, cv.has_w ? &dw : NULL, 0, NULL,
-                           &done);
+    if (st == CLATTN_SUCCESS && cv.ex.has_mask)
+        st = stage(ctx, &sg, &cv.ex.mask, true, &dmask);
+    if (st == CLATTN_SUCCESS && cv.ex.has_lse)
+        st = stage(ctx, &sg, &cv.ex.lse, false, &dlse);
+    if (st == CLATTN_SUCCESS) {
+        const dev_views views = {&dq,
+                                 &dk,
+                                 &dv,
+                                 &dout,
+                                 cv.has_w ? &dw : NULL,
+                                 cv.ex.has_mask ? &dmask : NULL,
+                                 cv.ex.has_lse ? &dlse : NULL};
+        st = run_attention(ctx, desc, &p, &views, 0, NULL, &done);
+    }
     if (st == CLATTN_SUCCESS)
         st = finish(ctx, done);
     if (st == CLATTN_SUCCESS)
         st = unstage(ctx, &cv.o, &dout);
     if (st == CLATTN_SUCCESS && cv.has_w)
         st = unstage(ctx, &cv.w, &dw);
+    if (st == CLATTN_SUCCESS && cv.ex.has_lse)
+        st = unstage(ctx, &cv.ex.lse, &dlse);
     staging_release(&sg);
     return st;
 }
@@ -700,17 +965,20 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
         st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "out is NULL");
     plan_t p;
     if (st == CLATTN_SUCCESS)
-        st = plan_attention(ctx, desc, &cv.q, &cv.k, &cv.v, cv.has_w, &p);
+        st = plan_attention(ctx, desc, &cv.q, &cv.k, &cv.v, &cv.f, &p);
     if (st != CLATTN_SUCCESS)
         return st;
     memset(out, 0, sizeof *out);
     out->algorithm = p.algorithm;
     out->workspace_bytes = (size_t)p.workspace_bytes;
-    const blocking *bk = p.algorithm == CLATTN_ALGORITHM_FUSED ? &p.fused : &p.scores;
-    out->work_group_size = p.algorithm == CLATTN_ALGORITHM_FUSED ? p.fused.wg : p.softmax_wg;
+    const bool fused = p.algorithm == CLATTN_ALGORITHM_FUSED || p.no_keys;
+    const blocking *bk = fused ? &p.fused : &p.scores;
+    out->work_group_size = fused ? p.fused.wg : p.softmax_wg;
     out->queries_per_work_item = bk->rq;
     out->tile_kv = bk->tile_kv;
     snprintf(out->reason, sizeof out->reason, "%s", p.reason);
+    snprintf(out->kernels, sizeof out->kernels, "%s", p.kernels);
+    snprintf(out->rejected, sizeof out->rejected, "%s", p.rejected);
     return CLATTN_SUCCESS;
 }
 
@@ -721,7 +989,7 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
 static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_attention_desc *desc,
                                  const clattn_tensor *a, const clattn_tensor *b,
                                  const clattn_tensor *c, clattn_storage storage, clattn_view *va,
-                                 clattn_view *vb, clattn_view *vc)
+                                 clattn_view *vb, clattn_view *vc, clattn_extras *ex)
 {
     static const char *const names[3][3] = {
         {"Q", "K", "scores"}, {"scores", "", "weights"}, {"weights", "V", "O"}};
@@ -752,6 +1020,11 @@ static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_att
 #define LL(x) ((long long)(x))
     const clattn_view *x = va, *y = vc;
     if (kind == 1) {
+        st = clattn_view_check_dtype(ctx, "scores", x, CLATTN_DT_F32);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "weights", y, CLATTN_DT_F32);
+        if (st != CLATTN_SUCCESS)
+            return st;
         for (int i = 0; i < 4; i++)
             if (x->n[i] != y->n[i])
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
@@ -788,34 +1061,66 @@ static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_att
 #undef LL
     if (va->n[1] > INT_MAX || va->n[3] > INT_MAX || vb->n[3] > INT_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads or dims above INT_MAX");
-    return CLATTN_SUCCESS;
+    /* scores and weights are float32; Q, K, V and O any float storage type */
+    st = clattn_view_check_dtype(ctx, names[kind][0], va,
+                                 kind == 0 ? CLATTN_DT_FLOATS : CLATTN_DT_F32);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, names[kind][1], vb, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, names[kind][2], vc,
+                                     kind == 0 ? CLATTN_DT_F32 : CLATTN_DT_FLOATS);
+    /* the scores stage applies every score term of the desc */
+    if (st == CLATTN_SUCCESS && kind == 0)
+        st = clattn_check_extras(ctx, desc, va, vb, storage, ex);
+    if (st == CLATTN_SUCCESS && kind == 0 && ex->has_mask && storage == CLATTN_STORAGE_BUFFER &&
+        clattn_views_overlap(vc, &ex->mask))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                           "scores overlap mask_tensor in the same cl_mem");
+    return st;
 }
 
-/* Runs one stage on device views (kind as in check_stage). */
+/* Runs one stage on device views (kind as in check_stage); mask: the scores stage's
+ * device mask view or NULL. */
 static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_attention_desc *desc,
                                const clattn_view *a, const clattn_view *b, const clattn_view *c,
-                               cl_uint n_wait, const cl_event *wait, cl_event *done)
+                               const clattn_view *mask, cl_uint n_wait, const cl_event *wait,
+                               cl_event *done)
 {
     if (c->count == 0)
         return enqueue_marker(ctx, n_wait, wait, done);
     clattn_program_entry *e;
     size_t size;
     clattn_status st;
+    aux_t plain;
+    memset(&plain, 0, sizeof plain); /* softmax and weighted sum: plain rows */
     if (kind == 1) {
         if ((st = softmax_kernel(ctx, desc, a->n[3], &e, &size)) != CLATTN_SUCCESS)
             return st;
-        return enqueue_softmax(ctx, e, size, a, c, CLATTN_MASK_NONE, n_wait, wait, done);
+        return enqueue_softmax(ctx, e, size, a, c, NULL, &plain, n_wait, wait, done);
     }
     blocking bk;
+    char feat[160];
     if (kind == 0) {
-        if ((st = scores_kernel(ctx, a->n[2], a->n[3], &bk)) != CLATTN_SUCCESS)
+        snprintf(feat, sizeof feat, "-DQ_DT=%d -DK_DT=%d -DMASK_T=%d -DALIBI=%d -DSOFTCAP=%d",
+                 (int)a->dtype, (int)b->dtype,
+                 !mask                        ? 0
+                 : mask->dtype == CLATTN_BOOL ? 1
+                                              : 2,
+                 desc->alibi_slopes != NULL, desc->softcap > 0.0f);
+        if ((st = scores_kernel(ctx, a->n[2], a->n[3], feat, &bk)) != CLATTN_SUCCESS)
             return st;
-        return enqueue_scores(ctx, &bk, a, b, c, clattn_effective_scale(desc, a->n[3]), desc->mask,
-                              n_wait, wait, done);
-    }
-    if ((st = wsum_kernel(ctx, c->n[2], c->n[3], &bk)) != CLATTN_SUCCESS)
+        aux_t x;
+        st = aux_make(ctx, desc, a, mask, &x);
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_scores(ctx, &bk, a, b, c, clattn_effective_scale(desc, a->n[3]), &x,
+                                n_wait, wait, done);
+        aux_release(&x);
         return st;
-    return enqueue_wsum(ctx, &bk, a, b, c, CLATTN_MASK_NONE, n_wait, wait, done);
+    }
+    snprintf(feat, sizeof feat, "-DV_DT=%d -DO_DT=%d", (int)b->dtype, (int)c->dtype);
+    if ((st = wsum_kernel(ctx, c->n[2], c->n[3], feat, &bk)) != CLATTN_SUCCESS)
+        return st;
+    return enqueue_wsum(ctx, &bk, a, b, c, &plain, n_wait, wait, done);
 }
 
 static clattn_status stage_enqueue(clattn_context *ctx, int kind, const clattn_attention_desc *desc,
@@ -824,12 +1129,16 @@ static clattn_status stage_enqueue(clattn_context *ctx, int kind, const clattn_a
                                    cl_event *done)
 {
     clattn_view va, vb, vc;
-    clattn_status st = check_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_BUFFER, &va, &vb, &vc);
+    clattn_extras ex;
+    memset(&ex, 0, sizeof ex);
+    clattn_status st =
+        check_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_BUFFER, &va, &vb, &vc, &ex);
     if (st == CLATTN_SUCCESS && n_wait > 0 && !wait)
         st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
                          n_wait);
     if (st == CLATTN_SUCCESS)
-        st = run_stage(ctx, kind, desc, &va, kind == 1 ? &va : &vb, &vc, n_wait, wait, done);
+        st = run_stage(ctx, kind, desc, &va, kind == 1 ? &va : &vb, &vc,
+                       ex.has_mask ? &ex.mask : NULL, n_wait, wait, done);
     return st;
 }
 
@@ -838,19 +1147,25 @@ static clattn_status stage_blocking(clattn_context *ctx, int kind,
                                     const clattn_tensor *b, const clattn_tensor *c)
 {
     clattn_view va, vb, vc;
-    clattn_status st = check_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_HOST, &va, &vb, &vc);
+    clattn_extras ex;
+    memset(&ex, 0, sizeof ex);
+    clattn_status st =
+        check_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_HOST, &va, &vb, &vc, &ex);
     if (st != CLATTN_SUCCESS || vc.count == 0)
         return st;
     staging sg = {{NULL}, 0};
-    clattn_view da, db, dc;
+    clattn_view da, db, dc, dm;
     cl_event done = NULL;
     st = stage(ctx, &sg, &va, true, &da);
     if (st == CLATTN_SUCCESS && kind != 1)
         st = stage(ctx, &sg, &vb, true, &db);
     if (st == CLATTN_SUCCESS)
         st = stage(ctx, &sg, &vc, false, &dc);
+    if (st == CLATTN_SUCCESS && ex.has_mask)
+        st = stage(ctx, &sg, &ex.mask, true, &dm);
     if (st == CLATTN_SUCCESS)
-        st = run_stage(ctx, kind, desc, &da, kind == 1 ? &da : &db, &dc, 0, NULL, &done);
+        st = run_stage(ctx, kind, desc, &da, kind == 1 ? &da : &db, &dc, ex.has_mask ? &dm : NULL,
+                       0, NULL, &done);
     if (st == CLATTN_SUCCESS)
         st = finish(ctx, done);
     if (st == CLATTN_SUCCESS)
@@ -900,4 +1215,236 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
                                           const cl_event *wait, cl_event *done)
 {
     return stage_enqueue(ctx, 2, desc, weights, v, o, n_wait, wait, done);
+}
+
+/* ------------------------------------------------------------------------ merge */
+
+#define MAX_MERGE_PARTS 4096
+
+/* Validates a merge call: parts, output, optional LSE. */
+static clattn_status check_merge(clattn_context *ctx, size_t n_parts, const clattn_tensor *o_parts,
+                                 const clattn_tensor *lse_parts, const clattn_tensor *o,
+                                 const clattn_tensor *lse, clattn_storage storage, clattn_view *po,
+                                 clattn_view *pl, clattn_view *vo, clattn_view *vl)
+{
+#define LL(x) ((long long)(x))
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    if (n_parts < 1 || n_parts > MAX_MERGE_PARTS)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "n_parts is %zu; it must be within 1..%d", n_parts, MAX_MERGE_PARTS);
+    if (!o_parts || !lse_parts)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s is NULL",
+                           !o_parts ? "o_parts" : "lse_parts");
+    clattn_status st = clattn_view_make(ctx, "O", o, storage, true, vo);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, "O", vo, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS && lse) {
+        st = clattn_view_make(ctx, "lse", lse, storage, true, vl);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "lse", vl, CLATTN_DT_F32);
+    }
+    if (st != CLATTN_SUCCESS)
+        return st;
+    const int64_t *n = vo->n;
+    if (lse && (vl->n[0] != n[0] || vl->n[1] != n[1] || vl->n[2] != n[2] || vl->n[3] != 1))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "lse is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, 1]",
+                           LL(vl->n[0]), LL(vl->n[1]), LL(vl->n[2]), LL(vl->n[3]), LL(n[0]),
+                           LL(n[1]), LL(n[2]));
+    if (lse && clattn_views_overlap(vo, vl))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "O and lse overlap");
+    for (size_t p = 0; p < n_parts; p++) {
+        char name[48];
+        snprintf(name, sizeof name, "o_parts[%zu]", p);
+        st = clattn_view_make(ctx, name, &o_parts[p], storage, false, &po[p]);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, name, &po[p], CLATTN_DT_FLOATS);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        if (memcmp(po[p].n, n, sizeof po[p].n) != 0)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "%s is [%lld, %lld, %lld, %lld] but O is [%lld, %lld, %lld, %lld]",
+                               name, LL(po[p].n[0]), LL(po[p].n[1]), LL(po[p].n[2]), LL(po[p].n[3]),
+                               LL(n[0]), LL(n[1]), LL(n[2]), LL(n[3]));
+        snprintf(name, sizeof name, "lse_parts[%zu]", p);
+        st = clattn_view_make(ctx, name, &lse_parts[p], storage, false, &pl[p]);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, name, &pl[p], CLATTN_DT_F32);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        if (pl[p].n[0] != n[0] || pl[p].n[1] != n[1] || pl[p].n[2] != n[2] || pl[p].n[3] != 1)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "%s is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, 1]",
+                               name, LL(pl[p].n[0]), LL(pl[p].n[1]), LL(pl[p].n[2]), LL(pl[p].n[3]),
+                               LL(n[0]), LL(n[1]), LL(n[2]));
+        /* in place only exactly on part 0 (read before anything is written) */
+        const bool same_o = p == 0 && po[p].host == vo->host && po[p].buffer == vo->buffer &&
+                            po[p].offset == vo->offset && po[p].dtype == vo->dtype &&
+                            !memcmp(po[p].s, vo->s, sizeof vo->s);
+        const bool same_l = p == 0 && lse && pl[p].host == vl->host && pl[p].buffer == vl->buffer &&
+                            pl[p].offset == vl->offset && !memcmp(pl[p].s, vl->s, sizeof vl->s);
+        if ((!same_o && clattn_views_overlap(vo, &po[p])) || clattn_views_overlap(vo, &pl[p]) ||
+            (lse &&
+             ((!same_l && clattn_views_overlap(vl, &pl[p])) || clattn_views_overlap(vl, &po[p]))))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                               "an output overlaps part %zu (only o_parts[0] / lse_parts[0] "
+                               "may be the outputs themselves)",
+                               p);
+    }
+    if (n[0] * n[1] > INT_MAX)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "batch x heads above INT_MAX");
+#undef LL
+    return CLATTN_SUCCESS;
+}
+
+static clattn_status enqueue_merge_step(clattn_context *ctx, clattn_program_entry *e,
+                                        const clattn_view *acc, const clattn_view *acc_lse,
+                                        const clattn_view *po, const clattn_view *pl,
+                                        const clattn_view *o, const clattn_view *lse, int mode,
+                                        cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg(&a, sizeof(cl_mem), &acc->buffer);
+    arg(&a, sizeof(cl_mem), &acc_lse->buffer);
+    arg_long(&a, acc->n[3]);
+    arg_int(&a, acc->n[1]);
+    arg_long(&a, acc->n[2]);
+    arg_view(&a, po ? po : &none);
+    arg_view(&a, pl ? pl : &none);
+    arg_view(&a, o ? o : &none);
+    arg_view(&a, lse ? lse : &none);
+    arg_int(&a, mode);
+    const size_t global[1] = {(size_t)(acc->n[0] * acc->n[1] * acc->n[2])};
+    return launch(ctx, "merge", &a, 1, global, NULL, n_wait, wait, done);
+}
+
+/* Runs a validated merge on device views. */
+static clattn_status run_merge(clattn_context *ctx, size_t n_parts, const clattn_view *po,
+                               const clattn_view *pl, const clattn_view *o, const clattn_view *lse,
+                               cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    if (o->count == 0)
+        return enqueue_marker(ctx, n_wait, wait, done);
+    clattn_view acc, acc_lse;
+    acc.buffer = acc_lse.buffer = NULL;
+    clattn_status st = workspace(ctx, o->n[0], o->n[1], o->n[2], o->n[3], &acc);
+    if (st == CLATTN_SUCCESS)
+        st = workspace(ctx, o->n[0], o->n[1], o->n[2], 1, &acc_lse);
+    cl_event prev = NULL;
+    for (size_t p = 0; st == CLATTN_SUCCESS && p <= n_parts; p++) {
+        /* one program per (part storage type, output storage type) */
+        char opts[64];
+        snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DV_DT=%d -DO_DT=%d",
+                 p < n_parts ? (int)po[p].dtype : 0, (int)o->dtype);
+        clattn_program_entry *e;
+        st = clattn_get_kernel(ctx, "merge.cl", opts, &e);
+        cl_event next = NULL;
+        if (st == CLATTN_SUCCESS) {
+            const int mode = p == 0 ? 0 : p < n_parts ? 1 : 2;
+            st = enqueue_merge_step(ctx, e, &acc, &acc_lse, p < n_parts ? &po[p] : NULL,
+                                    p < n_parts ? &pl[p] : NULL, o, lse, mode, prev ? 1 : n_wait,
+                                    prev ? &prev : wait, p == n_parts ? done : &next);
+        }
+        if (prev)
+            clReleaseEvent(prev);
+        prev = next;
+    }
+    if (prev)
+        clReleaseEvent(prev);
+    if (acc.buffer)
+        clReleaseMemObject(acc.buffer);
+    if (acc_lse.buffer)
+        clReleaseMemObject(acc_lse.buffer);
+    return st;
+}
+
+clattn_status clattn_merge_enqueue(clattn_context *ctx, size_t n_parts,
+                                   const clattn_tensor *o_parts, const clattn_tensor *lse_parts,
+                                   const clattn_tensor *o, const clattn_tensor *lse, cl_uint n_wait,
+                                   const cl_event *wait, cl_event *done)
+{
+    clattn_view vo, vl, *po = NULL, *pl = NULL;
+    if (n_parts >= 1 && n_parts <= MAX_MERGE_PARTS) {
+        po = malloc(n_parts * sizeof *po);
+        pl = malloc(n_parts * sizeof *pl);
+    }
+    clattn_status st;
+    if (n_parts >= 1 && n_parts <= MAX_MERGE_PARTS && (!po || !pl))
+        st = clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "cannot allocate %zu part views",
+                         n_parts);
+    else
+        st = check_merge(ctx, n_parts, o_parts, lse_parts, o, lse, CLATTN_STORAGE_BUFFER, po, pl,
+                         &vo, &vl);
+    if (st == CLATTN_SUCCESS && n_wait > 0 && !wait)
+        st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
+                         n_wait);
+    if (st == CLATTN_SUCCESS)
+        st = run_merge(ctx, n_parts, po, pl, &vo, lse ? &vl : NULL, n_wait, wait, done);
+    free(po);
+    free(pl);
+    return st;
+}
+
+clattn_status clattn_merge(clattn_context *ctx, size_t n_parts, const clattn_tensor *o_parts,
+                           const clattn_tensor *lse_parts, const clattn_tensor *o,
+                           const clattn_tensor *lse)
+{
+    clattn_view vo, vl, *po = NULL, *pl = NULL, *dpo = NULL, *dpl = NULL;
+    cl_mem *mem = NULL;
+    size_t n_mem = 0;
+    if (n_parts >= 1 && n_parts <= MAX_MERGE_PARTS) {
+        po = malloc(n_parts * sizeof *po);
+        pl = malloc(n_parts * sizeof *pl);
+        dpo = malloc(n_parts * sizeof *dpo);
+        dpl = malloc(n_parts * sizeof *dpl);
+        mem = malloc((2 * n_parts + 2) * sizeof *mem);
+    }
+    clattn_status st;
+    if (n_parts >= 1 && n_parts <= MAX_MERGE_PARTS && (!po || !pl || !dpo || !dpl || !mem))
+        st = clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "cannot allocate %zu part views",
+                         n_parts);
+    else
+        st = check_merge(ctx, n_parts, o_parts, lse_parts, o, lse, CLATTN_STORAGE_HOST, po, pl, &vo,
+                         &vl);
+    if (st == CLATTN_SUCCESS && vo.count > 0) {
+        clattn_view dvo, dvl;
+        cl_event done = NULL;
+        /* stage every part (a staging list per call would cap the part count) */
+        for (size_t p = 0; st == CLATTN_SUCCESS && p < n_parts; p++) {
+            staging one = {{NULL}, 0};
+            st = stage(ctx, &one, &po[p], true, &dpo[p]);
+            if (st == CLATTN_SUCCESS)
+                mem[n_mem++] = one.mem[0];
+            one.n = 0;
+            if (st == CLATTN_SUCCESS)
+                st = stage(ctx, &one, &pl[p], true, &dpl[p]);
+            if (st == CLATTN_SUCCESS)
+                mem[n_mem++] = one.mem[0];
+        }
+        staging sg = {{NULL}, 0};
+        if (st == CLATTN_SUCCESS)
+            st = stage(ctx, &sg, &vo, false, &dvo);
+        if (st == CLATTN_SUCCESS && lse)
+            st = stage(ctx, &sg, &vl, false, &dvl);
+        if (st == CLATTN_SUCCESS)
+            st = run_merge(ctx, n_parts, dpo, dpl, &dvo, lse ? &dvl : NULL, 0, NULL, &done);
+        if (st == CLATTN_SUCCESS)
+            st = finish(ctx, done);
+        if (st == CLATTN_SUCCESS)
+            st = unstage(ctx, &vo, &dvo);
+        if (st == CLATTN_SUCCESS && lse)
+            st = unstage(ctx, &vl, &dvl);
+        staging_release(&sg);
+    }
+    for (size_t i = 0; i < n_mem; i++)
+        clReleaseMemObject(mem[i]);
+    free(po);
+    free(pl);
+    free(dpo);
+    free(dpl);
+    free(mem);
+    return st;
 }

@@ -33,6 +33,8 @@ static double row_scores(const clattn_attention_desc *desc, const clattn_view *q
                 if (mval == 0.0)
                     continue;
                 mval = 0.0;
+            } else if (mval == -INFINITY) {
+                continue; /* a −∞ float mask masks the key: its K and V are never read */
             }
         }
         double dot = 0.0;

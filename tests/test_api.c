@@ -192,7 +192,7 @@ START_TEST(overlapping_outputs_refused)
     clattn_tensor w = clattn_tensor_host(buf + 10, 1, 1, 6, 6); /* starts inside O */
     d.weights = &w;
     ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_ERROR_INVALID_LAYOUT);
-    ck_assert_str_eq(clattn_last_error_message(ctx), "O and the weights overlap");
+    ck_assert_str_eq(clattn_last_error_message(ctx), "O and weights overlap");
     assert_all(buf, 64, -7.0f);
     w.host = buf + 18; /* right after O: fine */
     ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
@@ -229,22 +229,37 @@ START_TEST(overlapping_outputs_refused)
 }
 END_TEST
 
-START_TEST(fused_cannot_return_weights)
+START_TEST(both_algorithms_return_weights)
 {
     clattn_attention_desc d = unscaled();
     float w[36];
     clattn_tensor wt = clattn_tensor_host(w, 1, 1, 6, 6);
     d.weights = &wt;
-    d.algorithm = CLATTN_ALGORITHM_FUSED;
     clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
-    expect_failure(&d, &x, &x, &x, CLATTN_ERROR_UNSUPPORTED, "cannot return attention weights");
-    /* AUTO with weights runs the unfused kernels */
-    d.algorithm = CLATTN_ALGORITHM_AUTO;
+    static const clattn_algorithm algs[3] = {CLATTN_ALGORITHM_FUSED, CLATTN_ALGORITHM_UNFUSED,
+                                             CLATTN_ALGORITHM_AUTO};
+    for (int a = 0; a < 3; a++) {
+        d.algorithm = algs[a];
+        fill(w, 36, -7.0f);
+        float out[18];
+        clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
+        ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
+        assert_z(out, "with weights");
+        /* the seed's printed weight of "journey" for "Your" */
+        ck_assert_msg(fabs(w[6 + 1] - 0.2378912986) < 1e-5, "algorithm %d: w[1][1] = %.8f",
+                      (int)algs[a], (double)w[6 + 1]);
+    }
+    /* AUTO with weights prefers the unfused kernels (weights computed once) */
+    clattn_plan p;
     float out[18];
     clattn_tensor o = clattn_tensor_host(out, 1, 1, 6, 3);
-    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
-    assert_z(out, "auto with weights");
-    ck_assert(fabs(w[6 + 1] - 0.2378912986) < 1e-5);
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
+    ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_UNFUSED);
+    ck_assert_msg(strstr(p.kernels, "softmax") && strstr(p.rejected, "fused"),
+                  "kernels \"%s\", rejected \"%s\"", p.kernels, p.rejected);
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
+    ck_assert_str_eq(p.kernels, "fused, scores, weights_from_lse");
 }
 END_TEST
 
@@ -563,7 +578,7 @@ int main(void)
     tcase_add_test(tc, shape_mismatches_name_the_numbers);
     tcase_add_test(tc, layouts_and_overflow);
     tcase_add_test(tc, overlapping_outputs_refused);
-    tcase_add_test(tc, fused_cannot_return_weights);
+    tcase_add_test(tc, both_algorithms_return_weights);
     tcase_add_test(tc, plan_explains_choice);
     tcase_add_test(tc, plan_falls_back_to_fused_for_huge_scores);
     tcase_add_test(tc, empty_problems);

@@ -267,6 +267,57 @@ START_TEST(R01_C_softmax_stage_all_minus_inf_rows)
 }
 END_TEST
 
+/* R01-A/B: keep[i][j] = (i < 4 && j < 4) as a bool mask tensor (A) and as an additive
+ * 0 / −inf float mask (B), broadcast over batch and heads ([1, 1, 8, 8]); rows 4..7
+ * see no key and output zeros (LSE −∞), rows 0..3 match the case file. Both also with
+ * the masked keys' K and V rows poisoned with NaN: masked keys contribute nothing. */
+static void r01_mask_tensor(const char *what, bool additive)
+{
+    cJSON *root = tu_case_load("R01");
+    const cJSON *sub = tu_subcase(root, "A_bool_mask_rows4to7_empty");
+    const cJSON *in = tu_jget(sub, "inputs");
+    tu_problem p;
+    problem_sized(&p, in);
+    const int64_t n_q = p.n_q, n_kv = p.n_kv;
+    uint8_t keep[64];
+    float add[64];
+    ck_assert_int_le(n_q * n_kv, 64);
+    for (int64_t i = 0; i < n_q; i++)
+        for (int64_t j = 0; j < n_kv; j++) {
+            keep[i * n_kv + j] = i < 4 && j < 4;
+            add[i * n_kv + j] = keep[i * n_kv + j] ? 0.0f : -INFINITY;
+        }
+    clattn_tensor mt = clattn_tensor_host(additive ? (void *)add : (void *)keep, 1, 1, n_q, n_kv);
+    mt.dtype = additive ? CLATTN_FLOAT32 : CLATTN_BOOL;
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.mask_tensor = &mt;
+    printf("%s: keep[i][j] = (i<4 && j<4) as a %s mask tensor [1, 1, %lld, %lld]\n", what,
+           additive ? "float32 additive (0 / -inf)" : "bool", (long long)n_q, (long long)n_kv);
+    expect_o(what, &p, &desc, tu_jget(sub, "expected/O"), tu_jtol(tu_jget(sub, "tolerance")));
+    /* poison the masked keys (4..7): the result must not change */
+    for (int64_t j = 4; j < n_kv; j++) {
+        tu_fill_value(p.k + j * p.d_k, (size_t)p.d_k, NAN);
+        tu_fill_value(p.v + j * p.d_v, (size_t)p.d_v, 1e30f);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%s, masked keys NaN / 1e30", what);
+    expect_o(name, &p, &desc, tu_jget(sub, "expected/O"), tu_jtol(tu_jget(sub, "tolerance")));
+    tu_problem_free(&p);
+    cJSON_Delete(root);
+}
+
+START_TEST(R01_A_bool_mask_rows4to7_empty)
+{
+    r01_mask_tensor("R01-A", false);
+}
+END_TEST
+
+START_TEST(R01_B_additive_minus_inf_mask_same_pattern)
+{
+    r01_mask_tensor("R01-B", true);
+}
+END_TEST
+
 /* Causal top-left with key 0 as padding: key j visible iff 1 ≤ j ≤ i. Without a mask
  * tensor this is exactly the view of keys 1..5 (K and V offset by one row) under
  * CAUSAL_BOTTOM_RIGHT: key j' = j − 1 visible iff j' ≤ i + 5 − 6. Row 0 sees no key.
@@ -293,6 +344,21 @@ START_TEST(R01_D_causal_plus_padding_combination)
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     expect_o("R01-D", &p, &desc, tu_jget(sub, "expected/O"), tu_jtol(tu_jget(sub, "tolerance")));
+    /* as the case states it: all 6 keys, causal top-left, a bool mask hiding key 0 */
+    uint8_t keep[64];
+    ck_assert_int_le(n * n, 64);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++)
+            keep[i * n + j] = j != 0;
+    clattn_tensor mt = clattn_tensor_host(keep, 1, 1, n, n);
+    mt.dtype = CLATTN_BOOL;
+    p.n_kv = n;
+    p.tk = clattn_tensor_host(p.k, 1, 1, n, d);
+    p.tv = clattn_tensor_host(p.v, 1, 1, n, p.d_v);
+    desc.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+    desc.mask_tensor = &mt;
+    expect_o("R01-D (bool mask tensor + causal)", &p, &desc, tu_jget(sub, "expected/O"),
+             tu_jtol(tu_jget(sub, "tolerance")));
     tu_problem_free(&p);
     cJSON_Delete(root);
 }
@@ -1199,10 +1265,9 @@ typedef struct subcase_entry {
 static int subcase_table(subcase_entry out[MAX_SUBCASES])
 {
     const subcase_entry table[] = {
-        {"R01", "A_bool_mask_rows4to7_empty", NULL,
-         "needs a boolean mask tensor (clattn_attention_desc has only the built-in masks)"},
-        {"R01", "B_additive_minus_inf_mask_same_pattern", NULL,
-         "needs an additive mask tensor (clattn_attention_desc has only the built-in masks)"},
+        {"R01", "A_bool_mask_rows4to7_empty", R01_A_bool_mask_rows4to7_empty, NULL},
+        {"R01", "B_additive_minus_inf_mask_same_pattern",
+         R01_B_additive_minus_inf_mask_same_pattern, NULL},
         {"R01", "C_softmax_stage_all_minus_inf_rows", R01_C_softmax_stage_all_minus_inf_rows, NULL},
         {"R01", "D_causal_plus_padding_combination", R01_D_causal_plus_padding_combination, NULL},
         {"R01", "E_empty_key_or_query_set", R01_E_empty_key_or_query_set, NULL},

@@ -1,0 +1,23 @@
+/* weights_from_lse.cl — the attention weights from the scores and the LSE, in place:
+ * the fused algorithm's second pass when weights are requested.
+ *
+ * Reference loop, per (b, h, i, j):
+ *     W[i][j] = LSE[i] == -inf ? fill : exp(S[i][j] - LSE[i])    (S = -inf → 0)
+ * fill is 0, or NaN for a fully masked row with masked_rows = NaN (never for padding
+ * rows past q_lens[b]). NaN scores give NaN weights in their own row (LSE is NaN).
+ * Index map: NDRange (n_kv, n_q, batch·heads), one element per work-item; no local
+ * memory, no barriers.
+ */
+__kernel void clattn_weights_from_lse(__global float *w, long w_off, long4 w_st,
+                                      __global const float *lse, long lse_off, long4 lse_st,
+                                      int heads, int masked_nan, __global const int *q_lens)
+{
+    const long j = get_global_id(0), i = get_global_id(1), bh = get_global_id(2);
+    const long b = bh / heads, h = bh % heads;
+    const long at = view_at(w_off, w_st, b, h, i, j);
+    const float l = lse[view_at(lse_off, lse_st, b, h, i, 0)];
+    if (l == -INFINITY)
+        w[at] = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
+    else
+        w[at] = exp(w[at] - l);
+}

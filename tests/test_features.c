@@ -1,0 +1,588 @@
+/* Attention features beyond the plain problem, device against the float64 reference:
+ * mask tensors (bool and additive, broadcast), key and query lengths, sliding windows,
+ * ALiBi, softcap, the masked-row policy, position offsets, LSE and weights (also
+ * averaged over heads) from both algorithms, float16 / bfloat16 storage, and
+ * clattn_merge over split key ranges.
+ *
+ * Tolerance: 1e-5 absolute + 1e-5 relative against the reference fed the same inputs
+ * (for 16-bit inputs: the same rounded inputs). 16-bit outputs: one unit in the last
+ * place of the output type (2^-10 relative for float16, 2^-7 for bfloat16) plus 1e-5.
+ * Seeds: printed; CLATTN_TEST_SEED overrides the base seed. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a small deterministic generator for the configurations ----------------------- */
+
+static uint32_t rng_state;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng_state = tu_lowbias32(rng_state + 0x9E3779B9u);
+    return n ? rng_state % n : 0;
+}
+
+/* ---- one feature problem -------------------------------------------------------------- */
+
+typedef struct fproblem {
+    tu_problem p;
+    clattn_attention_desc desc;
+    uint8_t *keep;    /* bool mask data */
+    float *add;       /* float mask data */
+    clattn_tensor mt; /* the mask tensor view */
+    int32_t *kv_lens, *q_lens;
+    float *slopes;
+    char text[512]; /* the configuration, for failure messages */
+} fproblem;
+
+static void fproblem_free(fproblem *f)
+{
+    tu_problem_free(&f->p);
+    free(f->keep);
+    free(f->add);
+    free(f->kv_lens);
+    free(f->q_lens);
+    free(f->slopes);
+}
+
+/* A random configuration: every feature on or off independently. */
+static void fproblem_random(fproblem *f, uint32_t seed)
+{
+    memset(f, 0, sizeof *f);
+    rng_state = seed;
+    static const int64_t dims[] = {1, 3, 16, 33, 64};
+    const int64_t b = 1 + rnd(2), h_kv = 1 + rnd(2), h_q = h_kv * (1 + rnd(2));
+    const int64_t n_q = rnd(5) == 0 ? 1 + rnd(4) : 1 + rnd(70);
+    const int64_t n_kv = rnd(8) == 0 ? rnd(3) : 1 + rnd(90);
+    const int64_t d_k = dims[rnd(5)], d_v = dims[rnd(5)];
+    tu_problem_init(&f->p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, seed * 3 + 1, seed * 3 + 2,
+                    seed * 3 + 3, 8);
+    clattn_attention_desc *d = &f->desc;
+    *d = clattn_attention_desc_default();
+    d->scale = rnd(2) ? 0.0f : 0.5f + (float)rnd(100) / 50.0f;
+    d->mask = (clattn_mask)rnd(4);
+    int pos = 0;
+    pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos,
+                    "seed %u: b %lld h_q %lld h_kv %lld n_q %lld n_kv %lld d_k %lld d_v %lld "
+                    "scale %g mask %s",
+                    seed, (long long)b, (long long)h_q, (long long)h_kv, (long long)n_q,
+                    (long long)n_kv, (long long)d_k, (long long)d_v, (double)d->scale,
+                    tu_mask_name(d->mask));
+    const uint32_t mt_kind = rnd(3); /* none, bool, float */
+    if (mt_kind) {
+        const int64_t mb = rnd(2) ? b : 1, mh = rnd(2) ? h_q : 1;
+        const size_t n = (size_t)(mb * mh * n_q * n_kv);
+        f->mt = clattn_tensor_host(NULL, mb, mh, n_q, n_kv);
+        if (mt_kind == 1) {
+            f->keep = malloc(n ? n : 1);
+            for (size_t i = 0; i < n; i++)
+                f->keep[i] = rnd(4) != 0;
+            f->mt.host = f->keep;
+            f->mt.dtype = CLATTN_BOOL;
+        } else {
+            f->add = malloc((n ? n : 1) * sizeof(float));
+            for (size_t i = 0; i < n; i++)
+                f->add[i] = rnd(5) == 0 ? -INFINITY : ((float)rnd(200) - 100.0f) / 50.0f;
+            f->mt.host = f->add;
+        }
+        d->mask_tensor = &f->mt;
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " %s-mask[%lld,%lld]",
+                        mt_kind == 1 ? "bool" : "float", (long long)mb, (long long)mh);
+    }
+    if (rnd(3) == 0) {
+        f->kv_lens = malloc(sizeof(int32_t) * (size_t)b);
+        for (int64_t i = 0; i < b; i++)
+            f->kv_lens[i] = (int32_t)rnd((uint32_t)n_kv + 1);
+        d->kv_lens = f->kv_lens;
+        pos +=
+            snprintf(f->text + pos, sizeof f->text - (size_t)pos, " kv_lens[0]=%d", f->kv_lens[0]);
+    }
+    if (rnd(4) == 0) {
+        f->q_lens = malloc(sizeof(int32_t) * (size_t)b);
+        for (int64_t i = 0; i < b; i++)
+            f->q_lens[i] = (int32_t)rnd((uint32_t)n_q + 1);
+        d->q_lens = f->q_lens;
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " q_lens[0]=%d", f->q_lens[0]);
+    }
+    if (rnd(3) == 0) {
+        d->window = 1;
+        d->window_left = (int64_t)rnd(20) - 2;
+        d->window_right = (int64_t)rnd(20) - 2;
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " window(%lld,%lld)",
+                        (long long)d->window_left, (long long)d->window_right);
+    }
+    if (rnd(3) == 0) {
+        f->slopes = malloc(sizeof(float) * (size_t)h_q);
+        for (int64_t h = 0; h < h_q; h++)
+            f->slopes[h] = exp2f(-(float)(h + 1)) * (rnd(4) ? 1.0f : -1.0f);
+        d->alibi_slopes = f->slopes;
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " alibi");
+    }
+    if (rnd(3) == 0) {
+        d->softcap = 0.5f + (float)rnd(40) / 10.0f;
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " softcap %g",
+                        (double)d->softcap);
+    }
+    if (rnd(3) == 0) {
+        d->masked_rows = CLATTN_MASKED_ROWS_NAN;
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " masked_rows nan");
+    }
+    if (rnd(4) == 0) {
+        d->q_start = (int64_t)rnd(40);
+        d->kv_start = (int64_t)rnd(40);
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " q_start %lld kv_start %lld",
+                        (long long)d->q_start, (long long)d->kv_start);
+    }
+}
+
+/* Runs the device (blocking or enqueue) with O, LSE and optionally weights and compares
+ * all three with the reference. */
+static void check_against_reference(fproblem *f, clattn_algorithm alg, bool weights, bool head_mean,
+                                    bool via_buffers)
+{
+    tu_problem *p = &f->p;
+    const int64_t rows = p->b * p->h_q * p->n_q, w_heads = head_mean ? 1 : p->h_q;
+    const size_t n_o = (size_t)(rows * p->d_v), n_w = (size_t)(p->b * w_heads * p->n_q * p->n_kv);
+    float *o = tu_alloc(n_o + 4, -7.0f), *ro = tu_alloc(n_o + 4, -7.0f);
+    float *lse = tu_alloc((size_t)rows + 4, -7.0f), *rlse = tu_alloc((size_t)rows + 4, -7.0f);
+    float *w = tu_alloc(n_w + 4, -7.0f), *rw = tu_alloc(n_w + 4, -7.0f);
+    clattn_tensor to = tu_problem_o(p, o), tro = tu_problem_o(p, ro);
+    clattn_tensor tl = clattn_tensor_host(lse, p->b, p->h_q, p->n_q, 1);
+    clattn_tensor trl = clattn_tensor_host(rlse, p->b, p->h_q, p->n_q, 1);
+    clattn_tensor tw = clattn_tensor_host(w, p->b, w_heads, p->n_q, p->n_kv);
+    clattn_tensor trw = clattn_tensor_host(rw, p->b, w_heads, p->n_q, p->n_kv);
+    clattn_attention_desc d = f->desc, rd = f->desc;
+    d.algorithm = alg;
+    d.lse = &tl;
+    rd.lse = &trl;
+    d.weights_head_mean = rd.weights_head_mean = head_mean;
+    if (weights) {
+        d.weights = &tw;
+        rd.weights = &trw;
+    }
+    char what[700];
+    snprintf(what, sizeof what, "%s [%s%s%s%s]", f->text, tu_algorithm_name(alg),
+             weights ? ", weights" : "", head_mean ? " head-mean" : "",
+             via_buffers ? ", enqueue" : "");
+    clattn_status st = clattn_reference_attention(&rd, &p->tq, &p->tk, &p->tv, &tro);
+    ck_assert_msg(st == CLATTN_SUCCESS, "%s: reference: %s", what, clattn_status_string(st));
+    if (via_buffers) {
+        /* the mask tensor and the LSE need cl_mem views too: use host ones only here */
+        d.lse = NULL;
+        d.weights = NULL;
+        d.mask_tensor = NULL;
+        if (f->desc.mask_tensor) { /* not supported by the helper: run blocking instead */
+            d = f->desc;
+            d.algorithm = alg;
+            d.lse = &tl;
+            d.weights = weights ? &tw : NULL;
+            d.weights_head_mean = head_mean;
+            st = clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to);
+        } else {
+            const size_t len[5] = {(size_t)tu_count(&p->tq), (size_t)tu_count(&p->tk),
+                                   (size_t)tu_count(&p->tv), n_o, 0};
+            st = tu_attention_via_buffers(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to, len);
+            /* the LSE and weights were not requested on this path: take the reference's */
+            memcpy(lse, rlse, sizeof(float) * (size_t)rows);
+            memcpy(w, rw, sizeof(float) * n_w);
+        }
+    } else {
+        st = clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to);
+    }
+    ck_assert_msg(st == CLATTN_SUCCESS, "%s: %s: %s", what, clattn_status_string(st),
+                  clattn_last_error_message(tu_ctx()));
+    char name[800];
+    snprintf(name, sizeof name, "%s O", what);
+    TU_ASSERT_CLOSE(name, &to, NULL, ro, TU_TOL_DEFAULT);
+    snprintf(name, sizeof name, "%s LSE", what);
+    TU_ASSERT_CLOSE(name, &tl, NULL, rlse, TU_TOL_DEFAULT);
+    if (weights) {
+        snprintf(name, sizeof name, "%s weights", what);
+        TU_ASSERT_CLOSE(name, &tw, NULL, rw, TU_TOL_DEFAULT);
+    }
+    tu_assert_untouched("O canary", o, n_o, n_o + 4, -7.0f);
+    tu_assert_untouched("LSE canary", lse, (size_t)rows, (size_t)rows + 4, -7.0f);
+    tu_assert_untouched("weights canary", w, n_w, n_w + 4, -7.0f);
+    free(o);
+    free(ro);
+    free(lse);
+    free(rlse);
+    free(w);
+    free(rw);
+}
+
+#define N_RANDOM 48
+
+START_TEST(random_feature_sweep)
+{
+    const uint32_t base = tu_seed() ^ 0x5eed0003u;
+    for (int c = 0; c < N_RANDOM; c++) {
+        fproblem f;
+        fproblem_random(&f, base + (uint32_t)c);
+        for (int a = 0; a < 2; a++) {
+            const bool weights = (c + a) % 3 == 0, head_mean = weights && c % 2 == 0;
+            check_against_reference(&f, tu_algorithms[a], weights, head_mean, c % 5 == 4);
+        }
+        fproblem_free(&f);
+    }
+    printf("random_feature_sweep: %d configurations x 2 algorithms, base seed 0x%08x\n", N_RANDOM,
+           base);
+}
+END_TEST
+
+/* Every masked key contributes nothing, whatever its K and V (NaN, 1e30): the features
+ * that mask (lengths, window, bool and −∞ float masks) with poisoned keys. */
+START_TEST(masked_keys_contribute_nothing)
+{
+    for (int variant = 0; variant < 4; variant++) {
+        tu_problem p;
+        tu_problem_init(&p, 1, 2, 1, 9, 12, 16, 16, 71, 72, 73, 0);
+        /* keys 8..11 are poisoned; each variant masks them a different way */
+        for (int64_t j = 8; j < 12; j++) {
+            tu_fill_value(p.k + j * 16, 16, NAN);
+            tu_fill_value(p.v + j * 16, 16, 1e30f);
+        }
+        clattn_attention_desc d = clattn_attention_desc_default();
+        int32_t kv_lens[1] = {8};
+        uint8_t keep[9 * 12];
+        float add[9 * 12];
+        for (int i = 0; i < 9 * 12; i++) {
+            keep[i] = i % 12 < 8;
+            add[i] = i % 12 < 8 ? 0.25f : -INFINITY;
+        }
+        clattn_tensor mt =
+            clattn_tensor_host(variant == 2 ? (void *)keep : (void *)add, 1, 1, 9, 12);
+        mt.dtype = variant == 2 ? CLATTN_BOOL : CLATTN_FLOAT32;
+        if (variant == 0)
+            d.kv_lens = kv_lens;
+        if (variant == 1) {
+            d.window = 1;
+            d.window_left = 20;
+            d.window_right = 0; /* with q_start 0: key j ≤ i ≤ 8 … key 8 visible to row 8 */
+            d.q_start = -1;     /* shift the diagonal: j ≤ i − 1 ≤ 7 */
+        }
+        if (variant >= 2)
+            d.mask_tensor = &mt;
+        for (int a = 0; a < 2; a++) {
+            float *o = tu_run(&p, &d, tu_algorithms[a]);
+            clattn_tensor to = tu_problem_o(&p, o);
+            char what[96];
+            snprintf(what, sizeof what, "masked poisoned keys, variant %d [%s]", variant,
+                     tu_algorithm_name(tu_algorithms[a]));
+            tu_assert_finite(what, &to);
+            float *r = tu_reference(&p, &d, NULL);
+            TU_ASSERT_CLOSE(what, &to, NULL, r, TU_TOL_DEFAULT);
+            free(o);
+            free(r);
+        }
+        tu_problem_free(&p);
+    }
+}
+END_TEST
+
+/* ---- 16-bit storage ------------------------------------------------------------------- */
+
+/* A copy of a packed float array in a 16-bit type. */
+static uint16_t *to16(const float *x, size_t n, clattn_dtype dt)
+{
+    uint16_t *y = malloc(sizeof(uint16_t) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        y[i] = dt == CLATTN_FLOAT16 ? clattn_f32_to_f16(x[i]) : clattn_f32_to_bf16(x[i]);
+    return y;
+}
+
+static float from16(uint16_t x, clattn_dtype dt)
+{
+    return dt == CLATTN_FLOAT16 ? clattn_f16_to_f32(x) : clattn_bf16_to_f32(x);
+}
+
+/* Q, K, V in dt_in (each of the three independently f32 or dt_in by `which` bits), O in
+ * dt_out; compares with the reference fed the same rounded inputs. */
+static void half_case(clattn_dtype dt_in, int which, clattn_dtype dt_out, float amp, uint32_t seed,
+                      const char *label)
+{
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 1, 37, 45, 40, 24, seed, seed + 1, seed + 2, 0);
+    const size_t nq = (size_t)tu_count(&p.tq), nk = (size_t)tu_count(&p.tk),
+                 nv = (size_t)tu_count(&p.tv);
+    for (size_t i = 0; i < nq; i++)
+        p.q[i] *= amp;
+    for (size_t i = 0; i < nk; i++)
+        p.k[i] *= amp;
+    uint16_t *q16 = to16(p.q, nq, dt_in), *k16 = to16(p.k, nk, dt_in), *v16 = to16(p.v, nv, dt_in);
+    clattn_tensor tq = p.tq, tk = p.tk, tv = p.tv;
+    if (which & 1) {
+        tq.host = q16;
+        tq.dtype = dt_in;
+    }
+    if (which & 2) {
+        tk.host = k16;
+        tk.dtype = dt_in;
+    }
+    if (which & 4) {
+        tv.host = v16;
+        tv.dtype = dt_in;
+    }
+    const size_t n_o = (size_t)(p.b * p.h_q * p.n_q * p.d_v);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    float *ref = tu_alloc(n_o, 0.0f);
+    clattn_tensor tref = tu_problem_o(&p, ref);
+    ck_assert_int_eq(clattn_reference_attention(&d, &tq, &tk, &tv, &tref), CLATTN_SUCCESS);
+    for (int a = 0; a < 2; a++) {
+        d.algorithm = tu_algorithms[a];
+        void *o = malloc(n_o * (dt_out == CLATTN_FLOAT32 ? 4 : 2) + 8);
+        clattn_tensor to = tu_problem_o(&p, o);
+        to.dtype = dt_out;
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &tq, &tk, &tv, &to), "%s [%s]", label,
+                     tu_algorithm_name(tu_algorithms[a]));
+        char what[160];
+        snprintf(what, sizeof what, "%s [%s]", label, tu_algorithm_name(tu_algorithms[a]));
+        if (dt_out == CLATTN_FLOAT32) {
+            TU_ASSERT_CLOSE(what, &to, NULL, ref, TU_TOL_DEFAULT);
+        } else {
+            /* one unit in the last place of the output type */
+            const double ulp = dt_out == CLATTN_FLOAT16 ? 0x1p-10 : 0x1p-7;
+            double worst = 0.0;
+            size_t at = 0;
+            for (size_t i = 0; i < n_o; i++) {
+                const double got = from16(((uint16_t *)o)[i], dt_out), want = ref[i];
+                const double err = fabs(got - want) / (1e-5 + ulp * fabs(want));
+                if (!(err <= worst)) {
+                    worst = err;
+                    at = i;
+                }
+            }
+            ck_assert_msg(worst <= 1.0,
+                          "%s: element %zu is %.8g, reference %.8g (tol 1e-5 + %g|x|)", what, at,
+                          (double)from16(((uint16_t *)o)[at], dt_out), (double)ref[at], ulp);
+        }
+        free(o);
+    }
+    free(ref);
+    free(q16);
+    free(k16);
+    free(v16);
+    tu_problem_free(&p);
+}
+
+START_TEST(float16_and_bfloat16_storage)
+{
+    const uint32_t s = tu_seed() ^ 0x16u;
+    half_case(CLATTN_FLOAT16, 7, CLATTN_FLOAT32, 1.0f, s, "f16 Q,K,V -> f32 O");
+    half_case(CLATTN_FLOAT16, 7, CLATTN_FLOAT16, 1.0f, s + 10, "f16 Q,K,V -> f16 O");
+    half_case(CLATTN_FLOAT16, 5, CLATTN_FLOAT32, 1.0f, s + 20, "mixed f16 Q,V + f32 K -> f32 O");
+    half_case(CLATTN_BFLOAT16, 7, CLATTN_FLOAT32, 1.0f, s + 30, "bf16 Q,K,V -> f32 O");
+    half_case(CLATTN_BFLOAT16, 7, CLATTN_BFLOAT16, 1.0f, s + 40, "bf16 Q,K,V -> bf16 O");
+    half_case(CLATTN_FLOAT16, 3, CLATTN_FLOAT16, 1.0f, s + 50, "f16 Q,K + f32 V -> f16 O");
+    /* scores far above 65504 are fine: accumulation is float32 (|q|,|k| up to 300,
+     * d_k 40: scores up to ~10^5 / sqrt(40)) */
+    half_case(CLATTN_FLOAT16, 7, CLATTN_FLOAT32, 300.0f, s + 60, "f16 inputs with scores > 65504");
+}
+END_TEST
+
+START_TEST(half_conversions)
+{
+    /* exact values, rounding ties to even, overflow, NaN, subnormals */
+    ck_assert_uint_eq(clattn_f32_to_f16(1.0f), 0x3c00);
+    ck_assert_uint_eq(clattn_f32_to_f16(-2.0f), 0xc000);
+    ck_assert_uint_eq(clattn_f32_to_f16(65504.0f), 0x7bff);
+    ck_assert_uint_eq(clattn_f32_to_f16(65520.0f), 0x7c00);
+    ck_assert_uint_eq(clattn_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie → even */
+    ck_assert_uint_eq(clattn_f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie → even (up) */
+    ck_assert_uint_eq(clattn_f32_to_f16(0x1p-24f), 0x0001);
+    ck_assert_uint_eq(clattn_f32_to_f16(0x1p-25f), 0x0000); /* tie → even (zero) */
+    ck_assert_uint_eq(clattn_f32_to_f16(0x3p-25f), 0x0002);
+    ck_assert(isnan(clattn_f16_to_f32(clattn_f32_to_f16(NAN))));
+    ck_assert(clattn_f16_to_f32(0x0001) == 0x1p-24f);
+    ck_assert(clattn_f16_to_f32(0x7c00) == INFINITY);
+    ck_assert_uint_eq(clattn_f32_to_bf16(1.0f), 0x3f80);
+    ck_assert_uint_eq(clattn_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80); /* tie → even */
+    ck_assert_uint_eq(clattn_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82);
+    ck_assert(isnan(clattn_bf16_to_f32(clattn_f32_to_bf16(NAN))));
+    for (uint32_t h = 0; h < 0x10000u; h++) /* every finite half survives a round trip */
+        if ((h & 0x7c00u) != 0x7c00u)
+            ck_assert_uint_eq(clattn_f32_to_f16(clattn_f16_to_f32((uint16_t)h)), h);
+}
+END_TEST
+
+/* ---- merge of partial results ---------------------------------------------------------- */
+
+/* Splits the keys into `parts` uneven ranges, computes each range with kv_start (causal
+ * masks see absolute positions), merges, and compares O and LSE with the unsplit call. */
+static void merge_case(int parts, clattn_mask mask, uint32_t seed)
+{
+    tu_problem p;
+    const int64_t n_q = 19, n_kv = 53, d = 24;
+    tu_problem_init(&p, 2, 2, 1, n_q, n_kv, d, d, seed, seed + 1, seed + 2, 0);
+    const size_t n_o = (size_t)(p.b * p.h_q * n_q * d), rows = (size_t)(p.b * p.h_q * n_q);
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.mask = mask;
+    desc.q_start = n_kv - n_q; /* the queries are the last n_q positions */
+    float *full = tu_alloc(n_o, 0.0f), *full_lse = tu_alloc(rows, 0.0f);
+    clattn_tensor t_full = tu_problem_o(&p, full);
+    clattn_tensor t_full_lse = clattn_tensor_host(full_lse, p.b, p.h_q, n_q, 1);
+    desc.lse = &t_full_lse;
+    TU_ASSERT_OK(clattn_attention(tu_ctx(), &desc, &p.tq, &p.tk, &p.tv, &t_full), "unsplit");
+
+    /* uneven cut points */
+    int64_t cut[9];
+    cut[0] = 0;
+    for (int i = 1; i < parts; i++)
+        cut[i] = n_kv * i * i / (parts * parts) + i;
+    cut[parts] = n_kv;
+    float *o_parts = tu_alloc(n_o * (size_t)parts, 0.0f),
+          *l_parts = tu_alloc(rows * (size_t)parts, 0.0f);
+    clattn_tensor to[8], tl[8];
+    for (int i = 0; i < parts; i++) {
+        clattn_tensor tk = p.tk, tv = p.tv;
+        tk.shape[2] = tv.shape[2] = cut[i + 1] - cut[i];
+        tk.strides[0] = n_kv * d, tk.strides[1] = n_kv * d, tk.strides[2] = d, tk.strides[3] = 1;
+        tv.strides[0] = n_kv * d, tv.strides[1] = n_kv * d, tv.strides[2] = d, tv.strides[3] = 1;
+        tk.offset = tv.offset = cut[i] * d;
+        to[i] = tu_problem_o(&p, o_parts + n_o * (size_t)i);
+        tl[i] = clattn_tensor_host(l_parts + rows * (size_t)i, p.b, p.h_q, n_q, 1);
+        clattn_attention_desc dp = desc;
+        dp.kv_start = cut[i];
+        dp.lse = &tl[i];
+        dp.algorithm = tu_algorithms[i % 2];
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &dp, &p.tq, &tk, &tv, &to[i]), "part %d", i);
+    }
+    float *merged = tu_alloc(n_o, -7.0f), *merged_lse = tu_alloc(rows, -7.0f);
+    clattn_tensor tm = tu_problem_o(&p, merged);
+    clattn_tensor tml = clattn_tensor_host(merged_lse, p.b, p.h_q, n_q, 1);
+    TU_ASSERT_OK(clattn_merge(tu_ctx(), (size_t)parts, to, tl, &tm, &tml), "merge of %d", parts);
+    char what[96];
+    const tu_tol tol = {1e-6, 1e-6};
+    snprintf(what, sizeof what, "merge of %d parts (%s) O", parts, tu_mask_name(mask));
+    TU_ASSERT_CLOSE(what, &tm, NULL, full, tol);
+    snprintf(what, sizeof what, "merge of %d parts (%s) LSE", parts, tu_mask_name(mask));
+    TU_ASSERT_CLOSE(what, &tml, NULL, full_lse, tol);
+    /* in place on part 0 */
+    TU_ASSERT_OK(clattn_merge(tu_ctx(), (size_t)parts, to, tl, &to[0], &tl[0]), "in place");
+    snprintf(what, sizeof what, "in-place merge of %d parts (%s) O", parts, tu_mask_name(mask));
+    TU_ASSERT_CLOSE(what, &to[0], NULL, full, tol);
+    free(full);
+    free(full_lse);
+    free(o_parts);
+    free(l_parts);
+    free(merged);
+    free(merged_lse);
+    tu_problem_free(&p);
+}
+
+START_TEST(merge_split_keys)
+{
+    const uint32_t s = tu_seed() ^ 0x3e7u;
+    const int parts[3] = {2, 3, 7};
+    for (int i = 0; i < 3; i++) {
+        merge_case(parts[i], CLATTN_MASK_NONE, s + (uint32_t)i);
+        merge_case(parts[i], CLATTN_MASK_CAUSAL_TOP_LEFT, s + 10 + (uint32_t)i);
+    }
+}
+END_TEST
+
+START_TEST(merge_rejects_bad_parts)
+{
+    float o[8], l[2];
+    clattn_tensor to = clattn_tensor_host(o, 1, 1, 2, 4), tl = clattn_tensor_host(l, 1, 1, 2, 1);
+    clattn_tensor bad = clattn_tensor_host(l, 1, 1, 3, 1);
+    ck_assert_int_eq(clattn_merge(tu_ctx(), 0, &to, &tl, &to, NULL), CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_merge(tu_ctx(), 1, &to, &bad, &to, NULL), CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_msg(strstr(clattn_last_error_message(tu_ctx()), "lse_parts[0]"), "%s",
+                  clattn_last_error_message(tu_ctx()));
+    ck_assert_int_eq(clattn_merge(tu_ctx(), 1, &to, &tl, &to, &to), CLATTN_ERROR_INVALID_SHAPE);
+}
+END_TEST
+
+/* ---- validation of the new desc fields ------------------------------------------------ */
+
+START_TEST(feature_validation)
+{
+    tu_problem p;
+    tu_problem_init(&p, 2, 2, 1, 3, 4, 8, 8, 1, 2, 3, 0);
+    float out[2 * 2 * 3 * 8];
+    tu_fill_value(out, 96, -7.0f);
+    clattn_tensor o = tu_problem_o(&p, out);
+    struct {
+        const char *what;
+        clattn_status want;
+        const char *msg;
+    } expect[7] = {{"kv_lens past n_kv", CLATTN_ERROR_INVALID_SHAPE, "kv_lens[1]"},
+                   {"negative q_lens", CLATTN_ERROR_INVALID_SHAPE, "q_lens[0]"},
+                   {"NaN slope", CLATTN_ERROR_INVALID_ARGUMENT, "alibi_slopes[1]"},
+                   {"negative softcap", CLATTN_ERROR_INVALID_ARGUMENT, "softcap"},
+                   {"bad masked_rows", CLATTN_ERROR_INVALID_ARGUMENT, "masked_rows"},
+                   {"mask of wrong shape", CLATTN_ERROR_INVALID_SHAPE, "mask_tensor"},
+                   {"float16 mask", CLATTN_ERROR_INVALID_ARGUMENT, "mask_tensor"}};
+    for (int c = 0; c < 7; c++) {
+        clattn_attention_desc d = clattn_attention_desc_default();
+        int32_t lens[2] = {4, 5}, qlens[2] = {-1, 1};
+        float slopes[2] = {0.5f, NAN};
+        uint8_t keep[2 * 3 * 4] = {0};
+        clattn_tensor mt = clattn_tensor_host(keep, 1, 1, 3, c == 5 ? 3 : 4);
+        mt.dtype = c == 6 ? CLATTN_FLOAT16 : CLATTN_BOOL;
+        if (c == 0)
+            d.kv_lens = lens;
+        if (c == 1)
+            d.q_lens = qlens;
+        if (c == 2)
+            d.alibi_slopes = slopes;
+        if (c == 3)
+            d.softcap = -1.0f;
+        if (c == 4)
+            d.masked_rows = 7;
+        if (c >= 5)
+            d.mask_tensor = &mt;
+        clattn_status st = clattn_attention(tu_ctx(), &d, &p.tq, &p.tk, &p.tv, &o);
+        ck_assert_msg(st == expect[c].want, "%s: status %s (%s)", expect[c].what,
+                      clattn_status_string(st), clattn_last_error_message(tu_ctx()));
+        ck_assert_msg(strstr(clattn_last_error_message(tu_ctx()), expect[c].msg),
+                      "%s: message \"%s\" lacks \"%s\"", expect[c].what,
+                      clattn_last_error_message(tu_ctx()), expect[c].msg);
+        tu_assert_untouched(expect[c].what, out, 0, 96, -7.0f);
+    }
+    tu_problem_free(&p);
+}
+END_TEST
+
+/* Head dims up to 512 on both algorithms (the fused kernel's local tiles shrink). */
+START_TEST(head_dim_512)
+{
+    tu_problem p;
+    tu_problem_init(&p, 1, 1, 1, 21, 35, 512, 512, 91, 92, 93, 4);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+    float *r = tu_reference(&p, &d, NULL);
+    for (int a = 0; a < 2; a++) {
+        float *o = tu_run(&p, &d, tu_algorithms[a]);
+        clattn_tensor to = tu_problem_o(&p, o);
+        char what[64];
+        snprintf(what, sizeof what, "d_k = d_v = 512 [%s]", tu_algorithm_name(tu_algorithms[a]));
+        TU_ASSERT_CLOSE(what, &to, NULL, r, TU_TOL_DEFAULT);
+        free(o);
+    }
+    free(r);
+    tu_problem_free(&p);
+}
+END_TEST
+
+int main(void)
+{
+    tu_seed_init(0x0f3a7u);
+    Suite *s = suite_create("features");
+    TCase *tc = tcase_create("features");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, feature_validation);
+    tcase_add_test(tc, half_conversions);
+    tcase_add_test(tc, masked_keys_contribute_nothing);
+    tcase_add_test(tc, float16_and_bfloat16_storage);
+    tcase_add_test(tc, merge_rejects_bad_parts);
+    tcase_add_test(tc, merge_split_keys);
+    tcase_add_test(tc, head_dim_512);
+    tcase_add_test(tc, random_feature_sweep);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
