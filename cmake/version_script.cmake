@@ -1,0 +1,32 @@
+# Writes the linker version script of the shared library: the functions declared in
+# the public header are global, everything else (host/'s internal clattn_* helpers
+# included) is local. Generated from the header at build time, so a function added to
+# include/clattn.h is exported without a second list to keep in step.
+#   cmake -DHEADER=include/clattn.h -DOUT=clattn.map -P version_script.cmake
+# A declaration starts a line with its return type and names the function before its
+# '(' on that line; comment lines start with ' ' or '/' and are skipped.
+file(STRINGS "${HEADER}" _decls REGEX "^[A-Za-z_][A-Za-z0-9_ ]*[ *]clattn_[a-z0-9_]+\\(")
+string(REGEX MATCHALL "clattn_[a-z0-9_]+\\(" _calls "${_decls}")
+set(_names "")
+foreach(_c ${_calls})
+  string(REPLACE "(" "" _n "${_c}")
+  list(APPEND _names "${_n}")
+endforeach()
+list(REMOVE_DUPLICATES _names)
+list(SORT _names)
+if(NOT _names)
+  message(FATAL_ERROR "${HEADER} declares no clattn_* function")
+endif()
+set(_body "/* Generated from include/clattn.h by cmake/version_script.cmake; do not edit. */\n{\n  global:\n")
+foreach(_n ${_names})
+  string(APPEND _body "    ${_n};\n")
+endforeach()
+string(APPEND _body "  local:\n    *;\n};\n")
+# Rewrite only on change, so an edit of a comment in the header does not relink.
+if(EXISTS "${OUT}")
+  file(READ "${OUT}" _old)
+  if(_old STREQUAL _body)
+    return()
+  endif()
+endif()
+file(WRITE "${OUT}" "${_body}")
