@@ -1,0 +1,899 @@
+#define _POSIX_C_SOURCE 200809L
+/* `clattn heatmap`: the attention weights W = softmax(scale·Q·Kᵀ + mask) of one
+ * (batch, head), computed by the library (unfused algorithm, which returns W) or read
+ * from a .npy file, drawn as a self-contained SVG: queries as rows, keys as columns,
+ * token labels on both axes, a viridis colour scale with its legend, and the value of
+ * every cell when the matrix is small. */
+#include "heatmap.h"
+#include "bench.h" /* cli_mask_names */
+#include "npy.h"
+
+#include <clattn.h>
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char heatmap_usage[] =
+    "Usage: clattn heatmap --q Q.npy --k K.npy --out W.svg [options]\n"
+    "       clattn heatmap --from-weights W.npy --out W.svg [options]\n"
+    "\n"
+    "Draws the attention weights W = softmax(scale*Q*K^T + mask) of one (batch, head) as\n"
+    "an SVG heatmap: queries are rows, keys are columns, colours follow the viridis\n"
+    "scale between the smallest and the largest visible weight (masked cells are grey),\n"
+    "and each cell shows its value when the matrix is at most 16 x 16. The weights are\n"
+    "computed on the device by the library (unfused algorithm), or read from a .npy file\n"
+    "(e.g. `clattn run --weights`). Inputs: float32 .npy files shaped (n, d), (h, n, d)\n"
+    "or (b, h, n, d) like `clattn run`'s; Q and K of the same rank, h_q a multiple of\n"
+    "h_kv (query head H reads key head H / (h_q / h_kv)). The SVG is written only on\n"
+    "success (an existing file is otherwise kept).\n"
+    "\n"
+    "Options:\n"
+    "  --q FILE            queries\n"
+    "  --k FILE            keys\n"
+    "  --from-weights FILE draw these weights (n_q, n_kv), (h, n_q, n_kv) or\n"
+    "                      (b, h, n_q, n_kv) instead of computing them\n"
+    "  --out FILE          the SVG to write\n"
+    "  --scale X           multiplies Q*K^T (finite, non-zero; default 1/sqrt(d_k))\n"
+    "  --mask M            none (default), causal, causal-bottom-right, no-self\n"
+    "  --tokens \"A B ..\"   key labels, separated by spaces (n_kv of them); they label\n"
+    "                      the queries too when n_q = n_kv (default: 0 .. n-1)\n"
+    "  --q-tokens \"A ..\"   query labels (n_q of them)\n"
+    "  --head H            query head to draw (default 0)\n"
+    "  --batch B           batch entry to draw (default 0)\n"
+    "  --title TEXT        the title line (default: \"Attention weights\")\n"
+    "  --device SPEC       \"P:D\" or a device-name substring (default: CLATTN_DEVICE,\n"
+    "                      else the first GPU, else the first device)\n"
+    "  -h, --help          show this help\n";
+
+#define HEATMAP_RANKS "(n, d), (h, n, d) or (b, h, n, d)"
+#define WEIGHTS_RANKS "(n_q, n_kv), (h, n_q, n_kv) or (b, h, n_q, n_kv)"
+
+/* Matrices at most this size in both directions show each cell's value. */
+enum { VALUE_LIMIT = 16 };
+
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("clattn heatmap: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return EXIT_FAILURE;
+}
+
+static int usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("clattn heatmap: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\nTry 'clattn heatmap --help'.\n", stderr);
+    va_end(ap);
+    return 2;
+}
+
+/* ---- arguments -------------------------------------------------------------------- */
+
+typedef struct heatmap_args {
+    const char *q, *k, *weights, *out, *scale_text, *mask_text, *tokens, *q_tokens, *head_text,
+        *batch_text, *title, *device;
+    float scale; /* 0: 1/sqrt(d_k) */
+    clattn_mask mask;
+    int64_t head, batch;
+} heatmap_args;
+
+static int parse_index(const char *name, const char *text, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || v < 0) {
+        return usage("%s '%s' is not a non-negative integer", name, text);
+    }
+    *out = v;
+    return -1;
+}
+
+/* -1 to go on, or an exit status. */
+static int parse_args(int argc, char **argv, heatmap_args *a)
+{
+    struct {
+        const char *name;
+        const char **value;
+    } options[] = {
+        {"--q", &a->q},
+        {"--k", &a->k},
+        {"--from-weights", &a->weights},
+        {"--out", &a->out},
+        {"--scale", &a->scale_text},
+        {"--mask", &a->mask_text},
+        {"--tokens", &a->tokens},
+        {"--q-tokens", &a->q_tokens},
+        {"--head", &a->head_text},
+        {"--batch", &a->batch_text},
+        {"--title", &a->title},
+        {"--device", &a->device},
+    };
+    const size_t n_options = sizeof options / sizeof options[0];
+    for (int i = 0; i < argc; ++i) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(heatmap_usage, stdout);
+            return EXIT_SUCCESS;
+        }
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+        size_t j = 0;
+        while (j < n_options &&
+               !(strlen(options[j].name) == len && strncmp(options[j].name, arg, len) == 0)) {
+            ++j;
+        }
+        if (j == n_options) {
+            return usage(arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", arg);
+        }
+        if (*options[j].value != NULL) {
+            return usage("option '%s' is given more than once", options[j].name);
+        }
+        const char *value = eq != NULL ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (value == NULL || value[0] == '\0') {
+            return usage("option '%s' needs a non-empty value", options[j].name);
+        }
+        *options[j].value = value;
+    }
+    if (a->out == NULL) {
+        return usage("missing --out FILE");
+    }
+    if (a->weights != NULL) {
+        const char *const conflicting[] = {a->q, a->k, a->scale_text, a->mask_text, a->device};
+        const char *const names[] = {"--q", "--k", "--scale", "--mask", "--device"};
+        for (int i = 0; i < 5; ++i) {
+            if (conflicting[i] != NULL) {
+                return usage("%s does not go with --from-weights (the weights are already "
+                             "computed)",
+                             names[i]);
+            }
+        }
+    } else if (a->q == NULL || a->k == NULL) {
+        return usage("give --q FILE and --k FILE, or --from-weights FILE");
+    }
+    if (a->scale_text != NULL) {
+        char *end;
+        double scale = strtod(a->scale_text, &end);
+        if (end == a->scale_text || *end != '\0' || !isfinite(scale) || fabs(scale) > FLT_MAX ||
+            (float)scale == 0.0f) {
+            return usage("--scale '%s' is not a finite, non-zero float32 number", a->scale_text);
+        }
+        a->scale = (float)scale;
+    }
+    if (a->mask_text != NULL) {
+        int m = 0;
+        while (cli_mask_names[m] != NULL && strcmp(cli_mask_names[m], a->mask_text) != 0) {
+            ++m;
+        }
+        if (cli_mask_names[m] == NULL) {
+            return usage("unknown --mask '%s' (none, causal, causal-bottom-right, no-self)",
+                         a->mask_text);
+        }
+        a->mask = (clattn_mask)m;
+    }
+    int rc;
+    if ((a->head_text != NULL && (rc = parse_index("--head", a->head_text, &a->head)) >= 0) ||
+        (a->batch_text != NULL && (rc = parse_index("--batch", a->batch_text, &a->batch)) >= 0)) {
+        return rc;
+    }
+    const char *const ins[] = {a->q, a->k, a->weights};
+    for (int i = 0; i < 3; ++i) {
+        if (ins[i] != NULL && same_file(a->out, ins[i])) {
+            return usage("--out '%s' is the same file as the input '%s'", a->out, ins[i]);
+        }
+    }
+    return check_output_file(a->out) != 0 ? EXIT_FAILURE : -1;
+}
+
+/* ---- labels ------------------------------------------------------------------------ */
+
+typedef struct labels {
+    char **text; /* count entries, malloc'd */
+    int64_t count;
+    size_t max_chars; /* longest label, in characters (code points) */
+} labels;
+
+static void labels_free(labels *l)
+{
+    for (int64_t i = 0; l->text != NULL && i < l->count; ++i) {
+        free(l->text[i]);
+    }
+    free(l->text);
+    memset(l, 0, sizeof *l);
+}
+
+/* Characters (UTF-8 code points) of a string. */
+static size_t utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s != '\0'; ++s) {
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    }
+    return n;
+}
+
+/* The words of `text` (split on white space), or the numbers 0..count-1 if text is
+ * NULL. Returns 0, or an exit status when the count is not `count`. */
+static int labels_make(labels *l, const char *text, int64_t count, const char *option)
+{
+    memset(l, 0, sizeof *l);
+    l->text = calloc(count > 0 ? (size_t)count : 1, sizeof *l->text);
+    if (l->text == NULL) {
+        return fail("out of memory");
+    }
+    l->count = count;
+    int64_t n = 0;
+    const char *p = text;
+    for (;;) {
+        char buf[32];
+        const char *word = buf;
+        size_t len;
+        if (text == NULL) {
+            if (n == count) {
+                break;
+            }
+            len = (size_t)snprintf(buf, sizeof buf, "%lld", (long long)n);
+        } else {
+            while (*p == ' ' || *p == '\t' || *p == '\n') {
+                ++p;
+            }
+            if (*p == '\0') {
+                break;
+            }
+            word = p;
+            while (*p != '\0' && *p != ' ' && *p != '\t' && *p != '\n') {
+                ++p;
+            }
+            len = (size_t)(p - word);
+        }
+        if (n < count) {
+            l->text[n] = malloc(len + 1);
+            if (l->text[n] == NULL) {
+                labels_free(l);
+                return fail("out of memory");
+            }
+            memcpy(l->text[n], word, len);
+            l->text[n][len] = '\0';
+            size_t chars = utf8_chars(l->text[n]);
+            l->max_chars = chars > l->max_chars ? chars : l->max_chars;
+        }
+        ++n;
+    }
+    if (n != count) {
+        labels_free(l);
+        return fail("%s has %lld words but %lld are needed (one per %s)", option, (long long)n,
+                    (long long)count, strcmp(option, "--q-tokens") == 0 ? "query" : "key");
+    }
+    return 0;
+}
+
+/* ---- a growing text buffer --------------------------------------------------------- */
+
+typedef struct text {
+    char *data;
+    size_t len, cap;
+    int failed; /* out of memory */
+} text;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+put(text *t, const char *fmt, ...)
+{
+    if (t->failed) {
+        return;
+    }
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->data != NULL ? t->data + t->len : NULL,
+                          t->data != NULL ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if (t->data != NULL && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 + (size_t)n + 4096;
+        char *data = realloc(t->data, cap);
+        if (data == NULL) {
+            t->failed = 1;
+            return;
+        }
+        t->data = data;
+        t->cap = cap;
+    }
+}
+
+/* Appends `s` escaped for XML character data and attribute values: the five special
+ * characters as entities, characters that XML 1.0 forbids (C0 controls but tab, LF
+ * and CR) and bytes that are not valid UTF-8 as U+FFFD. */
+static void put_escaped(text *t, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p != '\0') {
+        unsigned c = *p;
+        size_t n = c < 0x80             ? 1
+                   : (c & 0xE0) == 0xC0 ? 2
+                   : (c & 0xF0) == 0xE0 ? 3
+                   : (c & 0xF8) == 0xF0 ? 4
+                                        : 0;
+        int valid = n > 0;
+        for (size_t i = 1; valid && i < n; ++i) {
+            valid = (p[i] & 0xC0) == 0x80;
+        }
+        if (valid && n > 1) { /* reject overlong forms, surrogates and > U+10FFFF */
+            unsigned cp = n == 2   ? (c & 0x1Fu) << 6 | (p[1] & 0x3Fu)
+                          : n == 3 ? (c & 0x0Fu) << 12 | (p[1] & 0x3Fu) << 6 | (p[2] & 0x3Fu)
+                                   : (c & 0x07u) << 18 | (p[1] & 0x3Fu) << 12 |
+                                         (p[2] & 0x3Fu) << 6 | (p[3] & 0x3Fu);
+            unsigned min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+            valid = cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) &&
+                    cp != 0xFFFE && cp != 0xFFFF;
+        }
+        if (!valid) {
+            put(t, "\xEF\xBF\xBD"); /* U+FFFD */
+            ++p;
+            continue;
+        }
+        switch (c) {
+        case '&': put(t, "&amp;"); break;
+        case '<': put(t, "&lt;"); break;
+        case '>': put(t, "&gt;"); break;
+        case '"': put(t, "&quot;"); break;
+        case '\'': put(t, "&apos;"); break;
+        default:
+            if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+                put(t, "\xEF\xBF\xBD");
+            } else {
+                put(t, "%.*s", (int)n, (const char *)p);
+            }
+        }
+        p += n;
+    }
+}
+
+/* ---- colours ----------------------------------------------------------------------- */
+
+/* viridis (matplotlib; van der Walt & Smith 2015) sampled at 0, 1/8, .., 1: perceptually
+ * uniform, readable in grey and by colour-blind readers. Interpolated linearly in sRGB. */
+static const unsigned char viridis[9][3] = {
+    {0x44, 0x01, 0x54}, {0x47, 0x2d, 0x7b}, {0x3b, 0x52, 0x8b},
+    {0x2c, 0x72, 0x8e}, {0x21, 0x91, 0x8c}, {0x28, 0xae, 0x80},
+    {0x5e, 0xc9, 0x62}, {0xad, 0xdc, 0x30}, {0xfd, 0xe7, 0x25},
+};
+
+static void colour_at(double t, unsigned char rgb[3])
+{
+    t = t < 0.0 ? 0.0 : t > 1.0 ? 1.0 : t;
+    double x = t * 8.0;
+    int i = x >= 8.0 ? 7 : (int)x;
+    double f = x - i;
+    for (int c = 0; c < 3; ++c) {
+        rgb[c] = (unsigned char)lround(viridis[i][c] + f * (viridis[i + 1][c] - viridis[i][c]));
+    }
+}
+
+/* Relative luminance (WCAG) of an sRGB colour, 0..1. Black text has the better contrast
+ * ratio on colours above about 0.18, white text below. */
+static double luminance(const unsigned char rgb[3])
+{
+    double l[3];
+    for (int c = 0; c < 3; ++c) {
+        double v = rgb[c] / 255.0;
+        l[c] = v <= 0.03928 ? v / 12.92 : pow((v + 0.055) / 1.055, 2.4);
+    }
+    return 0.2126 * l[0] + 0.7152 * l[1] + 0.0722 * l[2];
+}
+
+/* ---- the drawing ------------------------------------------------------------------- */
+
+typedef struct heatmap {
+    const float *w;              /* n_q × n_kv, row-major */
+    const unsigned char *masked; /* n_q × n_kv, 1 = masked (grey); NULL: none */
+    int64_t n_q, n_kv;
+    const labels *rows, *cols;
+    const char *title;
+    char subtitle[512]; /* plain text, escaped when written */
+} heatmap;
+
+/* Approximate advance of one character of the 12 px sans-serif labels (px). */
+#define CHAR_W 6.8
+#define SQRT1_2 0.70710678118654752
+/* Approximate advance of one character of the 12 px subtitle and of the 16 px bold
+ * title (px). */
+#define TEXT_W 6.6
+#define TITLE_W 10.0
+
+static double maxd(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+static void render(const heatmap *h, text *t)
+{
+    const int64_t n_max = h->n_q > h->n_kv ? h->n_q : h->n_kv;
+    const double cell = fmin(56.0, fmax(4.0, floor(720.0 / (double)n_max)));
+    const int show_values = h->n_q <= VALUE_LIMIT && h->n_kv <= VALUE_LIMIT;
+    /* label every `step`-th row and column so that labels never overlap */
+    const int64_t step = (int64_t)ceil(14.0 / cell);
+    const double margin = 16.0, font = 12.0;
+
+    /* the range of the colour scale: finite values of visible cells */
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = 0; i < h->n_q * h->n_kv; ++i) {
+        if ((h->masked == NULL || !h->masked[i]) && isfinite(h->w[i])) {
+            lo = fmin(lo, h->w[i]);
+            hi = fmax(hi, h->w[i]);
+        }
+    }
+    const int have_range = lo <= hi;
+
+    /* column labels: horizontal when they fit their cell, else rotated by -45 degrees */
+    const double col_w = (double)h->cols->max_chars * CHAR_W;
+    const int rotate = col_w + 6.0 > cell * (double)step; /* labels need a gap */
+    const double col_h = rotate ? col_w * SQRT1_2 + font : font + 6.0;
+    const double row_w = (double)h->rows->max_chars * CHAR_W + 8.0;
+
+    const double title_y = margin + 16.0, subtitle_y = title_y + 20.0;
+    const double keys_y = subtitle_y + 26.0; /* the axis name "keys" */
+    const double y0 = keys_y + 8.0 + col_h;
+    const double x0 = margin + 22.0 + row_w;
+    const double mw = cell * (double)h->n_kv, mh = cell * (double)h->n_q;
+    const double spill = rotate ? col_w * SQRT1_2 - cell / 2.0 : 0.0;
+    const double bar_x = x0 + mw + maxd(28.0, spill + 16.0), bar_w = 18.0;
+    const double bar_h = maxd(mh, 140.0);
+    const double width_title = margin * 2 + maxd(TITLE_W * (double)utf8_chars(h->title),
+                                                 TEXT_W * (double)utf8_chars(h->subtitle));
+    const double width = ceil(maxd(bar_x + bar_w + 8.0 + 14.0 * CHAR_W + margin, width_title));
+    const double height = ceil(y0 + maxd(mh, bar_h) + 30.0 + margin);
+
+    put(t, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    put(t,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+        "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" "
+        "font-size=\"%.0f\">\n",
+        width, height, width, height, font);
+    put(t, "<title>");
+    put_escaped(t, h->title);
+    put(t, " \xE2\x80\x94 "); /* — */
+    put_escaped(t, h->subtitle);
+    put(t, "</title>\n");
+    put(t, "<defs><linearGradient id=\"scale\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">");
+    for (int i = 0; i <= 8; ++i) {
+        put(t, "<stop offset=\"%g\" stop-color=\"#%02x%02x%02x\"/>", i / 8.0, viridis[i][0],
+            viridis[i][1], viridis[i][2]);
+    }
+    put(t, "</linearGradient></defs>\n");
+    put(t, "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
+    put(t, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"16\" font-weight=\"bold\">", margin, title_y);
+    put_escaped(t, h->title);
+    put(t, "</text>\n<text x=\"%.1f\" y=\"%.1f\" fill=\"#444444\">", margin, subtitle_y);
+    put_escaped(t, h->subtitle);
+    put(t, "</text>\n");
+
+    /* axis names */
+    put(t,
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-style=\"italic\" "
+        "fill=\"#444444\">keys</text>\n",
+        x0 + mw / 2.0, keys_y);
+    put(t,
+        "<text transform=\"translate(%.1f %.1f) rotate(-90)\" text-anchor=\"middle\" "
+        "font-style=\"italic\" fill=\"#444444\">queries</text>\n",
+        margin + 10.0, y0 + mh / 2.0);
+
+    /* column (key) labels */
+    put(t, "<g class=\"key-labels\">\n");
+    for (int64_t j = 0; j < h->n_kv; j += step) {
+        double cx = x0 + cell * ((double)j + 0.5);
+        if (rotate) {
+            put(t, "<text transform=\"translate(%.1f %.1f) rotate(-45)\">", cx - 3.0, y0 - 6.0);
+        } else {
+            put(t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", cx, y0 - 6.0);
+        }
+        put_escaped(t, h->cols->text[j]);
+        put(t, "</text>\n");
+    }
+    put(t, "</g>\n<g class=\"query-labels\" text-anchor=\"end\">\n");
+    for (int64_t i = 0; i < h->n_q; i += step) {
+        put(t, "<text x=\"%.1f\" y=\"%.1f\">", x0 - 6.0, y0 + cell * ((double)i + 0.5) + 4.0);
+        put_escaped(t, h->rows->text[i]);
+        put(t, "</text>\n");
+    }
+    put(t, "</g>\n");
+
+    /* the cells, each with a tooltip "query -> key: value" */
+    const double value_font = fmin(12.0, cell * 0.27);
+    put(t,
+        "<g class=\"cells\" text-anchor=\"middle\" shape-rendering=\"crispEdges\" "
+        "font-size=\"%.1f\">\n",
+        value_font);
+    for (int64_t i = 0; i < h->n_q; ++i) {
+        for (int64_t j = 0; j < h->n_kv; ++j) {
+            const double v = h->w[i * h->n_kv + j];
+            const int masked = h->masked != NULL && h->masked[i * h->n_kv + j];
+            unsigned char rgb[3] = {0xdd, 0xdd, 0xdd}; /* masked */
+            if (!masked && isfinite(v)) {
+                colour_at(have_range && hi > lo ? (v - lo) / (hi - lo) : 0.5, rgb);
+            } else if (!masked) {
+                rgb[0] = 0xff, rgb[1] = 0x00, rgb[2] = 0xff; /* NaN or infinite: magenta */
+            }
+            const double x = x0 + cell * (double)j, y = y0 + cell * (double)i;
+            put(t,
+                "<rect class=\"cell\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                "fill=\"#%02x%02x%02x\"><title>",
+                x, y, cell, cell, rgb[0], rgb[1], rgb[2]);
+            put_escaped(t, h->rows->text[i]);
+            put(t, " \xE2\x86\x92 "); /* → */
+            put_escaped(t, h->cols->text[j]);
+            if (masked) {
+                put(t, ": masked</title></rect>\n");
+            } else {
+                put(t, ": %.6g</title></rect>\n", v);
+            }
+            if (show_values) {
+                const char *ink = luminance(rgb) > 0.18 ? "#000000" : "#ffffff";
+                double shown = fabs(v) < 0.005 ? 0.0 : v; /* no "-0.00" */
+                put(t, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">", x + cell / 2.0,
+                    y + cell / 2.0 + value_font * 0.35, masked ? "#888888" : ink);
+                if (masked) {
+                    put(t, "\xE2\x80\x93"); /* – */
+                } else if (isfinite(v)) {
+                    put(t, "%.2f", shown);
+                } else {
+                    put(t, "%s", isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf");
+                }
+                put(t, "</text>\n");
+            }
+        }
+    }
+    put(t, "</g>\n");
+    put(t,
+        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+        "stroke=\"#333333\" stroke-width=\"1\"/>\n",
+        x0, y0, mw, mh);
+
+    /* the legend: a colour bar from min (bottom) to max (top), with five ticks */
+    put(t, "<g class=\"legend\">\n");
+    put(t,
+        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"url(#scale)\" "
+        "stroke=\"#333333\" stroke-width=\"1\"/>\n",
+        bar_x, y0, bar_w, bar_h);
+    if (have_range) {
+        const int ticks = hi > lo ? 5 : 1;
+        for (int k = 0; k < ticks; ++k) {
+            double f = ticks > 1 ? k / (double)(ticks - 1) : 0.5;
+            double y = y0 + bar_h * (1.0 - f), v = lo + f * (hi - lo);
+            const char *tag = ticks == 1 ? "all " : k == 0 ? "min " : k == ticks - 1 ? "max " : "";
+            put(t,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333333\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\">%s%.4g</text>\n",
+                bar_x + bar_w, y, bar_x + bar_w + 4.0, y, bar_x + bar_w + 7.0, y + 4.0, tag, v);
+        }
+    } else {
+        put(t, "<text x=\"%.1f\" y=\"%.1f\">no finite visible value</text>\n", bar_x + bar_w + 7.0,
+            y0 + bar_h / 2.0);
+    }
+    int any_masked = 0;
+    for (int64_t i = 0; h->masked != NULL && i < h->n_q * h->n_kv; ++i) {
+        any_masked |= h->masked[i];
+    }
+    if (any_masked) {
+        put(t,
+            "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"#dddddd\" "
+            "stroke=\"#333333\" stroke-width=\"0.5\"/><text x=\"%.1f\" y=\"%.1f\">masked</text>\n",
+            bar_x, y0 + bar_h + 12.0, bar_x + 18.0, y0 + bar_h + 22.0);
+    }
+    put(t, "</g>\n</svg>\n");
+}
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+/* create_next_to() callback: a new file holding the text `arg`. */
+static int create_svg(const char *name, void *arg)
+{
+    const text *t = arg;
+    FILE *f = fopen(name, "wbx"); /* C11 exclusive create: never clobbers a file */
+    if (f == NULL) {
+        return -1;
+    }
+    int ok = fwrite(t->data, 1, t->len, f) == t->len;
+    int saved = errno;
+    if (fclose(f) != 0) {
+        ok = 0, saved = errno;
+    }
+    if (!ok) {
+        remove(name);
+        errno = saved != EEXIST ? saved : EIO; /* not EEXIST: stop trying other names */
+        return -1;
+    }
+    return 0;
+}
+
+static int write_atomically(const char *path, const text *t)
+{
+    char *tmp = NULL;
+    if (create_next_to(path, create_svg, (void *)t, &tmp) != 0) {
+        return fail("%s: cannot write a temporary file next to it: %s", path, strerror(errno));
+    }
+    int rc = replace_file(tmp, path, NULL);
+    if (rc != 0) {
+        remove(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* ---- computing or reading the weights ---------------------------------------------- */
+
+static void shape4(const npy_array *a, int64_t s[4])
+{
+    for (int i = 0; i < 4; ++i) {
+        s[i] = i < 4 - a->ndim ? 1 : a->shape[i - (4 - a->ndim)];
+    }
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash != NULL ? slash + 1 : path;
+}
+
+/* Checks --batch and --head against a [b, h, ...] shape of `path`. */
+static int check_indices(const heatmap_args *a, const char *path, const int64_t s[4])
+{
+    if (a->batch >= s[0]) {
+        return fail("--batch %lld is out of range: %s has %lld batch entr%s", (long long)a->batch,
+                    path, (long long)s[0], s[0] == 1 ? "y" : "ies");
+    }
+    if (a->head >= s[1]) {
+        return fail("--head %lld is out of range: %s has %lld head%s", (long long)a->head, path,
+                    (long long)s[1], s[1] == 1 ? "" : "s");
+    }
+    return 0;
+}
+
+/* Whether key j is visible to query i under `mask` (the library's semantics). */
+static int visible(clattn_mask mask, int64_t i, int64_t j, int64_t n_q, int64_t n_kv)
+{
+    switch (mask) {
+    case CLATTN_MASK_CAUSAL_TOP_LEFT: return j <= i;
+    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT: return j <= i + n_kv - n_q;
+    case CLATTN_MASK_NO_SELF: return j != i;
+    default: return 1;
+    }
+}
+
+/* Computes W [n_q, n_kv] of (batch, head) with the library; *w is malloc'd. */
+static int compute_weights(const heatmap_args *a, float **w, unsigned char **masked,
+                           int64_t *n_q_out, int64_t *n_kv_out, char *subtitle, size_t cap)
+{
+    npy_array q = {0}, k = {0};
+    char message[512];
+    int rc = EXIT_FAILURE;
+    float *zeros = NULL, *o = NULL;
+    clattn_context *ctx = NULL;
+    *w = NULL;
+    *masked = NULL;
+    if (npy_read_f32_rank(a->q, 2, HEATMAP_RANKS, &q, message, sizeof message) != 0 ||
+        npy_read_f32_rank(a->k, 2, HEATMAP_RANKS, &k, message, sizeof message) != 0) {
+        fail("%s", message);
+        goto done;
+    }
+    int64_t qs[4], ks[4];
+    shape4(&q, qs);
+    shape4(&k, ks);
+    if (q.ndim != k.ndim) {
+        fail("%s has rank %d but %s has rank %d (Q and K must have the same rank)", a->k, k.ndim,
+             a->q, q.ndim);
+        goto done;
+    }
+    if (ks[3] != qs[3]) {
+        fail("%s: d_k (last dimension) is %lld but %s has %lld", a->k, (long long)ks[3], a->q,
+             (long long)qs[3]);
+        goto done;
+    }
+    if (ks[0] != qs[0]) {
+        fail("%s: the batch size is %lld but %s has %lld", a->k, (long long)ks[0], a->q,
+             (long long)qs[0]);
+        goto done;
+    }
+    if (qs[1] < 1 || ks[1] < 1 || qs[1] % ks[1] != 0) {
+        fail("%s: %lld heads is not a multiple of the %lld heads of %s (h_q must be a multiple "
+             "of h_kv)",
+             a->q, (long long)qs[1], (long long)ks[1], a->k);
+        goto done;
+    }
+    if (qs[3] < 1) {
+        fail("%s: d_k is 0; head dims must be at least 1", a->q);
+        goto done;
+    }
+    if (check_indices(a, a->q, qs) != 0) {
+        goto done;
+    }
+    const int64_t n_q = qs[2], n_kv = ks[2], d = qs[3];
+    if (n_q < 1 || n_kv < 1) {
+        fail("nothing to draw: n_q is %lld and n_kv is %lld", (long long)n_q, (long long)n_kv);
+        goto done;
+    }
+    const int64_t kv_head = a->head / (qs[1] / ks[1]);
+    const size_t cells = (size_t)n_q * (size_t)n_kv;
+    zeros = calloc((size_t)n_kv, sizeof *zeros);
+    o = calloc((size_t)n_q, sizeof *o);
+    *w = calloc(cells, sizeof **w);
+    *masked = calloc(cells, 1);
+    if (zeros == NULL || o == NULL || *w == NULL || *masked == NULL) {
+        fail("out of memory for a %lld x %lld heatmap", (long long)n_q, (long long)n_kv);
+        goto done;
+    }
+    /* one (batch, head): views into Q and K; V is a dummy column of zeros (d_v = 1) */
+    clattn_tensor tq = clattn_tensor_host(q.data, 1, 1, n_q, d);
+    tq.offset = (a->batch * qs[1] + a->head) * n_q * d;
+    tq.strides[0] = qs[1] * n_q * d, tq.strides[1] = n_q * d, tq.strides[2] = d, tq.strides[3] = 1;
+    clattn_tensor tk = clattn_tensor_host(k.data, 1, 1, n_kv, d);
+    tk.offset = (a->batch * ks[1] + kv_head) * n_kv * d;
+    tk.strides[0] = ks[1] * n_kv * d, tk.strides[1] = n_kv * d, tk.strides[2] = d,
+    tk.strides[3] = 1;
+    clattn_tensor tv = clattn_tensor_host(zeros, 1, 1, n_kv, 1);
+    clattn_tensor to = clattn_tensor_host(o, 1, 1, n_q, 1);
+    clattn_tensor tw = clattn_tensor_host(*w, 1, 1, n_q, n_kv);
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.scale = a->scale;
+    desc.mask = a->mask;
+    desc.algorithm = CLATTN_ALGORITHM_UNFUSED;
+    desc.weights = &tw;
+    clattn_context_options options = {0};
+    options.device = a->device;
+    clattn_status st = clattn_context_create(&options, &ctx);
+    if (st != CLATTN_SUCCESS) {
+        fail("clattn_context_create failed: %s: %s", clattn_status_string(st),
+             clattn_last_error_message(NULL));
+        goto done;
+    }
+    st = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
+    if (st != CLATTN_SUCCESS) {
+        fail("clattn_attention failed: %s: %s", clattn_status_string(st),
+             clattn_last_error_message(ctx));
+        goto done;
+    }
+    for (int64_t i = 0; i < n_q; ++i) {
+        for (int64_t j = 0; j < n_kv; ++j) {
+            (*masked)[i * n_kv + j] = !visible(a->mask, i, j, n_q, n_kv);
+        }
+    }
+    const double scale = a->scale != 0.0f ? a->scale : 1.0 / sqrt((double)d);
+    char scale_text[64];
+    if (a->scale == 0.0f) {
+        snprintf(scale_text, sizeof scale_text, "1/\xE2\x88\x9A%lld = %.4g", (long long)d, scale);
+    } else {
+        snprintf(scale_text, sizeof scale_text, "%.6g", scale);
+    }
+    snprintf(subtitle, cap,
+             "softmax(scale\xC2\xB7Q\xC2\xB7K\xE1\xB5\x80) \xC2\xB7 %lld\xC3\x97%lld (n_q\xC3\x97"
+             "n_kv), d_k %lld \xC2\xB7 scale %s \xC2\xB7 mask %s \xC2\xB7 batch %lld, head %lld "
+             "\xC2\xB7 %s, %s",
+             (long long)n_q, (long long)n_kv, (long long)d, scale_text, cli_mask_names[a->mask],
+             (long long)a->batch, (long long)a->head, base_name(a->q), base_name(a->k));
+    *n_q_out = n_q;
+    *n_kv_out = n_kv;
+    rc = 0;
+done:
+    if (rc != 0) {
+        free(*w);
+        free(*masked);
+        *w = NULL;
+        *masked = NULL;
+    }
+    clattn_context_release(ctx);
+    free(zeros);
+    free(o);
+    npy_free(&q);
+    npy_free(&k);
+    return rc;
+}
+
+/* Reads W [n_q, n_kv] of (batch, head) from --from-weights; *w is malloc'd. */
+static int read_weights(const heatmap_args *a, float **w, int64_t *n_q_out, int64_t *n_kv_out,
+                        char *subtitle, size_t cap)
+{
+    npy_array wa = {0};
+    char message[512];
+    *w = NULL;
+    if (npy_read_f32_rank(a->weights, 2, WEIGHTS_RANKS, &wa, message, sizeof message) != 0) {
+        return fail("%s", message);
+    }
+    int64_t s[4];
+    shape4(&wa, s);
+    int rc = check_indices(a, a->weights, s);
+    if (rc == 0 && (s[2] < 1 || s[3] < 1)) {
+        rc = fail("%s: nothing to draw: n_q is %lld and n_kv is %lld", a->weights, (long long)s[2],
+                  (long long)s[3]);
+    }
+    if (rc == 0) {
+        size_t cells = (size_t)s[2] * (size_t)s[3];
+        *w = malloc(cells * sizeof **w);
+        if (*w == NULL) {
+            rc = fail("out of memory");
+        } else {
+            memcpy(*w, wa.data + (size_t)((a->batch * s[1] + a->head) * s[2] * s[3]),
+                   cells * sizeof **w);
+            *n_q_out = s[2];
+            *n_kv_out = s[3];
+            snprintf(subtitle, cap,
+                     "%lld\xC3\x97%lld (n_q\xC3\x97n_kv) \xC2\xB7 batch %lld, head %lld \xC2\xB7 "
+                     "from %s",
+                     (long long)s[2], (long long)s[3], (long long)a->batch, (long long)a->head,
+                     base_name(a->weights));
+        }
+    }
+    npy_free(&wa);
+    return rc;
+}
+
+int cmd_heatmap(int argc, char **argv)
+{
+    heatmap_args a = {0};
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0) {
+        return rc;
+    }
+    float *w = NULL;
+    unsigned char *masked = NULL;
+    int64_t n_q = 0, n_kv = 0;
+    heatmap h = {0};
+    labels rows = {0}, cols = {0};
+    text svg = {0};
+    rc = a.weights != NULL
+             ? read_weights(&a, &w, &n_q, &n_kv, h.subtitle, sizeof h.subtitle)
+             : compute_weights(&a, &w, &masked, &n_q, &n_kv, h.subtitle, sizeof h.subtitle);
+    if (rc != 0) {
+        goto done;
+    }
+    if ((rc = labels_make(&cols, a.tokens, n_kv, "--tokens")) != 0) {
+        goto done;
+    }
+    const char *row_text = a.q_tokens != NULL ? a.q_tokens : n_q == n_kv ? a.tokens : NULL;
+    if ((rc = labels_make(&rows, row_text, n_q, a.q_tokens != NULL ? "--q-tokens" : "--tokens")) !=
+        0) {
+        goto done;
+    }
+    h.w = w;
+    h.masked = masked;
+    h.n_q = n_q;
+    h.n_kv = n_kv;
+    h.rows = &rows;
+    h.cols = &cols;
+    h.title = a.title != NULL ? a.title : "Attention weights";
+    render(&h, &svg);
+    if (svg.failed) {
+        rc = fail("out of memory for the SVG");
+        goto done;
+    }
+    rc = write_atomically(a.out, &svg);
+    if (rc == 0) {
+        printf("wrote %s: %lld x %lld heatmap\n", a.out, (long long)n_q, (long long)n_kv);
+    }
+done:
+    labels_free(&rows);
+    labels_free(&cols);
+    free(svg.data);
+    free(w);
+    free(masked);
+    return rc;
+}
