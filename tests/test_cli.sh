@@ -1,8 +1,10 @@
 #!/bin/sh
 # End-to-end tests of the `clattn` program: demo, run (round trips, ranks, masks,
-# weights, --check), usage errors, malformed inputs that must fail without touching
+# weights, --check, and the options of the desc: mask files, lengths, windows, ALiBi,
+# softcap, positions, masked rows, LSE, head-mean weights, float16 and bfloat16
+# files), usage errors, malformed inputs that must fail without touching
 # an existing output file, and outputs that must never be replaced (inputs, folders,
-# symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, ln, mkfifo and
+# symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, cut, ln, mkfifo and
 # mktemp: the .npy inputs are written here with printf.
 #
 # Usage: CLATTN_BIN=path/to/clattn sh tests/test_cli.sh
@@ -65,11 +67,32 @@ npy_header() {
     printf '\n'
 }
 
+# f16 HEX...: little-endian bytes of 16-bit words (float16, bfloat16, uint16).
+f16() {
+    for h in "$@"; do
+        v=$((0x$h))
+        printf "$(printf '\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)))"
+    done
+}
+
+# u8 N...: bytes of the decimal values N... (bool and uint8 elements).
+u8() {
+    for n in "$@"; do printf "$(printf '\\%03o' "$n")"; done
+}
+
 # npy FILE DESCR SHAPE HEX...: a .npy file holding the float32 values HEX...
 npy() {
     file=$1 descr=$2 shape=$3
     shift 3
     { npy_header "$descr" "$shape"; f32 "$@"; } >"$file"
+}
+
+# npy_with WRITER FILE DESCR SHAPE VALUE...: a .npy file whose data WRITER (f32, f16 or
+# u8) makes from the VALUEs.
+npy_with() {
+    writer=$1 file=$2 descr=$3 shape=$4
+    shift 4
+    { npy_header "$descr" "$shape"; "$writer" "$@"; } >"$file"
 }
 
 # Example 1 of the demo: X (6x3), "your journey starts with one step".
@@ -107,17 +130,18 @@ npy_values() {
     od -An -v -t f4 -j $((10 + hlen)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
 }
 
-# expect_values NAME FILE EXPECTED: FILE holds exactly the values of the list EXPECTED
-# (one argument, values separated by white space), each within 5e-5.
+# expect_values NAME FILE EXPECTED [TOL]: FILE (float32) holds exactly the values of the
+# list EXPECTED (one argument, values separated by white space), each within TOL
+# (default 5e-5).
 expect_values() {
-    name=$1 file=$2 want=$3
+    name=$1 file=$2 want=$3 tol=${4:-5e-5}
     if [ ! -f "$file" ]; then
         fail "$name: $file was not written"
         return
     fi
-    if npy_values "$file" | awk -v want="$want" '
+    if npy_values "$file" | awk -v want="$want" -v tol="$tol" '
         BEGIN { n = split(want, w, " ") }
-        { ++i; d = $1 - w[i]; if (d < 0) d = -d; if (i > n || d > 5e-5) bad = bad " [" i - 1 "] " $1 "/" w[i] }
+        { ++i; d = $1 - w[i]; if (d < 0) d = -d; if (i > n || d > tol + 0) bad = bad " [" i - 1 "] " $1 "/" w[i] }
         END { if (i != n) bad = bad " count " i "/" n; if (bad != "") { print "  got/expected:" bad; exit 1 } }'
     then pass; else fail "$name: values of $(basename "$file") differ (got/expected)"; fi
 }
@@ -125,6 +149,11 @@ expect_values() {
 # expect_shape NAME FILE SHAPE: FILE's header says 'shape': SHAPE.
 expect_shape() {
     if head -c 128 "$2" | grep -a -F -q "'shape': $3"; then pass; else fail "$1: shape is not $3"; fi
+}
+
+# expect_descr NAME FILE DESCR: FILE's header says 'descr': 'DESCR'.
+expect_descr() {
+    if head -c 128 "$2" | grep -a -F -q "'descr': '$3'"; then pass; else fail "$1: dtype is not $3"; fi
 }
 
 # ---- program and subcommand basics ----------------------------------------------
@@ -246,6 +275,175 @@ if npy_values "$tmp/oc.npy" | head -n 3 | tr '\n' ' ' |
     awk '{ exit !($1 - 0.43 < 1e-6 && 0.43 - $1 < 1e-6 && $3 - 0.89 < 1e-6 && 0.89 - $3 < 1e-6) }'
 then pass; else fail "run causal: first row is not X[0]"; fi
 
+# ---- run: the options of the desc -----------------------------------------------
+
+# X in decimal, and its rows' squared norms (the LSE of a row that sees only its own
+# key, scale 1)
+X_DEC="0.43 0.15 0.89 0.55 0.87 0.66 0.57 0.85 0.64 0.22 0.58 0.33 0.77 0.25 0.10 0.05 0.80 0.55"
+X_NORM2="0.9995 1.495 1.457 0.4937 0.6654 0.945"
+# X as float16 and as bfloat16 words (round to nearest even)
+X16="36e1 30cd 3b1f 3866 3af6 3948 388f 3acd 391f 330a 38a4 3548 3a29 3400 2e66 2a66 3a66 3866"
+XBF="3edc 3e1a 3f64 3f0d 3f5f 3f29 3f12 3f5a 3f24 3e61 3f14 3ea9 3f45 3e80 3dcd 3d4d 3f4d 3f0d"
+# the lower triangle of a 6x6 matrix, as bools and as 0 / -inf
+TRIL="1 0 0 0 0 0 1 1 0 0 0 0 1 1 1 0 0 0 1 1 1 1 0 0 1 1 1 1 1 0 1 1 1 1 1 1"
+NEG=ff800000
+TRIL_F="0 $NEG $NEG $NEG $NEG $NEG 0 0 $NEG $NEG $NEG $NEG 0 0 0 $NEG $NEG $NEG
+        0 0 0 0 $NEG $NEG 0 0 0 0 0 $NEG 0 0 0 0 0 0"
+npy_with u8 "$tmp/tril.npy" '|b1' '(6, 6)' $TRIL
+npy_with u8 "$tmp/tril3.npy" '|b1' '(1, 6, 6)' $TRIL
+npy_with u8 "$tmp/tril-u8.npy" '|u1' '(1, 1, 6, 6)' $TRIL
+npy_with f32 "$tmp/tril-f.npy" '<f4' '(6, 6)' $TRIL_F
+npy_with u8 "$tmp/keys5.npy" '|b1' '(6,)' 1 1 1 1 1 0
+npy_with f32 "$tmp/keys5-f.npy" '<f4' '(1, 6)' 0 0 0 0 0 $NEG
+npy_with f32 "$tmp/lens5.npy" '<i4' '(1,)' 00000005
+npy_with f16 "$tmp/x16.npy" '<f2' '(6, 3)' $X16
+npy_with f16 "$tmp/xbf.npy" '<u2' '(6, 3)' $XBF
+
+# values_of FILE: the float32 values of FILE on one line
+values_of() { npy_values "$1" | tr '\n' ' '; }
+
+# --weights now works with the fused algorithm too (the library runs a second pass)
+rm -f "$tmp/w.npy"
+run_6x3 x.npy --out "$tmp/o.npy" --weights "$tmp/w.npy" --algorithm fused --check
+expect_rc "run fused --weights" 0
+expect_values "run fused --weights (W)" "$tmp/w.npy" "$X_W"
+expect_text "run fused --weights" "$tmp/out" "check W: max abs error"
+
+# a bool mask file equal to the causal mask gives the causal result, in every spelling:
+# 2-D, 3-D, uint8 4-D, float32 0/-inf, and the window (-1, 0); both algorithms
+C_O=$(values_of "$tmp/oc.npy")
+for spec in "tril.npy" "tril3.npy" "tril-u8.npy" "tril-f.npy"; do
+    for algorithm in fused unfused; do
+        rm -f "$tmp/om.npy"
+        run_6x3 x.npy --mask-file "$tmp/$spec" --algorithm "$algorithm" --out "$tmp/om.npy" --check
+        expect_rc "run --mask-file $spec $algorithm" 0
+        expect_values "run --mask-file $spec $algorithm" "$tmp/om.npy" "$C_O"
+    done
+done
+rm -f "$tmp/om.npy"
+run_6x3 x.npy --window -1,0 --out "$tmp/om.npy" --check
+expect_rc "run --window -1,0" 0
+expect_values "run --window -1,0 (causal)" "$tmp/om.npy" "$C_O"
+
+# key padding three ways: --kv-lens 5, an int32 file, and key masks (6,) and (1, 6)
+# broadcast over the queries
+run_6x3 x.npy --kv-lens 5 --out "$tmp/okv.npy" --weights "$tmp/wkv.npy" --check
+expect_rc "run --kv-lens" 0
+if values_of "$tmp/wkv.npy" | awk '{ for (i = 6; i <= 36; i += 6) if ($i != 0) exit 1 }'
+then pass; else fail "run --kv-lens: the last key has a weight"; fi
+KV_O=$(values_of "$tmp/okv.npy")
+for spec in "--kv-lens $tmp/lens5.npy" "--mask-file $tmp/keys5.npy" "--mask-file $tmp/keys5-f.npy"; do
+    rm -f "$tmp/om.npy"
+    run_6x3 x.npy $spec --out "$tmp/om.npy" --check
+    expect_rc "run $spec" 0
+    expect_values "run $spec" "$tmp/om.npy" "$KV_O"
+done
+
+# --q-lens 4: rows 4 and 5 are padding (zeros, LSE -inf), the others unchanged
+run_6x3 x.npy --q-lens 4 --out "$tmp/oq.npy" --lse "$tmp/lq.npy" --check
+expect_rc "run --q-lens" 0
+expect_values "run --q-lens" "$tmp/oq.npy" "$(echo $X_Z | cut -d ' ' -f 1-12) 0 0 0 0 0 0"
+expect_shape "run --q-lens (LSE)" "$tmp/lq.npy" "(6,)"
+if values_of "$tmp/lq.npy" | awk '{ exit !($5 == "-inf" && $6 == "-inf" && $4 != "-inf") }'
+then pass; else fail "run --q-lens: the LSE of the padding rows is not -inf"; fi
+
+# --window 0,0 and a huge ALiBi slope: every query sees only its own key, so O = X and
+# the LSE is the squared norm of the row
+run_6x3 x.npy --window 0,0 --out "$tmp/ow.npy" --lse "$tmp/lw.npy" --check
+expect_rc "run --window 0,0" 0
+expect_values "run --window 0,0" "$tmp/ow.npy" "$X_DEC" 1e-6
+expect_values "run --window 0,0 (LSE)" "$tmp/lw.npy" "$X_NORM2" 1e-6
+expect_text "run --window 0,0" "$tmp/out" "check LSE: max abs error"
+run_6x3 x4.npy --alibi 1000 --out "$tmp/oa.npy" --lse "$tmp/la.npy" --check
+expect_rc "run --alibi" 0
+expect_values "run --alibi 1000" "$tmp/oa.npy" "$X_DEC" 1e-6
+expect_shape "run --alibi (LSE rank 4)" "$tmp/la.npy" "(1, 1, 6)"
+# one slope per query head (GQA: two query heads share one key/value head)
+run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --alibi 0.5,0.25 \
+    --out "$tmp/o2h.npy" --check
+expect_rc "run --alibi two heads" 0
+
+# a softcap far above the scores changes nothing; a small one passes --check
+run_6x3 x.npy --softcap 1000 --out "$tmp/os.npy" --check
+expect_rc "run --softcap 1000" 0
+expect_values "run --softcap 1000" "$tmp/os.npy" "$X_Z"
+run_6x3 x.npy --softcap 0.25 --mask causal --out "$tmp/os.npy" --check
+expect_rc "run --softcap 0.25" 0
+
+# positions: equal offsets keep the causal mask; a query block after the keys sees
+# them all
+rm -f "$tmp/op.npy"
+run_6x3 x.npy --mask causal --q-start 7 --kv-start 7 --out "$tmp/op.npy" --check
+expect_rc "run --q-start = --kv-start" 0
+expect_values "run --q-start = --kv-start" "$tmp/op.npy" "$C_O"
+run_6x3 x.npy --mask causal --q-start 6 --out "$tmp/op.npy" --check
+expect_rc "run --q-start 6" 0
+expect_values "run --q-start 6" "$tmp/op.npy" "$X_Z"
+
+# --masked-rows: query 0 has no visible key when the keys start one position later
+run_6x3 x.npy --mask causal --kv-start 1 --out "$tmp/om0.npy" --weights "$tmp/wm0.npy" --check
+expect_rc "run --masked-rows zero (default)" 0
+if values_of "$tmp/om0.npy" | awk '{ exit !($1 == 0 && $2 == 0 && $3 == 0 && $4 != 0) }'
+then pass; else fail "run --masked-rows zero: row 0 is not zeros"; fi
+run_6x3 x.npy --mask causal --kv-start 1 --masked-rows nan --out "$tmp/omn.npy" \
+    --weights "$tmp/wmn.npy" --lse "$tmp/lmn.npy" --check
+expect_rc "run --masked-rows nan" 0
+if values_of "$tmp/omn.npy" | awk '{ exit !($1 ~ /nan/ && $3 ~ /nan/ && $4 !~ /nan/) }'
+then pass; else fail "run --masked-rows nan: row 0 is not NaN"; fi
+if values_of "$tmp/wmn.npy" | awk '{ exit !($1 ~ /nan/ && $6 ~ /nan/ && $7 !~ /nan/) }'
+then pass; else fail "run --masked-rows nan: the weights of row 0 are not NaN"; fi
+if values_of "$tmp/lmn.npy" | awk '{ exit !($1 == "-inf" && $2 != "-inf") }'
+then pass; else fail "run --masked-rows nan: the LSE of row 0 is not -inf"; fi
+
+# --weights-head-mean: two equal query heads average to the one-head weights, with the
+# head dimension kept as 1
+run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --scale 1 --out "$tmp/o2h.npy" \
+    --weights "$tmp/w2h.npy" --weights-head-mean --check
+expect_rc "run --weights-head-mean" 0
+expect_shape "run --weights-head-mean" "$tmp/w2h.npy" "(1, 6, 6)"
+expect_values "run --weights-head-mean" "$tmp/w2h.npy" "$X_W"
+
+# float16 and bfloat16 files: O takes Q's dtype unless --out-dtype says otherwise
+for algorithm in fused unfused; do
+    rm -f "$tmp/o16.npy"
+    run_6x3 x16.npy --out "$tmp/o16.npy" --algorithm "$algorithm" --weights "$tmp/w16.npy" --check
+    expect_rc "run float16 $algorithm" 0
+    expect_descr "run float16 $algorithm" "$tmp/o16.npy" "<f2"
+    expect_shape "run float16 $algorithm" "$tmp/o16.npy" "(6, 3)"
+    expect_descr "run float16 $algorithm (W)" "$tmp/w16.npy" "<f4"
+    expect_text "run float16 $algorithm" "$tmp/out" "+ 1 ulp of float16"
+done
+run_6x3 x16.npy --out "$tmp/o16.npy" --out-dtype f32 --check
+expect_rc "run float16 --out-dtype f32" 0
+expect_descr "run float16 --out-dtype f32" "$tmp/o16.npy" "<f4"
+expect_values "run float16 --out-dtype f32" "$tmp/o16.npy" "$X_Z" 2e-3
+run_6x3 xbf.npy --dtype bf16 --out "$tmp/obf.npy" --check
+expect_rc "run bfloat16" 0
+expect_descr "run bfloat16" "$tmp/obf.npy" "<u2"
+expect_text "run bfloat16" "$tmp/out" "+ 1 ulp of bfloat16"
+run_6x3 xbf.npy --dtype bf16 --out "$tmp/obf.npy" --out-dtype f32 --check
+expect_rc "run bfloat16 --out-dtype f32" 0
+expect_values "run bfloat16 --out-dtype f32" "$tmp/obf.npy" "$X_Z" 1e-2
+run_clattn run --q "$tmp/x16.npy" --k "$tmp/x.npy" --v "$tmp/xbf.npy" --dtype bf16 --scale 1 \
+    --out "$tmp/omix.npy" --check
+expect_rc "run mixed dtypes" 0
+expect_descr "run mixed dtypes" "$tmp/omix.npy" "<f2"
+for t in f16:'<f2' bf16:'<u2'; do
+    run_6x3 x.npy --out "$tmp/ot.npy" --out-dtype "${t%%:*}" --check
+    expect_rc "run --out-dtype ${t%%:*}" 0
+    expect_descr "run --out-dtype ${t%%:*}" "$tmp/ot.npy" "${t#*:}"
+done
+
+# everything at once, both algorithms, checked against the reference
+for algorithm in fused unfused; do
+    run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --algorithm "$algorithm" \
+        --mask causal-bottom-right --mask-file "$tmp/tril-f.npy" --kv-lens 5 --q-lens 5 \
+        --window 3,1 --alibi 0.5,0.125 --softcap 2 --q-start 1 --kv-start 2 \
+        --out "$tmp/oall.npy" --weights "$tmp/wall.npy" --lse "$tmp/lall.npy" --check
+    expect_rc "run all options $algorithm" 0
+    expect_shape "run all options $algorithm (LSE)" "$tmp/lall.npy" "(2, 6)"
+done
+
 # ---- run: errors leave an existing output byte-identical ------------------------
 
 printf 'precious' >"$tmp/keep.npy"
@@ -269,7 +467,7 @@ printf 'PK\003\004 not an npy file at all' >"$tmp/zip.npy"
 # expect_failure NAME STATUS FILE TEXT ARGS...: `clattn run ARGS` exits with STATUS,
 # its message names FILE and contains TEXT, and the existing outputs keep.npy and
 # keepw.npy (the defaults of --out and --weights, added unless ARGS has them) are
-# unchanged.
+# unchanged, and no file never.npy (a name the tests give to new outputs) appears.
 expect_failure() {
     name=$1 status=$2 file=$3 text=$4
     shift 4
@@ -292,6 +490,10 @@ expect_failure() {
         fail "$name: an existing output file was changed"
         cp "$tmp/keep.orig" "$tmp/keep.npy"
         cp "$tmp/keepw.orig" "$tmp/keepw.npy"
+    fi
+    if [ -e "$tmp/never.npy" ]; then
+        fail "$name: a new output file was written"
+        rm -f "$tmp/never.npy"
     fi
     for left in "$tmp"/*.clattn-tmp*; do
         if [ -e "$left" ]; then fail "$name: temporary file $left left behind"; return; fi
@@ -316,8 +518,6 @@ expect_failure "rank 1" 1 "$tmp/rank1.npy" "rank 1 is not supported (need (n, d)
     --q "$tmp/rank1.npy" --k "$x" --v "$x"
 expect_failure "bad mask" 2 "--mask" "unknown --mask 'diagonal'" --q "$x" --k "$x" --v "$x" --mask diagonal
 expect_failure "bad scale" 2 "--scale" "not a finite float32" --q "$x" --k "$x" --v "$x" --scale 1e99
-expect_failure "fused weights" 2 "--weights" "needs --algorithm auto or unfused" \
-    --q "$x" --k "$x" --v "$x" --algorithm fused
 expect_failure "output folder missing" 1 "$tmp/no/dir/o.npy" "temporary file" \
     --q "$x" --k "$x" --v "$x" --out "$tmp/no/dir/o.npy"
 expect_failure "weights folder missing" 1 "$tmp/no/dir/w.npy" "temporary file" \
@@ -357,6 +557,78 @@ expect_failure "repeated --q" 2 "--q" "option '--q' is given more than once" \
     --q "$x" --k "$x" --v "$x" --q "$x"
 expect_failure "repeated --check" 2 "--check" "option '--check' is given more than once" \
     --q "$x" --k "$x" --v "$x" --check --check
+
+# bad values of the desc's options: usage errors (2) for the option's text and for
+# lists that do not fit the inputs, failures (1) for files; never an output
+n=$tmp/never.npy
+TRIL30=$(echo "$TRIL" | cut -d ' ' -f 1-30)
+npy_with u8 "$tmp/mask65.npy" '|b1' '(6, 5)' $TRIL30
+npy_with u8 "$tmp/mask266.npy" '|b1' '(2, 6, 6)' $TRIL $TRIL
+npy_with u8 "$tmp/mask2166.npy" '|b1' '(2, 1, 6, 6)' $TRIL $TRIL
+npy_with f16 "$tmp/mask-f16.npy" '<f2' '(6,)' 3c00 3c00 3c00 3c00 3c00 3c00
+npy "$tmp/mask-f8.npy" '<f8' '(3,)' 00000000 00000000 00000000 00000000 00000000 00000000
+npy_with f32 "$tmp/lens2.npy" '<i4' '(2,)' 00000005 00000005
+npy_with f32 "$tmp/lens-neg.npy" '<i4' '(1,)' ffffffff
+for spec in "--kv-lens|1,2|--kv-lens has 2 values but the batch size of Q is 1" \
+    "--kv-lens|-1|-1 is negative (lengths are 0 or more)" \
+    "--kv-lens|7|value 7 (batch entry 0) is above n_kv (6)" \
+    "--kv-lens|5x|'5x' is not an integer" \
+    "--kv-lens|5,|'' is not an integer" \
+    "--q-lens|7|value 7 (batch entry 0) is above n_q (6)" \
+    "--q-lens|-3|-3 is negative" \
+    "--alibi|1,2|--alibi has 2 slopes but Q has 1 heads" \
+    "--alibi|abc|'abc' is not a finite float32 number" \
+    "--alibi|inf|'inf' is not a finite float32 number" \
+    "--window|1|--window '1' is not L,R" \
+    "--window|1,2,3|--window '1,2,3' is not L,R" \
+    "--window|a,1|--window 'a,1' is not L,R" \
+    "--window|1;2|--window '1;2' is not L,R" \
+    "--window|-2,0|a bound below -1" \
+    "--softcap|0|--softcap '0' is not a finite float32 number above 0" \
+    "--softcap|-1|--softcap '-1' is not a finite float32 number above 0" \
+    "--softcap|inf|--softcap 'inf' is not a finite float32 number above 0" \
+    "--softcap|1e-50|--softcap '1e-50' is not a finite float32 number above 0" \
+    "--masked-rows|maybe|unknown --masked-rows 'maybe' (zero, nan)" \
+    "--q-start|1.5|--q-start '1.5' is not an integer" \
+    "--kv-start|9007199254740992|within +-2^53" \
+    "--dtype|f16|unknown --dtype 'f16'" \
+    "--out-dtype|f64|unknown --out-dtype 'f64'"; do
+    option=${spec%%|*} rest=${spec#*|}
+    value=${rest%%|*} text=${rest#*|}
+    expect_failure "$option $value" 2 "$option" "$text" --q "$x" --k "$x" --v "$x" --lse "$n" \
+        "$option" "$value"
+done
+for spec in "mask65.npy|its n_kv dimension is 5, need 1 or 6" \
+    "mask266.npy|its h_q dimension is 2, need 1 or 1" \
+    "mask2166.npy|its b dimension is 2, need 1 or 1" \
+    "mask-f16.npy|dtype '<f2' is not supported" \
+    "mask-f8.npy|dtype '<f8' is not supported" \
+    "nonexistent.npy|cannot open"; do
+    expect_failure "--mask-file ${spec%%|*}" 1 "$tmp/${spec%%|*}" "${spec#*|}" \
+        --q "$x" --k "$x" --v "$x" --lse "$n" --mask-file "$tmp/${spec%%|*}"
+done
+expect_failure "--kv-lens file of float32" 1 "$x" "dtype '<f4' is not supported (need '<i4'" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --kv-lens "$x"
+expect_failure "--kv-lens file of 2 values" 1 "$tmp/lens2.npy" "needs one int32 per batch entry" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --kv-lens "$tmp/lens2.npy"
+expect_failure "--q-lens file negative" 1 "$tmp/lens-neg.npy" "value -1 (batch entry 0) is outside 0..n_q" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --q-lens "$tmp/lens-neg.npy"
+expect_failure "uint16 input without --dtype bf16" 1 "$tmp/xbf.npy" "is read only with --dtype bf16" \
+    --q "$tmp/xbf.npy" --k "$x" --v "$x" --lse "$n"
+expect_failure "--lse is --q" 2 "--lse '$x' is the same file as --q" "would destroy an input" \
+    --q "$x" --k "$x" --v "$x" --lse "$x"
+expect_failure "--out is --mask-file" 2 "--out '$tmp/tril.npy' is the same file as --mask-file" \
+    "would destroy an input" --q "$x" --k "$x" --v "$x" --mask-file "$tmp/tril.npy" --out "$tmp/tril.npy"
+expect_failure "--lse is --weights" 2 "--weights '$tmp/keepw.npy' and --lse '$tmp/keepw.npy'" \
+    "name the same file" --q "$x" --k "$x" --v "$x" --lse "$tmp/keepw.npy"
+expect_failure "--lse folder missing" 1 "$tmp/no/dir/l.npy" "temporary file" \
+    --q "$x" --k "$x" --v "$x" --lse "$tmp/no/dir/l.npy"
+expect_failure "empty --window" 2 "--window" "option '--window' needs a non-empty value" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --window ""
+run_clattn run --q "$x" --k "$x" --v "$x" --out "$n" --weights-head-mean
+expect_rc "--weights-head-mean without --weights" 2
+expect_text "--weights-head-mean without --weights" "$tmp/err" "--weights-head-mean needs --weights FILE"
+if [ -e "$n" ]; then fail "--weights-head-mean without --weights: wrote $n"; else pass; fi
 
 # inputs that are not regular files are rejected without being read: a FIFO without a
 # writer, a device (/dev/null rather than an endless /dev/zero, which a reader that

@@ -1,6 +1,7 @@
-/* The .npy reader and writer of tools/npy.c: round trips of every supported rank,
- * the writer's header layout, versions 2.0 and 3.0, and every kind of malformed file
- * rejected with a message that names the file. No OpenCL needed. */
+/* The .npy reader and writer of tools/npy.c: round trips of every supported rank and
+ * dtype (float32, float16, bool, uint8, uint16, int32), the writer's header layout,
+ * versions 2.0 and 3.0, and every kind of malformed file rejected with a message that
+ * names the file. No OpenCL needed. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, opendir, mkfifo */
 
 #include "npy.h"
@@ -458,6 +459,305 @@ START_TEST(test_min_rank)
 }
 END_TEST
 
+/* ---- dtypes other than float32 ------------------------------------------------------ */
+
+static const npy_dtype all_dtypes[] = {NPY_F32, NPY_F16, NPY_BOOL, NPY_U8, NPY_U16, NPY_I32};
+
+/* Every dtype through npy_write() and npy_read(), every round-trip shape: the values
+ * (bit patterns) survive, the header names the dtype, the data is little-endian. */
+START_TEST(test_dtype_round_trip)
+{
+    const npy_dtype dtype = all_dtypes[_i];
+    const size_t esize = npy_dtype_size(dtype);
+    ck_assert_uint_gt(esize, 0);
+    for (size_t t = 0; t < sizeof round_trip_shapes / sizeof round_trip_shapes[0]; ++t) {
+        const int ndim = round_trip_shapes[t].ndim;
+        const int64_t *shape = round_trip_shapes[t].shape;
+        size_t count = 1;
+        for (int d = 0; d < ndim; ++d) {
+            count *= (size_t)shape[d];
+        }
+        unsigned char *data = malloc(count * esize + 1);
+        ck_assert_ptr_nonnull(data);
+        for (size_t i = 0; i < count * esize; ++i) {
+            data[i] = (unsigned char)(i * 37 + 11 + t);
+        }
+        if (dtype == NPY_BOOL) {
+            for (size_t i = 0; i < count; ++i) {
+                data[i] = (unsigned char)(i % 3 == 0);
+            }
+        }
+        char err[512] = "";
+        const char *path = tmp_path("dtype_round_trip.npy");
+        ck_assert_msg(npy_write(path, dtype, data, shape, ndim, err, sizeof err) == 0, "%s", err);
+
+        npy_data a;
+        ck_assert_msg(npy_read(path, NPY_ACCEPT_ALL, 1, NULL, &a, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(a.dtype, dtype);
+        ck_assert_int_eq(a.ndim, ndim);
+        for (int d = 0; d < NPY_MAX_NDIM; ++d) {
+            ck_assert_int_eq(a.shape[d], d < ndim ? shape[d] : 1);
+        }
+        ck_assert_uint_eq(a.count, count);
+        ck_assert_ptr_nonnull(a.data);
+        ck_assert_msg(count == 0 || memcmp(a.data, data, count * esize) == 0,
+                      "%s data differs after a round trip", npy_dtype_name(dtype));
+
+        /* the header and the bytes on disk (little-endian) */
+        size_t size;
+        unsigned char *bytes = read_bytes(path, &size);
+        size_t data_offset = 10 + (bytes[8] | (size_t)bytes[9] << 8);
+        ck_assert_uint_eq(data_offset % 64, 0);
+        ck_assert_uint_eq(size, data_offset + count * esize);
+        char descr[32];
+        snprintf(descr, sizeof descr, "{'descr': '%s', ", npy_dtype_descr(dtype));
+        ck_assert_int_eq(memcmp(bytes + 10, descr, strlen(descr)), 0);
+        for (size_t i = 0; i < count; ++i) {
+            uint32_t host = 0, disk = 0;
+            for (size_t b = 0; b < esize; ++b) {
+                disk |= (uint32_t)bytes[data_offset + i * esize + b] << (8 * b);
+            }
+            if (esize == 1) {
+                host = ((const uint8_t *)a.data)[i];
+            } else if (esize == 2) {
+                host = ((const uint16_t *)a.data)[i];
+            } else {
+                host = ((const uint32_t *)a.data)[i];
+            }
+            ck_assert_uint_eq(host, disk);
+        }
+
+        /* the same bytes through the in-memory parser */
+        npy_data b;
+        ck_assert_msg(npy_parse("mem", bytes, size, NPY_ACCEPT(dtype), &b, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_int_eq(b.dtype, dtype);
+        ck_assert_uint_eq(b.count, count);
+        ck_assert_int_eq(memcmp(a.data, b.data, count * esize), 0);
+        free(bytes);
+        npy_data_free(&a);
+        npy_data_free(&b);
+        ck_assert_ptr_null(a.data);
+        free(data);
+    }
+}
+END_TEST
+
+START_TEST(test_dtype_names)
+{
+    static const char *const descrs[] = {"<f4", "<f2", "|b1", "|u1", "<u2", "<i4"};
+    static const char *const names[] = {"float32", "float16", "bool", "uint8", "uint16", "int32"};
+    static const size_t sizes[] = {4, 2, 1, 1, 2, 4};
+    for (int d = 0; d < NPY_DTYPE_COUNT; ++d) {
+        ck_assert_str_eq(npy_dtype_descr((npy_dtype)d), descrs[d]);
+        ck_assert_str_eq(npy_dtype_name((npy_dtype)d), names[d]);
+        ck_assert_uint_eq(npy_dtype_size((npy_dtype)d), sizes[d]);
+    }
+    ck_assert_str_eq(npy_dtype_descr(NPY_DTYPE_COUNT), "?");
+    ck_assert_str_eq(npy_dtype_name((npy_dtype)-1), "?");
+    ck_assert_uint_eq(npy_dtype_size(NPY_DTYPE_COUNT), 0);
+}
+END_TEST
+
+/* Valid files of each dtype, written by hand, through npy_read with only that dtype
+ * accepted, and refused (naming what is accepted) when it is not. */
+static const struct {
+    int major;
+    const char *dict;
+    npy_dtype dtype;
+    size_t data_bytes;
+    int ndim;
+    int64_t shape[4];
+} typed_files[] = {
+    {1, STD_DICT("<f2", "False", "(2, 3)"), NPY_F16, 12, 2, {2, 3}},
+    {2, STD_DICT("<f2", "False", "(1, 1, 5)"), NPY_F16, 10, 3, {1, 1, 5}},
+    {1, STD_DICT("|b1", "False", "(4, 4)"), NPY_BOOL, 16, 2, {4, 4}},
+    {3, STD_DICT("|b1", "False", "(7,)"), NPY_BOOL, 7, 1, {7}},
+    {1, STD_DICT("|u1", "False", "(3, 1, 2, 2)"), NPY_U8, 12, 4, {3, 1, 2, 2}},
+    {1, STD_DICT("<u2", "False", "(2, 0)"), NPY_U16, 0, 2, {2, 0}},
+    {1, STD_DICT("<u2", "False", "(2, 2)"), NPY_U16, 8, 2, {2, 2}},
+    {1, STD_DICT("<i4", "False", "(3,)"), NPY_I32, 12, 1, {3}},
+    {1, "{\"shape\": (2,), \"fortran_order\": False, \"descr\": \"<i4\"}", NPY_I32, 8, 1, {2}},
+};
+
+START_TEST(test_typed_files)
+{
+    const char *path = make_file("typed.npy", typed_files[_i].major, 0, typed_files[_i].dict,
+                                 typed_files[_i].data_bytes);
+    const npy_dtype dtype = typed_files[_i].dtype;
+    npy_data a;
+    char err[512] = "";
+    ck_assert_msg(npy_read(path, NPY_ACCEPT(dtype), 1, NULL, &a, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(a.dtype, dtype);
+    ck_assert_int_eq(a.ndim, typed_files[_i].ndim);
+    for (int d = 0; d < a.ndim; ++d) {
+        ck_assert_int_eq(a.shape[d], typed_files[_i].shape[d]);
+    }
+    ck_assert_uint_eq(a.count * npy_dtype_size(dtype), typed_files[_i].data_bytes);
+    npy_data_free(&a);
+
+    /* not accepted: the message names the file's dtype and the accepted ones */
+    const unsigned others = NPY_ACCEPT_ALL & ~NPY_ACCEPT(dtype);
+    ck_assert_int_ne(npy_read(path, others, 1, NULL, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "is not supported (need '<f4' (float32), ") != NULL ||
+                      strstr(err, "is not supported (need '<f2' (float16), ") != NULL,
+                  "%s", err);
+    ck_assert_ptr_null(a.data);
+    if (dtype != NPY_F32) {
+        npy_array f;
+        ck_assert_int_ne(npy_read_f32(path, &f, err, sizeof err), 0);
+        ck_assert_msg(strstr(err, "is not supported (need '<f4', little-endian float32)") != NULL,
+                      "%s", err);
+        ck_assert_ptr_null(f.data);
+    }
+}
+END_TEST
+
+static const struct {
+    const char *dict;
+    size_t data_bytes;
+    unsigned accept;
+    const char *fragment;
+} typed_rejected[] = {
+    /* byte orders and spellings */
+    {STD_DICT(">f2", "False", "(2,)"), 4, NPY_ACCEPT_ALL,
+     "dtype '>f2' is not supported (not little-endian; need"},
+    {STD_DICT(">u2", "False", "(2,)"), 4, NPY_ACCEPT_ALL, "dtype '>u2' is not supported (not"},
+    {STD_DICT(">i4", "False", "(2,)"), 8, NPY_ACCEPT_ALL, "dtype '>i4' is not supported (not"},
+    {STD_DICT("=f2", "False", "(2,)"), 4, NPY_ACCEPT_ALL, "dtype '=f2' is not supported (not"},
+    {STD_DICT("<b1", "False", "(2,)"), 2, NPY_ACCEPT_ALL, "dtype '<b1' is not supported"},
+    {STD_DICT("|i1", "False", "(2,)"), 2, NPY_ACCEPT_ALL, "dtype '|i1' is not supported"},
+    {STD_DICT("<i8", "False", "(2,)"), 16, NPY_ACCEPT_ALL, "dtype '<i8' is not supported"},
+    {STD_DICT("<u4", "False", "(2,)"), 8, NPY_ACCEPT_ALL, "dtype '<u4' is not supported"},
+    {STD_DICT("?", "False", "(2,)"), 2, NPY_ACCEPT_ALL, "dtype '?' is not supported"},
+    {STD_DICT("<f4", "False", "(2,)"), 8, NPY_ACCEPT(NPY_BOOL) | NPY_ACCEPT(NPY_U8),
+     "dtype '<f4' is not supported (need '|b1' (bool) or '|u1' (uint8))"},
+    {STD_DICT("<f8", "False", "(2,)"), 16,
+     NPY_ACCEPT(NPY_F32) | NPY_ACCEPT(NPY_F16) | NPY_ACCEPT(NPY_U16),
+     "dtype '<f8' is not supported (need '<f4' (float32), '<f2' (float16) or '<u2' (uint16))"},
+    /* data sizes name the dtype */
+    {STD_DICT("<f2", "False", "(2, 3)"), 11, NPY_ACCEPT_ALL,
+     "truncated: data is 11 bytes but shape (2, 3) needs 12 (float16)"},
+    {STD_DICT("<f2", "False", "(2, 3)"), 24, NPY_ACCEPT_ALL,
+     "trailing bytes: data is 24 bytes but shape (2, 3) needs 12 (float16)"},
+    {STD_DICT("|b1", "False", "(5,)"), 4, NPY_ACCEPT_ALL, "truncated: data is 4 bytes"},
+    {STD_DICT("|b1", "False", "(5,)"), 20, NPY_ACCEPT_ALL, "needs 5 (bool)"},
+    {STD_DICT("|u1", "False", "(0, 3)"), 1, NPY_ACCEPT_ALL, "trailing bytes"},
+    {STD_DICT("<u2", "False", "(3,)"), 5, NPY_ACCEPT_ALL, "needs 6 (uint16)"},
+    {STD_DICT("<i4", "False", "(3,)"), 13, NPY_ACCEPT_ALL, "needs 12 (int32)"},
+    /* order, rank, overflow */
+    {STD_DICT("<f2", "True", "(2, 3)"), 12, NPY_ACCEPT_ALL, "fortran_order is True"},
+    {STD_DICT("|b1", "True", "(2, 3)"), 6, NPY_ACCEPT_ALL, "fortran_order is True"},
+    {STD_DICT("|b1", "False", "()"), 1, NPY_ACCEPT_ALL, "rank 0 is not supported"},
+    {STD_DICT("<u2", "False", "(1, 1, 1, 1, 2)"), 4, NPY_ACCEPT_ALL, "rank 5 is not supported"},
+    {STD_DICT("|u1", "False", "(9223372036854775807, 2)"), 8, NPY_ACCEPT_ALL, "overflows"},
+    {STD_DICT("<f2", "False", "(4611686018427387904, 2)"), 8, NPY_ACCEPT_ALL, "overflows"},
+    {STD_DICT("<i4", "False", "(65536, 65536, 65536, 65536)"), 8, NPY_ACCEPT_ALL, "overflows"},
+    {STD_DICT("|b1", "False", "(2, -3)"), 6, NPY_ACCEPT_ALL, "negative dimension"},
+};
+
+START_TEST(test_typed_rejected)
+{
+    const char *path = make_file("typed_rejected.npy", 1, 0, typed_rejected[_i].dict,
+                                 typed_rejected[_i].data_bytes);
+    npy_data a;
+    char err[512] = "";
+    ck_assert_msg(npy_read(path, typed_rejected[_i].accept, 1, NULL, &a, err, sizeof err) != 0,
+                  "%s was accepted", typed_rejected[_i].dict);
+    ck_assert_msg(strstr(err, path) != NULL, "message does not name the file: %s", err);
+    ck_assert_msg(strstr(err, typed_rejected[_i].fragment) != NULL, "message lacks '%s': %s",
+                  typed_rejected[_i].fragment, err);
+    ck_assert_ptr_null(a.data);
+    ck_assert_int_eq(a.ndim, 0);
+    /* the in-memory parser agrees */
+    size_t size;
+    unsigned char *bytes = read_bytes(path, &size);
+    ck_assert_int_ne(
+        npy_parse("mem.npy", bytes, size, typed_rejected[_i].accept, &a, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, typed_rejected[_i].fragment) != NULL, "%s", err);
+    free(bytes);
+}
+END_TEST
+
+/* Prefixes and header mutations of a float16 and a bool file, as for float32. */
+START_TEST(test_typed_prefixes_and_mutations)
+{
+    const npy_dtype dtypes[] = {NPY_F16, NPY_BOOL, NPY_I32};
+    const npy_dtype dtype = dtypes[_i];
+    const int64_t shape[2] = {3, 5};
+    unsigned char data[60];
+    for (size_t i = 0; i < sizeof data; ++i) {
+        data[i] = (unsigned char)(dtype == NPY_BOOL ? i % 2 : i * 5);
+    }
+    char err[512] = "";
+    const char *path = tmp_path("typed_valid.npy");
+    ck_assert_msg(npy_write(path, dtype, data, shape, 2, err, sizeof err) == 0, "%s", err);
+    size_t size;
+    unsigned char *bytes = read_bytes(path, &size);
+    size_t data_offset = 10 + (bytes[8] | (size_t)bytes[9] << 8);
+    for (size_t len = 0; len < size; ++len) {
+        unsigned char *prefix = malloc(len > 0 ? len : 1);
+        ck_assert_ptr_nonnull(prefix);
+        memcpy(prefix, bytes, len);
+        npy_data a;
+        ck_assert_msg(npy_parse("prefix.npy", prefix, len, NPY_ACCEPT_ALL, &a, err, sizeof err) !=
+                          0,
+                      "a %zu-byte prefix was accepted", len);
+        ck_assert_msg(strstr(err, "prefix.npy") != NULL, "%s", err);
+        free(prefix);
+    }
+    static const unsigned char replacements[] = {0,   ' ', '\'', '"', '(', ')', ',', ':',
+                                                 '{', '}', '9',  '-', '<', '|', 'b', 0xff};
+    for (size_t pos = 0; pos < data_offset; ++pos) {
+        for (size_t r = 0; r < sizeof replacements; ++r) {
+            unsigned char *copy = malloc(size);
+            ck_assert_ptr_nonnull(copy);
+            memcpy(copy, bytes, size);
+            copy[pos] = replacements[r];
+            npy_data a;
+            if (npy_parse("mutant.npy", copy, size, NPY_ACCEPT_ALL, &a, err, sizeof err) == 0) {
+                ck_assert_uint_eq(data_offset + a.count * npy_dtype_size(a.dtype), size);
+                npy_data_free(&a);
+            } else {
+                ck_assert_msg(strstr(err, "mutant.npy") != NULL, "%s", err);
+            }
+            free(copy);
+        }
+    }
+    free(bytes);
+}
+END_TEST
+
+START_TEST(test_typed_argument_errors)
+{
+    char err[512] = "";
+    npy_data a;
+    const int64_t shape[1] = {2};
+    const uint16_t words[2] = {0x3c00, 0xc000};
+    const char *path = make_file("f2.npy", 1, 0, STD_DICT("<f2", "False", "(2,)"), 4);
+    ck_assert_int_ne(npy_read(path, 0, 1, NULL, &a, err, sizeof err), 0); /* nothing accepted */
+    ck_assert_msg(strstr(err, "invalid argument") != NULL, "%s", err);
+    ck_assert_int_ne(npy_read(path, NPY_ACCEPT_ALL, 0, NULL, &a, err, sizeof err), 0);
+    ck_assert_int_ne(npy_read(path, NPY_ACCEPT_ALL, 1, NULL, NULL, err, sizeof err), 0);
+    ck_assert_int_ne(npy_parse("x", NULL, 5, NPY_ACCEPT_ALL, &a, NULL, 0), 0);
+    ck_assert_int_ne(npy_parse("x", (const unsigned char *)"", 0, 0, &a, err, sizeof err), 0);
+    ck_assert_int_ne(npy_read_f32_rank(path, 1, NULL, NULL, err, sizeof err), 0);
+    const char *out = tmp_path("bad_dtype.npy");
+    ck_assert_int_ne(npy_write(out, NPY_DTYPE_COUNT, words, shape, 1, err, sizeof err), 0);
+    ck_assert_int_ne(npy_write(out, (npy_dtype)-1, words, shape, 1, err, sizeof err), 0);
+    ck_assert_int_ne(npy_write(out, NPY_F16, NULL, shape, 1, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, out) != NULL, "%s", err);
+    ck_assert_int_eq(access(out, F_OK), -1); /* failed writes leave no file */
+    /* a '<f2' file holds float16 bit patterns: 1.0 and -2.0 */
+    ck_assert_int_eq(npy_write(out, NPY_F16, words, shape, 1, err, sizeof err), 0);
+    size_t size;
+    unsigned char *bytes = read_bytes(out, &size);
+    ck_assert_int_eq(memcmp(bytes + size - 4, "\x00\x3c\x00\xc0", 4), 0);
+    free(bytes);
+    npy_data_free(NULL);
+}
+END_TEST
+
 /* ---- main --------------------------------------------------------------------------- */
 
 static void remove_tmp_dir(void)
@@ -499,6 +799,12 @@ int main(void)
     tcase_add_test(tc, test_io_errors);
     tcase_add_test(tc, test_special_files);
     tcase_add_test(tc, test_min_rank);
+    tcase_add_loop_test(tc, test_dtype_round_trip, 0, COUNT(all_dtypes));
+    tcase_add_test(tc, test_dtype_names);
+    tcase_add_loop_test(tc, test_typed_files, 0, COUNT(typed_files));
+    tcase_add_loop_test(tc, test_typed_rejected, 0, COUNT(typed_rejected));
+    tcase_add_loop_test(tc, test_typed_prefixes_and_mutations, 0, 3);
+    tcase_add_test(tc, test_typed_argument_errors);
     suite_add_tcase(suite, tc);
 
     SRunner *runner = srunner_create(suite);

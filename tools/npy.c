@@ -1,5 +1,6 @@
 /*
- * .npy reader and writer for float32 arrays; see npy.h.
+ * .npy reader and writer for float32, float16, bool, uint8, uint16 and int32 arrays;
+ * see npy.h.
  *
  * File layout: magic "\x93NUMPY", major and minor version bytes, header length
  * (uint16 little-endian for 1.0, uint32 for 2.0 and 3.0), the header (a Python dict
@@ -25,7 +26,7 @@
 #define NPY_PRINTF(fmt_index, first_arg)
 #endif
 
-/* The ranks npy_read_f32() accepts, as its messages describe them. */
+/* The ranks npy_read() accepts by default, as its messages describe them. */
 #define NPY_ANY_RANK "1 to 4 dimensions"
 /* The most one read() asks for (Linux reads at most about 2 GiB at a time anyway). */
 #define NPY_READ_CHUNK ((size_t)1 << 30)
@@ -38,6 +39,31 @@ enum {
     NPY_ALIGN = 64,         /* the writer pads the header to this many bytes */
     NPY_SHAPE_STR_LEN = 100 /* "(" + 4 × (19 digits + ", ") + ")" fits */
 };
+
+/* descr, name and element size of each npy_dtype, in enum order */
+static const struct {
+    const char *descr;
+    const char *name;
+    size_t size;
+} npy_dtypes[NPY_DTYPE_COUNT] = {
+    {"<f4", "float32", 4}, {"<f2", "float16", 2}, {"|b1", "bool", 1},
+    {"|u1", "uint8", 1},   {"<u2", "uint16", 2},  {"<i4", "int32", 4},
+};
+
+size_t npy_dtype_size(npy_dtype dtype)
+{
+    return (unsigned)dtype < NPY_DTYPE_COUNT ? npy_dtypes[dtype].size : 0;
+}
+
+const char *npy_dtype_descr(npy_dtype dtype)
+{
+    return (unsigned)dtype < NPY_DTYPE_COUNT ? npy_dtypes[dtype].descr : "?";
+}
+
+const char *npy_dtype_name(npy_dtype dtype)
+{
+    return (unsigned)dtype < NPY_DTYPE_COUNT ? npy_dtypes[dtype].name : "?";
+}
 
 /* Format "name: message" into err; always returns -1 so callers can `return fail(...)`. */
 NPY_PRINTF(4, 5)
@@ -79,9 +105,10 @@ static const char *printable(char out[44], const unsigned char *text, size_t len
     return out;
 }
 
-/* The element count of a shape, or -1 if it (or its byte size) overflows int64_t or
- * size_t. Dims must be >= 0; any zero dim gives 0 whatever the others are. */
-static int64_t shape_count(const int64_t *shape, int ndim)
+/* The element count of a shape, or -1 if it (or its byte size with `esize`-byte
+ * elements) overflows int64_t or size_t. Dims must be >= 0; any zero dim gives 0
+ * whatever the others are. */
+static int64_t shape_count(const int64_t *shape, int ndim, size_t esize)
 {
     int64_t count = 1;
     for (int i = 0; i < ndim; ++i) {
@@ -95,7 +122,7 @@ static int64_t shape_count(const int64_t *shape, int ndim)
         }
         count *= shape[i];
     }
-    if ((uint64_t)count > SIZE_MAX / sizeof(float) || count > INT64_MAX / 4) {
+    if ((uint64_t)count > SIZE_MAX / esize || count > INT64_MAX / (int64_t)esize) {
         return -1;
     }
     return count;
@@ -351,23 +378,73 @@ static int parse_preamble(const char *name, const unsigned char *bytes, size_t s
     return 0;
 }
 
-/* The header dict (`header_len` bytes at `text`) and the checks of dtype, order, rank
- * (min_ndim..NPY_MAX_NDIM, described by `ranks` in messages) and of the data size
- * against `data_bytes`, the bytes after the header. On success out->shape/ndim/count
- * are set (out->data is not). */
+/* "'<f4', little-endian float32" for a single accepted dtype, else a list such as
+ * "'|b1' (bool) or '<f4' (float32)", in enum order. */
+static void accepted_list(char *buf, size_t len, unsigned accept)
+{
+    unsigned n = 0, total = 0;
+    for (unsigned d = 0; d < NPY_DTYPE_COUNT; ++d) {
+        total += (accept >> d) & 1u;
+    }
+    buf[0] = '\0';
+    for (unsigned d = 0; d < NPY_DTYPE_COUNT; ++d) {
+        if (!(accept & (1u << d))) {
+            continue;
+        }
+        size_t used = strlen(buf);
+        const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
+        if (total == 1) {
+            snprintf(buf + used, len - used, "'%s', little-endian %s", npy_dtypes[d].descr,
+                     npy_dtypes[d].name);
+        } else {
+            snprintf(buf + used, len - used, "%s'%s' (%s)", sep, npy_dtypes[d].descr,
+                     npy_dtypes[d].name);
+        }
+        ++n;
+    }
+}
+
+/* The dtype of a descr string, or -1 (and *other_order set if it is a known dtype in
+ * another byte order, such as '>f4' or '=f2'). */
+static int lookup_dtype(const unsigned char *descr, size_t len, int *other_order)
+{
+    *other_order = 0;
+    for (int d = 0; d < NPY_DTYPE_COUNT; ++d) {
+        const char *known = npy_dtypes[d].descr;
+        if (len != strlen(known)) {
+            continue;
+        }
+        if (memcmp(descr, known, len) == 0) {
+            return d;
+        }
+        if (known[0] == '<' && (descr[0] == '>' || descr[0] == '=') &&
+            memcmp(descr + 1, known + 1, len - 1) == 0) {
+            *other_order = 1;
+        }
+    }
+    return -1;
+}
+
+/* The header dict (`header_len` bytes at `text`) and the checks of dtype (one of
+ * `accept`), order, rank (min_ndim..NPY_MAX_NDIM, described by `ranks` in messages) and
+ * of the data size against `data_bytes`, the bytes after the header. On success
+ * out->dtype/shape/ndim/count are set (out->data is not). */
 static int parse_header(const char *name, const unsigned char *text, size_t header_len,
-                        size_t data_bytes, int min_ndim, const char *ranks, npy_array *out,
-                        char *err, size_t errlen)
+                        size_t data_bytes, unsigned accept, int min_ndim, const char *ranks,
+                        npy_data *out, char *err, size_t errlen)
 {
     header h = {0};
     if (parse_dict(text, header_len, name, &h, err, errlen) != 0) {
         return -1;
     }
-    if (h.descr_len != 3 || memcmp(h.descr, "<f4", 3) != 0) {
-        char shown[44];
-        return fail(err, errlen, name,
-                    "dtype '%s' is not supported (need '<f4', little-endian float32)",
-                    printable(shown, h.descr, h.descr_len));
+    int other_order = 0;
+    int dtype = lookup_dtype(h.descr, h.descr_len, &other_order);
+    if (dtype < 0 || !(accept & (1u << dtype))) {
+        char shown[44], list[160];
+        accepted_list(list, sizeof list, accept);
+        return fail(err, errlen, name, "dtype '%s' is not supported (%sneed %s)",
+                    printable(shown, h.descr, h.descr_len),
+                    other_order ? "not little-endian; " : "", list);
     }
     if (h.fortran_order) {
         return fail(err, errlen, name,
@@ -379,20 +456,22 @@ static int parse_header(const char *name, const unsigned char *text, size_t head
     }
 
     int ndim = (int)h.ndim;
+    size_t esize = npy_dtypes[dtype].size;
     char shape_str[NPY_SHAPE_STR_LEN];
     format_shape(shape_str, h.shape, ndim);
-    int64_t count = shape_count(h.shape, ndim);
+    int64_t count = shape_count(h.shape, ndim, esize);
     if (count < 0) {
         return fail(err, errlen, name, "shape %s has too many elements (overflows 64-bit sizes)",
                     shape_str);
     }
-    size_t need = (size_t)count * sizeof(float);
+    size_t need = (size_t)count * esize;
     if (data_bytes != need) {
-        return fail(err, errlen, name, "%s: data is %zu bytes but shape %s needs %zu (float32)",
-                    data_bytes < need ? "truncated" : "trailing bytes", data_bytes, shape_str,
-                    need);
+        return fail(err, errlen, name, "%s: data is %zu bytes but shape %s needs %zu (%s)",
+                    data_bytes < need ? "truncated" : "trailing bytes", data_bytes, shape_str, need,
+                    npy_dtypes[dtype].name);
     }
 
+    out->dtype = (npy_dtype)dtype;
     out->ndim = ndim;
     for (int i = 0; i < NPY_MAX_NDIM; ++i) {
         out->shape[i] = i < ndim ? h.shape[i] : 1;
@@ -401,58 +480,80 @@ static int parse_header(const char *name, const unsigned char *text, size_t head
     return 0;
 }
 
-/* Little-endian float32 bytes to host floats; dst may be the same memory as src. */
-static void decode_f32(float *dst, const unsigned char *src, size_t count)
+/* Little-endian bytes to host values of `esize` bytes each; dst may be the same
+ * memory as src. */
+static void decode(void *dst, const unsigned char *src, size_t count, size_t esize)
 {
+    unsigned char *out = dst;
+    if (esize == 1) {
+        memmove(out, src, count);
+        return;
+    }
     for (size_t i = 0; i < count; ++i) {
-        const unsigned char *b = src + 4 * i;
-        uint32_t bits =
-            (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-        float value;
-        memcpy(&value, &bits, sizeof value);
-        memcpy(dst + i, &value, sizeof value);
+        const unsigned char *b = src + esize * i;
+        if (esize == 2) {
+            uint16_t v = (uint16_t)(b[0] | b[1] << 8);
+            memcpy(out + 2 * i, &v, sizeof v);
+        } else {
+            uint32_t v =
+                (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+            memcpy(out + 4 * i, &v, sizeof v);
+        }
     }
 }
 
-static void encode_f32(unsigned char *dst, const float *src, size_t count)
+/* Host values of `esize` bytes each to little-endian bytes. */
+static void encode(unsigned char *dst, const void *src, size_t count, size_t esize)
 {
+    const unsigned char *in = src;
     for (size_t i = 0; i < count; ++i) {
-        uint32_t bits;
-        memcpy(&bits, src + i, sizeof bits);
-        dst[4 * i] = (unsigned char)bits;
-        dst[4 * i + 1] = (unsigned char)(bits >> 8);
-        dst[4 * i + 2] = (unsigned char)(bits >> 16);
-        dst[4 * i + 3] = (unsigned char)(bits >> 24);
+        if (esize == 1) {
+            dst[i] = in[i];
+        } else if (esize == 2) {
+            uint16_t v;
+            memcpy(&v, in + 2 * i, sizeof v);
+            dst[2 * i] = (unsigned char)v;
+            dst[2 * i + 1] = (unsigned char)(v >> 8);
+        } else {
+            uint32_t v;
+            memcpy(&v, in + 4 * i, sizeof v);
+            dst[4 * i] = (unsigned char)v;
+            dst[4 * i + 1] = (unsigned char)(v >> 8);
+            dst[4 * i + 2] = (unsigned char)(v >> 16);
+            dst[4 * i + 3] = (unsigned char)(v >> 24);
+        }
     }
 }
 
-int npy_parse_f32(const char *name, const unsigned char *bytes, size_t size, npy_array *out,
-                  char *err, size_t errlen)
+int npy_parse(const char *name, const unsigned char *bytes, size_t size, unsigned accept,
+              npy_data *out, char *err, size_t errlen)
 {
     size_t prefix = 0, header_len = 0;
-    npy_array result = {0};
+    npy_data result = {0};
     if (out != NULL) {
         *out = result;
     }
     if (name == NULL) {
         name = "(unnamed)";
     }
-    if (out == NULL || (bytes == NULL && size > 0)) {
+    if (out == NULL || (bytes == NULL && size > 0) || (accept & NPY_ACCEPT_ALL) == 0) {
         return fail(err, errlen, name, "invalid argument");
     }
+    accept &= NPY_ACCEPT_ALL;
     if (bytes == NULL) {
         bytes = npy_magic; /* size is 0: only the "truncated" message is reachable */
     }
     if (parse_preamble(name, bytes, size, &prefix, &header_len, err, errlen) != 0 ||
-        parse_header(name, bytes + prefix, header_len, size - prefix - header_len, 1, NPY_ANY_RANK,
-                     &result, err, errlen) != 0) {
+        parse_header(name, bytes + prefix, header_len, size - prefix - header_len, accept, 1,
+                     NPY_ANY_RANK, &result, err, errlen) != 0) {
         return -1;
     }
-    result.data = malloc(result.count > 0 ? result.count * sizeof(float) : 1);
+    size_t esize = npy_dtypes[result.dtype].size;
+    result.data = malloc(result.count > 0 ? result.count * esize : 1);
     if (result.data == NULL) {
-        return fail(err, errlen, name, "out of memory for %zu floats", result.count);
+        return fail(err, errlen, name, "out of memory for %zu elements", result.count);
     }
-    decode_f32(result.data, bytes + prefix + header_len, result.count);
+    decode(result.data, bytes + prefix + header_len, result.count, esize);
     *out = result;
     // cppcheck-suppress memleak ; false positive: out->data owns the buffer
     return 0;
@@ -503,8 +604,8 @@ const char *npy_file_kind(unsigned mode)
 
 /* Reads the open regular file `fd` of `size` bytes: the preamble, then the header, then
  * (once both are valid, so that the data size is known to match) the data. */
-static int read_npy(int fd, const char *path, size_t size, int min_ndim, const char *ranks,
-                    npy_array *out, char *err, size_t errlen)
+static int read_npy(int fd, const char *path, size_t size, unsigned accept, int min_ndim,
+                    const char *ranks, npy_data *out, char *err, size_t errlen)
 {
     unsigned char preamble[NPY_PREAMBLE_MAX];
     size_t prefix = 0, header_len = 0;
@@ -519,38 +620,40 @@ static int read_npy(int fd, const char *path, size_t size, int min_ndim, const c
     }
     int rc = read_at(fd, path, text, header_len, prefix, err, errlen);
     if (rc == 0) {
-        rc = parse_header(path, text, header_len, size - prefix - header_len, min_ndim, ranks, out,
-                          err, errlen);
+        rc = parse_header(path, text, header_len, size - prefix - header_len, accept, min_ndim,
+                          ranks, out, err, errlen);
     }
     free(text);
     if (rc != 0) {
         return -1;
     }
-    out->data = malloc(out->count > 0 ? out->count * sizeof(float) : 1);
+    size_t esize = npy_dtypes[out->dtype].size;
+    out->data = malloc(out->count > 0 ? out->count * esize : 1);
     if (out->data == NULL) {
-        return fail(err, errlen, path, "out of memory for %zu floats", out->count);
+        return fail(err, errlen, path, "out of memory for %zu elements", out->count);
     }
-    if (read_at(fd, path, out->data, out->count * sizeof(float), prefix + header_len, err,
-                errlen) != 0) {
+    if (read_at(fd, path, out->data, out->count * esize, prefix + header_len, err, errlen) != 0) {
         free(out->data);
         out->data = NULL;
         return -1;
     }
-    /* Little-endian bytes to host floats, in place. */
-    decode_f32(out->data, (const unsigned char *)out->data, out->count);
+    /* Little-endian bytes to host values, in place. */
+    decode(out->data, (const unsigned char *)out->data, out->count, esize);
     return 0;
 }
 
-int npy_read_f32_rank(const char *path, int min_ndim, const char *ranks, npy_array *out, char *err,
-                      size_t errlen)
+int npy_read(const char *path, unsigned accept, int min_ndim, const char *ranks, npy_data *out,
+             char *err, size_t errlen)
 {
-    npy_array result = {0};
+    npy_data result = {0};
     if (out != NULL) {
         *out = result;
     }
-    if (path == NULL || out == NULL || min_ndim < 1 || min_ndim > NPY_MAX_NDIM) {
+    if (path == NULL || out == NULL || min_ndim < 1 || min_ndim > NPY_MAX_NDIM ||
+        (accept & NPY_ACCEPT_ALL) == 0) {
         return fail(err, errlen, path != NULL ? path : "(null)", "invalid argument");
     }
+    accept &= NPY_ACCEPT_ALL;
     if (ranks == NULL) {
         ranks = NPY_ANY_RANK;
     }
@@ -569,13 +672,135 @@ int npy_read_f32_rank(const char *path, int min_ndim, const char *ranks, npy_arr
     } else if (st.st_size < 0 || (uintmax_t)st.st_size > SIZE_MAX) {
         fail(err, errlen, path, "too large for this machine's size_t");
     } else {
-        rc = read_npy(fd, path, (size_t)st.st_size, min_ndim, ranks, &result, err, errlen);
+        rc = read_npy(fd, path, (size_t)st.st_size, accept, min_ndim, ranks, &result, err, errlen);
     }
     close(fd);
     if (rc == 0) {
         *out = result;
     }
     // cppcheck-suppress memleak ; false positive: out->data owns the buffer
+    return rc;
+}
+
+void npy_data_free(npy_data *array)
+{
+    if (array != NULL) {
+        free(array->data);
+        memset(array, 0, sizeof *array);
+    }
+}
+
+int npy_write_stream(FILE *stream, const char *name, npy_dtype dtype, const void *data,
+                     const int64_t *shape, int ndim, char *err, size_t errlen)
+{
+    if (name == NULL) {
+        name = "(unnamed)";
+    }
+    if (stream == NULL || shape == NULL || ndim < 1 || ndim > NPY_MAX_NDIM ||
+        (unsigned)dtype >= NPY_DTYPE_COUNT) {
+        return fail(err, errlen, name, "invalid argument (rank must be 1 to %d, dtype known)",
+                    NPY_MAX_NDIM);
+    }
+    for (int i = 0; i < ndim; ++i) {
+        if (shape[i] < 0) {
+            return fail(err, errlen, name, "cannot write a negative dimension");
+        }
+    }
+    const size_t esize = npy_dtypes[dtype].size;
+    int64_t count = shape_count(shape, ndim, esize);
+    if (count < 0 || (count > 0 && data == NULL)) {
+        return fail(err, errlen, name, "invalid argument (size overflow or no data)");
+    }
+
+    /* magic, version 1.0, header length, dict, space padding to NPY_ALIGN, '\n' */
+    char shape_str[NPY_SHAPE_STR_LEN];
+    char head[256];
+    format_shape(shape_str, shape, ndim);
+    int dict_len = snprintf(head + 10, sizeof head - 10,
+                            "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                            npy_dtypes[dtype].descr, shape_str);
+    size_t total = 10 + (size_t)dict_len + 1;
+    total += (NPY_ALIGN - total % NPY_ALIGN) % NPY_ALIGN;
+    size_t header_len = total - 10;
+    memcpy(head, npy_magic, NPY_MAGIC_LEN);
+    head[6] = 1;
+    head[7] = 0;
+    head[8] = (char)(header_len & 0xff);
+    head[9] = (char)(header_len >> 8);
+    memset(head + 10 + dict_len, ' ', total - 1 - 10 - (size_t)dict_len);
+    head[total - 1] = '\n';
+    if (fwrite(head, 1, total, stream) != total) {
+        return fail(err, errlen, name, "write failed: %s", strerror(errno));
+    }
+
+    unsigned char chunk[4096];
+    const size_t per_chunk = sizeof chunk / esize;
+    const unsigned char *bytes = data;
+    for (size_t done = 0; done < (size_t)count;) {
+        size_t n = (size_t)count - done < per_chunk ? (size_t)count - done : per_chunk;
+        encode(chunk, bytes + done * esize, n, esize);
+        if (fwrite(chunk, esize, n, stream) != n) {
+            return fail(err, errlen, name, "write failed: %s", strerror(errno));
+        }
+        done += n;
+    }
+    if (fflush(stream) != 0) {
+        return fail(err, errlen, name, "write failed: %s", strerror(errno));
+    }
+    return 0;
+}
+
+int npy_write(const char *path, npy_dtype dtype, const void *data, const int64_t *shape, int ndim,
+              char *err, size_t errlen)
+{
+    if (path == NULL) {
+        return fail(err, errlen, "(null)", "invalid argument");
+    }
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        return fail(err, errlen, path, "cannot create: %s", strerror(errno));
+    }
+    int rc = npy_write_stream(f, path, dtype, data, shape, ndim, err, errlen);
+    if (fclose(f) != 0 && rc == 0) {
+        rc = fail(err, errlen, path, "write failed: %s", strerror(errno));
+    }
+    if (rc != 0) {
+        remove(path);
+    }
+    return rc;
+}
+
+/* ---- float32 shorthands ------------------------------------------------------------ */
+
+/* An npy_data of dtype NPY_F32 as an npy_array (takes over its data). */
+static npy_array as_array(const npy_data *d)
+{
+    npy_array a = {d->ndim, {0}, d->count, d->data};
+    memcpy(a.shape, d->shape, sizeof a.shape);
+    return a;
+}
+
+int npy_parse_f32(const char *name, const unsigned char *bytes, size_t size, npy_array *out,
+                  char *err, size_t errlen)
+{
+    npy_data d;
+    int rc =
+        npy_parse(name, bytes, size, NPY_ACCEPT(NPY_F32), out != NULL ? &d : NULL, err, errlen);
+    if (out != NULL) {
+        *out = rc == 0 ? as_array(&d) : (npy_array){0};
+    }
+    return rc;
+}
+
+int npy_read_f32_rank(const char *path, int min_ndim, const char *ranks, npy_array *out, char *err,
+                      size_t errlen)
+{
+    npy_data d;
+    int rc =
+        npy_read(path, NPY_ACCEPT(NPY_F32), min_ndim, ranks, out != NULL ? &d : NULL, err, errlen);
+    if (out != NULL) {
+        *out = rc == 0 ? as_array(&d) : (npy_array){0};
+    }
     return rc;
 }
 
@@ -595,74 +820,11 @@ void npy_free(npy_array *array)
 int npy_write_f32_stream(FILE *stream, const char *name, const float *data, const int64_t *shape,
                          int ndim, char *err, size_t errlen)
 {
-    if (name == NULL) {
-        name = "(unnamed)";
-    }
-    if (stream == NULL || shape == NULL || ndim < 1 || ndim > NPY_MAX_NDIM) {
-        return fail(err, errlen, name, "invalid argument (rank must be 1 to %d)", NPY_MAX_NDIM);
-    }
-    for (int i = 0; i < ndim; ++i) {
-        if (shape[i] < 0) {
-            return fail(err, errlen, name, "cannot write a negative dimension");
-        }
-    }
-    int64_t count = shape_count(shape, ndim);
-    if (count < 0 || (count > 0 && data == NULL)) {
-        return fail(err, errlen, name, "invalid argument (size overflow or no data)");
-    }
-
-    /* magic, version 1.0, header length, dict, space padding to NPY_ALIGN, '\n' */
-    char shape_str[NPY_SHAPE_STR_LEN];
-    char head[256];
-    format_shape(shape_str, shape, ndim);
-    int dict_len = snprintf(head + 10, sizeof head - 10,
-                            "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape_str);
-    size_t total = 10 + (size_t)dict_len + 1;
-    total += (NPY_ALIGN - total % NPY_ALIGN) % NPY_ALIGN;
-    size_t header_len = total - 10;
-    memcpy(head, npy_magic, NPY_MAGIC_LEN);
-    head[6] = 1;
-    head[7] = 0;
-    head[8] = (char)(header_len & 0xff);
-    head[9] = (char)(header_len >> 8);
-    memset(head + 10 + dict_len, ' ', total - 1 - 10 - (size_t)dict_len);
-    head[total - 1] = '\n';
-    if (fwrite(head, 1, total, stream) != total) {
-        return fail(err, errlen, name, "write failed: %s", strerror(errno));
-    }
-
-    unsigned char chunk[4096];
-    size_t per_chunk = sizeof chunk / 4;
-    for (size_t done = 0; done < (size_t)count;) {
-        size_t n = (size_t)count - done < per_chunk ? (size_t)count - done : per_chunk;
-        encode_f32(chunk, data + done, n);
-        if (fwrite(chunk, 4, n, stream) != n) {
-            return fail(err, errlen, name, "write failed: %s", strerror(errno));
-        }
-        done += n;
-    }
-    if (fflush(stream) != 0) {
-        return fail(err, errlen, name, "write failed: %s", strerror(errno));
-    }
-    return 0;
+    return npy_write_stream(stream, name, NPY_F32, data, shape, ndim, err, errlen);
 }
 
 int npy_write_f32(const char *path, const float *data, const int64_t *shape, int ndim, char *err,
                   size_t errlen)
 {
-    if (path == NULL) {
-        return fail(err, errlen, "(null)", "invalid argument");
-    }
-    FILE *f = fopen(path, "wb");
-    if (f == NULL) {
-        return fail(err, errlen, path, "cannot create: %s", strerror(errno));
-    }
-    int rc = npy_write_f32_stream(f, path, data, shape, ndim, err, errlen);
-    if (fclose(f) != 0 && rc == 0) {
-        rc = fail(err, errlen, path, "write failed: %s", strerror(errno));
-    }
-    if (rc != 0) {
-        remove(path);
-    }
-    return rc;
+    return npy_write(path, NPY_F32, data, shape, ndim, err, errlen);
 }
