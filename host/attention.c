@@ -119,9 +119,9 @@ static size_t fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_ke
  * registers. wg_request 0 = choose; otherwise exactly that many work-items or
  * CLATTN_ERROR_UNSUPPORTED. */
 static clattn_status build_blocked(clattn_context *ctx, const char *file, const char *dims,
-                                   int64_t n_q, int64_t acc_floats, int64_t private_floats,
-                                   size_t tile_kv, size_t wg_request, bool one_query_per_item,
-                                   blocking *out)
+                                   const char *tune_key, int64_t local_per_key, int64_t n_q,
+                                   int64_t acc_floats, int64_t private_floats, size_t tile_kv,
+                                   size_t wg_request, bool one_query_per_item, blocking *out)
 {
     const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
     size_t rq = !cpu || one_query_per_item ? 1 : acc_floats <= 128 ? 4 : acc_floats <= 256 ? 2 : 1;
@@ -135,12 +135,21 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
     /* CLATTN_BLOCKING="RQ,WG,TILE_KV" overrides the choice (tuning experiments) */
     const char *env = getenv("CLATTN_BLOCKING");
     unsigned e_rq, e_wg, e_tile;
+    const clattn_tune_entry *tuned = NULL;
     if (env && sscanf(env, "%u,%u,%u", &e_rq, &e_wg, &e_tile) == 3 && e_rq >= 1 && e_rq <= 8 &&
         e_tile >= 16 && e_tile % 16 == 0 && e_tile <= 4 * tile_kv && e_wg >= 1) {
         rq = e_rq;
         tile_kv = e_tile;
         if (wg_request == 0)
             wg_request = e_wg;
+    } else if (!one_query_per_item && wg_request == 0 &&
+               (tuned = clattn_tune_find(ctx, tune_key)) != NULL &&
+               n_q >= (int64_t)(tuned->rq * tuned->wg) && tuned->wg <= limit &&
+               fit_tile_kv(ctx, local_per_key, tuned->tile_kv) == tuned->tile_kv) {
+        /* stored by `clattn tune` for this device (large enough problems only) */
+        rq = tuned->rq;
+        tile_kv = tuned->tile_kv;
+        wg_request = tuned->wg;
     }
     size_t wg = wg_request;
     if (wg > limit)
@@ -197,8 +206,10 @@ static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k
                            (long long)d_k, (unsigned long long)ctx->local_mem);
     char dims[200];
     snprintf(dims, sizeof dims, "-DD_K=%lld %s", (long long)d_k, feat);
-    return build_blocked(ctx, "scores.cl", dims, n_q, (int64_t)t, 2 * (int64_t)t + 16, t, 0, false,
-                         out);
+    char key[64];
+    snprintf(key, sizeof key, "scores %lld 0", (long long)d_k);
+    return build_blocked(ctx, "scores.cl", dims, key, d_k, n_q, (int64_t)t, 2 * (int64_t)t + 16, t,
+                         0, false, out);
 }
 
 /* weighted_sum.cl for d_v, or why not (local memory) */
@@ -214,8 +225,10 @@ static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, 
                            (long long)d_v, (unsigned long long)ctx->local_mem);
     char dims[200];
     snprintf(dims, sizeof dims, "-DD_V=%lld %s", (long long)d_v, feat);
-    return build_blocked(ctx, "weighted_sum.cl", dims, n_q, d_v_pad, d_v_pad + (int64_t)t + 16, t,
-                         0, false, out);
+    char key[64];
+    snprintf(key, sizeof key, "weighted_sum 0 %lld", (long long)d_v);
+    return build_blocked(ctx, "weighted_sum.cl", dims, key, d_v_pad, n_q, d_v_pad,
+                         d_v_pad + (int64_t)t + 16, t, 0, false, out);
 }
 
 /* Softmax work-group: the caller's size if it is legal, else a power of two covering
@@ -406,9 +419,12 @@ static clattn_status plan_attention(clattn_context *ctx, const clattn_attention_
         /* private floats per query: q row, accumulator, scores and weights of a tile */
         const int64_t d_v_pad = ceil_div(d_v, 16) * 16;
         const size_t tile = fused_tile ? fused_tile : 16;
-        if ((st = build_blocked(
-                 ctx, "fused.cl", dims, n_q, d_v_pad, d_k + d_v_pad + 2 * (int64_t)tile + 8, tile,
-                 p->no_keys ? 0 : desc->work_group_size, direct, &p->fused)) != CLATTN_SUCCESS)
+        char key[64];
+        snprintf(key, sizeof key, "fused %lld %lld", (long long)d_k, (long long)d_v);
+        if ((st = build_blocked(ctx, "fused.cl", dims, key, d_k + d_v_pad, n_q, d_v_pad,
+                                d_k + d_v_pad + 2 * (int64_t)tile + 8, tile,
+                                p->no_keys ? 0 : desc->work_group_size, direct, &p->fused)) !=
+            CLATTN_SUCCESS)
             return st;
         snprintf(p->kernels, sizeof p->kernels, "fused%s%s",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",

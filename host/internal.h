@@ -16,6 +16,12 @@ typedef struct clattn_program_entry {
     struct clattn_program_entry *next;
 } clattn_program_entry;
 
+/* One stored tuning result (tune.c). */
+typedef struct clattn_tune_entry {
+    char key[64]; /* "<kernel> <d_k> <d_v>" */
+    unsigned rq, wg, tile_kv;
+} clattn_tune_entry;
+
 struct clattn_context {
     cl_platform_id platform;
     cl_device_id device;
@@ -31,6 +37,9 @@ struct clattn_context {
     char *kernel_dir;    /* NULL = embedded sources */
     char *cache_dir;     /* program-binary cache folder; NULL = off */
     clattn_program_entry *programs;
+    char *tune_path;         /* the device's tuning file (NULL: cache disabled) */
+    clattn_tune_entry *tune; /* loaded entries */
+    int n_tune;
     char *message; /* last error, heap; "" when none */
     size_t message_cap;
     cl_int last_cl;
@@ -104,6 +113,10 @@ uint64_t clattn_cache_key(const clattn_context *ctx, const char *const *sources,
 /* A program created from a cached binary (not yet built), or NULL. */
 cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key);
 void clattn_cache_store(const clattn_context *ctx, uint64_t key, cl_program program);
+
+/* ---- stored tuning (tune.c) ---- */
+void clattn_tune_load(clattn_context *ctx);
+const clattn_tune_entry *clattn_tune_find(const clattn_context *ctx, const char *key);
 
 /* ---- programs (program.c) ---- */
 clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const char *options,

@@ -1,4 +1,4 @@
-/*
+/** @file
  * clattn — scaled dot-product attention on any OpenCL device.
  *
  *     O = softmax(scale · Q·Kᵀ + mask) · V      (softmax over keys, per query row)
@@ -32,10 +32,10 @@ extern "C" {
 #endif
 
 /* The one place the version lives; CMake reads it from here. */
-#define CLATTN_VERSION_MAJOR 0
-#define CLATTN_VERSION_MINOR 2
-#define CLATTN_VERSION_PATCH 0
-#define CLATTN_VERSION_STRING "0.2.0"
+#define CLATTN_VERSION_MAJOR 0        /**< major version (incompatible API changes) */
+#define CLATTN_VERSION_MINOR 2        /**< minor version */
+#define CLATTN_VERSION_PATCH 0        /**< patch version */
+#define CLATTN_VERSION_STRING "0.2.0" /**< "MAJOR.MINOR.PATCH" */
 
 /** The library's version as "MAJOR.MINOR.PATCH" (static storage; never NULL). */
 const char *clattn_version(void);
@@ -87,6 +87,7 @@ const char *clattn_status_string(clattn_status status);
  *  the last error. Owned by the caller; free with clattn_context_release(). */
 typedef struct clattn_context clattn_context;
 
+/** Options of clattn_context_create(); zero-initialise, NULL fields take defaults. */
 typedef struct clattn_context_options {
     /** Which device: "P:D" (platform index P, device index D, both from 0, as
      *  `clattn devices` lists them) or a case-insensitive substring of the device
@@ -142,6 +143,13 @@ const char *clattn_last_error_message(const clattn_context *ctx);
  *  failure was not an OpenCL error). */
 cl_int clattn_last_cl_error(const clattn_context *ctx);
 
+/** The file where `clattn tune` stores this device's measured blocking and from which
+ *  contexts on the device read it when they are created (in the program-binary cache
+ *  folder, named by a hash of the device, driver and clattn version). NULL when the
+ *  cache is disabled. Borrowed; valid until the context is released. CLATTN_TUNE=off
+ *  makes contexts ignore the file. */
+const char *clattn_context_tuning_file(const clattn_context *ctx);
+
 /** The OpenCL objects a context uses (borrowed: do not release them). Any out
  *  pointer may be NULL. */
 clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *context,
@@ -174,10 +182,12 @@ size_t clattn_dtype_size(clattn_dtype dtype);
 /** Conversions between float32 and the 16-bit storage types, as the kernels do them:
  *  exact widening; narrowing rounds to nearest, ties to even, keeps NaN a NaN, and
  *  overflows to ±∞ (binary16 above 65504). */
+/** @{ */
 float clattn_f16_to_f32(uint16_t h);
 uint16_t clattn_f32_to_f16(float f);
 float clattn_bf16_to_f32(uint16_t h);
 uint16_t clattn_f32_to_bf16(float f);
+/** @} */
 
 /**
  * A 4-D view [batch, heads, seq, dim] on host memory or on a cl_mem.
@@ -211,6 +221,7 @@ clattn_tensor clattn_tensor_buffer(cl_mem buffer, int64_t batch, int64_t heads, 
 /* Attention                                                                       */
 /* ------------------------------------------------------------------------------ */
 
+/** Built-in masks: which keys each query sees. */
 typedef enum clattn_mask {
     /** Every key visible. */
     CLATTN_MASK_NONE = 0,
@@ -222,6 +233,7 @@ typedef enum clattn_mask {
     CLATTN_MASK_NO_SELF = 3
 } clattn_mask;
 
+/** Which algorithm computes the attention. */
 typedef enum clattn_algorithm {
     /** FUSED unless attention weights are requested (UNFUSED computes them once, FUSED
      *  would need a second pass) or the fused kernel cannot run the shape on this device
@@ -242,8 +254,8 @@ typedef enum clattn_algorithm {
 typedef struct clattn_attention_desc {
     /** Multiplies Q·Kᵀ. 0 means 1/√d_k. Must be finite. */
     float scale;
-    clattn_mask mask;
-    clattn_algorithm algorithm;
+    clattn_mask mask;           /**< built-in mask; CLATTN_MASK_NONE by default */
+    clattn_algorithm algorithm; /**< CLATTN_ALGORITHM_AUTO by default */
     /** Optional output: the attention weights W = softmax(...), float32, shape
      *  [batch, heads_q, n_q, n_kv] (or [batch, 1, n_q, n_kv] with weights_head_mean),
      *  same storage kind as O (host or buffer). Both algorithms return them: UNFUSED
@@ -284,7 +296,8 @@ typedef struct clattn_attention_desc {
      *  window_size = (left, right) with −1 = unbounded). Zero (the default) = no window,
      *  so a zero-initialised desc stays "no window". */
     int window;
-    int64_t window_left, window_right;
+    int64_t window_left;  /**< keys visible before the diagonal; < 0 = unbounded */
+    int64_t window_right; /**< keys visible after the diagonal; < 0 = unbounded */
     /** Optional, host array of h_q ALiBi slopes (Press et al. 2022): the score of key
      *  j for query i of head h gets −alibi_slopes[h]·|a_i − j|. Finite. NULL: none. */
     const float *alibi_slopes;
@@ -306,7 +319,8 @@ typedef struct clattn_attention_desc {
     /** Absolute positions of this call's first query and first key (see above), for a
      *  slice of a longer sequence: split-KV decoding, ring attention, a KV cache. 0, 0
      *  for a whole sequence. */
-    int64_t q_start, kv_start;
+    int64_t q_start;
+    int64_t kv_start; /**< absolute position of the first key (see q_start) */
 } clattn_attention_desc;
 
 /** Values of clattn_attention_desc.masked_rows. */
@@ -359,8 +373,12 @@ clattn_status clattn_attention_enqueue(clattn_context *ctx, const clattn_attenti
    S = Q·Kᵀ; W = softmax(S); O = W·V. Blocking forms take host views, *_enqueue forms
    take buffer views with the same event semantics as clattn_attention_enqueue(). */
 
-/** S = scale·Q·Kᵀ with masked entries set to −∞. q [b, h_q, n_q, d_k],
- *  k [b, h_kv, n_kv, d_k], scores [b, h_q, n_q, n_kv]. Uses desc->scale, desc->mask. */
+/** S = the scores of clattn_attention (scale·Q·Kᵀ, softcap, ALiBi, float mask) with
+ *  masked entries set to −∞. q [b, h_q, n_q, d_k] and k [b, h_kv, n_kv, d_k] of any
+ *  float dtype, scores float32 [b, h_q, n_q, n_kv]. Uses every score term and mask of
+ *  the desc (mask, mask_tensor, kv_lens, q_lens, window, alibi_slopes, softcap,
+ *  q_start, kv_start); its outputs (weights, lse) are ignored. */
+/** @{ */
 clattn_status clattn_scores(clattn_context *ctx, const clattn_attention_desc *desc,
                             const clattn_tensor *q, const clattn_tensor *k,
                             const clattn_tensor *scores);
@@ -368,21 +386,25 @@ clattn_status clattn_scores_enqueue(clattn_context *ctx, const clattn_attention_
                                     const clattn_tensor *q, const clattn_tensor *k,
                                     const clattn_tensor *scores, cl_uint n_wait,
                                     const cl_event *wait, cl_event *done);
+/** @} */
 
 /** W = softmax over the last dimension, subtracting the true row maximum. A row whose
  *  entries are all −∞ gives zeros; NaN propagates to its own row only; +∞ entries
  *  follow IEEE arithmetic (the row becomes NaN, as numpy and PyTorch do).
  *  scores and weights have the same shape [b, h, rows, width]; they may be the same
  *  view (in place). desc may be NULL; only desc->work_group_size is used. */
+/** @{ */
 clattn_status clattn_softmax(clattn_context *ctx, const clattn_attention_desc *desc,
                              const clattn_tensor *scores, const clattn_tensor *weights);
 clattn_status clattn_softmax_enqueue(clattn_context *ctx, const clattn_attention_desc *desc,
                                      const clattn_tensor *scores, const clattn_tensor *weights,
                                      cl_uint n_wait, const cl_event *wait, cl_event *done);
+/** @} */
 
 /** O = W·V. weights [b, h_q, n_q, n_kv], v [b, h_kv, n_kv, d_v], o [b, h_q, n_q, d_v].
  *  Keys whose weight is exactly 0 contribute nothing, whatever their V values.
  *  desc may be NULL. */
+/** @{ */
 clattn_status clattn_weighted_sum(clattn_context *ctx, const clattn_attention_desc *desc,
                                   const clattn_tensor *weights, const clattn_tensor *v,
                                   const clattn_tensor *o);
@@ -390,6 +412,7 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
                                           const clattn_tensor *weights, const clattn_tensor *v,
                                           const clattn_tensor *o, cl_uint n_wait,
                                           const cl_event *wait, cl_event *done);
+/** @} */
 
 /** What clattn_attention would run, and why. */
 typedef struct clattn_plan {
@@ -423,6 +446,7 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
  * Parts whose LSE is −∞ (no visible key in that range) contribute nothing, even if
  * their O rows hold NaN; a row with LSE −∞ in every part outputs zeros (LSE −∞).
  *
+ * @param ctx        the context.
  * @param n_parts    number of parts, ≥ 1.
  * @param o_parts    n_parts views [b, h, n_q, d_v] (float32, float16 or bfloat16).
  * @param lse_parts  n_parts float32 views [b, h, n_q, 1], the LSE outputs of the parts.
@@ -436,6 +460,8 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
 clattn_status clattn_merge(clattn_context *ctx, size_t n_parts, const clattn_tensor *o_parts,
                            const clattn_tensor *lse_parts, const clattn_tensor *o,
                            const clattn_tensor *lse);
+/** clattn_merge() on buffer views: waits for the n_wait events of `wait`; `done`, if not
+ *  NULL, receives an event that completes when O and the LSE are written. */
 clattn_status clattn_merge_enqueue(clattn_context *ctx, size_t n_parts,
                                    const clattn_tensor *o_parts, const clattn_tensor *lse_parts,
                                    const clattn_tensor *o, const clattn_tensor *lse, cl_uint n_wait,
@@ -452,6 +478,143 @@ clattn_status clattn_merge_enqueue(clattn_context *ctx, size_t n_parts,
 clattn_status clattn_reference_attention(const clattn_attention_desc *desc, const clattn_tensor *q,
                                          const clattn_tensor *k, const clattn_tensor *v,
                                          const clattn_tensor *o);
+
+/* ------------------------------------------------------------------------------ */
+/* Several devices                                                                 */
+/* ------------------------------------------------------------------------------ */
+
+/** Opaque: several clattn contexts (one device, cl_context and in-order queue each)
+ *  that one attention call is split across, with a speed weight per device and the
+ *  last error. Owned by the caller; free with clattn_multi_release(). Like a context,
+ *  used by one host thread at a time. docs/SCALING.md describes the splits. */
+typedef struct clattn_multi clattn_multi;
+
+/**
+ * One context per device spec ("P:D" or a device-name substring, as
+ * clattn_context_options.device); the same device may be named twice (two queues on
+ * it). Weights start equal.
+ *
+ * @param devices    n_devices non-NULL specs (read during the call only).
+ * @param n_devices  ≥ 1.
+ * @param out        receives the object; NULL on failure.
+ * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT (out or devices NULL,
+ *         n_devices 0), or a status of clattn_context_create() (NO_DEVICE, ...). The
+ *         message is in clattn_last_error_message(NULL) for this thread.
+ */
+clattn_status clattn_multi_create(const char *const *devices, size_t n_devices,
+                                  clattn_multi **out);
+
+/**
+ * Partition one device with clCreateSubDevices (OpenCL 1.2) and make one context per
+ * sub-device: CL_DEVICE_PARTITION_BY_COUNTS when `compute_units` is given (n_sub counts,
+ * each ≥ 1, summing to at most the device's compute units), else
+ * CL_DEVICE_PARTITION_EQUALLY with ⌊compute units / n_sub⌋ each. The sub-devices are
+ * released with the object. On a CPU this runs n_sub queues on disjoint cores.
+ *
+ * @param device  a device spec as clattn_context_options.device (NULL: the default).
+ * @param n_sub   ≥ 1 sub-devices.
+ * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT (out NULL, n_sub 0, a count
+ *         of 0), CLATTN_ERROR_UNSUPPORTED (the device cannot be partitioned that way:
+ *         too few compute units, or no support; the message names the OpenCL error),
+ *         NO_PLATFORM, NO_DEVICE, OUT_OF_HOST_MEMORY or CLATTN_ERROR_OPENCL. The message
+ *         is in clattn_last_error_message(NULL).
+ */
+clattn_status clattn_multi_create_sub_devices(const char *device, size_t n_sub,
+                                              const unsigned *compute_units, clattn_multi **out);
+
+/** Release the object, its contexts and its sub-devices (each context's queue is
+ *  finished first). Accepts NULL. */
+void clattn_multi_release(clattn_multi *multi);
+
+/** Number of devices (0 for NULL). */
+size_t clattn_multi_device_count(const clattn_multi *multi);
+
+/** The context of device i (borrowed: do not release; valid until
+ *  clattn_multi_release). NULL when multi is NULL or i is out of range. */
+clattn_context *clattn_multi_context(const clattn_multi *multi, size_t i);
+
+/** The message of the last failed call on multi, prefixed by the device it came from
+ *  ("device 1 (cpu): ..."); "" when nothing failed. With multi NULL: as
+ *  clattn_last_error_message(NULL). Valid until the next call on multi. */
+const char *clattn_multi_last_error_message(const clattn_multi *multi);
+
+/**
+ * Set the relative speed of each device: device i receives a share weights[i] / Σ
+ * weights of every split (0: nothing). NULL: equal weights.
+ *
+ * @param weights  n = clattn_multi_device_count() finite values ≥ 0, at least one > 0.
+ * @return CLATTN_SUCCESS or CLATTN_ERROR_INVALID_ARGUMENT (multi NULL, a bad value).
+ */
+clattn_status clattn_multi_set_weights(clattn_multi *multi, const double *weights);
+
+/** Copy the current weights (normalised to sum to 1) into weights[0..n). */
+clattn_status clattn_multi_get_weights(const clattn_multi *multi, double *weights);
+
+/**
+ * Measure each device's speed and set the weights to 1 / seconds. Blocking; runs the
+ * devices one after the other, so each is timed alone: one warm-up (builds the
+ * programs) and then `repeats` timed fused calls of [1, 8, 256, 64] × 256 keys (no
+ * mask), wall-clock per device. Takes about a second on a 2-core CPU.
+ *
+ * @param repeats  ≥ 1 (0 means 3).
+ * @param seconds  optional: receives the mean seconds per call of each device.
+ * @return CLATTN_SUCCESS or a status of clattn_attention() (message on multi).
+ */
+clattn_status clattn_multi_calibrate(clattn_multi *multi, unsigned repeats, double *seconds);
+
+/** How clattn_multi_attention() divides the work. */
+typedef enum clattn_split {
+    /** By (batch, KV head): the b·h_kv units, in order b-major, are cut into
+     *  contiguous runs, one per device, sized by the weights; each unit takes its
+     *  h_q / h_kv query heads with it (grouped-query heads stay with their KV head).
+     *  Each device computes its share of O exactly as one device would: no merge. */
+    CLATTN_SPLIT_HEADS = 0,
+    /** By keys of one sequence: keys [0, n_kv) are cut into contiguous blocks sized by
+     *  the weights; device i attends every query to its block with kv_start moved to
+     *  the block's first key (so causal masks, windows and ALiBi see absolute
+     *  positions), returning a partial (O_i, LSE_i); the parts are merged with
+     *  clattn_merge() on device 0 (log-sum-exp merge: exact). A device whose block
+     *  is masked for every query row (e.g. right of a causal diagonal) enqueues
+     *  nothing. */
+    CLATTN_SPLIT_KEYS = 1
+} clattn_split;
+
+/** What each device did in the last successful clattn_multi_attention(). */
+typedef struct clattn_multi_part {
+    /** The device's range: units [begin, end) of b·h_kv (SPLIT_HEADS) or keys
+     *  [begin, end) (SPLIT_KEYS); begin == end: no share. */
+    int64_t begin, end;
+    /** 1 when work was enqueued on the device; 0 when its range was empty or (keys)
+     *  fully masked. */
+    int ran;
+    /** Attention calls enqueued (SPLIT_HEADS cuts a run into at most 3 rectangles). */
+    int calls;
+} clattn_multi_part;
+
+/**
+ * Blocking attention on host views, split across the devices. Shapes, semantics and
+ * the desc as clattn_attention(); the result equals one device's within float32
+ * rounding (SPLIT_HEADS: the same kernels on the same rows; SPLIT_KEYS: the merge
+ * reorders the sum over keys). Every device's inputs are staged, its calls enqueued
+ * with clattn_attention_enqueue() and its outputs read back without blocking; the
+ * host waits for all devices' events once, at the end, so the queues run
+ * concurrently. O may share storage with an input (inputs are staged first).
+ *
+ * Not supported (CLATTN_ERROR_UNSUPPORTED, before anything runs): desc->weights with
+ * weights_head_mean under SPLIT_HEADS; under SPLIT_KEYS desc->weights,
+ * masked_rows = CLATTN_MASKED_ROWS_NAN, and CAUSAL_BOTTOM_RIGHT together with
+ * kv_lens or q_lens (its diagonal then depends on the batch entry; without lengths
+ * it is run as top-left with q_start moved by n_kv − n_q).
+ *
+ * @param parts  optional: receives clattn_multi_device_count() entries.
+ * @return as clattn_attention(); CLATTN_ERROR_INVALID_ARGUMENT also for an unknown
+ *         split. The message, naming the device, is in
+ *         clattn_multi_last_error_message(multi).
+ */
+clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
+                                     const clattn_attention_desc *desc, const clattn_tensor *q,
+                                     const clattn_tensor *k, const clattn_tensor *v,
+                                     const clattn_tensor *o, clattn_multi_part *parts);
 
 #ifdef __cplusplus
 }

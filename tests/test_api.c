@@ -504,6 +504,65 @@ static int count_bin_files(const char *dir, int corrupt)
 
 /* The persistent program cache: a first context writes binaries, a second one reuses
  * them, corrupt files are ignored (and replaced), "off" writes nothing. */
+/* A tuning file (as `clattn tune` writes it) changes the blocking of later contexts on
+ * the device, for problems large enough; CLATTN_TUNE=off ignores it; malformed lines
+ * are skipped. */
+START_TEST(stored_tuning_is_used)
+{
+    char dir[] = "/tmp/clattn_tune_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    clattn_context_options opt = {0};
+    opt.cache_dir = dir;
+    clattn_context *c2;
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+    const char *path = clattn_context_tuning_file(c2);
+    ck_assert_ptr_nonnull(path);
+    ck_assert_msg(strncmp(path, dir, strlen(dir)) == 0, "tuning file %s outside %s", path, dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("# test\nfused 16 16 2 8 32\nfused garbage\nscores 16 0 1 4 48\n", f);
+    fclose(f);
+    clattn_context_release(c2);
+
+    const int64_t n = 256;
+    float *q = calloc((size_t)(n * 16), sizeof(float)),
+          *o = calloc((size_t)(n * 16), sizeof(float));
+    clattn_tensor tq = clattn_tensor_host(q, 1, 1, n, 16), to = clattn_tensor_host(o, 1, 1, n, 16);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    for (int off = 0; off < 2; off++) {
+        if (off)
+            setenv("CLATTN_TUNE", "off", 1);
+        ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+        clattn_plan p;
+        ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
+        if (!off) {
+            ck_assert_uint_eq(p.queries_per_work_item, 2);
+            ck_assert_uint_eq(p.work_group_size, 8);
+            ck_assert_uint_eq(p.tile_kv, 32);
+            /* and it computes the same thing */
+            ck_assert_int_eq(clattn_attention(c2, &d, &tq, &tq, &tq, &to), CLATTN_SUCCESS);
+        } else {
+            ck_assert_msg(p.queries_per_work_item != 2 || p.work_group_size != 8 || p.tile_kv != 32,
+                          "CLATTN_TUNE=off still uses the tuning file");
+        }
+        /* a tiny problem keeps the built-in small-problem blocking */
+        clattn_tensor small = clattn_tensor_host(q, 1, 1, 5, 16);
+        clattn_tensor small_o = clattn_tensor_host(o, 1, 1, 5, 16);
+        ck_assert_int_eq(clattn_attention_plan(c2, &d, &small, &small, &small, &small_o, &p),
+                         CLATTN_SUCCESS);
+        ck_assert_uint_eq(p.queries_per_work_item, 1);
+        clattn_context_release(c2);
+    }
+    unsetenv("CLATTN_TUNE");
+    free(q);
+    free(o);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(program_binary_cache)
 {
     char dir[] = "/tmp/clattn_cache_XXXXXX";
@@ -586,6 +645,7 @@ int main(void)
     tcase_add_test(tc, device_selection);
     tcase_add_test(tc, build_failure_reports_log);
     tcase_add_test(tc, program_binary_cache);
+    tcase_add_test(tc, stored_tuning_is_used);
     tcase_add_test(tc, context_usable_after_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -9,4 +9,7 @@ extern const char *const cli_mask_names[];
 /* Runs the bench subcommand on argv (after "bench"); returns the exit status. */
 int cmd_bench(int argc, char **argv);
 
+/* Runs the tune subcommand on argv (after "tune"); returns the exit status. */
+int cmd_tune(int argc, char **argv);
+
 #endif

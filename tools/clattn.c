@@ -12,6 +12,7 @@
 
 #include "clattn.h"
 #include "bench.h"
+#include "heatmap.h"
 #include "npy.h"
 
 #include <CL/cl_ext.h>
@@ -49,6 +50,8 @@ static const char program_usage[] =
     "  demo      run two worked examples on a device and compare with the CPU reference\n"
     "  run       compute attention on .npy files\n"
     "  bench     time attention on device buffers over a list of shapes\n"
+    "  tune      search the kernels' blocking on a device and store the best for it\n"
+    "  heatmap   draw the attention weights of one head as an SVG heatmap\n"
     "\n"
     "Options:\n"
     "  -h, --help   show this help; `clattn <command> --help` describes a command\n"
@@ -84,15 +87,18 @@ static const char demo_usage[] =
     "                  default: CLATTN_DEVICE, else the first GPU, else the first device\n"
     "  -h, --help      show this help\n";
 
-static const char run_usage[] =
+/* In two parts: ISO C compilers need only support string literals of 4095 bytes. */
+static const char run_usage_1[] =
     "Usage: clattn run --q Q.npy --k K.npy --v V.npy --out O.npy [options]\n"
     "\n"
-    "Computes O = softmax(scale*Q*K^T + mask)*V. Inputs are C-order little-endian\n"
-    "float32 .npy files shaped (n, d), (h, n, d) or (b, h, n, d), all of the same rank:\n"
+    "Computes O = softmax(scale*Q*K^T + bias + mask)*V. Inputs are C-order little-endian\n"
+    ".npy files shaped (n, d), (h, n, d) or (b, h, n, d), all of the same rank:\n"
     "Q [b, h_q, n_q, d_k], K [b, h_kv, n_kv, d_k], V [b, h_kv, n_kv, d_v], with h_q a\n"
-    "multiple of h_kv. O gets Q's rank and shape with the last dimension d_v.\n"
+    "multiple of h_kv. Each of Q, K and V is float32 ('<f4'), float16 ('<f2') or, with\n"
+    "--dtype bf16, bfloat16 stored as uint16 words ('<u2'). O gets Q's rank and shape with\n"
+    "the last dimension d_v, and Q's dtype unless --out-dtype says otherwise.\n"
     "Output files are written only on success (an existing file is otherwise kept);\n"
-    "an output must not name an input or the other output, and an existing output must\n"
+    "an output must not name an input or another output, and an existing output must\n"
     "be a regular file (not a directory, symbolic link, device or FIFO).\n"
     "\n"
     "Options:\n"
@@ -101,16 +107,61 @@ static const char run_usage[] =
     "  --v FILE          values\n"
     "  --out FILE        output O\n"
     "  --scale X         multiplies Q*K^T (finite, non-zero; default 1/sqrt(d_k))\n"
-    "  --mask M          none (default), causal (key j visible to query i iff j <= i),\n"
-    "                    causal-bottom-right (iff j <= i + n_kv - n_q), no-self (iff j != i)\n"
+    "  --mask M          none (default), causal (key j visible to query i iff j <= a_i),\n"
+    "                    causal-bottom-right (the same, with a_i aligned to the bottom\n"
+    "                    right: j <= i + n_kv - n_q), no-self (iff j != a_i)\n"
+    "  --mask-file FILE  a mask array broadcast as in NumPy to (b, h_q, n_q, n_kv), e.g.\n"
+    "                    (n_q, n_kv), (h_q|1, n_q, n_kv) or (b|1, h_q|1, n_q, n_kv): bool\n"
+    "                    ('|b1'; or '|u1', nonzero = true) where true = key visible, or\n"
+    "                    float32 ('<f4') added to the scores (-inf = masked)\n"
+    "  --kv-lens L,...   valid keys per batch entry (b integers, 0..n_kv; or an int32 .npy\n"
+    "                    file of b values): keys j >= L are masked (padding)\n"
+    "  --q-lens L,...    valid queries per batch entry (b integers, 0..n_q; or an int32\n"
+    "                    .npy file): rows i >= L output zeros (weights 0, LSE -inf)\n"
+    "  --window L,R      sliding window: key j visible iff a_i - L <= j <= a_i + R\n"
+    "                    (integers; -1 = unbounded on that side)\n"
+    "  --alibi S,...     ALiBi slopes, one per query head (h_q finite numbers): the score\n"
+    "                    of key j for query i of head h gets -S_h*|a_i - j|\n"
+    "  --softcap C       logit softcap (Gemma 2): scaled scores s -> C*tanh(s/C), before\n"
+    "                    masks and biases (finite, > 0; default off)\n"
+    "  --q-start N       absolute position of the first query (default 0)\n"
+    "  --kv-start N      absolute position of the first key (default 0)\n";
+static const char run_usage_2[] =
+    "  --masked-rows R   what a query row with no visible key outputs: zero (default; O\n"
+    "                    and its weights 0) or nan (O and its weights NaN); LSE -inf\n"
     "  --algorithm A     auto (default), fused, unfused\n"
-    "  --weights FILE    also write the attention weights, shaped like O with the last\n"
-    "                    dimension n_kv (needs algorithm auto or unfused)\n"
-    "  --check           also run the CPU reference; fail unless every element is within\n"
-    "                    1e-5 + 1e-5*|reference|\n"
+    "  --weights FILE    also write the attention weights (float32), shaped like O with\n"
+    "                    the last dimension n_kv (either algorithm)\n"
+    "  --weights-head-mean  with --weights: write the weights averaged over the query\n"
+    "                    heads; the file keeps the head dimension, as 1: (b, 1, n_q,\n"
+    "                    n_kv) for rank 4, (1, n_q, n_kv) for rank 3 (PyTorch drops it:\n"
+    "                    w[:, 0] in NumPy)\n"
+    "  --lse FILE        also write each query row's log-sum-exp of its visible scores\n"
+    "                    (float32, natural log; -inf for a row with no visible key),\n"
+    "                    shaped like O without its last dimension\n"
+    "  --dtype D         auto (default: '<u2' inputs are refused) or bf16 ('<u2' inputs\n"
+    "                    hold bfloat16 bit patterns)\n"
+    "  --out-dtype T     the dtype of O: f32 ('<f4'), f16 ('<f2') or bf16 (bfloat16 bit\n"
+    "                    patterns as '<u2'); default: Q's dtype\n"
+    "  --check           also run the CPU reference with the same inputs and options and\n"
+    "                    fail unless every element of O, the weights and the LSE is\n"
+    "                    within 1e-5 + 1e-5*|reference|; a float16 or bfloat16 O is\n"
+    "                    compared with the reference rounded to its dtype, within one\n"
+    "                    unit in the last place of that dtype (plus the same 1e-5 +\n"
+    "                    1e-5*|reference|, which matters only near zero)\n"
     "  --device SPEC     \"P:D\" (see `clattn devices`) or a device-name substring;\n"
     "                    default: CLATTN_DEVICE, else the first GPU, else the first device\n"
-    "  -h, --help        show this help\n";
+    "  -h, --help        show this help\n"
+    "\n"
+    "Positions: query i and key j sit at q_start + i and kv_start + j. The key aligned\n"
+    "with query i is a_i = i + q_start - kv_start (top-left), plus n_kv - n_q with --mask\n"
+    "causal-bottom-right, where n_q and n_kv are the batch entry's valid lengths (after\n"
+    "--q-lens and --kv-lens). A key is visible only if every mask lets it through; the\n"
+    "score of a visible key is softcap(scale*q.k) - alibi_slope*|a_i - j| + float mask.\n"
+    "\n"
+    "Exit status: 0 success, 1 failure (a file, the library or --check), 2 usage error\n"
+    "(including --kv-lens, --q-lens and --alibi lists that do not fit the inputs).\n";
+static char run_usage[sizeof run_usage_1 + sizeof run_usage_2]; /* cmd_run joins them */
 
 /* ------------------------------------------------------------------------------ */
 /* Small helpers                                                                  */
@@ -700,13 +751,33 @@ static int cmd_demo(int argc, char **argv)
 /* ------------------------------------------------------------------------------ */
 
 typedef struct run_args {
-    const char *q, *k, *v, *out, *weights, *device;
-    const char *scale_text, *mask_text, *algorithm_text;
-    int check;
-    float scale;
+    const char *q, *k, *v, *out, *weights, *lse, *mask_file, *device;
+    const char *scale_text, *mask_text, *algorithm_text, *kv_lens_text, *q_lens_text;
+    const char *window_text, *alibi_text, *softcap_text, *masked_rows_text;
+    const char *q_start_text, *kv_start_text, *dtype_text, *out_dtype_text;
+    int check, head_mean;
+    float scale, softcap;
     clattn_mask mask;
     clattn_algorithm algorithm;
+    int masked_rows;
+    int window;
+    int64_t window_left, window_right, q_start, kv_start;
+    int bf16;      /* --dtype bf16: '<u2' inputs are bfloat16 */
+    int out_dtype; /* a clattn_dtype, or -1: Q's */
+    /* --kv-lens / --q-lens given as lists (malloc'd), or as int32 .npy files */
+    int32_t *kv_lens, *q_lens;
+    size_t n_kv_lens, n_q_lens;
+    const char *kv_lens_file, *q_lens_file;
+    float *alibi; /* malloc'd */
+    size_t n_alibi;
 } run_args;
+
+static void free_run_args(run_args *a)
+{
+    free(a->kv_lens);
+    free(a->q_lens);
+    free(a->alibi);
+}
 
 /* Index of `text` in the NULL-terminated `names`, or -1. */
 static int lookup(const char *text, const char *const *names)
@@ -722,11 +793,148 @@ static int lookup(const char *text, const char *const *names)
 const char *const cli_mask_names[] = {"none", "causal", "causal-bottom-right", "no-self",
                                       NULL}; /* in clattn_mask order */
 
+/* The decimal integer that is exactly text[0..len) (optional sign, no spaces). */
+static int parse_integer(const char *text, size_t len, long long *out)
+{
+    char buf[32];
+    if (len == 0 || len >= sizeof buf ||
+        !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
+        return 0;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    char *end;
+    errno = 0;
+    long long value = strtoll(buf, &end, 10);
+    if (end == buf || *end != '\0' || errno == ERANGE) {
+        return 0;
+    }
+    *out = value;
+    return 1;
+}
+
+/* The finite float32 number that is exactly text[0..len). */
+static int parse_float(const char *text, size_t len, float *out)
+{
+    char buf[64];
+    if (len == 0 || len >= sizeof buf || text[0] == ' ' || text[0] == '\t') {
+        return 0;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    char *end;
+    double value = strtod(buf, &end);
+    if (end == buf || *end != '\0' || !isfinite(value) || fabs(value) > FLT_MAX) {
+        return 0;
+    }
+    *out = (float)value;
+    return 1;
+}
+
+/* The comma-separated items of `text`: calls item(start, len, index, arg) for each,
+ * stopping at the first non-zero return, which it returns. */
+static int for_each_item(const char *text, int (*item)(const char *, size_t, size_t, void *),
+                         void *arg)
+{
+    size_t index = 0;
+    for (const char *p = text;; ++index) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        int rc = item(p, len, index, arg);
+        if (rc != 0 || comma == NULL) {
+            return rc;
+        }
+        p = comma + 1;
+    }
+}
+
+static size_t count_items(const char *text)
+{
+    size_t n = 1;
+    for (const char *p = text; (p = strchr(p, ',')) != NULL; ++p) {
+        ++n;
+    }
+    return n;
+}
+
+typedef struct list_parse {
+    const char *option, *text;
+    int32_t *ints;
+    float *floats;
+} list_parse;
+
+static int length_item(const char *item, size_t len, size_t index, void *arg)
+{
+    list_parse *l = arg;
+    long long value;
+    if (!parse_integer(item, len, &value)) {
+        return usage_error("clattn run", "%s '%s': '%.*s' is not an integer", l->option, l->text,
+                           (int)len, item);
+    }
+    if (value < 0) {
+        return usage_error("clattn run", "%s '%s': %lld is negative (lengths are 0 or more)",
+                           l->option, l->text, value);
+    }
+    if (value > INT32_MAX) {
+        return usage_error("clattn run", "%s '%s': %lld is too large (at most %d)", l->option,
+                           l->text, value, INT32_MAX);
+    }
+    l->ints[index] = (int32_t)value;
+    return 0;
+}
+
+static int slope_item(const char *item, size_t len, size_t index, void *arg)
+{
+    list_parse *l = arg;
+    if (!parse_float(item, len, &l->floats[index])) {
+        return usage_error("clattn run", "%s '%s': '%.*s' is not a finite float32 number",
+                           l->option, l->text, (int)len, item);
+    }
+    return 0;
+}
+
+/* --kv-lens / --q-lens: a list of lengths, or the name of an int32 .npy file (read
+ * later, once the batch size is known). Returns -1 to go on, or an exit status. */
+static int parse_lengths(const char *option, const char *text, int32_t **list, size_t *count,
+                         const char **file)
+{
+    size_t len = strlen(text);
+    if (len > 4 && strcmp(text + len - 4, ".npy") == 0) {
+        *file = text;
+        return -1;
+    }
+    *count = count_items(text);
+    *list = malloc(*count * sizeof **list);
+    if (*list == NULL) {
+        return error("out of memory");
+    }
+    list_parse l = {option, text, *list, NULL};
+    int rc = for_each_item(text, length_item, &l);
+    return rc != 0 ? rc : -1;
+}
+
+static int window_item(const char *item, size_t len, size_t index, void *arg)
+{
+    int64_t *bounds = arg;
+    long long value;
+    if (index >= 2 || !parse_integer(item, len, &value)) {
+        return 1;
+    }
+    if (value < -1) {
+        return 2;
+    }
+    bounds[index] = (int64_t)value;
+    return 0;
+}
+
 /* Parses and checks the command line; returns -1 to go on, or an exit status. */
 static int parse_run_args(int argc, char **argv, run_args *a)
 {
     static const char command[] = "clattn run";
     static const char *const algorithms[] = {"auto", "unfused", "fused", NULL};
+    static const char *const masked_rows[] = {"zero", "nan", NULL}; /* CLATTN_MASKED_ROWS_* */
+    static const char *const dtypes[] = {"auto", "bf16", NULL};
+    static const char *const out_dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype */
     const option options[] = {
         {"--q", &a->q, NULL},
         {"--k", &a->k, NULL},
@@ -734,11 +942,25 @@ static int parse_run_args(int argc, char **argv, run_args *a)
         {"--out", &a->out, NULL},
         {"--scale", &a->scale_text, NULL},
         {"--mask", &a->mask_text, NULL},
+        {"--mask-file", &a->mask_file, NULL},
+        {"--kv-lens", &a->kv_lens_text, NULL},
+        {"--q-lens", &a->q_lens_text, NULL},
+        {"--window", &a->window_text, NULL},
+        {"--alibi", &a->alibi_text, NULL},
+        {"--softcap", &a->softcap_text, NULL},
+        {"--q-start", &a->q_start_text, NULL},
+        {"--kv-start", &a->kv_start_text, NULL},
+        {"--masked-rows", &a->masked_rows_text, NULL},
         {"--algorithm", &a->algorithm_text, NULL},
         {"--weights", &a->weights, NULL},
+        {"--weights-head-mean", NULL, &a->head_mean},
+        {"--lse", &a->lse, NULL},
+        {"--dtype", &a->dtype_text, NULL},
+        {"--out-dtype", &a->out_dtype_text, NULL},
         {"--check", NULL, &a->check},
         {"--device", &a->device, NULL},
     };
+    a->out_dtype = -1;
     int rc = parse_command_line(command, run_usage, argc, argv, options,
                                 sizeof options / sizeof options[0]);
     if (rc >= 0) {
@@ -780,9 +1002,95 @@ static int parse_run_args(int argc, char **argv, run_args *a)
     }
     a->mask = (clattn_mask)mask;
     a->algorithm = (clattn_algorithm)algorithm;
-    if (a->weights != NULL && a->algorithm == CLATTN_ALGORITHM_FUSED) {
-        return usage_error(command, "--weights needs --algorithm auto or unfused (the fused "
-                                    "kernel never stores the weights)");
+    int rows = a->masked_rows_text != NULL ? lookup(a->masked_rows_text, masked_rows) : 0;
+    if (rows < 0) {
+        return usage_error(command, "unknown --masked-rows '%s' (zero, nan)", a->masked_rows_text);
+    }
+    a->masked_rows = rows;
+    int dtype = a->dtype_text != NULL ? lookup(a->dtype_text, dtypes) : 0;
+    if (dtype < 0) {
+        return usage_error(command,
+                           "unknown --dtype '%s' (auto, bf16: read '<u2' inputs as bfloat16)",
+                           a->dtype_text);
+    }
+    a->bf16 = dtype == 1;
+    if (a->out_dtype_text != NULL) {
+        a->out_dtype = lookup(a->out_dtype_text, out_dtypes);
+        if (a->out_dtype < 0) {
+            return usage_error(command, "unknown --out-dtype '%s' (f32, f16, bf16)",
+                               a->out_dtype_text);
+        }
+    }
+    if (a->head_mean && a->weights == NULL) {
+        return usage_error(command, "--weights-head-mean needs --weights FILE");
+    }
+    if (a->softcap_text != NULL &&
+        (!parse_float(a->softcap_text, strlen(a->softcap_text), &a->softcap) ||
+         !(a->softcap > 0.0f))) {
+        return usage_error(command,
+                           "--softcap '%s' is not a finite float32 number above 0 (omit it for "
+                           "no softcap)",
+                           a->softcap_text);
+    }
+    if (a->window_text != NULL) {
+        int64_t bounds[2] = {0, 0};
+        int bad = count_items(a->window_text) != 2
+                      ? 1
+                      : for_each_item(a->window_text, window_item, bounds);
+        if (bad == 2) {
+            return usage_error(command,
+                               "--window '%s': a bound below -1 (-1 means unbounded on that "
+                               "side)",
+                               a->window_text);
+        }
+        if (bad != 0) {
+            return usage_error(command,
+                               "--window '%s' is not L,R (two integers >= -1, -1 = unbounded)",
+                               a->window_text);
+        }
+        a->window = 1;
+        a->window_left = bounds[0];
+        a->window_right = bounds[1];
+    }
+    const char *const start_names[] = {"--q-start", "--kv-start"};
+    const char *const start_texts[] = {a->q_start_text, a->kv_start_text};
+    int64_t *const starts[] = {&a->q_start, &a->kv_start};
+    for (int i = 0; i < 2; ++i) {
+        long long value;
+        if (start_texts[i] == NULL) {
+            continue;
+        }
+        if (!parse_integer(start_texts[i], strlen(start_texts[i]), &value) ||
+            value <= -(1ll << 53) || value >= 1ll << 53) {
+            return usage_error(command, "%s '%s' is not an integer within +-2^53", start_names[i],
+                               start_texts[i]);
+        }
+        *starts[i] = (int64_t)value;
+    }
+    if (a->kv_lens_text != NULL) {
+        rc = parse_lengths("--kv-lens", a->kv_lens_text, &a->kv_lens, &a->n_kv_lens,
+                           &a->kv_lens_file);
+        if (rc >= 0) {
+            return rc;
+        }
+    }
+    if (a->q_lens_text != NULL) {
+        rc = parse_lengths("--q-lens", a->q_lens_text, &a->q_lens, &a->n_q_lens, &a->q_lens_file);
+        if (rc >= 0) {
+            return rc;
+        }
+    }
+    if (a->alibi_text != NULL) {
+        a->n_alibi = count_items(a->alibi_text);
+        a->alibi = malloc(a->n_alibi * sizeof *a->alibi);
+        if (a->alibi == NULL) {
+            return error("out of memory");
+        }
+        list_parse l = {"--alibi", a->alibi_text, NULL, a->alibi};
+        rc = for_each_item(a->alibi_text, slope_item, &l);
+        if (rc != 0) {
+            return rc;
+        }
     }
     return -1;
 }
@@ -806,7 +1114,7 @@ static char *folder_of(const char *path)
 
 /* Whether `a` and `b` name the same file: the same text; the same (st_dev, st_ino) if
  * both exist; or, if neither exists, the same name in the same folder. */
-static int same_file(const char *a, const char *b)
+int same_file(const char *a, const char *b)
 {
     if (strcmp(a, b) == 0) {
         return 1;
@@ -832,7 +1140,7 @@ static int same_file(const char *a, const char *b)
 
 /* An output may be replaced: it is not there yet, or is a regular file (not a
  * symbolic link); and its folder is writable. Returns 0, or an exit status. */
-static int check_output_file(const char *path)
+int check_output_file(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) == 0) {
@@ -857,18 +1165,21 @@ static int check_output_file(const char *path)
     return rc;
 }
 
-/* Checks --out and --weights before anything is computed: neither names an input nor
- * the other (usage error), and each can be replaced. Returns -1 to go on, or an exit
- * status. */
+/* Checks --out, --weights and --lse before anything is computed: none names an input
+ * file or another output (usage error), and each can be replaced. Returns -1 to go
+ * on, or an exit status. */
 static int check_output_paths(const run_args *a)
 {
-    const char *const out_names[] = {"--out", "--weights"};
-    const char *const outs[] = {a->out, a->weights};
-    const char *const in_names[] = {"--q", "--k", "--v"};
-    const char *const ins[] = {a->q, a->k, a->v};
-    for (int i = 0; i < 2 && outs[i] != NULL; ++i) {
-        for (int j = 0; j < 3; ++j) {
-            if (same_file(outs[i], ins[j])) {
+    enum { N_OUTS = 3, N_INS = 6 };
+    const char *const out_names[N_OUTS] = {"--out", "--weights", "--lse"};
+    const char *const outs[N_OUTS] = {a->out, a->weights, a->lse};
+    const char *const in_names[N_INS] = {"--q",         "--k",       "--v",
+                                         "--mask-file", "--kv-lens", "--q-lens"};
+    const char *const ins[N_INS] = {a->q,          a->k, a->v, a->mask_file, a->kv_lens_file,
+                                    a->q_lens_file};
+    for (int i = 0; i < N_OUTS; ++i) {
+        for (int j = 0; j < N_INS && outs[i] != NULL; ++j) {
+            if (ins[j] != NULL && same_file(outs[i], ins[j])) {
                 return usage_error("clattn run",
                                    "%s '%s' is the same file as %s '%s'; writing it would "
                                    "destroy an input",
@@ -876,11 +1187,15 @@ static int check_output_paths(const run_args *a)
             }
         }
     }
-    if (a->weights != NULL && same_file(a->out, a->weights)) {
-        return usage_error("clattn run", "--out '%s' and --weights '%s' name the same file", a->out,
-                           a->weights);
+    for (int i = 0; i < N_OUTS; ++i) {
+        for (int j = i + 1; j < N_OUTS && outs[i] != NULL; ++j) {
+            if (outs[j] != NULL && same_file(outs[i], outs[j])) {
+                return usage_error("clattn run", "%s '%s' and %s '%s' name the same file",
+                                   out_names[i], outs[i], out_names[j], outs[j]);
+            }
+        }
     }
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < N_OUTS; ++i) {
         if (outs[i] != NULL && check_output_file(outs[i]) != 0) {
             return EXIT_FAILURE;
         }
@@ -891,7 +1206,7 @@ static int check_output_paths(const run_args *a)
 /* The input ranks `run` accepts, as messages describe them. */
 #define RUN_RANKS "(n, d), (h, n, d) or (b, h, n, d)"
 
-/* The 4-D shape [b, h, n, d] of a shape of rank 2..4 (leading 1s). */
+/* The 4-D shape [b, h, n, d] of a shape of rank 1..4 (leading 1s). */
 static void shape4(const int64_t *shape, int ndim, int64_t out[4])
 {
     int lead = 4 - ndim;
@@ -911,11 +1226,10 @@ static int same_dim(const char *what, const char *a_path, int64_t a, const char 
 }
 
 /* Shape agreement of Q, K and V, with messages naming the files. */
-static int check_shapes(const run_args *a, const npy_array *q, const npy_array *k,
-                        const npy_array *v)
+static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k, const npy_data *v)
 {
     const char *const paths[] = {a->q, a->k, a->v};
-    const npy_array *const arrays[] = {q, k, v};
+    const npy_data *const arrays[] = {q, k, v};
     const char *const heads[] = {"h_q", "h_kv", "h_kv"};
     const char *const dims[] = {"d_k", "d_k", "d_v"};
     int64_t qs[4], ks[4], vs[4];
@@ -955,48 +1269,110 @@ static int check_shapes(const run_args *a, const npy_array *q, const npy_array *
     return 1;
 }
 
-/* `shape` with its last dimension replaced; its element count in *count, or 0 if the
- * count overflows size_t. */
-static int output_shape(const npy_array *like, int64_t last, int64_t shape[4], size_t *count)
+/* ---- dtypes ---------------------------------------------------------------------- */
+
+static size_t dtype_size(clattn_dtype dtype)
 {
-    size_t n = 1;
-    int overflow = 0;
-    for (int i = 0; i < like->ndim; ++i) {
-        shape[i] = i == like->ndim - 1 ? last : like->shape[i];
-        if (shape[i] != 0 && n > SIZE_MAX / sizeof(float) / (size_t)shape[i]) {
-            overflow = 1;
+    return dtype == CLATTN_FLOAT32 ? 4 : dtype == CLATTN_BOOL ? 1 : 2;
+}
+
+/* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
+static npy_dtype npy_of(clattn_dtype dtype)
+{
+    return dtype == CLATTN_FLOAT16 ? NPY_F16 : dtype == CLATTN_BFLOAT16 ? NPY_U16 : NPY_F32;
+}
+
+/* Element i of a float32, float16 or bfloat16 array. */
+static double load_value(clattn_dtype dtype, const void *data, size_t i)
+{
+    if (dtype == CLATTN_FLOAT32) {
+        return ((const float *)data)[i];
+    }
+    uint16_t bits = ((const uint16_t *)data)[i];
+    return dtype == CLATTN_FLOAT16 ? clattn_f16_to_f32(bits) : clattn_bf16_to_f32(bits);
+}
+
+/* One unit in the last place of a 16-bit float type at the magnitude of `x` (0 for
+ * float32, whose outputs are compared with CHECK_ATOL and CHECK_RTOL alone). */
+static double ulp16(clattn_dtype dtype, double x)
+{
+    if (dtype == CLATTN_FLOAT32) {
+        return 0.0;
+    }
+    const int mantissa = dtype == CLATTN_FLOAT16 ? 10 : 7;
+    const int min_exp = dtype == CLATTN_FLOAT16 ? -14 : -126; /* smallest normal: 2^min_exp */
+    int e;
+    frexp(x, &e); /* |x| = m * 2^e, 0.5 <= m < 1: its binade is 2^(e-1) */
+    if (x == 0.0 || e - 1 < min_exp) {
+        e = min_exp + 1;
+    }
+    return ldexp(1.0, e - 1 - mantissa);
+}
+
+/* Prints the comparison of `got` with the reference `ref` (both `count` elements of
+ * `dtype`); returns 1 if every element is within CHECK_ATOL + CHECK_RTOL*|ref|, plus one
+ * unit in the last place for float16 and bfloat16. NaN must meet NaN, and infinities
+ * must be equal. */
+static int report_check(const char *name, clattn_dtype dtype, const void *got, const void *ref,
+                        size_t count)
+{
+    double max_abs = 0.0, worst_bad = -1.0;
+    size_t worst = 0, bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+        double g = load_value(dtype, got, i), r = load_value(dtype, ref, i), diff;
+        int ok;
+        if (isnan(g) || isnan(r)) {
+            ok = isnan(g) && isnan(r);
+            diff = ok ? 0.0 : INFINITY;
+        } else if (isinf(g) || isinf(r)) {
+            ok = g == r;
+            diff = ok ? 0.0 : INFINITY;
+        } else {
+            diff = fabs(g - r);
+            ok = diff <= CHECK_ATOL + CHECK_RTOL * fabs(r) + ulp16(dtype, r);
         }
-        n *= (size_t)shape[i];
+        if (diff > max_abs) {
+            max_abs = diff;
+            worst = i;
+        }
+        /* show the worst element out of tolerance, else the largest deviation */
+        if (!ok && diff > worst_bad) {
+            worst_bad = diff;
+            bad = i;
+        }
     }
-    *count = n;
-    return !overflow || n == 0;
-}
-
-static clattn_tensor host_view(float *data, const int64_t *shape, int ndim)
-{
-    int64_t s[4];
-    shape4(shape, ndim, s);
-    return clattn_tensor_host(data, s[0], s[1], s[2], s[3]);
-}
-
-/* Prints the comparison of `got` with the reference; returns 1 if within tolerance. */
-static int report_check(const char *name, const float *got, const float *ref, size_t count)
-{
-    deviation dev = compare(got, ref, count);
-    printf("check %s: max abs error %.3g", name, dev.max_abs);
+    const int within = worst_bad < 0.0;
+    if (!within) {
+        worst = bad;
+    }
+    printf("check %s: max abs error %.3g", name, max_abs);
     if (count > 0) {
-        printf(" (element %zu: got %.9g, reference %.9g)", dev.worst, got[dev.worst],
-               ref[dev.worst]);
+        printf(" (element %zu: got %.9g, reference %.9g)", worst, load_value(dtype, got, worst),
+               load_value(dtype, ref, worst));
     }
-    printf(": %s 1e-5 + 1e-5*|reference|\n", dev.within ? "within" : "NOT within");
-    return dev.within;
+    printf(": %s 1e-5 + 1e-5*|reference|%s\n", within ? "within" : "NOT within",
+           dtype == CLATTN_FLOAT16    ? " + 1 ulp of float16"
+           : dtype == CLATTN_BFLOAT16 ? " + 1 ulp of bfloat16"
+                                      : "");
+    return within;
 }
+
+/* ---- writing the outputs ----------------------------------------------------------- */
+
+/* One output file: its content and where it goes. */
+typedef struct output_file {
+    const char *path;
+    npy_dtype dtype;
+    const void *data;
+    int64_t shape[4];
+    int ndim;
+} output_file;
 
 /* Creates a new file next to `path`, named "PATH.clattn-tmpN", with `create` (which
  * must fail with EEXIST if the name is taken); *name receives the malloc'd name.
  * Returns 0, or -1 with errno set. */
-static int create_next_to(const char *path, int (*create)(const char *name, void *arg), void *arg,
-                          char **name)
+int create_next_to(const char *path, int (*create)(const char *name, void *arg), void *arg,
+                   char **name)
 {
     size_t len = strlen(path) + 32;
     char *candidate = malloc(len);
@@ -1022,10 +1398,7 @@ static int create_next_to(const char *path, int (*create)(const char *name, void
 }
 
 typedef struct npy_content {
-    const char *path; /* for messages */
-    const float *data;
-    const int64_t *shape;
-    int ndim;
+    const output_file *file;
     char message[512]; /* set when writing fails */
 } npy_content;
 
@@ -1033,16 +1406,17 @@ typedef struct npy_content {
 static int create_npy(const char *name, void *arg)
 {
     npy_content *c = arg;
+    const output_file *o = c->file;
     c->message[0] = '\0';
     FILE *f = fopen(name, "wbx"); /* C11 exclusive create: never clobbers a file */
     if (f == NULL) {
         return -1;
     }
-    int rc =
-        npy_write_f32_stream(f, c->path, c->data, c->shape, c->ndim, c->message, sizeof c->message);
+    int rc = npy_write_stream(f, o->path, o->dtype, o->data, o->shape, o->ndim, c->message,
+                              sizeof c->message);
     if (fclose(f) != 0 && rc == 0) {
         rc = -1;
-        snprintf(c->message, sizeof c->message, "%s: write failed: %s", c->path, strerror(errno));
+        snprintf(c->message, sizeof c->message, "%s: write failed: %s", o->path, strerror(errno));
     }
     if (rc != 0) {
         remove(name);
@@ -1057,24 +1431,23 @@ static int create_link(const char *name, void *arg)
     return link((const char *)arg, name);
 }
 
-/* Writes `data` to a new temporary file next to `path`; *tmp receives its name. */
-static int write_temporary(const char *path, const float *data, const int64_t *shape, int ndim,
-                           char **tmp)
+/* Writes an output to a new temporary file next to its path; *tmp receives its name. */
+static int write_temporary(const output_file *file, char **tmp)
 {
-    npy_content content = {path, data, shape, ndim, ""};
-    if (create_next_to(path, create_npy, &content, tmp) == 0) {
+    npy_content content = {file, ""};
+    if (create_next_to(file->path, create_npy, &content, tmp) == 0) {
         return 0;
     }
     if (content.message[0] != '\0') {
         return error("%s", content.message);
     }
-    return error("%s: cannot create a temporary file next to it: %s", path, strerror(errno));
+    return error("%s: cannot create a temporary file next to it: %s", file->path, strerror(errno));
 }
 
 /* Renames the temporary file `tmp` onto `path`. If `backup` is not NULL and `path`
  * exists, it is first hard-linked to a new name in *backup (NULL if that fails), so
  * that the old file can be put back. Returns 0, or an exit status. */
-static int replace_file(const char *tmp, const char *path, char **backup)
+int replace_file(const char *tmp, const char *path, char **backup)
 {
     struct stat st;
     if (backup != NULL && lstat(path, &st) == 0 &&
@@ -1093,81 +1466,213 @@ static int replace_file(const char *tmp, const char *path, char **backup)
     return 0;
 }
 
-/* Writes O (and W if requested) all-or-nothing: both go to temporary files first, then
- * are renamed over their destinations; if the second rename fails, the first
- * destination gets its old content back (or is removed if it did not exist). */
-static int write_outputs(const run_args *a, const float *o, const int64_t *o_shape, const float *w,
-                         const int64_t *w_shape, int ndim)
+enum { MAX_OUTPUTS = 3 };
+
+/* Writes the outputs all-or-nothing: each goes to a temporary file first, then they are
+ * renamed over their destinations in order; if a rename fails, the destinations
+ * already replaced get their old content back (or are removed if they did not
+ * exist). */
+static int write_outputs(const output_file *files, int n)
 {
-    char *tmp_o = NULL, *tmp_w = NULL, *backup = NULL;
-    int rc = write_temporary(a->out, o, o_shape, ndim, &tmp_o);
-    if (rc == 0 && a->weights != NULL) {
-        rc = write_temporary(a->weights, w, w_shape, ndim, &tmp_w);
+    char *tmp[MAX_OUTPUTS] = {NULL}, *backup[MAX_OUTPUTS] = {NULL};
+    int existed[MAX_OUTPUTS] = {0};
+    int rc = 0, renamed = 0;
+    for (int i = 0; i < n && rc == 0; ++i) {
+        rc = write_temporary(&files[i], &tmp[i]);
     }
-    struct stat st;
-    int w_existed = a->weights != NULL && lstat(a->weights, &st) == 0;
-    if (rc == 0 && tmp_w != NULL) {
-        rc = replace_file(tmp_w, a->weights, &backup);
+    for (int i = 0; i < n && rc == 0; ++i) {
+        struct stat st;
+        existed[i] = lstat(files[i].path, &st) == 0;
+        /* the last one needs no way back: nothing can fail after it */
+        rc = replace_file(tmp[i], files[i].path, i + 1 < n ? &backup[i] : NULL);
         if (rc == 0) {
-            free(tmp_w); /* renamed: nothing left to remove */
-            tmp_w = NULL;
+            free(tmp[i]); /* renamed: nothing left to remove */
+            tmp[i] = NULL;
+            renamed = i + 1;
         }
     }
-    if (rc == 0) {
-        rc = replace_file(tmp_o, a->out, NULL);
-        if (rc == 0) {
-            free(tmp_o);
-            tmp_o = NULL;
-        } else if (a->weights != NULL) {
-            /* undo the rename of W */
-            if (backup != NULL && rename(backup, a->weights) == 0) {
-                free(backup);
-                backup = NULL;
-            } else if (backup != NULL || w_existed || remove(a->weights) != 0) {
-                error("%s: was already replaced and could not be restored", a->weights);
-            }
+    for (int i = renamed - 1; rc != 0 && i >= 0; --i) { /* undo */
+        if (backup[i] != NULL && rename(backup[i], files[i].path) == 0) {
+            free(backup[i]);
+            backup[i] = NULL;
+        } else if (backup[i] != NULL || existed[i] || remove(files[i].path) != 0) {
+            error("%s: was already replaced and could not be restored", files[i].path);
         }
     }
-    if (backup != NULL) {
-        remove(backup);
-        free(backup);
-    }
-    if (tmp_o != NULL) {
-        remove(tmp_o);
-        free(tmp_o);
-    }
-    if (tmp_w != NULL) {
-        remove(tmp_w);
-        free(tmp_w);
+    for (int i = 0; i < n; ++i) {
+        if (backup[i] != NULL) {
+            remove(backup[i]);
+            free(backup[i]);
+        }
+        if (tmp[i] != NULL) {
+            remove(tmp[i]);
+            free(tmp[i]);
+        }
     }
     return rc;
 }
 
-/* Runs the reference and compares; returns 0, or an exit status. */
+/* ---- running ------------------------------------------------------------------------ */
+
+/* A host view on packed data of a shape of rank 1..4 (leading 1s). */
+static clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype)
+{
+    int64_t s[4];
+    shape4(shape, ndim, s);
+    clattn_tensor t = clattn_tensor_host(data, s[0], s[1], s[2], s[3]);
+    t.dtype = dtype;
+    return t;
+}
+
+/* Element count of a shape, or 0 in *ok if it (times esize bytes) overflows size_t. */
+static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; ++i) {
+        if (shape[i] != 0 && n > SIZE_MAX / esize / (size_t)shape[i]) {
+            *ok = 0;
+        }
+        n *= (size_t)shape[i];
+    }
+    return n;
+}
+
+/* The inputs of a run after reading: Q, K, V and the optional mask. */
+typedef struct run_inputs {
+    npy_data q, k, v, mask, kv_lens, q_lens;
+    clattn_dtype dq, dk, dv;
+    int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
+} run_inputs;
+
+/* The library dtype of input `path`, read as `d`; 0 if it has none (a message is
+ * printed). */
+static int input_dtype(const run_args *a, const char *path, const npy_data *d, clattn_dtype *out)
+{
+    switch (d->dtype) {
+    case NPY_F32: *out = CLATTN_FLOAT32; return 1;
+    case NPY_F16: *out = CLATTN_FLOAT16; return 1;
+    case NPY_U16:
+        if (a->bf16) {
+            *out = CLATTN_BFLOAT16;
+            return 1;
+        }
+        error("%s: dtype '<u2' (uint16) is read only with --dtype bf16 (as bfloat16 bit "
+              "patterns)",
+              path);
+        return 0;
+    default: error("%s: dtype %s is not supported", path, npy_dtype_descr(d->dtype)); return 0;
+    }
+}
+
+/* The mask tensor view of the mask file broadcast to (b, h_q, n_q, n_kv): dimensions of
+ * 1 broadcast (b and h through shape 1, n_q and n_kv through stride 0). Returns 1, or
+ * 0 after a message. */
+static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out)
+{
+    const npy_data *m = &in->mask;
+    const int64_t target[4] = {in->qs[0], in->qs[1], in->qs[2], in->ks[2]};
+    int64_t fs[4], packed[4];
+    shape4(m->shape, m->ndim, fs);
+    static const char *const names[4] = {"b", "h_q", "n_q", "n_kv"};
+    for (int i = 0; i < 4; ++i) {
+        if (fs[i] != 1 && fs[i] != target[i]) {
+            char shape[128] = "(";
+            for (int d = 0; d < m->ndim; ++d) {
+                size_t used = strlen(shape);
+                snprintf(shape + used, sizeof shape - used, "%lld%s", (long long)m->shape[d],
+                         d + 1 < m->ndim ? ", "
+                         : m->ndim == 1  ? ",)"
+                                         : ")");
+            }
+            error("%s: the mask's shape %s does not broadcast to (b, h_q, n_q, n_kv) = (%lld, "
+                  "%lld, %lld, %lld): its %s dimension is %lld, need 1 or %lld",
+                  a->mask_file, shape, (long long)target[0], (long long)target[1],
+                  (long long)target[2], (long long)target[3], names[i], (long long)fs[i],
+                  (long long)target[i]);
+            return 0;
+        }
+    }
+    packed[3] = 1;
+    for (int i = 2; i >= 0; --i) {
+        packed[i] = packed[i + 1] * fs[i + 1];
+    }
+    *out = clattn_tensor_host(m->data, fs[0], fs[1], target[2], target[3]);
+    out->dtype = m->dtype == NPY_F32 ? CLATTN_FLOAT32 : CLATTN_BOOL;
+    for (int i = 0; i < 4; ++i) {
+        /* never all 0 (that would mean packed): strides[3] or an earlier one is 1 */
+        out->strides[i] = i >= 2 && fs[i] == 1 && target[i] != 1 ? 0 : packed[i];
+    }
+    return 1;
+}
+
+/* --kv-lens / --q-lens: the list (exit status 2 when it does not fit the inputs) or
+ * the int32 file (already read into `file`; exit status 1). Returns -1 to go on. */
+static int check_lengths(const char *option, const char *what, const int32_t *list, size_t count,
+                         const char *path, const npy_data *file, int64_t batch, int64_t limit,
+                         const int32_t **out)
+{
+    if (path != NULL) {
+        list = file->data;
+        count = file->count;
+        if (file->ndim != 1 || (int64_t)count != batch) {
+            return error("%s: %s needs one int32 per batch entry, shape (%lld,)", path, option,
+                         (long long)batch);
+        }
+    } else if ((int64_t)count != batch) {
+        return usage_error("clattn run", "%s has %zu value%s but the batch size of Q is %lld",
+                           option, count, count == 1 ? "" : "s", (long long)batch);
+    }
+    for (size_t i = 0; i < count; ++i) {
+        if (list[i] < 0 || list[i] > limit) {
+            if (path != NULL) {
+                return error("%s: value %lld (batch entry %zu) is outside 0..%s (%lld)", path,
+                             (long long)list[i], i, what, (long long)limit);
+            }
+            return usage_error("clattn run", "%s: value %lld (batch entry %zu) is above %s (%lld)",
+                               option, (long long)list[i], i, what, (long long)limit);
+        }
+    }
+    *out = list;
+    return -1;
+}
+
+/* Runs the reference with the same desc and inputs, into its own outputs, and compares
+ * O, the weights and the LSE; returns 0, or an exit status. */
 static int check_against_reference(const clattn_attention_desc *desc, const clattn_tensor *q,
                                    const clattn_tensor *k, const clattn_tensor *v,
-                                   const clattn_tensor *o, size_t o_count, size_t w_count)
+                                   const clattn_tensor *o, size_t o_count, size_t w_count,
+                                   size_t lse_count)
 {
-    float *ref = malloc((o_count + w_count > 0 ? o_count + w_count : 1) * sizeof *ref);
+    const size_t o_bytes = (o_count * dtype_size(o->dtype) + 15) / 16 * 16;
+    unsigned char *ref = malloc(o_bytes + (w_count + lse_count) * sizeof(float) + 1);
     if (ref == NULL) {
         return error("out of memory for the reference result");
     }
-    clattn_tensor ref_o = *o, ref_w;
+    float *ref_w_data = (float *)(void *)(ref + o_bytes), *ref_lse_data = ref_w_data + w_count;
+    clattn_tensor ref_o = *o, ref_w, ref_lse;
     ref_o.host = ref;
     clattn_attention_desc ref_desc = *desc;
     if (desc->weights != NULL) {
         ref_w = *desc->weights;
-        ref_w.host = ref + o_count;
+        ref_w.host = ref_w_data;
         ref_desc.weights = &ref_w;
+    }
+    if (desc->lse != NULL) {
+        ref_lse = *desc->lse;
+        ref_lse.host = ref_lse_data;
+        ref_desc.lse = &ref_lse;
     }
     int rc = EXIT_FAILURE;
     clattn_status status = clattn_reference_attention(&ref_desc, q, k, v, &ref_o);
     if (status != CLATTN_SUCCESS) {
         library_error("clattn_reference_attention", status, NULL);
     } else {
-        int ok = report_check("O", o->host, ref, o_count);
+        int ok = report_check("O", o->dtype, o->host, ref, o_count);
         if (desc->weights != NULL) {
-            ok &= report_check("W", desc->weights->host, ref + o_count, w_count);
+            ok &= report_check("W", CLATTN_FLOAT32, desc->weights->host, ref_w_data, w_count);
+        }
+        if (desc->lse != NULL) {
+            ok &= report_check("LSE", CLATTN_FLOAT32, desc->lse->host, ref_lse_data, lse_count);
         }
         rc = ok ? 0
                 : error("--check failed: the result is not within tolerance; nothing "
@@ -1178,83 +1683,194 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
 }
 
 /* Everything after reading and checking the inputs. */
-static int run_attention(const run_args *a, npy_array *q, npy_array *k, npy_array *v)
+static int run_attention(const run_args *a, run_inputs *in)
 {
-    int64_t o_shape[4], w_shape[4];
-    size_t o_count, w_count = 0;
-    int64_t n_kv = k->shape[k->ndim - 2], d_v = v->shape[v->ndim - 1];
-    if (!output_shape(q, d_v, o_shape, &o_count) ||
-        (a->weights != NULL && !output_shape(q, n_kv, w_shape, &w_count))) {
+    const int ndim = in->q.ndim;
+    const int64_t n_kv = in->ks[2], d_v = in->vs[3];
+    const clattn_dtype o_dtype = a->out_dtype >= 0 ? (clattn_dtype)a->out_dtype : in->dq;
+    const int64_t *const b_h_n = in->q.shape; /* Q's shape but its last dimension */
+    output_file files[MAX_OUTPUTS];
+    int n_files = 0, fits = 1;
+    /* LSE, weights, then O: O is renamed last */
+    output_file *lse_file = NULL, *w_file = NULL, *o_file;
+    if (a->lse != NULL) {
+        lse_file = &files[n_files++];
+        *lse_file = (output_file){a->lse, NPY_F32, NULL, {0}, ndim - 1};
+        memcpy(lse_file->shape, b_h_n, sizeof(int64_t) * (size_t)(ndim - 1));
+    }
+    if (a->weights != NULL) {
+        w_file = &files[n_files++];
+        *w_file = (output_file){a->weights, NPY_F32, NULL, {0}, ndim};
+        memcpy(w_file->shape, b_h_n, sizeof(int64_t) * (size_t)ndim);
+        w_file->shape[ndim - 1] = n_kv;
+        if (a->head_mean && ndim >= 3) {
+            w_file->shape[ndim - 3] = 1; /* the head dimension, kept as 1 */
+        }
+    }
+    o_file = &files[n_files++];
+    *o_file = (output_file){a->out, npy_of(o_dtype), NULL, {0}, ndim};
+    memcpy(o_file->shape, b_h_n, sizeof(int64_t) * (size_t)ndim);
+    o_file->shape[ndim - 1] = d_v;
+
+    size_t o_count = count_of(o_file->shape, ndim, dtype_size(o_dtype), &fits);
+    size_t w_count = w_file ? count_of(w_file->shape, ndim, sizeof(float), &fits) : 0;
+    size_t lse_count = lse_file ? count_of(lse_file->shape, ndim - 1, sizeof(float), &fits) : 0;
+    if (!fits) {
         return error("the output would be too large for this machine's size_t");
     }
-    float *o = calloc(o_count > 0 ? o_count : 1, sizeof *o);
-    float *w = a->weights != NULL ? calloc(w_count > 0 ? w_count : 1, sizeof *w) : NULL;
+    void *o = calloc(o_count > 0 ? o_count : 1, dtype_size(o_dtype));
+    float *w = w_file ? calloc(w_count > 0 ? w_count : 1, sizeof *w) : NULL;
+    float *lse = lse_file ? calloc(lse_count > 0 ? lse_count : 1, sizeof *lse) : NULL;
     clattn_context *ctx = NULL;
     int rc = EXIT_FAILURE;
-    if (o == NULL || (a->weights != NULL && w == NULL)) {
-        error("out of memory for the output (%zu + %zu floats)", o_count, w_count);
+    if (o == NULL || (w_file && w == NULL) || (lse_file && lse == NULL)) {
+        error("out of memory for the outputs (%zu + %zu + %zu elements)", o_count, w_count,
+              lse_count);
         goto done;
     }
-    if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
-        goto done;
-    }
-    clattn_tensor tq = host_view(q->data, q->shape, q->ndim);
-    clattn_tensor tk = host_view(k->data, k->shape, k->ndim);
-    clattn_tensor tv = host_view(v->data, v->shape, v->ndim);
-    clattn_tensor to = host_view(o, o_shape, q->ndim);
-    clattn_tensor tw = w != NULL ? host_view(w, w_shape, q->ndim) : to;
+    clattn_tensor tq = host_view(in->q.data, in->q.shape, ndim, in->dq);
+    clattn_tensor tk = host_view(in->k.data, in->k.shape, ndim, in->dk);
+    clattn_tensor tv = host_view(in->v.data, in->v.shape, ndim, in->dv);
+    clattn_tensor to = host_view(o, o_file->shape, ndim, o_dtype);
+    /* [b, h_q or 1, n_q, n_kv] and [b, h_q, n_q, 1] */
+    clattn_tensor tw =
+        clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
+    clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
+    clattn_tensor tm;
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.scale = a->scale;
     desc.mask = a->mask;
     desc.algorithm = a->algorithm;
     desc.weights = w != NULL ? &tw : NULL;
+    desc.weights_head_mean = a->head_mean;
+    desc.lse = lse != NULL ? &tl : NULL;
+    desc.softcap = a->softcap;
+    desc.masked_rows = a->masked_rows;
+    desc.window = a->window;
+    desc.window_left = a->window_left;
+    desc.window_right = a->window_right;
+    desc.q_start = a->q_start;
+    desc.kv_start = a->kv_start;
+    desc.alibi_slopes = a->alibi;
+    if (a->mask_file != NULL) {
+        if (!mask_view(a, in, &tm)) {
+            goto done;
+        }
+        desc.mask_tensor = &tm;
+    }
+    int lrc = -1;
+    if (a->kv_lens_text != NULL) {
+        lrc = check_lengths("--kv-lens", "n_kv", a->kv_lens, a->n_kv_lens, a->kv_lens_file,
+                            &in->kv_lens, in->qs[0], n_kv, &desc.kv_lens);
+    }
+    if (lrc < 0 && a->q_lens_text != NULL) {
+        lrc = check_lengths("--q-lens", "n_q", a->q_lens, a->n_q_lens, a->q_lens_file, &in->q_lens,
+                            in->qs[0], in->qs[2], &desc.q_lens);
+    }
+    if (lrc >= 0) {
+        rc = lrc;
+        goto done;
+    }
+    if (a->alibi != NULL && (int64_t)a->n_alibi != in->qs[1]) {
+        rc = usage_error("clattn run",
+                         "--alibi has %zu slope%s but Q has %lld heads (one slope "
+                         "per query head)",
+                         a->n_alibi, a->n_alibi == 1 ? "" : "s", (long long)in->qs[1]);
+        goto done;
+    }
+    if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
+        goto done;
+    }
     clattn_status status = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
     if (status != CLATTN_SUCCESS) {
         library_error("clattn_attention", status, ctx);
         goto done;
     }
     if (a->check) {
-        rc = check_against_reference(&desc, &tq, &tk, &tv, &to, o_count, w_count);
+        rc = check_against_reference(&desc, &tq, &tk, &tv, &to, o_count, w_count, lse_count);
         if (rc != 0) {
             goto done;
         }
     }
-    rc = write_outputs(a, o, o_shape, w, w_shape, q->ndim);
+    o_file->data = o;
+    if (w_file) {
+        w_file->data = w;
+    }
+    if (lse_file) {
+        lse_file->data = lse;
+    }
+    rc = write_outputs(files, n_files);
 done:
     clattn_context_release(ctx);
     free(o);
     free(w);
+    free(lse);
     return rc;
+}
+
+/* Reads the inputs and checks their dtypes and shapes; returns -1 to go on, or an exit
+ * status. */
+static int read_inputs(const run_args *a, run_inputs *in)
+{
+    const unsigned floats = NPY_ACCEPT(NPY_F32) | NPY_ACCEPT(NPY_F16) | NPY_ACCEPT(NPY_U16);
+    npy_data *const arrays[] = {&in->q, &in->k, &in->v};
+    clattn_dtype *const dtypes[] = {&in->dq, &in->dk, &in->dv};
+    const char *const paths[] = {a->q, a->k, a->v};
+    char message[512];
+    for (int i = 0; i < 3; ++i) {
+        if (npy_read(paths[i], floats, 2, RUN_RANKS, arrays[i], message, sizeof message) != 0) {
+            return error("%s", message);
+        }
+        if (!input_dtype(a, paths[i], arrays[i], dtypes[i])) {
+            return EXIT_FAILURE;
+        }
+    }
+    if (!check_shapes(a, &in->q, &in->k, &in->v)) {
+        return EXIT_FAILURE;
+    }
+    shape4(in->q.shape, in->q.ndim, in->qs);
+    shape4(in->k.shape, in->k.ndim, in->ks);
+    shape4(in->v.shape, in->v.ndim, in->vs);
+    if (a->mask_file != NULL &&
+        npy_read(a->mask_file, NPY_ACCEPT(NPY_BOOL) | NPY_ACCEPT(NPY_U8) | NPY_ACCEPT(NPY_F32), 1,
+                 "1 to 4 dimensions, broadcast to (b, h_q, n_q, n_kv)", &in->mask, message,
+                 sizeof message) != 0) {
+        return error("%s", message);
+    }
+    const char *const len_paths[] = {a->kv_lens_file, a->q_lens_file};
+    npy_data *const lens[] = {&in->kv_lens, &in->q_lens};
+    for (int i = 0; i < 2; ++i) {
+        if (len_paths[i] != NULL && npy_read(len_paths[i], NPY_ACCEPT(NPY_I32), 1, "(b,)", lens[i],
+                                             message, sizeof message) != 0) {
+            return error("%s", message);
+        }
+    }
+    return -1;
 }
 
 static int cmd_run(int argc, char **argv)
 {
     run_args a = {0};
+    snprintf(run_usage, sizeof run_usage, "%s%s", run_usage_1, run_usage_2);
     int rc = parse_run_args(argc, argv, &a);
     if (rc < 0) {
         rc = check_output_paths(&a);
     }
     if (rc >= 0) {
+        free_run_args(&a);
         return rc;
     }
-    npy_array q = {0}, k = {0}, v = {0};
-    npy_array *const arrays[] = {&q, &k, &v};
-    const char *const paths[] = {a.q, a.k, a.v};
-    char message[512];
-    rc = EXIT_FAILURE;
-    for (int i = 0; i < 3; ++i) {
-        if (npy_read_f32_rank(paths[i], 2, RUN_RANKS, arrays[i], message, sizeof message) != 0) {
-            error("%s", message);
-            goto done;
-        }
+    run_inputs in;
+    memset(&in, 0, sizeof in);
+    rc = read_inputs(&a, &in);
+    if (rc < 0) {
+        rc = run_attention(&a, &in);
     }
-    if (check_shapes(&a, &q, &k, &v)) {
-        rc = run_attention(&a, &q, &k, &v);
+    npy_data *const arrays[] = {&in.q, &in.k, &in.v, &in.mask, &in.kv_lens, &in.q_lens};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; ++i) {
+        npy_data_free(arrays[i]);
     }
-done:
-    npy_free(&q);
-    npy_free(&k);
-    npy_free(&v);
+    free_run_args(&a);
     return rc;
 }
 
@@ -1265,8 +1881,8 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int argc, char **argv);
-    } commands[] = {
-        {"devices", cmd_devices}, {"demo", cmd_demo}, {"run", cmd_run}, {"bench", cmd_bench}};
+    } commands[] = {{"devices", cmd_devices}, {"demo", cmd_demo}, {"run", cmd_run},
+                    {"bench", cmd_bench},     {"tune", cmd_tune}, {"heatmap", cmd_heatmap}};
 
     if (argc < 2) {
         fputs(program_usage, stderr);
