@@ -573,16 +573,21 @@ int main(void)
 {
     tu_seed_init(0x0f3a7u);
     Suite *s = suite_create("features");
-    TCase *tc = tcase_create("features");
-    tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, feature_validation);
-    tcase_add_test(tc, half_conversions);
-    tcase_add_test(tc, masked_keys_contribute_nothing);
-    tcase_add_test(tc, float16_and_bfloat16_storage);
-    tcase_add_test(tc, merge_rejects_bad_parts);
-    tcase_add_test(tc, merge_split_keys);
-    tcase_add_test(tc, head_dim_512);
-    tcase_add_test(tc, random_feature_sweep);
-    suite_add_tcase(s, tc);
+    /* one test case per area, so CK_RUN_CASE=merge (etc.) runs one alone (oclgrind) */
+    TCase *tc[5];
+    static const char *const names[5] = {"validation", "storage", "masks", "merge", "sweep"};
+    for (int a = 0; a < 5; a++) {
+        tc[a] = tcase_create(names[a]);
+        tcase_set_timeout(tc[a], 900);
+        suite_add_tcase(s, tc[a]);
+    }
+    tcase_add_test(tc[0], feature_validation);
+    tcase_add_test(tc[1], half_conversions);
+    tcase_add_test(tc[1], float16_and_bfloat16_storage);
+    tcase_add_test(tc[2], masked_keys_contribute_nothing);
+    tcase_add_test(tc[2], head_dim_512);
+    tcase_add_test(tc[3], merge_rejects_bad_parts);
+    tcase_add_test(tc[3], merge_split_keys);
+    tcase_add_test(tc[4], random_feature_sweep);
     return tu_run_suite(s);
 }

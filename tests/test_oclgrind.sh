@@ -5,7 +5,8 @@
 # tile (n_q 19, n_kv 37, d_k 20, d_v 9, grouped heads 2:1), all masks, both algorithms,
 # the GPU blocking oclgrind's device gets by default and the CPU blocking (4 queries per
 # work-item), plus the demo (the decoding path and the three stages on their own).
-# Usage: CLATTN_BIN=build/clattn sh tests/test_oclgrind.sh   (run from anywhere)
+# Usage: CLATTN_BIN=build/clattn [CLATTN_FEATURES_BIN=build/tests/test_features]
+#        sh tests/test_oclgrind.sh   (run from anywhere)
 set -u
 bin=${CLATTN_BIN:?set CLATTN_BIN to the clattn program}
 data=$(cd "$(dirname "$0")/data" && pwd)
@@ -38,5 +39,26 @@ for blocking in default 4,8,32; do
         done
     done
 done
+# the optional terms and outputs (every branch of score_terms16, the LSE and
+# weights-from-LSE pass, head means, 16-bit loads and stores), default blocking
+unset CLATTN_BLOCKING
+base="--q $data/og_q.npy --k $data/og_k.npy --v $data/og_v.npy --check"
+for alg in fused unfused; do
+    check "features A $alg" "$bin" run $base --out "$tmp/o.npy" --algorithm "$alg" \
+        --mask-file "$data/og_mask.npy" --kv-lens 30 --window 5,3 --lse "$tmp/l.npy" \
+        --weights "$tmp/w.npy"
+    check "features B $alg" "$bin" run $base --out "$tmp/o.npy" --algorithm "$alg" \
+        --mask causal-bottom-right --alibi 0.5,0.25 --softcap 2 --q-lens 11 \
+        --masked-rows nan --weights "$tmp/w.npy" --weights-head-mean
+    check "features C $alg" "$bin" run --q "$data/og_q16.npy" --k "$data/og_k16.npy" \
+        --v "$data/og_v16.npy" --check --out "$tmp/o.npy" --algorithm "$alg" --mask no-self \
+        --q-start 3 --kv-start 1
+done
+# the merge kernel (clattn_merge of 2, 3 and 7 parts, in place too) from test_features
+if [ -n "${CLATTN_FEATURES_BIN:-}" ]; then
+    export CK_RUN_CASE=merge
+    check "merge" "$CLATTN_FEATURES_BIN"
+    unset CK_RUN_CASE
+fi
 echo "test_oclgrind: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
