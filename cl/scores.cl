@@ -32,7 +32,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
               __global const ELEM_T(K_DT) *k, long k_off, long4 k_st,
               __global float *s, long s_off, long4 s_st,
-              int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
+              int h_q, int group, long n_q, long n_kv, float scale, int sparse, RULE_PARAMS,
+              TERM_PARAMS)
 {
     __local float k_t[D_K * TILE_KV]; /* K tile transposed: k_t[c·TILE_KV + key] */
     const long i0 = (get_group_id(0) * WG + get_local_id(0)) * RQ;
@@ -41,8 +42,21 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float slope = ALIBI ? alibi[h] : 0.0f;
 
-    STAGE_ROWS(K_DT, k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
+    /* sparse (the attention pipeline's own workspace): a tile no row of the group sees
+     * is neither staged, computed nor written; softmax and weighted sum never read it.
+     * (The test is uniform over the group; the group still meets the barrier: PoCL
+     * miscompiles a return before it.) */
+    bool skip = false;
+    if (sparse) {
+        const long g0 = get_group_id(0) * WG * RQ;
+        const long2 gr = group_key_range(RULE_ARGS, b, g0, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
+        skip = j0 >= gr.y || j0 + TILE_KV <= gr.x;
+    }
+    if (!skip)
+        STAGE_ROWS(K_DT, k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
     barrier(CLK_LOCAL_MEM_FENCE); /* K tile staged before anyone reads it */
+    if (skip)
+        return;
 
     float16 acc[RQ][N_SV];
     #pragma unroll

@@ -33,8 +33,8 @@
 __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
                              __global float *y, long y_off, long4 y_st,
                              __global float *lse, long lse_off, long4 lse_st,
-                             int heads, long width, long n_q, int masked_nan, RULE_PARAMS,
-                             __local float *red)
+                             int heads, long width, long n_q, int masked_nan, int sparse,
+                             RULE_PARAMS, __local float *red)
 {
     const int lid = get_local_id(0), wg = get_local_size(0);
     const long r = get_global_id(1), bh = get_global_id(2);
@@ -50,7 +50,9 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
      * the tail past the last whole chunk element by element, in every pass alike. */
     const bool dense = x_st.s3 == 1 && y_st.s3 == 1;
     const long n = hi - lo, n16 = dense ? n / 16 : 0;
-    for (long j = lid; j < width; j += wg)
+    /* sparse (the pipeline's workspace): the weighted sum reads only [lo, hi), so the
+     * zeros outside are not written */
+    for (long j = lid; j < width && !sparse; j += wg)
         if (j < lo || j >= hi)
             y[yrow0 + j * y_st.s3] = 0.0f;
 

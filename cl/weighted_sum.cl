@@ -33,7 +33,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
                     __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
                     __global ELEM_T(O_DT) *o, long o_off, long4 o_st,
-                    int h_q, int group, long n_q, long n_kv, RULE_PARAMS)
+                    int h_q, int group, long n_q, long n_kv, int sparse, RULE_PARAMS)
 {
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
     const long g0 = get_group_id(0) * (WG * RQ), i0 = g0 + get_local_id(0) * RQ;
@@ -41,11 +41,16 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
 
     float16 acc[RQ][N_AV];
+    long lo[RQ], hi[RQ]; /* keys each row may read: sparse workspaces hold only these */
     #pragma unroll
-    for (int r = 0; r < RQ; r++)
+    for (int r = 0; r < RQ; r++) {
         #pragma unroll
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
+        const row_rule rr = rule_at(RULE_ARGS, b, min(i0 + r, n_q - 1), n_q, n_kv);
+        lo[r] = sparse ? rr.lo : 0;
+        hi[r] = sparse ? rr.hi : n_kv;
+    }
     /* weights outside every row's visible keys are zero: skip those tiles. NaN rows
      * (masked_rows = NaN) are fully masked and stay NaN through the zero tiles' absence:
      * they need one tile, so the range is widened to at least the first one. */
@@ -64,7 +69,9 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
                 const long i = i0 + r;
                 const long row = view_at(w_off, w_st, b, h, i < n_q ? i : 0, 0);
                 for (int jj = 0; jj < TILE_KV; jj++)
-                    p[r][jj] = (i < n_q && j0 + jj < n_kv) ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
+                    p[r][jj] = (i < n_q && j0 + jj >= lo[r] && j0 + jj < hi[r])
+                                   ? w[row + (j0 + jj) * w_st.s3]
+                                   : 0.0f;
             }
             ACCUMULATE_PV(acc, p, v_tile);
         }

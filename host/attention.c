@@ -484,8 +484,8 @@ static void arg_opt_view(arg_list *a, const clattn_view *v)
 
 static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, const clattn_view *q,
                                     const clattn_view *k, const clattn_view *s, float scale,
-                                    const aux_t *x, cl_uint n_wait, const cl_event *wait,
-                                    cl_event *done)
+                                    bool sparse, const aux_t *x, cl_uint n_wait,
+                                    const cl_event *wait, cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
@@ -496,6 +496,7 @@ static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, con
     arg_long(&a, q->n[2]);
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
+    arg_int(&a, sparse);
     arg_rule(&a, x);
     arg_terms(&a, x);
     const size_t global[3] = {round_up(ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
@@ -509,8 +510,8 @@ static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, con
  * range, the rest of S being −∞ already */
 static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *e, size_t wg,
                                      const clattn_view *x, const clattn_view *y,
-                                     const clattn_view *lse, const aux_t *aux, cl_uint n_wait,
-                                     const cl_event *wait, cl_event *done)
+                                     const clattn_view *lse, bool sparse, const aux_t *aux,
+                                     cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     arg_list a = {e->kernel, 0, CL_SUCCESS};
     arg_view(&a, x);
@@ -520,6 +521,7 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
     arg_long(&a, x->n[3]);
     arg_long(&a, x->n[2]);
     arg_int(&a, aux->desc ? aux->desc->masked_rows : 0);
+    arg_int(&a, sparse);
     arg_rule(&a, aux);
     arg(&a, wg * sizeof(float), NULL);
     const size_t global[3] = {wg, (size_t)x->n[2], (size_t)(x->n[0] * x->n[1])};
@@ -529,8 +531,9 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
 
 /* O = W·V; the rule only lets groups skip key tiles whose weights are all zero */
 static clattn_status enqueue_wsum(clattn_context *ctx, const blocking *bk, const clattn_view *w,
-                                  const clattn_view *v, const clattn_view *o, const aux_t *x,
-                                  cl_uint n_wait, const cl_event *wait, cl_event *done)
+                                  const clattn_view *v, const clattn_view *o, bool sparse,
+                                  const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                  cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, w);
@@ -540,6 +543,7 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const blocking *bk, const
     arg_int(&a, o->n[1] / v->n[1]);
     arg_long(&a, o->n[2]);
     arg_long(&a, v->n[2]);
+    arg_int(&a, sparse);
     arg_rule(&a, x);
     const size_t global[2] = {round_up(ceil_div(o->n[2], (int64_t)bk->rq), bk->wg),
                               (size_t)(o->n[0] * o->n[1])};
@@ -726,7 +730,8 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
                                w ? &ev[0] : done);
         if (w) { /* second pass: scores again, then W = exp(S − LSE) */
             if (st == CLATTN_SUCCESS)
-                st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, &x, 1, &ev[0], &ev[1]);
+                st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, false, &x, 1, &ev[0],
+                                    &ev[1]);
             if (st == CLATTN_SUCCESS)
                 st = enqueue_from_lse(ctx, p->from_lse, w_heads, lse, &x, 1, &ev[1],
                                       head_mean ? &ev[2] : done);
@@ -735,6 +740,9 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
         }
     } else {
         clattn_view ws;
+        /* clattn's own workspace (no weights to return) with zeros for masked rows: the
+         * kernels skip the masked tiles instead of writing −∞ and zeros there */
+        const bool sparse = !w_heads && desc->masked_rows == CLATTN_MASKED_ROWS_ZERO;
         if (w_heads) {
             ws = *w_heads; /* scores go straight into the weights, softmax runs in place */
         } else if (st == CLATTN_SUCCESS) {
@@ -742,12 +750,14 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
             ws_mem[2] = ws.buffer;
         }
         if (st == CLATTN_SUCCESS)
-            st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, &x, n_wait, wait, &ev[0]);
+            st =
+                enqueue_scores(ctx, &p->scores, q, k, &ws, scale, sparse, &x, n_wait, wait, &ev[0]);
         if (st == CLATTN_SUCCESS)
-            st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, dv->lse, &x, 1, &ev[0],
-                                 &ev[1]);
+            st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, dv->lse, sparse, &x, 1,
+                                 &ev[0], &ev[1]);
         if (st == CLATTN_SUCCESS)
-            st = enqueue_wsum(ctx, &p->wsum, &ws, v, o, &x, 1, &ev[1], head_mean ? &ev[2] : done);
+            st = enqueue_wsum(ctx, &p->wsum, &ws, v, o, sparse, &x, 1, &ev[1],
+                              head_mean ? &ev[2] : done);
         if (st == CLATTN_SUCCESS && head_mean)
             st = enqueue_head_mean(ctx, p->head_mean, &ws, w, 1, &ev[2], done);
     }
@@ -1112,7 +1122,7 @@ static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_atten
     if (kind == 1) {
         if ((st = softmax_kernel(ctx, desc, a->n[3], &e, &size)) != CLATTN_SUCCESS)
             return st;
-        return enqueue_softmax(ctx, e, size, a, c, NULL, &plain, n_wait, wait, done);
+        return enqueue_softmax(ctx, e, size, a, c, NULL, false, &plain, n_wait, wait, done);
     }
     blocking bk;
     char feat[160];
@@ -1128,7 +1138,7 @@ static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_atten
         aux_t x;
         st = aux_make(ctx, desc, a, mask, &x);
         if (st == CLATTN_SUCCESS)
-            st = enqueue_scores(ctx, &bk, a, b, c, clattn_effective_scale(desc, a->n[3]), &x,
+            st = enqueue_scores(ctx, &bk, a, b, c, clattn_effective_scale(desc, a->n[3]), false, &x,
                                 n_wait, wait, done);
         aux_release(&x);
         return st;
@@ -1136,7 +1146,7 @@ static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_atten
     snprintf(feat, sizeof feat, "-DV_DT=%d -DO_DT=%d", (int)b->dtype, (int)c->dtype);
     if ((st = wsum_kernel(ctx, c->n[2], c->n[3], feat, &bk)) != CLATTN_SUCCESS)
         return st;
-    return enqueue_wsum(ctx, &bk, a, b, c, &plain, n_wait, wait, done);
+    return enqueue_wsum(ctx, &bk, a, b, c, false, &plain, n_wait, wait, done);
 }
 
 static clattn_status stage_enqueue(clattn_context *ctx, int kind, const clattn_attention_desc *desc,

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const dim_names[4] = {"batch", "heads", "seq", "dim"};
@@ -142,10 +143,15 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
     if (v.buffer && v.count > 0) {
         size_t size = 0;
         cl_int err = clGetMemObjectInfo(v.buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
-        if (err != CL_SUCCESS)
+        if (err == CL_INVALID_MEM_OBJECT)
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                               "%s: buffer is not a valid cl_mem (%s)", name,
+                               "%s: buffer is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
                                clattn_cl_error_name(err));
+        if (err != CL_SUCCESS) { /* out of resources / host memory: the runtime's status */
+            char what[96];
+            snprintf(what, sizeof what, "clGetMemObjectInfo(%s, CL_MEM_SIZE)", name);
+            return clattn_fail_cl(ctx, err, what);
+        }
         if ((uint64_t)size < (uint64_t)bytes)
             return clattn_fail(ctx, CLATTN_ERROR_BUFFER_TOO_SMALL,
                                "%s: the view needs %lld bytes of its cl_mem, which has %zu", name,

@@ -501,8 +501,7 @@ typedef struct clattn_multi clattn_multi;
  *         n_devices 0), or a status of clattn_context_create() (NO_DEVICE, ...). The
  *         message is in clattn_last_error_message(NULL) for this thread.
  */
-clattn_status clattn_multi_create(const char *const *devices, size_t n_devices,
-                                  clattn_multi **out);
+clattn_status clattn_multi_create(const char *const *devices, size_t n_devices, clattn_multi **out);
 
 /**
  * Partition one device with clCreateSubDevices (OpenCL 1.2) and make one context per
@@ -511,8 +510,11 @@ clattn_status clattn_multi_create(const char *const *devices, size_t n_devices,
  * CL_DEVICE_PARTITION_EQUALLY with ⌊compute units / n_sub⌋ each. The sub-devices are
  * released with the object. On a CPU this runs n_sub queues on disjoint cores.
  *
- * @param device  a device spec as clattn_context_options.device (NULL: the default).
- * @param n_sub   ≥ 1 sub-devices.
+ * @param device         a device spec as clattn_context_options.device (NULL: the default).
+ * @param n_sub          ≥ 1 sub-devices (at most 64).
+ * @param compute_units  NULL (equal parts) or n_sub compute-unit counts (read during the
+ *                       call only).
+ * @param out            receives the object; NULL on failure.
  * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT (out NULL, n_sub 0, a count
  *         of 0), CLATTN_ERROR_UNSUPPORTED (the device cannot be partitioned that way:
  *         too few compute units, or no support; the message names the OpenCL error),
@@ -542,6 +544,7 @@ const char *clattn_multi_last_error_message(const clattn_multi *multi);
  * Set the relative speed of each device: device i receives a share weights[i] / Σ
  * weights of every split (0: nothing). NULL: equal weights.
  *
+ * @param multi    the object.
  * @param weights  n = clattn_multi_device_count() finite values ≥ 0, at least one > 0.
  * @return CLATTN_SUCCESS or CLATTN_ERROR_INVALID_ARGUMENT (multi NULL, a bad value).
  */
@@ -556,6 +559,7 @@ clattn_status clattn_multi_get_weights(const clattn_multi *multi, double *weight
  * programs) and then `repeats` timed fused calls of [1, 8, 256, 64] × 256 keys (no
  * mask), wall-clock per device. Takes about a second on a 2-core CPU.
  *
+ * @param multi    the object.
  * @param repeats  ≥ 1 (0 means 3).
  * @param seconds  optional: receives the mean seconds per call of each device.
  * @return CLATTN_SUCCESS or a status of clattn_attention() (message on multi).
@@ -581,9 +585,11 @@ typedef enum clattn_split {
 
 /** What each device did in the last successful clattn_multi_attention(). */
 typedef struct clattn_multi_part {
-    /** The device's range: units [begin, end) of b·h_kv (SPLIT_HEADS) or keys
-     *  [begin, end) (SPLIT_KEYS); begin == end: no share. */
-    int64_t begin, end;
+    /** First unit of b·h_kv (SPLIT_HEADS) or first key (SPLIT_KEYS) of the device's
+     *  range [begin, end). */
+    int64_t begin;
+    /** One past the last unit or key of the range; begin == end: no share. */
+    int64_t end;
     /** 1 when work was enqueued on the device; 0 when its range was empty or (keys)
      *  fully masked. */
     int ran;
@@ -606,6 +612,13 @@ typedef struct clattn_multi_part {
  * kv_lens or q_lens (its diagonal then depends on the batch entry; without lengths
  * it is run as top-left with q_start moved by n_kv − n_q).
  *
+ * @param multi  the object.
+ * @param split  CLATTN_SPLIT_HEADS or CLATTN_SPLIT_KEYS.
+ * @param desc   as clattn_attention() (host views for its optional tensors).
+ * @param q      host view [b, h_q, n_q, d_k].
+ * @param k      host view [b, h_kv, n_kv, d_k].
+ * @param v      host view [b, h_kv, n_kv, d_v].
+ * @param o      host view [b, h_q, n_q, d_v].
  * @param parts  optional: receives clattn_multi_device_count() entries.
  * @return as clattn_attention(); CLATTN_ERROR_INVALID_ARGUMENT also for an unknown
  *         split. The message, naming the device, is in

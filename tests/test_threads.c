@@ -13,13 +13,17 @@
  *  - Determinism: the same input on the same device gives bitwise identical output on
  *    repeated runs, through the blocking API, through the enqueue API on cl_mem
  *    buffers, and on a second context that builds its programs from source.
- *  - Repeated use: 2,000 calls of mixed small shapes on one context, then 100 contexts
- *    created, used once and released; host RSS (/proc/self/statm) may grow by less than
- *    RSS_BOUND_MB over each phase after a warm-up.
+ *  - Repeated use: 10,000 calls of mixed small shapes (every algorithm, mask and
+ *    weights choice) on one context, then 200 contexts created, used once and released;
+ *    host RSS (/proc/self/statm) may grow by less than RSS_BOUND_MB over each phase
+ *    after a warm-up, and the live OpenCL objects (cl_intercept.c counts creates,
+ *    retains and releases of every type) must be back at their post-warm-up count
+ *    after each phase.
  *
  * Worker threads never call Check (its failures longjmp in CK_NOFORK mode, which must
  * happen on the test's own thread): they record statuses and messages, and the main
  * thread asserts. Seeds derive from the printed base seed (CLATTN_TEST_SEED). */
+#include "cl_intercept.h"
 #include "testutil.h"
 
 #include <dirent.h>
@@ -46,8 +50,8 @@
 #ifndef UNDER_ASAN
 #define UNDER_ASAN 0
 #endif
-#define N_REPEAT_CALLS 2000
-#define N_REPEAT_CONTEXTS 100
+#define N_REPEAT_CALLS 10000
+#define N_REPEAT_CONTEXTS 200
 
 static double now_s(void)
 {
@@ -615,13 +619,28 @@ START_TEST(repeated_use_host_memory)
         small_call(tu_ctx(), &ss, v, v < N_SMALL_VARIANTS);
     contexts_once(&ss, 10, 0, true);
     const double rss0 = rss_mb(), t1 = now_s();
+    const cli_counts live0 = cli_counts_now(); /* the suite's context with its programs */
 
     for (int c = 0; c < N_REPEAT_CALLS; c++)
         small_call(tu_ctx(), &ss, c % N_SMALL_VARIANTS, false);
     const double rss1 = rss_mb(), t2 = now_s();
+    const cli_counts live1 = cli_counts_now();
 
     contexts_once(&ss, N_REPEAT_CONTEXTS, 0, false);
     const double rss2 = rss_mb(), t3 = now_s();
+    const cli_counts live2 = cli_counts_now();
+    char diff[256];
+    ck_assert_msg(cli_counts_equal(&live0, &live1, diff, sizeof diff),
+                  "live OpenCL objects after %d attention calls differ from before: %s",
+                  N_REPEAT_CALLS, diff);
+    ck_assert_msg(cli_counts_equal(&live1, &live2, diff, sizeof diff),
+                  "live OpenCL objects after %d context create/use/release cycles differ from "
+                  "before: %s",
+                  N_REPEAT_CONTEXTS, diff);
+    printf("live OpenCL objects: mem %ld, kernel %ld, program %ld, event %ld, queue %ld, "
+           "context %ld before and after both phases\n",
+           live0.live[CLI_MEM], live0.live[CLI_KERNEL], live0.live[CLI_PROGRAM],
+           live0.live[CLI_EVENT], live0.live[CLI_QUEUE], live0.live[CLI_CONTEXT]);
 
     printf("host RSS: %.1f MB after warm-up (%.2f s); %.1f MB after %d calls (%+.2f MB, "
            "%.2f s); %.1f MB after %d contexts created, used once, released (%+.2f MB, %.2f s); "

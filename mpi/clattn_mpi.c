@@ -1,0 +1,562 @@
+/* clattn-mpi: ring attention and split-KV decoding over MPI ranks, each with its own
+ * clattn context. See clattn_mpi.h and docs/SCALING.md. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+#include "clattn_mpi.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char g_message[1024];
+
+const char *clattn_mpi_last_error_message(void)
+{
+    return g_message;
+}
+
+static clattn_status fail(clattn_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static clattn_status fail(clattn_status st, const char *fmt, ...)
+{
+    int rank = -1;
+    int up = 0;
+    MPI_Initialized(&up);
+    if (up)
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char buf[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    snprintf(g_message, sizeof g_message, "rank %d: %s", rank, buf);
+    return st;
+}
+
+static clattn_status fail_ctx(clattn_context *ctx, clattn_status st, const char *what)
+{
+    return fail(st, "%s: %s", what, clattn_last_error_message(ctx));
+}
+
+static clattn_status fail_mpi(int err, const char *what)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, s, &len);
+    return fail(CLATTN_ERROR_OPENCL, "%s failed: %s", what, s);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static int64_t count4(const clattn_tensor *t)
+{
+    return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
+}
+
+/* Copies the elements of a host view into a packed array (same dtype). */
+static void pack(const clattn_tensor *t, void *dst)
+{
+    const size_t es = clattn_dtype_size(t->dtype);
+    int64_t s[4];
+    const bool packed = !t->strides[0] && !t->strides[1] && !t->strides[2] && !t->strides[3];
+    s[3] = packed ? 1 : t->strides[3];
+    for (int i = 2; i >= 0; i--)
+        s[i] = packed ? s[i + 1] * t->shape[i + 1] : t->strides[i];
+    const char *src = (const char *)t->host + t->offset * (int64_t)es;
+    char *out = dst;
+    for (int64_t b = 0; b < t->shape[0]; b++)
+        for (int64_t h = 0; h < t->shape[1]; h++)
+            for (int64_t i = 0; i < t->shape[2]; i++) {
+                const char *row = src + (b * s[0] + h * s[1] + i * s[2]) * (int64_t)es;
+                if (s[3] == 1) {
+                    memcpy(out, row, (size_t)t->shape[3] * es);
+                    out += (size_t)t->shape[3] * es;
+                } else {
+                    for (int64_t d = 0; d < t->shape[3]; d++, out += es)
+                        memcpy(out, row + d * s[3] * (int64_t)es, es);
+                }
+            }
+}
+
+static double now(void)
+{
+    return MPI_Wtime();
+}
+
+static void nap(void)
+{
+    struct timespec ts = {0, 50000}; /* 50 µs: lets the device threads have the cores */
+    nanosleep(&ts, NULL);
+}
+
+/* Whether a query at absolute positions [q0, q0 + n_q) sees a key of [k0, k0 + m) under
+ * a top-left causal mask (or none / no-self) and the window. */
+static bool block_visible(const clattn_attention_desc *d, int64_t q0, int64_t n_q, int64_t k0,
+                          int64_t m)
+{
+    if (m == 0 || n_q == 0)
+        return false;
+    const bool causal = d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT;
+    if (!causal && !d->window)
+        return true;
+    for (int64_t i = 0; i < n_q; i++) {
+        const int64_t p = q0 + i;
+        int64_t lo = k0, hi = k0 + m - 1;
+        if (causal && p < hi)
+            hi = p;
+        if (d->window && d->window_right >= 0 && p + d->window_right < hi)
+            hi = p + d->window_right;
+        if (d->window && d->window_left >= 0 && p - d->window_left > lo)
+            lo = p - d->window_left;
+        if (lo <= hi)
+            return true;
+    }
+    return false;
+}
+
+/* Checks shared by both calls; on success *every* rank succeeded (one Allreduce). */
+static clattn_status common_checks(clattn_context *ctx, MPI_Comm comm,
+                                   const clattn_attention_desc *desc, const clattn_tensor *q,
+                                   const clattn_tensor *k, const clattn_tensor *v,
+                                   const clattn_tensor *o)
+{
+    clattn_status st = CLATTN_SUCCESS;
+    if (!ctx || !desc || !q || !k || !v || !o)
+        st = fail(CLATTN_ERROR_INVALID_ARGUMENT, "ctx, desc, q, k, v and o must be non-NULL");
+    else if (desc->weights || desc->mask_tensor || desc->kv_lens || desc->q_lens ||
+             desc->masked_rows == CLATTN_MASKED_ROWS_NAN)
+        st = fail(CLATTN_ERROR_UNSUPPORTED,
+                  "clattn-mpi does not take weights, mask_tensor, kv_lens, q_lens or "
+                  "masked_rows = NAN");
+    else if (!q->host || !k->host || !v->host || !o->host)
+        st = fail(CLATTN_ERROR_INVALID_LAYOUT, "clattn-mpi takes host views");
+    else {
+        /* the shapes and the desc, as one device would check them */
+        clattn_plan plan;
+        clattn_attention_desc d = *desc;
+        d.mask = d.mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ? CLATTN_MASK_CAUSAL_TOP_LEFT : d.mask;
+        d.lse = NULL;
+        st = clattn_attention_plan(ctx, &d, q, k, v, o, &plan);
+        if (st != CLATTN_SUCCESS)
+            st = fail_ctx(ctx, st, "clattn_attention_plan");
+        else if (count4(k) * (int64_t)clattn_dtype_size(k->dtype) +
+                     count4(v) * (int64_t)clattn_dtype_size(v->dtype) >
+                 INT_MAX)
+            st = fail(CLATTN_ERROR_SIZE_OVERFLOW, "a K/V block over 2 GiB cannot be one message");
+    }
+    int mine = (int)st, worst = 0;
+    int err = MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, comm);
+    if (err != MPI_SUCCESS)
+        return fail_mpi(err, "MPI_Allreduce(status)");
+    if (st == CLATTN_SUCCESS && worst != 0)
+        st = fail((clattn_status)worst, "another rank failed validation (status %d)", worst);
+    return st;
+}
+
+/* Writes the packed float32 (O, LSE) into the caller's views (any dtype and strides) by
+ * a one-part clattn_merge (rows with LSE −∞ become zeros). */
+static clattn_status deliver(clattn_context *ctx, const clattn_attention_desc *desc,
+                             const clattn_tensor *o, float *acc_o, float *acc_l)
+{
+    clattn_tensor po =
+        clattn_tensor_host(acc_o, o->shape[0], o->shape[1], o->shape[2], o->shape[3]);
+    clattn_tensor pl = clattn_tensor_host(acc_l, o->shape[0], o->shape[1], o->shape[2], 1);
+    clattn_status st = clattn_merge(ctx, 1, &po, &pl, o, desc->lse);
+    return st == CLATTN_SUCCESS ? st : fail_ctx(ctx, st, "clattn_merge (result)");
+}
+
+/* ------------------------------------------------------------------ ring attention */
+
+typedef struct ring_dev {
+    cl_context cl;
+    cl_command_queue queue;
+    cl_mem q, k, v, o_acc, l_acc, o_part, l_part;
+} ring_dev;
+
+static void release_mem(cl_mem m)
+{
+    if (m)
+        clReleaseMemObject(m);
+}
+
+static void ring_dev_release(ring_dev *r)
+{
+    release_mem(r->q);
+    release_mem(r->k);
+    release_mem(r->v);
+    release_mem(r->o_acc);
+    release_mem(r->l_acc);
+    release_mem(r->o_part);
+    release_mem(r->l_part);
+}
+
+static clattn_status make_buf(ring_dev *r, size_t bytes, void *host, cl_mem *out)
+{
+    cl_int err;
+    *out = clCreateBuffer(
+        r->cl, host && bytes ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
+        bytes ? bytes : 4, bytes ? host : NULL, &err);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS
+                             : fail(CLATTN_ERROR_OUT_OF_DEVICE_MEMORY,
+                                    "clCreateBuffer of %zu bytes: OpenCL error %d", bytes, err);
+}
+
+/* Waits for the device event (NULL: none) and the requests together, polling both, so
+ * MPI progresses while the device computes. Adds the device time since t_start to
+ * *compute and the time waited for MPI after the device finished to *comm. */
+static clattn_status wait_both(cl_event ev, MPI_Request *reqs, int n_reqs, double t_start,
+                               double *compute, double *comm)
+{
+    bool dev_done = ev == NULL, comm_done = n_reqs == 0;
+    double t_dev = t_start;
+    while (!dev_done || !comm_done) {
+        if (!comm_done) {
+            int flag = 0;
+            int err = MPI_Testall(n_reqs, reqs, &flag, MPI_STATUSES_IGNORE);
+            if (err != MPI_SUCCESS)
+                return fail_mpi(err, "MPI_Testall");
+            if (flag) {
+                comm_done = true;
+                if (dev_done)
+                    *comm += now() - t_dev;
+            }
+        }
+        if (!dev_done) {
+            cl_int es = CL_QUEUED;
+            cl_int err =
+                clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof es, &es, NULL);
+            if (err != CL_SUCCESS || es < 0)
+                return fail(CLATTN_ERROR_OPENCL, "the device failed a block (OpenCL %d)",
+                            err != CL_SUCCESS ? err : es);
+            if (es == CL_COMPLETE) {
+                dev_done = true;
+                t_dev = now();
+                *compute += t_dev - t_start;
+            }
+        }
+        if (!dev_done || !comm_done)
+            nap();
+    }
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
+                                        const clattn_attention_desc *desc, const clattn_tensor *q,
+                                        const clattn_tensor *k, const clattn_tensor *v,
+                                        const clattn_tensor *o, clattn_mpi_stats *stats)
+{
+    g_message[0] = '\0';
+    const double t_begin = now();
+    clattn_mpi_stats local;
+    memset(&local, 0, sizeof local);
+    clattn_status st = common_checks(ctx, comm, desc, q, k, v, o);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    int P = 1, r = 0, err;
+    MPI_Comm_size(comm, &P);
+    MPI_Comm_rank(comm, &r);
+    local.steps = P;
+
+    /* every rank's block lengths → positions */
+    int64_t mine[2] = {q->shape[2], k->shape[2]};
+    int64_t *lens = malloc(sizeof *lens * 2 * (size_t)P);
+    if (!lens)
+        return fail(CLATTN_ERROR_OUT_OF_HOST_MEMORY, "lens");
+    err = MPI_Allgather(mine, 2, MPI_INT64_T, lens, 2, MPI_INT64_T, comm);
+    if (err != MPI_SUCCESS) {
+        free(lens);
+        return fail_mpi(err, "MPI_Allgather(lengths)");
+    }
+    int64_t q0 = desc->q_start, n_q_total = 0, n_kv_total = 0;
+    for (int j = 0; j < P; j++) {
+        if (j < r)
+            q0 += lens[2 * j];
+        n_q_total += lens[2 * j];
+        n_kv_total += lens[2 * j + 1];
+    }
+    clattn_attention_desc d = *desc;
+    d.lse = NULL;
+    if (d.mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) { /* as top-left, queries shifted */
+        d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+        q0 += n_kv_total - n_q_total;
+    }
+    d.q_start = q0;
+
+    const int64_t B = q->shape[0], HQ = q->shape[1], NQ = q->shape[2], DK = q->shape[3];
+    const int64_t HKV = k->shape[1], DV = v->shape[3];
+    const size_t esk = clattn_dtype_size(k->dtype), esv = clattn_dtype_size(v->dtype);
+    int64_t max_kv = 0;
+    for (int j = 0; j < P; j++)
+        max_kv = lens[2 * j + 1] > max_kv ? lens[2 * j + 1] : max_kv;
+    const size_t kbytes_max = (size_t)(B * HKV * max_kv * DK) * esk;
+    const size_t vbytes_max = (size_t)(B * HKV * max_kv * DV) * esv;
+    const size_t rows = (size_t)(B * HQ * NQ), n_o = rows * (size_t)DV;
+    char *host_kv[2] = {malloc(kbytes_max + vbytes_max + 1), malloc(kbytes_max + vbytes_max + 1)};
+    void *qpack = malloc((size_t)count4(q) * clattn_dtype_size(q->dtype) + 1);
+    float *acc_o = malloc((n_o + 1) * sizeof *acc_o), *acc_l = malloc((rows + 1) * sizeof *acc_l);
+    ring_dev dev;
+    memset(&dev, 0, sizeof dev);
+    if (!host_kv[0] || !host_kv[1] || !qpack || !acc_o || !acc_l) {
+        st = fail(CLATTN_ERROR_OUT_OF_HOST_MEMORY, "ring buffers (%zu bytes per K/V block)",
+                  kbytes_max + vbytes_max);
+        goto out;
+    }
+    pack(q, qpack);
+    {
+        const size_t kb = (size_t)(B * HKV * k->shape[2] * DK) * esk;
+        pack(k, host_kv[0]);
+        pack(v, host_kv[0] + kb);
+    }
+    clattn_context_get_cl(ctx, &dev.cl, NULL, &dev.queue);
+    st = make_buf(&dev, (size_t)count4(q) * clattn_dtype_size(q->dtype), qpack, &dev.q);
+    if (st == CLATTN_SUCCESS)
+        st = make_buf(&dev, kbytes_max, NULL, &dev.k);
+    if (st == CLATTN_SUCCESS)
+        st = make_buf(&dev, vbytes_max, NULL, &dev.v);
+    if (st == CLATTN_SUCCESS)
+        st = make_buf(&dev, n_o * 4, NULL, &dev.o_acc);
+    if (st == CLATTN_SUCCESS)
+        st = make_buf(&dev, rows * 4, NULL, &dev.l_acc);
+    if (st == CLATTN_SUCCESS)
+        st = make_buf(&dev, n_o * 4, NULL, &dev.o_part);
+    if (st == CLATTN_SUCCESS)
+        st = make_buf(&dev, rows * 4, NULL, &dev.l_part);
+    if (st != CLATTN_SUCCESS)
+        goto out;
+
+    clattn_tensor tq = clattn_tensor_buffer(dev.q, B, HQ, NQ, DK);
+    tq.dtype = q->dtype;
+    clattn_tensor to_acc = clattn_tensor_buffer(dev.o_acc, B, HQ, NQ, DV);
+    clattn_tensor tl_acc = clattn_tensor_buffer(dev.l_acc, B, HQ, NQ, 1);
+    clattn_tensor to_part = clattn_tensor_buffer(dev.o_part, B, HQ, NQ, DV);
+    clattn_tensor tl_part = clattn_tensor_buffer(dev.l_part, B, HQ, NQ, 1);
+    const int next = (r + 1) % P, prev = (r - 1 + P) % P;
+    int cur = 0;
+    for (int s = 0; s < P && st == CLATTN_SUCCESS; s++) {
+        const int j = (r - s + P) % P;        /* the block held now */
+        const int j_in = (r - s - 1 + P) % P; /* the block arriving */
+        const int64_t m = lens[2 * j + 1], m_in = lens[2 * j_in + 1];
+        const size_t kb = (size_t)(B * HKV * m * DK) * esk, vb = (size_t)(B * HKV * m * DV) * esv;
+        const size_t in_bytes = (size_t)(B * HKV * m_in * (DK * (int64_t)esk + DV * (int64_t)esv));
+        MPI_Request reqs[2];
+        int n_reqs = 0;
+        if (s < P - 1) {
+            err = MPI_Irecv(host_kv[1 - cur], (int)in_bytes, MPI_BYTE, prev, s, comm,
+                            &reqs[n_reqs++]);
+            if (err == MPI_SUCCESS)
+                err = MPI_Isend(host_kv[cur], (int)(kb + vb), MPI_BYTE, next, s, comm,
+                                &reqs[n_reqs++]);
+            if (err != MPI_SUCCESS) {
+                st = fail_mpi(err, "MPI_Irecv/MPI_Isend");
+                break;
+            }
+            local.bytes_sent += (int64_t)(kb + vb);
+        }
+        int64_t k0 = desc->kv_start;
+        for (int jj = 0; jj < j; jj++)
+            k0 += lens[2 * jj + 1];
+        cl_event ev = NULL;
+        const double t0 = now();
+        if (NQ > 0 && block_visible(&d, q0, NQ, k0, m)) {
+            /* the send only reads host_kv[cur]; the device gets its own copy */
+            cl_int ce = CL_SUCCESS;
+            if (kb)
+                ce = clEnqueueWriteBuffer(dev.queue, dev.k, CL_TRUE, 0, kb, host_kv[cur], 0, NULL,
+                                          NULL);
+            if (ce == CL_SUCCESS && vb)
+                ce = clEnqueueWriteBuffer(dev.queue, dev.v, CL_TRUE, 0, vb, host_kv[cur] + kb, 0,
+                                          NULL, NULL);
+            if (ce != CL_SUCCESS) {
+                st = fail(CLATTN_ERROR_OPENCL, "clEnqueueWriteBuffer(K/V block): %d", ce);
+                break;
+            }
+            clattn_tensor tk = clattn_tensor_buffer(dev.k, B, HKV, m, DK);
+            clattn_tensor tv = clattn_tensor_buffer(dev.v, B, HKV, m, DV);
+            tk.dtype = k->dtype;
+            tv.dtype = v->dtype;
+            clattn_attention_desc db = d;
+            db.kv_start = k0;
+            const bool first = local.blocks_computed == 0;
+            db.lse = first ? &tl_acc : &tl_part;
+            cl_event att = NULL;
+            st = clattn_attention_enqueue(ctx, &db, &tq, &tk, &tv, first ? &to_acc : &to_part, 0,
+                                          NULL, &att);
+            if (st != CLATTN_SUCCESS) {
+                st = fail_ctx(ctx, st, "clattn_attention_enqueue(block)");
+                break;
+            }
+            if (first) {
+                ev = att;
+            } else {
+                const clattn_tensor po[2] = {to_acc, to_part}, pl[2] = {tl_acc, tl_part};
+                st = clattn_merge_enqueue(ctx, 2, po, pl, &to_acc, &tl_acc, 1, &att, &ev);
+                clReleaseEvent(att);
+                if (st != CLATTN_SUCCESS) {
+                    st = fail_ctx(ctx, st, "clattn_merge_enqueue");
+                    break;
+                }
+            }
+            clFlush(dev.queue);
+            local.blocks_computed++;
+        }
+        st = wait_both(ev, reqs, n_reqs, t0, &local.compute_s, &local.comm_wait_s);
+        if (ev)
+            clReleaseEvent(ev);
+        cur = 1 - cur;
+    }
+    if (st == CLATTN_SUCCESS) {
+        if (local.blocks_computed == 0) {
+            for (size_t i = 0; i < n_o; i++)
+                acc_o[i] = 0.0f;
+            for (size_t i = 0; i < rows; i++)
+                acc_l[i] = -INFINITY;
+        } else {
+            err = clEnqueueReadBuffer(dev.queue, dev.o_acc, CL_TRUE, 0, n_o * 4, acc_o, 0, NULL,
+                                      NULL);
+            if (err == CL_SUCCESS)
+                err = clEnqueueReadBuffer(dev.queue, dev.l_acc, CL_TRUE, 0, rows * 4, acc_l, 0,
+                                          NULL, NULL);
+            if (err != CL_SUCCESS)
+                st = fail(CLATTN_ERROR_OPENCL, "clEnqueueReadBuffer(result): %d", err);
+        }
+    }
+    if (st == CLATTN_SUCCESS && NQ > 0)
+        st = deliver(ctx, desc, o, acc_o, acc_l);
+out:
+    if (dev.queue)
+        clFinish(dev.queue);
+    ring_dev_release(&dev);
+    free(host_kv[0]);
+    free(host_kv[1]);
+    free(qpack);
+    free(acc_o);
+    free(acc_l);
+    free(lens);
+    local.total_s = now() - t_begin;
+    if (stats)
+        *stats = local;
+    return st;
+}
+
+/* ------------------------------------------------------------------ split-KV decoding */
+
+clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
+                                            const clattn_attention_desc *desc,
+                                            const clattn_tensor *q, const clattn_tensor *k,
+                                            const clattn_tensor *v, const clattn_tensor *o,
+                                            clattn_mpi_stats *stats)
+{
+    g_message[0] = '\0';
+    const double t_begin = now();
+    clattn_mpi_stats local;
+    memset(&local, 0, sizeof local);
+    local.steps = 1;
+    clattn_status st = common_checks(ctx, comm, desc, q, k, v, o);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    int P = 1, r = 0, err;
+    MPI_Comm_size(comm, &P);
+    MPI_Comm_rank(comm, &r);
+    int64_t *lens = malloc(sizeof *lens * (size_t)P);
+    if (!lens)
+        return fail(CLATTN_ERROR_OUT_OF_HOST_MEMORY, "lens");
+    const int64_t mine = k->shape[2];
+    double t0 = now();
+    err = MPI_Allgather(&mine, 1, MPI_INT64_T, lens, 1, MPI_INT64_T, comm);
+    local.comm_wait_s += now() - t0;
+    if (err != MPI_SUCCESS) {
+        free(lens);
+        return fail_mpi(err, "MPI_Allgather(lengths)");
+    }
+    int64_t k0 = desc->kv_start, n_kv_total = 0;
+    for (int j = 0; j < P; j++) {
+        if (j < r)
+            k0 += lens[j];
+        n_kv_total += lens[j];
+    }
+    free(lens);
+    const int64_t B = q->shape[0], HQ = q->shape[1], NQ = q->shape[2], DV = v->shape[3];
+    const size_t rows = (size_t)(B * HQ * NQ), n_o = rows * (size_t)DV;
+    clattn_attention_desc d = *desc;
+    if (d.mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) {
+        d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+        d.q_start += n_kv_total - NQ;
+    }
+    d.kv_start = k0;
+    float *part_o = malloc((n_o + 1) * sizeof *part_o), *part_l = malloc((rows + 1) * 4);
+    float *max_l = malloc((rows + 1) * 4);
+    double *sums = malloc((n_o + rows + 1) * sizeof *sums),
+           *tot = malloc((n_o + rows + 1) * sizeof *tot);
+    if (!part_o || !part_l || !max_l || !sums || !tot) {
+        st = fail(CLATTN_ERROR_OUT_OF_HOST_MEMORY, "split-KV buffers");
+        goto out;
+    }
+    clattn_tensor to = clattn_tensor_host(part_o, B, HQ, NQ, DV);
+    clattn_tensor tl = clattn_tensor_host(part_l, B, HQ, NQ, 1);
+    t0 = now();
+    if (NQ > 0 && block_visible(&d, d.q_start, NQ, k0, mine)) {
+        d.lse = &tl;
+        st = clattn_attention(ctx, &d, q, k, v, &to);
+        if (st != CLATTN_SUCCESS) {
+            st = fail_ctx(ctx, st, "clattn_attention(local block)");
+            /* the others are in the collectives below: join them with −∞ rows */
+        }
+        local.blocks_computed = 1;
+    }
+    local.compute_s = now() - t0;
+    if (local.blocks_computed == 0 || st != CLATTN_SUCCESS) {
+        for (size_t i = 0; i < n_o; i++)
+            part_o[i] = 0.0f;
+        for (size_t i = 0; i < rows; i++)
+            part_l[i] = -INFINITY;
+    }
+    t0 = now();
+    err = MPI_Allreduce(part_l, max_l, (int)rows, MPI_FLOAT, MPI_MAX, comm);
+    if (err != MPI_SUCCESS) {
+        st = fail_mpi(err, "MPI_Allreduce(MAX of LSE)");
+        goto out;
+    }
+    for (size_t i = 0; i < rows; i++) {
+        const double w =
+            isinf(part_l[i]) && part_l[i] < 0 ? 0.0 : exp((double)part_l[i] - max_l[i]);
+        for (int64_t j = 0; j < DV; j++)
+            sums[i * (size_t)DV + (size_t)j] = w * part_o[i * (size_t)DV + (size_t)j];
+        sums[n_o + i] = w;
+    }
+    err = MPI_Allreduce(sums, tot, (int)(n_o + rows), MPI_DOUBLE, MPI_SUM, comm);
+    local.comm_wait_s += now() - t0;
+    local.bytes_sent = (int64_t)(rows * 4 + (n_o + rows) * 8);
+    if (err != MPI_SUCCESS) {
+        st = fail_mpi(err, "MPI_Allreduce(SUM of weighted partials)");
+        goto out;
+    }
+    if (st != CLATTN_SUCCESS)
+        goto out;
+    for (size_t i = 0; i < rows; i++) {
+        const double z = tot[n_o + i];
+        for (int64_t j = 0; j < DV; j++)
+            part_o[i * (size_t)DV + (size_t)j] =
+                z > 0 ? (float)(tot[i * (size_t)DV + (size_t)j] / z) : 0.0f;
+        part_l[i] = z > 0 ? (float)((double)max_l[i] + log(z)) : -INFINITY;
+    }
+    if (NQ > 0)
+        st = deliver(ctx, desc, o, part_o, part_l);
+out:
+    free(part_o);
+    free(part_l);
+    free(max_l);
+    free(sums);
+    free(tot);
+    local.total_s = now() - t_begin;
+    if (stats)
+        *stats = local;
+    return st;
+}

@@ -1,0 +1,39 @@
+#!/bin/sh
+# clattn-mpi on loopback: ring attention and split-KV decoding with $NP ranks, every
+# built-in mask, uneven blocks and grouped-query heads; clattn_ring compares each rank's
+# rows with the single-process result (1e-5 + 1e-5·|expected|, O and LSE) and exits 1 on
+# a mismatch. Each mpirun is bounded by `timeout 120`.
+#   CLATTN_RING=build/mpi/clattn_ring MPIEXEC=mpirun NP=4 sh tests/test_mpi.sh
+set -u
+: "${CLATTN_RING:?set CLATTN_RING to the clattn_ring program}"
+: "${MPIEXEC:=mpirun}"
+: "${NP:=2}"
+# root in CI containers; --oversubscribe: more ranks than cores; no binding
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+# every rank on the CPU device: one PoCL thread per rank keeps 4 ranks on 2 cores sane
+export POCL_MAX_PTHREAD_COUNT="${POCL_MAX_PTHREAD_COUNT:-1}"
+fails=0
+run() {
+    echo "+ $MPIEXEC -np $NP clattn_ring $*"
+    timeout 120 "$MPIEXEC" --oversubscribe --bind-to none -np "$NP" "$CLATTN_RING" "$@"
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        echo "FAILED (exit $rc): clattn_ring $*"
+        fails=$((fails + 1))
+    fi
+}
+for mask in none causal causal-bottom-right no-self; do
+    run --mode ring --n 203 --heads 4 --kv-heads 2 --dim 24 --mask "$mask" --seed 3
+done
+run --mode ring --n 131 --n-q 57 --batch 2 --heads 3 --kv-heads 1 --dim 16 --mask causal-bottom-right --seed 4
+run --mode ring --n 3 --heads 2 --kv-heads 2 --dim 8 --mask causal --seed 5 # blocks of 0 and 1 keys
+for mask in none causal-bottom-right no-self; do
+    run --mode decode --n 301 --n-q 3 --heads 8 --kv-heads 2 --dim 32 --mask "$mask" --seed 6
+done
+run --mode decode --n 77 --n-q 1 --batch 3 --heads 4 --kv-heads 4 --dim 64 --mask causal --seed 7
+if [ $fails -ne 0 ]; then
+    echo "test_mpi: $fails run(s) failed with $NP ranks"
+    exit 1
+fi
+echo "test_mpi: all runs passed with $NP ranks"
