@@ -90,7 +90,9 @@ row_rule rule_at(RULE_PARAMS, long b, long i, long n_q, long n_kv)
         r.lo = max(r.lo, r.diag - wl);
     if (i >= nq_b) /* padding row: nothing visible */
         r.lo = r.hi = 0;
-    r.hi = max(r.hi, r.lo);
+    /* within [0, n_kv_b]: kernels read weights and tiles only inside it */
+    r.lo = min(r.lo, nkv_b);
+    r.hi = clamp(r.hi, r.lo, nkv_b);
     r.self = mask == MASK_NO_SELF ? r.diag : -1;
     return r;
 }

@@ -171,6 +171,8 @@ static inline clattn_row_rule clattn_rule(const clattn_attention_desc *d, int64_
         r.hi = r.diag + wr + 1;
     if (d->window && wl >= 0 && r.diag - wl > r.lo)
         r.lo = r.diag - wl;
+    if (r.lo > nkv_b) /* within [0, n_kv_b], as in the kernels */
+        r.lo = nkv_b;
     if (r.hi < r.lo)
         r.hi = r.lo;
     r.self = d->mask == CLATTN_MASK_NO_SELF ? r.diag : -1;

@@ -77,6 +77,18 @@ typedef struct config {
     float scale;      /* 0 = 1/√d_k */
     float q_amp;
     layout lay[N_TENSORS];
+    /* 0.2 features */
+    int kv_len_pm,
+        q_len_pm; /* per mille of n_kv / n_q for batch entry b: (pm + 333·b) % 1001; -1 = off */
+    bool window;
+    int64_t wl, wr;
+    bool alibi;
+    float softcap;
+    bool masked_nan, lse, head_mean;
+    int64_t q_start, kv_start;
+    int mask_kind;         /* 0 none, 1 bool, 2 float additive */
+    bool mask_b1, mask_h1; /* broadcast over batch / heads */
+    clattn_dtype in_dtype; /* of Q, K and V (host, packed-or-strided; O stays float32) */
 } config;
 
 /* ---- the features ------------------------------------------------------------------------- */
@@ -134,10 +146,10 @@ static void f_algorithm(config *c, uint32_t *rs)
     c->algorithm = A[below(rs, LEN(A))];
 }
 
-/* the attention weights, with the algorithms that return them today */
+/* the attention weights (FUSED returns them through a second pass from its LSE) */
 static void f_weights(config *c, uint32_t *rs)
 {
-    c->weights = c->algorithm != CLATTN_ALGORITHM_FUSED && below(rs, 3) == 0;
+    c->weights = below(rs, 3) == 0;
 }
 
 static void f_api(config *c, uint32_t *rs)
@@ -163,6 +175,50 @@ static void f_scale(config *c, uint32_t *rs)
     c->q_amp = AMPS[below(rs, LEN(AMPS))];
 }
 
+/* key / query padding lengths, window, ALiBi with positions, softcap, the masked-row
+ * policy, LSE and head-mean weights: each on about a quarter of the time */
+static void f_positions(config *c, uint32_t *rs)
+{
+    c->kv_len_pm = below(rs, 4) == 0 ? (int)below(rs, 1001) : -1;
+    c->q_len_pm = below(rs, 5) == 0 ? (int)below(rs, 1001) : -1;
+    c->window = below(rs, 4) == 0;
+    c->wl = c->window ? (int64_t)below(rs, 40) - 1 : 0;
+    c->wr = c->window ? (int64_t)below(rs, 40) - 1 : 0;
+    c->alibi = below(rs, 4) == 0;
+    c->softcap = below(rs, 4) == 0 ? 1.0f + (float)below(rs, 50) : 0.0f;
+    if (below(rs, 5) == 0) {
+        c->q_start = (int64_t)below(rs, 50);
+        c->kv_start = (int64_t)below(rs, 50);
+    }
+}
+
+static void f_outputs(config *c, uint32_t *rs)
+{
+    c->masked_nan = below(rs, 4) == 0;
+    c->lse = below(rs, 2) == 0 && !c->via_buffers; /* the cl_mem helper has no LSE */
+    c->head_mean = c->weights && below(rs, 3) == 0;
+}
+
+/* mask tensors (host views only: the cl_mem helper does not carry them) */
+static void f_mask_tensor(config *c, uint32_t *rs)
+{
+    c->mask_kind = below(rs, 3) == 0 ? 1 + (int)below(rs, 2) : 0;
+    c->mask_b1 = below(rs, 2) == 0;
+    c->mask_h1 = below(rs, 2) == 0;
+    if (c->via_buffers)
+        c->mask_kind = 0;
+}
+
+/* 16-bit storage of Q, K and V (host API; the same strided layouts) */
+static void f_dtype(config *c, uint32_t *rs)
+{
+    static const clattn_dtype DT[] = {CLATTN_FLOAT32, CLATTN_FLOAT32, CLATTN_FLOAT16,
+                                      CLATTN_BFLOAT16};
+    c->in_dtype = DT[below(rs, LEN(DT))];
+    if (c->via_buffers)
+        c->in_dtype = CLATTN_FLOAT32;
+}
+
 typedef struct feature {
     const char *name;
     void (*choose)(config *c, uint32_t *rs);
@@ -170,25 +226,23 @@ typedef struct feature {
 
 /* Independent feature choices, applied in this order (f_weights reads the algorithm).
  *
- * TODO — features being added to include/clattn.h (0.2); add an entry (and the
- * fields to config, describe(), make_views()/the desc in run_config()) once host/
- * implements them, so that the reference and the device are compared on them:
- *  - dtype: Q/K/V/O as CLATTN_FLOAT16 / CLATTN_BFLOAT16 (inputs rounded with
- *    clattn_f32_to_f16/bf16, the reference on the same rounded values; O compared
- *    after rounding: tolerance one 16-bit ulp + 1e-5);
- *  - mask_tensor: bool and float32 masks [b|1, h_q|1, n_q, n_kv] (broadcast, strided),
- *    host and cl_mem;
- *  - kv_lens / q_lens: per-batch valid lengths 0..n (rows past q_lens are zeros);
- *  - window: window_left / window_right including −1 (unbounded) and 0;
- *  - alibi_slopes: per query head, with q_start / kv_start offsets;
- *  - softcap: 0 or in [1, 50];
- *  - masked_rows: CLATTN_MASKED_ROWS_NAN (rows with no visible key NaN, not 0);
- *  - lse: the LSE output ([b, h_q, n_q, 1], −∞ for empty rows) with both algorithms;
- *  - weights with FUSED (second pass from the LSE) and weights_head_mean. */
+ * The 0.2 features (positions, outputs, mask tensors, 16-bit inputs) come last, so
+ * the older choices of a seed are unchanged by them. Mask tensors and 16-bit inputs
+ * are drawn for the host API only (the cl_mem helper copies float32 arrays). */
 static const feature FEATURES[] = {
-    {"seq", f_seq},   {"head_dims", f_head_dims}, {"heads", f_heads},
-    {"mask", f_mask}, {"algorithm", f_algorithm}, {"weights", f_weights},
-    {"api", f_api},   {"layout", f_layout},       {"scale", f_scale},
+    {"seq", f_seq},
+    {"head_dims", f_head_dims},
+    {"heads", f_heads},
+    {"mask", f_mask},
+    {"algorithm", f_algorithm},
+    {"weights", f_weights},
+    {"api", f_api},
+    {"layout", f_layout},
+    {"scale", f_scale},
+    {"positions", f_positions},
+    {"outputs", f_outputs},
+    {"mask_tensor", f_mask_tensor},
+    {"dtype", f_dtype},
 };
 
 static double work(const config *c)
@@ -229,6 +283,15 @@ static void describe(const config *c, char *out, size_t cap)
                      c->weights ? " +weights" : "",
                      c->via_buffers ? "cl_mem (enqueue)" : "host (blocking)", (double)c->scale,
                      (double)c->q_amp, (unsigned)c->seed);
+    static const char *const DT[] = {"f32", "f16", "bf16"};
+    n += snprintf(out + n, cap - (size_t)n,
+                  " kv_len_pm=%d q_len_pm=%d window=%d(%lld,%lld) alibi=%d softcap=%g "
+                  "masked_nan=%d lse=%d head_mean=%d q_start=%lld kv_start=%lld mask_tensor=%d%s%s "
+                  "in_dtype=%s",
+                  c->kv_len_pm, c->q_len_pm, c->window, (long long)c->wl, (long long)c->wr,
+                  c->alibi, (double)c->softcap, c->masked_nan, c->lse, c->head_mean,
+                  (long long)c->q_start, (long long)c->kv_start, c->mask_kind,
+                  c->mask_b1 ? "/b1" : "", c->mask_h1 ? "/h1" : "", DT[c->in_dtype]);
     for (int t = 0; t < N_TENSORS && n > 0 && (size_t)n < cap; t++) {
         if (t == T_W && !c->weights)
             break;
@@ -297,7 +360,7 @@ static void run_config(const config *c)
 
     const int64_t sq[4] = {c->b, c->h_q, c->n_q, c->d_k}, sk[4] = {c->b, c->h_kv, c->n_kv, c->d_k},
                   sv[4] = {c->b, c->h_kv, c->n_kv, c->d_v}, so[4] = {c->b, c->h_q, c->n_q, c->d_v},
-                  sw[4] = {c->b, c->h_q, c->n_q, c->n_kv};
+                  sw[4] = {c->b, c->head_mean ? 1 : c->h_q, c->n_q, c->n_kv};
     clattn_tensor tq, tk, tv, to, tw;
     size_t len[5] = {0, 0, 0, 0, 0};
     float *qa = make_view(sq, &c->lay[T_Q], NAN, &tq, &len[0]);
@@ -326,21 +389,80 @@ static void run_config(const config *c)
     desc.scale = c->scale;
     desc.mask = c->mask;
     desc.algorithm = c->algorithm;
+    /* the 0.2 features */
+    int32_t kv_lens[3], q_lens[3];
+    for (int64_t b = 0; b < c->b && b < 3; b++) {
+        kv_lens[b] = (int32_t)(c->n_kv * ((c->kv_len_pm + 333 * b) % 1001) / 1000);
+        q_lens[b] = (int32_t)(c->n_q * ((c->q_len_pm + 333 * b) % 1001) / 1000);
+    }
+    desc.kv_lens = c->kv_len_pm >= 0 ? kv_lens : NULL;
+    desc.q_lens = c->q_len_pm >= 0 ? q_lens : NULL;
+    desc.window = c->window;
+    desc.window_left = c->wl;
+    desc.window_right = c->wr;
+    float *slopes = tu_alloc((size_t)c->h_q, 0.0f);
+    for (int64_t h = 0; h < c->h_q; h++)
+        slopes[h] = exp2f(-(float)(h + 1) * 8.0f / (float)c->h_q);
+    desc.alibi_slopes = c->alibi ? slopes : NULL;
+    desc.softcap = c->softcap;
+    desc.masked_rows = c->masked_nan ? CLATTN_MASKED_ROWS_NAN : CLATTN_MASKED_ROWS_ZERO;
+    desc.q_start = c->q_start;
+    desc.kv_start = c->kv_start;
+    desc.weights_head_mean = c->head_mean;
+    const int64_t mb = c->mask_b1 ? 1 : c->b, mh = c->mask_h1 ? 1 : c->h_q;
+    const size_t n_mask = (size_t)(mb * mh * c->n_q * c->n_kv);
+    void *mask_data = NULL;
+    clattn_tensor tm = clattn_tensor_host(NULL, mb, mh, c->n_q, c->n_kv);
+    if (c->mask_kind) {
+        mask_data = malloc(n_mask ? n_mask * 4 : 4);
+        ck_assert_ptr_nonnull(mask_data);
+        for (size_t m = 0; m < n_mask; m++) {
+            const float g = tu_gen(c->seed ^ 0x3c6ef372u, (uint32_t)m);
+            if (c->mask_kind == 1)
+                ((uint8_t *)mask_data)[m] = g > -0.6f;
+            else
+                ((float *)mask_data)[m] = g < -0.7f ? -INFINITY : g;
+        }
+        tm.host = mask_data;
+        tm.dtype = c->mask_kind == 1 ? CLATTN_BOOL : CLATTN_FLOAT32;
+        desc.mask_tensor = &tm;
+    }
+    /* 16-bit Q, K, V: the same layouts over uint16 copies (NaN poison stays NaN) */
+    uint16_t *h16[3] = {NULL, NULL, NULL};
+    if (c->in_dtype != CLATTN_FLOAT32) {
+        float *arrs[3] = {qa, ka, va};
+        clattn_tensor *views[3] = {&tq, &tk, &tv};
+        for (int t = 0; t < 3; t++) {
+            h16[t] = malloc(len[t] * sizeof(uint16_t));
+            ck_assert_ptr_nonnull(h16[t]);
+            for (size_t e = 0; e < len[t]; e++)
+                h16[t][e] = c->in_dtype == CLATTN_FLOAT16 ? clattn_f32_to_f16(arrs[t][e])
+                                                          : clattn_f32_to_bf16(arrs[t][e]);
+            views[t]->host = h16[t];
+            views[t]->dtype = c->in_dtype;
+        }
+    }
+    const size_t n_lse = (size_t)(c->b * c->h_q * c->n_q);
+    float *lse = tu_alloc(n_lse + 4, CANARY), *ref_lse = tu_alloc(n_lse + 4, NAN);
+    clattn_tensor tl = clattn_tensor_host(lse, c->b, c->h_q, c->n_q, 1);
+    clattn_tensor trl = clattn_tensor_host(ref_lse, c->b, c->h_q, c->n_q, 1);
 
     /* the reference on the same (strided) views, into packed arrays */
     const double t0 = now_s();
     float *ref_o = tu_alloc((size_t)(c->b * c->h_q * c->n_q * c->d_v), NAN);
-    float *ref_w = c->weights ? tu_alloc((size_t)(c->b * c->h_q * c->n_q * c->n_kv), NAN) : NULL;
+    float *ref_w = c->weights ? tu_alloc((size_t)(sw[0] * sw[1] * c->n_q * c->n_kv), NAN) : NULL;
     clattn_tensor tro = clattn_tensor_host(ref_o, c->b, c->h_q, c->n_q, c->d_v);
-    clattn_tensor trw = clattn_tensor_host(ref_w, c->b, c->h_q, c->n_q, c->n_kv);
+    clattn_tensor trw = clattn_tensor_host(ref_w, sw[0], sw[1], c->n_q, c->n_kv);
     clattn_attention_desc rdesc = desc;
     rdesc.weights = c->weights ? &trw : NULL;
+    rdesc.lse = c->lse ? &trl : NULL;
     clattn_status st = clattn_reference_attention(&rdesc, &tq, &tk, &tv, &tro);
     ck_assert_msg(st == CLATTN_SUCCESS, "%s: reference: %s %s", name, clattn_status_string(st),
                   rerun);
     const double t1 = now_s();
 
     desc.weights = c->weights ? &tw : NULL;
+    desc.lse = c->lse ? &tl : NULL;
     st = c->via_buffers ? tu_attention_via_buffers(tu_ctx(), &desc, &tq, &tk, &tv, &to, len)
                         : clattn_attention(tu_ctx(), &desc, &tq, &tk, &tv, &to);
     const double t2 = now_s();
@@ -357,6 +479,11 @@ static void run_config(const config *c)
         snprintf(what, sizeof what, "%s %s: weights", name, rerun);
         TU_ASSERT_CLOSE(what, &tw, NULL, ref_w, TU_TOL_DEFAULT);
         check_outside(what, wa, len[4], &tw);
+    }
+    if (c->lse) {
+        snprintf(what, sizeof what, "%s %s: LSE", name, rerun);
+        TU_ASSERT_CLOSE(what, &tl, NULL, ref_lse, TU_TOL_DEFAULT);
+        tu_assert_untouched(what, lse, n_lse, n_lse + 4, CANARY);
     }
 
     g_count_alg[c->algorithm]++;
@@ -376,6 +503,12 @@ static void run_config(const config *c)
     free(wa);
     free(ref_o);
     free(ref_w);
+    free(slopes);
+    free(mask_data);
+    free(lse);
+    free(ref_lse);
+    for (int t = 0; t < 3; t++)
+        free(h16[t]);
 }
 
 START_TEST(random_config)
