@@ -228,9 +228,17 @@ long view_at(long off, long4 st, long b, long h, long s, long d)
             t[c] = c0 + c < d ? LD_##dt(src, base + (c0 + c) * st3) : 0.0f;                 \
         return vload16(0, t);                                                               \
     }
+/* only the storage types this program reads (smaller programs compile faster) */
+#define READS_DT(dt) (Q_DT == (dt) || K_DT == (dt) || V_DT == (dt))
+#if READS_DT(0)
 DEFINE_LOAD_ROW16(0)
+#endif
+#if READS_DT(1)
 DEFINE_LOAD_ROW16(1)
+#endif
+#if READS_DT(2)
 DEFINE_LOAD_ROW16(2)
+#endif
 #define LOAD_ROW16(dt, ...) LOAD_ROW16_(dt, __VA_ARGS__)
 #define LOAD_ROW16_(dt, ...) load_row16_##dt(__VA_ARGS__)
 
@@ -291,8 +299,14 @@ DEFINE_LOAD_ROW16(2)
             }                                                                               \
         }                                                                                   \
     }
+#if READS_DT(0)
 DEFINE_STAGE_ROWS(0)
+#endif
+#if READS_DT(1)
 DEFINE_STAGE_ROWS(1)
+#endif
+#if READS_DT(2)
 DEFINE_STAGE_ROWS(2)
+#endif
 #define STAGE_ROWS(dt, ...) STAGE_ROWS_(dt, __VA_ARGS__)
 #define STAGE_ROWS_(dt, ...) stage_rows_##dt(__VA_ARGS__)

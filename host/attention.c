@@ -674,11 +674,11 @@ static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *
 
 static void aux_release(aux_t *x)
 {
-    cl_mem *m[3] = {&x->q_lens, &x->kv_lens, &x->alibi};
+    cl_mem *bufs[3] = {&x->q_lens, &x->kv_lens, &x->alibi};
     for (int i = 0; i < 3; i++)
-        if (*m[i]) {
-            clReleaseMemObject(*m[i]); /* freed once the kernels that use it finish */
-            *m[i] = NULL;
+        if (*bufs[i]) {
+            (void)clReleaseMemObject(*bufs[i]); /* freed once the kernels that use it finish */
+            *bufs[i] = NULL;
         }
 }
 
@@ -1393,6 +1393,8 @@ clattn_status clattn_merge_enqueue(clattn_context *ctx, size_t n_parts,
                                    const cl_event *wait, cl_event *done)
 {
     clattn_view vo, vl, *po = NULL, *pl = NULL;
+    memset(&vo, 0, sizeof vo);
+    memset(&vl, 0, sizeof vl);
     if (n_parts >= 1 && n_parts <= MAX_MERGE_PARTS) {
         po = malloc(n_parts * sizeof *po);
         pl = malloc(n_parts * sizeof *pl);
@@ -1419,6 +1421,8 @@ clattn_status clattn_merge(clattn_context *ctx, size_t n_parts, const clattn_ten
                            const clattn_tensor *lse)
 {
     clattn_view vo, vl, *po = NULL, *pl = NULL, *dpo = NULL, *dpl = NULL;
+    memset(&vo, 0, sizeof vo);
+    memset(&vl, 0, sizeof vl);
     cl_mem *mem = NULL;
     size_t n_mem = 0;
     if (n_parts >= 1 && n_parts <= MAX_MERGE_PARTS) {
