@@ -52,11 +52,21 @@ static void fproblem_random(fproblem *f, uint32_t seed)
 {
     memset(f, 0, sizeof *f);
     rng_state = seed;
-    static const int64_t dims[] = {1, 3, 16, 33, 64};
+    /* The compile-time choices (head dims, mask tensor kind, ALiBi, softcap) come as one
+     * of 8 classes, so the sweep builds a bounded number of programs (each is about a
+     * second of PoCL compile time on a cold cache); everything else is drawn freely. */
+    static const struct {
+        int64_t d_k, d_v;
+        uint32_t mask_kind; /* 0 none, 1 bool, 2 float */
+        bool alibi, softcap;
+    } CLASSES[8] = {{1, 3, 0, false, false},  {16, 16, 1, true, false}, {33, 64, 2, false, true},
+                    {64, 64, 0, true, true},  {3, 33, 1, false, false}, {64, 16, 2, true, false},
+                    {40, 40, 0, false, true}, {17, 1, 1, true, true}};
+    const uint32_t cls = rnd(8);
     const int64_t b = 1 + rnd(2), h_kv = 1 + rnd(2), h_q = h_kv * (1 + rnd(2));
     const int64_t n_q = rnd(5) == 0 ? 1 + rnd(4) : 1 + rnd(70);
     const int64_t n_kv = rnd(8) == 0 ? rnd(3) : 1 + rnd(90);
-    const int64_t d_k = dims[rnd(5)], d_v = dims[rnd(5)];
+    const int64_t d_k = CLASSES[cls].d_k, d_v = CLASSES[cls].d_v;
     tu_problem_init(&f->p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, seed * 3 + 1, seed * 3 + 2,
                     seed * 3 + 3, 8);
     clattn_attention_desc *d = &f->desc;
@@ -70,7 +80,7 @@ static void fproblem_random(fproblem *f, uint32_t seed)
                     seed, (long long)b, (long long)h_q, (long long)h_kv, (long long)n_q,
                     (long long)n_kv, (long long)d_k, (long long)d_v, (double)d->scale,
                     tu_mask_name(d->mask));
-    const uint32_t mt_kind = rnd(3); /* none, bool, float */
+    const uint32_t mt_kind = CLASSES[cls].mask_kind;
     if (mt_kind) {
         const int64_t mb = rnd(2) ? b : 1, mh = rnd(2) ? h_q : 1;
         const size_t n = (size_t)(mb * mh * n_q * n_kv);
@@ -113,14 +123,14 @@ static void fproblem_random(fproblem *f, uint32_t seed)
         pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " window(%lld,%lld)",
                         (long long)d->window_left, (long long)d->window_right);
     }
-    if (rnd(3) == 0) {
+    if (CLASSES[cls].alibi) {
         f->slopes = malloc(sizeof(float) * (size_t)h_q);
         for (int64_t h = 0; h < h_q; h++)
             f->slopes[h] = exp2f(-(float)(h + 1)) * (rnd(4) ? 1.0f : -1.0f);
         d->alibi_slopes = f->slopes;
         pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " alibi");
     }
-    if (rnd(3) == 0) {
+    if (CLASSES[cls].softcap) {
         d->softcap = 0.5f + (float)rnd(40) / 10.0f;
         pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " softcap %g",
                         (double)d->softcap);

@@ -152,9 +152,35 @@ static void f_weights(config *c, uint32_t *rs)
     c->weights = below(rs, 3) == 0;
 }
 
+/* The compile-time options of the kernels (mask tensor kind, 16-bit inputs, ALiBi,
+ * softcap) follow d_k, so that a seed builds a bounded number of programs (about a
+ * second each on a cold PoCL cache); the runtime options are drawn freely. */
+typedef struct dk_class {
+    int64_t d_k;
+    int mask_kind; /* 0 none, 1 bool, 2 float */
+    clattn_dtype dtype;
+    bool alibi, softcap;
+} dk_class;
+static const dk_class DK_CLASSES[] = {
+    {1, 0, CLATTN_FLOAT32, false, false},  {3, 1, CLATTN_BFLOAT16, true, false},
+    {16, 2, CLATTN_FLOAT16, false, true},  {33, 0, CLATTN_FLOAT32, true, false},
+    {80, 1, CLATTN_FLOAT16, false, false}, {160, 2, CLATTN_FLOAT32, true, true},
+};
+
+static const dk_class *dk_class_of(int64_t d_k)
+{
+    for (int i = 0; i < LEN(DK_CLASSES); i++)
+        if (DK_CLASSES[i].d_k == d_k)
+            return &DK_CLASSES[i];
+    return &DK_CLASSES[0];
+}
+
+/* cl_mem views through the enqueue API (the helper copies float32 arrays and carries
+ * no mask tensor): for the classes without either */
 static void f_api(config *c, uint32_t *rs)
 {
-    c->via_buffers = below(rs, 3) == 0;
+    const dk_class *k = dk_class_of(c->d_k);
+    c->via_buffers = below(rs, 3) == 0 && k->mask_kind == 0 && k->dtype == CLATTN_FLOAT32;
 }
 
 static void f_layout(config *c, uint32_t *rs)
@@ -179,13 +205,14 @@ static void f_scale(config *c, uint32_t *rs)
  * policy, LSE and head-mean weights: each on about a quarter of the time */
 static void f_positions(config *c, uint32_t *rs)
 {
+    const dk_class *k = dk_class_of(c->d_k);
     c->kv_len_pm = below(rs, 4) == 0 ? (int)below(rs, 1001) : -1;
     c->q_len_pm = below(rs, 5) == 0 ? (int)below(rs, 1001) : -1;
     c->window = below(rs, 4) == 0;
     c->wl = c->window ? (int64_t)below(rs, 40) - 1 : 0;
     c->wr = c->window ? (int64_t)below(rs, 40) - 1 : 0;
-    c->alibi = below(rs, 4) == 0;
-    c->softcap = below(rs, 4) == 0 ? 1.0f + (float)below(rs, 50) : 0.0f;
+    c->alibi = k->alibi;
+    c->softcap = k->softcap ? 1.0f + (float)below(rs, 50) : 0.0f;
     if (below(rs, 5) == 0) {
         c->q_start = (int64_t)below(rs, 50);
         c->kv_start = (int64_t)below(rs, 50);
@@ -199,24 +226,19 @@ static void f_outputs(config *c, uint32_t *rs)
     c->head_mean = c->weights && below(rs, 3) == 0;
 }
 
-/* mask tensors (host views only: the cl_mem helper does not carry them) */
+/* mask tensors, broadcast over batch and heads or not */
 static void f_mask_tensor(config *c, uint32_t *rs)
 {
-    c->mask_kind = below(rs, 3) == 0 ? 1 + (int)below(rs, 2) : 0;
+    c->mask_kind = dk_class_of(c->d_k)->mask_kind;
     c->mask_b1 = below(rs, 2) == 0;
     c->mask_h1 = below(rs, 2) == 0;
-    if (c->via_buffers)
-        c->mask_kind = 0;
 }
 
-/* 16-bit storage of Q, K and V (host API; the same strided layouts) */
+/* 16-bit storage of Q, K and V (the same strided layouts) */
 static void f_dtype(config *c, uint32_t *rs)
 {
-    static const clattn_dtype DT[] = {CLATTN_FLOAT32, CLATTN_FLOAT32, CLATTN_FLOAT16,
-                                      CLATTN_BFLOAT16};
-    c->in_dtype = DT[below(rs, LEN(DT))];
-    if (c->via_buffers)
-        c->in_dtype = CLATTN_FLOAT32;
+    c->in_dtype = dk_class_of(c->d_k)->dtype;
+    (void)rs;
 }
 
 typedef struct feature {

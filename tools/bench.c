@@ -26,9 +26,11 @@ static const char bench_usage[] =
     "memory the call itself allocates (its workspace).\n"
     "\n"
     "Options:\n"
-    "  --shapes LIST   cases separated by ';', each b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg]]\n"
-    "                  with mask none|causal|causal-bottom-right|no-self and alg\n"
-    "                  fused|unfused|both (default both); default: the CPU set\n"
+    "  --shapes LIST   cases separated by ';', each\n"
+    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]] with mask\n"
+    "                  none|causal|causal-bottom-right|no-self, alg fused|unfused|both\n"
+    "                  (default both) and dtype f32|f16|bf16 (storage of Q, K, V and O;\n"
+    "                  default f32); default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode)\n"
@@ -49,6 +51,7 @@ typedef struct bench_case {
     int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
     clattn_mask mask;
     clattn_algorithm algorithm;
+    clattn_dtype dtype; /* storage of Q, K, V and O */
 } bench_case;
 
 typedef struct stats {
@@ -101,10 +104,10 @@ static int parse_shapes(const char *list, bench_case *cases, int max)
         if (!*spec)
             continue;
         bench_case c = {0};
-        char mask[32] = "none", alg[16] = "both";
+        char mask[32] = "none", alg[16] = "both", dtype[16] = "f32";
         long long v[7];
-        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15s", &v[0], &v[1],
-                         &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg);
+        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15s", &v[0],
+                         &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype);
         int bad = got < 7 || parse_mask(mask, &c.mask) != 0;
         for (int i = 0; i < 7 && !bad; i++)
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
@@ -113,10 +116,19 @@ static int parse_shapes(const char *list, bench_case *cases, int max)
             c.d_k = v[5], c.d_v = v[6];
         }
         const int both = strcmp(alg, "both") == 0;
+        if (strcmp(dtype, "f32") == 0)
+            c.dtype = CLATTN_FLOAT32;
+        else if (strcmp(dtype, "f16") == 0)
+            c.dtype = CLATTN_FLOAT16;
+        else if (strcmp(dtype, "bf16") == 0)
+            c.dtype = CLATTN_BFLOAT16;
+        else
+            bad = 1;
         if (!bad && !both && strcmp(alg, "fused") != 0 && strcmp(alg, "unfused") != 0)
             bad = 1;
         if (bad || n + 1 + both > max) {
-            fail("bad --shapes entry '%s' (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg]], at most "
+            fail("bad --shapes entry '%s' (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]], at "
+                 "most "
                  "%d cases)",
                  spec, max);
             free(copy);
@@ -157,21 +169,29 @@ static stats summarize(double *v, int n)
     return s;
 }
 
-/* A device buffer of `count` floats filled with values in [-1, 1). */
-static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t count, unsigned seed)
+/* A device buffer of `count` elements of `dtype` filled with values in [-1, 1). */
+static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t count, unsigned seed,
+                            clattn_dtype dtype)
 {
-    const size_t n = (size_t)(count > 0 ? count : 1);
-    float *host = malloc(n * sizeof *host);
+    const size_t n = (size_t)(count > 0 ? count : 1), es = clattn_dtype_size(dtype);
+    unsigned char *host = malloc(n * es);
     if (!host)
         return NULL;
     for (size_t i = 0; i < n; i++) {
         seed = seed * 1664525u + 1013904223u;
-        host[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+        const float x = (float)(seed >> 8) / 8388608.0f - 1.0f;
+        if (dtype == CLATTN_FLOAT32) {
+            memcpy(host + 4 * i, &x, 4);
+        } else {
+            const uint16_t h =
+                dtype == CLATTN_FLOAT16 ? clattn_f32_to_f16(x) : clattn_f32_to_bf16(x);
+            memcpy(host + 2 * i, &h, 2);
+        }
     }
     cl_int err;
-    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, n * sizeof *host, NULL, &err);
-    if (m && clEnqueueWriteBuffer(queue, m, CL_TRUE, 0, n * sizeof *host, host, 0, NULL, NULL) !=
-                 CL_SUCCESS) {
+    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, n * es, NULL, &err);
+    if (m &&
+        clEnqueueWriteBuffer(queue, m, CL_TRUE, 0, n * es, host, 0, NULL, NULL) != CL_SUCCESS) {
         clReleaseMemObject(m);
         m = NULL;
     }
@@ -198,10 +218,10 @@ static int time_case(clattn_context *ctx, const bench_case *c, int warmup, int r
     cl_context cl_ctx;
     cl_command_queue queue;
     clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
-    cl_mem mq = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_k, 1);
-    cl_mem mk = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_k, 2);
-    cl_mem mv = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_v, 3);
-    cl_mem mo = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_v, 4);
+    cl_mem mq = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_k, 1, c->dtype);
+    cl_mem mk = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_k, 2, c->dtype);
+    cl_mem mv = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_v, 3, c->dtype);
+    cl_mem mo = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_v, 4, c->dtype);
     double *dev = calloc((size_t)reps, sizeof *dev), *wall = calloc((size_t)reps, sizeof *wall);
     int rc = 0;
     if (!mq || !mk || !mv || !mo || !dev || !wall) {
@@ -213,6 +233,7 @@ static int time_case(clattn_context *ctx, const bench_case *c, int warmup, int r
     clattn_tensor k = clattn_tensor_buffer(mk, c->b, c->h_kv, c->n_kv, c->d_k);
     clattn_tensor v = clattn_tensor_buffer(mv, c->b, c->h_kv, c->n_kv, c->d_v);
     clattn_tensor o = clattn_tensor_buffer(mo, c->b, c->h_q, c->n_q, c->d_v);
+    q.dtype = k.dtype = v.dtype = o.dtype = c->dtype;
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.mask = c->mask;
     desc.algorithm = c->algorithm;
@@ -255,8 +276,9 @@ static int time_case(clattn_context *ctx, const bench_case *c, int warmup, int r
     double flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(c->d_k + c->d_v);
     if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
         flop /= 2;
-    double bytes = 4.0 * ((double)(c->b * c->h_q * c->n_q) * (double)(c->d_k + c->d_v) +
-                          (double)(c->b * c->h_kv * c->n_kv) * (double)(c->d_k + c->d_v));
+    double bytes = (double)clattn_dtype_size(c->dtype) *
+                   ((double)(c->b * c->h_q * c->n_q) * (double)(c->d_k + c->d_v) +
+                    (double)(c->b * c->h_kv * c->n_kv) * (double)(c->d_k + c->d_v));
     if (plan.algorithm == CLATTN_ALGORITHM_UNFUSED)
         bytes += 6.0 * 4.0 * heads * (double)c->n_q * (double)c->n_kv;
     res->gflops = flop / (res->device_ms.median * 1e6);
@@ -398,9 +420,9 @@ int cmd_bench(int argc, char **argv)
                clattn_version(), reps, warmup);
         if (peak)
             printf("f32 FMA peak (float16 x 8 accumulators): %.1f GFLOP/s\n", peak_gflops);
-        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %10s %17s %10s %8s %7s %10s%s\n", "b",
-               "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "device_ms", "[min-max]",
-               "wall_ms", "GFLOP/s", "GB/s", "workspace", peak ? "  of peak" : "");
+        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %-5s %10s %17s %10s %8s %7s %10s%s\n",
+               "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
+               "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace", peak ? "  of peak" : "");
     }
     int rc = 0;
     for (int i = 0; i < n_cases; i++) {
@@ -419,28 +441,32 @@ int cmd_bench(int argc, char **argv)
         if (progress)
             fprintf(stderr, "\r%60s\r", "");
         const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
+        const char *dt = c->dtype == CLATTN_FLOAT16    ? "f16"
+                         : c->dtype == CLATTN_BFLOAT16 ? "bf16"
+                                                       : "f32";
         if (json) {
             printf(
                 "  {\"device\": \"%s\", \"b\": %lld, \"h_q\": %lld, \"h_kv\": %lld, \"n_q\": %lld, "
                 "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
-                "\"algorithm\": \"%s\", \"device_ms\": {\"median\": %.6g, \"min\": %.6g, "
+                "\"algorithm\": \"%s\", \"dtype\": \"%s\", \"device_ms\": {\"median\": %.6g, "
+                "\"min\": %.6g, "
                 "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
                 "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
                 "\"peak_gflops\": %.6g, \"plan\": \"%s\"}%s\n",
                 name, (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                 (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask), alg,
-                r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
+                dt, r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
                 r.wall_ms.min, r.wall_ms.max, r.gflops, r.gbytes_per_s, r.workspace_bytes,
                 peak_gflops, reason, i + 1 < n_cases ? "," : "");
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
-            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-8s %-8s %10.3f %17s "
+            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-8s %-8s %-5s %10.3f %17s "
                    "%10.3f %8.1f %7.1f %10zu",
                    (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                    (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
                    c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ? "causal-br" : mask_name(c->mask),
-                   alg, r.device_ms.median, spread, r.wall_ms.median, r.gflops, r.gbytes_per_s,
+                   alg, dt, r.device_ms.median, spread, r.wall_ms.median, r.gflops, r.gbytes_per_s,
                    r.workspace_bytes);
             if (peak && peak_gflops > 0)
                 printf("  %7.1f%%", 100.0 * r.gflops / peak_gflops);
