@@ -219,22 +219,26 @@ typedef struct deviation {
     int within;   /* 1 if every element is within tolerance */
 } deviation;
 
+/* Whether got matches ref within CHECK_ATOL + CHECK_RTOL*|ref| + extra; NaN must meet
+ * NaN and infinities must be equal. *diff receives |got - ref| (infinite on a NaN or
+ * infinity mismatch). */
+static int element_ok(double g, double r, double extra, double *diff)
+{
+    if (isnan(g) || isnan(r) || isinf(g) || isinf(r)) {
+        const int ok = (isnan(g) && isnan(r)) || g == r;
+        *diff = ok ? 0.0 : INFINITY;
+        return ok;
+    }
+    *diff = fabs(g - r);
+    return *diff <= CHECK_ATOL + CHECK_RTOL * fabs(r) + extra;
+}
+
 static deviation compare(const float *got, const float *ref, size_t count)
 {
     deviation dev = {0.0, 0, 1};
     for (size_t i = 0; i < count; ++i) {
-        double g = got[i], r = ref[i], diff;
-        int ok;
-        if (isnan(g) || isnan(r)) {
-            ok = isnan(g) && isnan(r);
-            diff = ok ? 0.0 : INFINITY;
-        } else if (isinf(g) || isinf(r)) {
-            ok = g == r;
-            diff = ok ? 0.0 : INFINITY;
-        } else {
-            diff = fabs(g - r);
-            ok = diff <= CHECK_ATOL + CHECK_RTOL * fabs(r);
-        }
+        double diff;
+        const int ok = element_ok(got[i], ref[i], 0.0, &diff);
         if (!ok) {
             dev.within = 0;
         }
@@ -1296,7 +1300,7 @@ static double load_value(clattn_dtype dtype, const void *data, size_t i)
  * float32, whose outputs are compared with CHECK_ATOL and CHECK_RTOL alone). */
 static double ulp16(clattn_dtype dtype, double x)
 {
-    if (dtype == CLATTN_FLOAT32) {
+    if (dtype == CLATTN_FLOAT32 || !isfinite(x)) {
         return 0.0;
     }
     const int mantissa = dtype == CLATTN_FLOAT16 ? 10 : 7;
@@ -1319,18 +1323,9 @@ static int report_check(const char *name, clattn_dtype dtype, const void *got, c
     double max_abs = 0.0, worst_bad = -1.0;
     size_t worst = 0, bad = 0;
     for (size_t i = 0; i < count; ++i) {
-        double g = load_value(dtype, got, i), r = load_value(dtype, ref, i), diff;
-        int ok;
-        if (isnan(g) || isnan(r)) {
-            ok = isnan(g) && isnan(r);
-            diff = ok ? 0.0 : INFINITY;
-        } else if (isinf(g) || isinf(r)) {
-            ok = g == r;
-            diff = ok ? 0.0 : INFINITY;
-        } else {
-            diff = fabs(g - r);
-            ok = diff <= CHECK_ATOL + CHECK_RTOL * fabs(r) + ulp16(dtype, r);
-        }
+        const double r = load_value(dtype, ref, i);
+        double diff;
+        const int ok = element_ok(load_value(dtype, got, i), r, ulp16(dtype, r), &diff);
         if (diff > max_abs) {
             max_abs = diff;
             worst = i;
