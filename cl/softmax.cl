@@ -52,9 +52,10 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     const long n = hi - lo, n16 = dense ? n / 16 : 0;
     /* sparse (the pipeline's workspace): the weighted sum reads only [lo, hi), so the
      * zeros outside are not written */
-    for (long j = lid; j < width && !sparse; j += wg)
-        if (j < lo || j >= hi)
-            y[yrow0 + j * y_st.s3] = 0.0f;
+    for (long j = lid; j < lo && !sparse; j += wg)
+        y[yrow0 + j * y_st.s3] = 0.0f;
+    for (long j = hi + lid; j < width && !sparse; j += wg)
+        y[yrow0 + j * y_st.s3] = 0.0f;
 
     float16 m16 = (float16)(-INFINITY);
     for (long c = lid; c < n16; c += wg)

@@ -68,10 +68,11 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
             for (int r = 0; r < RQ; r++) {
                 const long i = i0 + r;
                 const long row = view_at(w_off, w_st, b, h, i < n_q ? i : 0, 0);
+                /* the tile's keys this row reads: [jlo, jhi) */
+                const int jlo = rel_bound(lo[r], j0, TILE_KV);
+                const int jhi = i < n_q ? rel_bound(hi[r], j0, TILE_KV) : 0;
                 for (int jj = 0; jj < TILE_KV; jj++)
-                    p[r][jj] = (i < n_q && j0 + jj >= lo[r] && j0 + jj < hi[r])
-                                   ? w[row + (j0 + jj) * w_st.s3]
-                                   : 0.0f;
+                    p[r][jj] = jj >= jlo && jj < jhi ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
             }
             ACCUMULATE_PV(acc, p, v_tile);
         }
