@@ -161,7 +161,10 @@ float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, lo
     s = softcap * tanh(s / softcap);
 #endif
 #if ALIBI
-    s -= slope * fabs(convert_float16((int16)(diag - j0) - key));
+    /* |a_i − j| in 64 bits (positions reach 2^53), then rounded to float once */
+    long16 dist = convert_long16(key) + (j0 - diag);
+    dist = dist < 0 ? -dist : dist;
+    s -= slope * convert_float16(dist);
 #endif
 #if MASK_T
     MASK_ELEM m[16];

@@ -558,6 +558,39 @@ START_TEST(feature_validation)
 }
 END_TEST
 
+/* ALiBi distances are 64-bit: positions past 2^31 (q_start 3e9, a tiny slope) give
+ * the reference's LSE, not a wrapped distance (found by a fresh review: the distance
+ * was once computed in 32 bits). */
+START_TEST(alibi_far_positions)
+{
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 1, 3, 5, 4, 4, 81, 82, 83, 0);
+    float slopes[2] = {1e-9f, 2e-9f};
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.alibi_slopes = slopes;
+    d.q_start = 3000000000LL;
+    for (int a = 0; a < 2; a++) {
+        float o[24], lse[6], ro[24], rlse[6];
+        clattn_tensor to = tu_problem_o(&p, o), tro = tu_problem_o(&p, ro);
+        clattn_tensor tl = clattn_tensor_host(lse, 1, 2, 3, 1),
+                      trl = clattn_tensor_host(rlse, 1, 2, 3, 1);
+        clattn_attention_desc dd = d, rd = d;
+        dd.algorithm = tu_algorithms[a];
+        dd.lse = &tl;
+        rd.lse = &trl;
+        ck_assert_int_eq(clattn_reference_attention(&rd, &p.tq, &p.tk, &p.tv, &tro),
+                         CLATTN_SUCCESS);
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &dd, &p.tq, &p.tk, &p.tv, &to), "alibi far");
+        char what[64];
+        snprintf(what, sizeof what, "ALiBi at q_start 3e9 [%s] LSE",
+                 tu_algorithm_name(tu_algorithms[a]));
+        TU_ASSERT_CLOSE(what, &tl, NULL, rlse, TU_TOL_DEFAULT);
+        TU_ASSERT_CLOSE(what, &to, NULL, ro, TU_TOL_DEFAULT);
+    }
+    tu_problem_free(&p);
+}
+END_TEST
+
 /* Head dims up to 512 on both algorithms (the fused kernel's local tiles shrink). */
 START_TEST(head_dim_512)
 {
@@ -596,6 +629,7 @@ int main(void)
     tcase_add_test(tc[1], float16_and_bfloat16_storage);
     tcase_add_test(tc[2], masked_keys_contribute_nothing);
     tcase_add_test(tc[2], head_dim_512);
+    tcase_add_test(tc[2], alibi_far_positions);
     tcase_add_test(tc[3], merge_rejects_bad_parts);
     tcase_add_test(tc[3], merge_split_keys);
     tcase_add_test(tc[4], random_feature_sweep);

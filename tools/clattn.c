@@ -60,6 +60,8 @@ static const char program_usage[] =
     "Environment:\n"
     "  CLATTN_DEVICE      default device: \"P:D\" or a device-name substring\n"
     "  CLATTN_KERNEL_DIR  folder of .cl files to use instead of the built-in kernels\n"
+    "  CLATTN_CACHE_DIR   program-binary cache and tuning folder (\"off\" disables it)\n"
+    "  CLATTN_TUNE        \"off\" ignores the blocking `clattn tune` stored for the device\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 
