@@ -153,8 +153,24 @@ long2 group_key_range(RULE_PARAMS, long b, long i_first, long i_last, long n_q, 
  * become softcap(s) − slope·|diag − j| + mask, and −∞ where the key is not visible:
  * outside [lim_lo, lim_hi) (tile-relative), equal to `self`, false in a bool mask, or
  * −∞ in a float mask (masked keys never read their values into the sum). */
+/* ALiBi biases are taken relative to the row's nearest visible key: the distance from
+ * the diagonal to it (0 when the diagonal is visible). −slope·(|a_i − j| − ref) stays
+ * small even when a chunk of keys lies far from the queries (split sequences), so the
+ * differences between keys keep their digits; the row's constant −slope·ref goes into
+ * the LSE only (softmax does not depend on it). */
+long alibi_ref(row_rule r)
+{
+    if (r.hi <= r.lo)
+        return 0;
+    if (r.diag < r.lo)
+        return r.lo - r.diag;
+    if (r.diag >= r.hi)
+        return r.diag - (r.hi - 1);
+    return 0;
+}
+
 float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, long j0,
-                      long n_kv, TERM_PARAMS, long mbase, long diag, float slope)
+                      long n_kv, TERM_PARAMS, long mbase, long diag, float slope, long ref)
 {
     int16 vis = (key >= lim_lo) & (key < lim_hi) & (key != self);
 #if SOFTCAP
@@ -164,7 +180,7 @@ float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, lo
     /* |a_i − j| in 64 bits (positions reach 2^53), then rounded to float once */
     long16 dist = convert_long16(key) + (j0 - diag);
     dist = dist < 0 ? -dist : dist;
-    s -= slope * convert_float16(dist);
+    s -= slope * convert_float16(dist - ref);
 #endif
 #if MASK_T
     MASK_ELEM m[16];

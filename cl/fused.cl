@@ -53,11 +53,12 @@
         long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
         __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global float *lse, long lse_off, \
         long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
+        int lse_relative, \
         RULE_PARAMS, TERM_PARAMS
 
 /* Row i's result: acc / l, or for a row with no visible key zeros (NaN with masked_nan,
  * but zeros for padding rows); LSE = m + log l (−∞ for no visible key). */
-#define STORE_ROW(acc_row, m_row, l_row)                                                    \
+#define STORE_ROW(acc_row, m_row, l_row, shift)                                             \
     do {                                                                                    \
         float out_[D_V_PAD];                                                                \
         const bool empty_ = (m_row == -INFINITY);                                           \
@@ -68,7 +69,7 @@
             ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
         if (lse)                                                                            \
             lse[view_at(lse_off, lse_st, b, h, i, 0)] =                                     \
-                empty_ ? -INFINITY : (m_row) + log(l_row);                                  \
+                empty_ ? -INFINITY : (m_row) + log(l_row) + (lse_relative ? 0.0f : (shift)); \
     } while (0)
 
 #if DIRECT
@@ -95,6 +96,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     const row_rule rr = rule_at(RULE_ARGS, b, i, n_q, n_kv);
     const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
     const float slope = ALIBI ? alibi[h] : 0.0f;
+    const long ref = ALIBI ? alibi_ref(rr) : 0;
     for (long j0 = rr.lo / 16 * 16; j0 < rr.hi; j0 += 16) {
         const int lo = rel_bound(rr.lo, j0, 16), hi = rel_bound(rr.hi, j0, 16);
         const int self = rel_key(rr.self, j0, 16);
@@ -111,7 +113,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
             }
         }
         const float16 s16 = score_terms16(vload16(0, s), lane, lo, hi, self, j0, n_kv, mt, mt_off,
-                                          mt_st, alibi, softcap, mbase, rr.diag, slope);
+                                          mt_st, alibi, softcap, mbase, rr.diag, slope, ref);
         const float m_new = max_nan(m, hmax_nan(s16));
         if (m_new == -INFINITY)
             continue; /* nothing visible yet */
@@ -134,7 +136,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
             }
         m = m_new;
     }
-    STORE_ROW(acc, m, l);
+    STORE_ROW(acc, m, l, -slope * (float)ref);
 }
 #else
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
@@ -207,7 +209,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 for (int sv = 0; sv < N_SV; sv++) {
                     s[r][sv] = score_terms16(s[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0,
                                              n_kv, mt, mt_off, mt_st, alibi, softcap, mbase,
-                                             rule[r].diag, slope);
+                                             rule[r].diag, slope, ALIBI ? alibi_ref(rule[r]) : 0);
                     m16 = max_nan16(m16, s[r][sv]);
                 }
                 const float m_new = max_nan(m[r], hmax_nan(m16));
@@ -239,7 +241,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         const long i = i0 + r;
         if (i >= n_q)
             break;
-        STORE_ROW(acc[r], m[r], l[r]);
+        STORE_ROW(acc[r], m[r], l[r], ALIBI ? -slope * (float)alibi_ref(rule[r]) : 0.0f);
     }
 }
 #endif /* DIRECT */

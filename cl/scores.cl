@@ -32,8 +32,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
               __global const ELEM_T(K_DT) *k, long k_off, long4 k_st,
               __global float *s, long s_off, long4 s_st,
-              int h_q, int group, long n_q, long n_kv, float scale, int sparse, RULE_PARAMS,
-              TERM_PARAMS)
+              int h_q, int group, long n_q, long n_kv, float scale, int sparse, int relative,
+              RULE_PARAMS, TERM_PARAMS)
 {
     __local float k_t[D_K * TILE_KV]; /* K tile transposed: k_t[c·TILE_KV + key] */
     const long i0 = (get_group_id(0) * WG + get_local_id(0)) * RQ;
@@ -95,7 +95,8 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
         for (int sv = 0; sv < N_SV; sv++) {
             const float16 out =
                 score_terms16(acc[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0, n_kv, mt,
-                              mt_off, mt_st, alibi, softcap, mbase, rr.diag, slope);
+                              mt_off, mt_st, alibi, softcap, mbase, rr.diag, slope,
+                              ALIBI && relative ? alibi_ref(rr) : 0);
             if (s_st.s3 == 1 && 16 * (sv + 1) <= n_keys) {
                 vstore16(out, 0, s + row + 16 * sv);
             } else {

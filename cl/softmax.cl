@@ -34,7 +34,7 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
                              __global float *y, long y_off, long4 y_st,
                              __global float *lse, long lse_off, long4 lse_st,
                              int heads, long width, long n_q, int masked_nan, int sparse,
-                             RULE_PARAMS, __local float *red)
+                             __global const float *alibi, RULE_PARAMS, __local float *red)
 {
     const int lid = get_local_id(0), wg = get_local_size(0);
     const long r = get_global_id(1), bh = get_global_id(2);
@@ -81,8 +81,10 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     for (long j = 16 * n16 + lid; j < n; j += wg)
         l += exp(x[xrow + j * x_st.s3] - m);
     WG_REDUCE(red, l, ADD);
+    /* relative ALiBi scores (alibi set: common.cl alibi_ref): the row's constant back */
     if (lse && lid == 0)
-        lse[view_at(lse_off, lse_st, b, h, r, 0)] = m + log(l);
+        lse[view_at(lse_off, lse_st, b, h, r, 0)] =
+            m + log(l) - (alibi ? alibi[h] * (float)alibi_ref(rr) : 0.0f);
 
     for (long c = lid; c < n16; c += wg)
         vstore16(exp(vload16(c, x + xrow) - m) / l, c, y + yrow);

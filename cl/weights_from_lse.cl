@@ -10,12 +10,19 @@
  */
 __kernel void clattn_weights_from_lse(__global float *w, long w_off, long4 w_st,
                                       __global const float *lse, long lse_off, long4 lse_st,
-                                      int heads, int masked_nan, __global const int *q_lens)
+                                      int heads, int masked_nan, __global float *lse_out,
+                                      long lo_off, long4 lo_st, __global const float *alibi,
+                                      long n_q, long n_kv, RULE_PARAMS)
 {
     const long j = get_global_id(0), i = get_global_id(1), bh = get_global_id(2);
     const long b = bh / heads, h = bh % heads;
     const long at = view_at(w_off, w_st, b, h, i, j);
+    /* lse holds the fused kernel's LSE of the relative scores (see common.cl
+     * alibi_ref); the caller's LSE, if asked for, gets the row's constant back */
     const float l = lse[view_at(lse_off, lse_st, b, h, i, 0)];
+    if (lse_out && j == 0)
+        lse_out[view_at(lo_off, lo_st, b, h, i, 0)] =
+            l - (alibi ? alibi[h] * (float)alibi_ref(rule_at(RULE_ARGS, b, i, n_q, n_kv)) : 0.0f);
     if (l == -INFINITY)
         w[at] = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
     else

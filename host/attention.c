@@ -484,7 +484,7 @@ static void arg_opt_view(arg_list *a, const clattn_view *v)
 
 static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, const clattn_view *q,
                                     const clattn_view *k, const clattn_view *s, float scale,
-                                    bool sparse, const aux_t *x, cl_uint n_wait,
+                                    bool sparse, bool relative, const aux_t *x, cl_uint n_wait,
                                     const cl_event *wait, cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
@@ -497,6 +497,7 @@ static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, con
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
     arg_int(&a, sparse);
+    arg_int(&a, relative);
     arg_rule(&a, x);
     arg_terms(&a, x);
     const size_t global[3] = {round_up(ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
@@ -522,6 +523,7 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
     arg_long(&a, x->n[2]);
     arg_int(&a, aux->desc ? aux->desc->masked_rows : 0);
     arg_int(&a, sparse);
+    arg(&a, sizeof(cl_mem), &aux->alibi); /* the scores are relative to the ALiBi reference */
     arg_rule(&a, aux);
     arg(&a, wg * sizeof(float), NULL);
     const size_t global[3] = {wg, (size_t)x->n[2], (size_t)(x->n[0] * x->n[1])};
@@ -553,8 +555,9 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const blocking *bk, const
 
 static clattn_status enqueue_fused(clattn_context *ctx, const blocking *bk, const clattn_view *q,
                                    const clattn_view *k, const clattn_view *v, const clattn_view *o,
-                                   const clattn_view *lse, float scale, const aux_t *x,
-                                   cl_uint n_wait, const cl_event *wait, cl_event *done)
+                                   const clattn_view *lse, bool lse_relative, float scale,
+                                   const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                   cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
@@ -568,6 +571,7 @@ static clattn_status enqueue_fused(clattn_context *ctx, const blocking *bk, cons
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
     arg_int(&a, x->desc->masked_rows);
+    arg_int(&a, lse_relative);
     arg_rule(&a, x);
     arg_terms(&a, x);
     const size_t global[2] = {round_up(ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
@@ -576,16 +580,24 @@ static clattn_status enqueue_fused(clattn_context *ctx, const blocking *bk, cons
     return launch(ctx, "fused", &a, 2, global, local, n_wait, wait, done);
 }
 
+/* W = exp(S − LSE) from the relative scores and the fused kernel's relative LSE; the
+ * caller's LSE (lse_out, may be NULL) gets the absolute one */
 static clattn_status enqueue_from_lse(clattn_context *ctx, clattn_program_entry *e,
-                                      const clattn_view *w, const clattn_view *lse, const aux_t *x,
-                                      cl_uint n_wait, const cl_event *wait, cl_event *done)
+                                      const clattn_view *w, const clattn_view *lse,
+                                      const clattn_view *lse_out, int64_t n_q, int64_t n_kv,
+                                      const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                      cl_event *done)
 {
     arg_list a = {e->kernel, 0, CL_SUCCESS};
     arg_view(&a, w);
     arg_view(&a, lse);
     arg_int(&a, w->n[1]);
     arg_int(&a, x->desc->masked_rows);
-    arg(&a, sizeof(cl_mem), &x->q_lens);
+    arg_opt_view(&a, lse_out);
+    arg(&a, sizeof(cl_mem), &x->alibi);
+    arg_long(&a, n_q);
+    arg_long(&a, n_kv);
+    arg_rule(&a, x);
     const size_t global[3] = {(size_t)w->n[3], (size_t)w->n[2], (size_t)(w->n[0] * w->n[1])};
     return launch(ctx, "weights_from_lse", &a, 3, global, NULL, n_wait, wait, done);
 }
@@ -717,24 +729,27 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
         /* no keys: the streaming kernel writes every row (zeros or NaN, LSE −∞); weights
          * have no columns */
         if (st == CLATTN_SUCCESS)
-            st = enqueue_fused(ctx, &p->fused, q, k, v, o, dv->lse, scale, &x, n_wait, wait, done);
+            st = enqueue_fused(ctx, &p->fused, q, k, v, o, dv->lse, false, scale, &x, n_wait, wait,
+                               done);
     } else if (p->algorithm == CLATTN_ALGORITHM_FUSED) {
+        /* with weights: the LSE of the relative scores (common.cl alibi_ref) into a
+         * workspace for the second pass, which writes the caller's LSE */
         const clattn_view *lse = dv->lse;
-        if (st == CLATTN_SUCCESS && w && !lse) {
+        if (st == CLATTN_SUCCESS && w) {
             st = workspace(ctx, q->n[0], q->n[1], q->n[2], 1, &ws_lse);
             ws_mem[1] = ws_lse.buffer;
             lse = &ws_lse;
         }
         if (st == CLATTN_SUCCESS)
-            st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, scale, &x, n_wait, wait,
+            st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, w != NULL, scale, &x, n_wait, wait,
                                w ? &ev[0] : done);
         if (w) { /* second pass: scores again, then W = exp(S − LSE) */
             if (st == CLATTN_SUCCESS)
-                st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, false, &x, 1, &ev[0],
-                                    &ev[1]);
+                st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, false, true, &x, 1,
+                                    &ev[0], &ev[1]);
             if (st == CLATTN_SUCCESS)
-                st = enqueue_from_lse(ctx, p->from_lse, w_heads, lse, &x, 1, &ev[1],
-                                      head_mean ? &ev[2] : done);
+                st = enqueue_from_lse(ctx, p->from_lse, w_heads, lse, dv->lse, q->n[2], k->n[2], &x,
+                                      1, &ev[1], head_mean ? &ev[2] : done);
             if (st == CLATTN_SUCCESS && head_mean)
                 st = enqueue_head_mean(ctx, p->head_mean, w_heads, w, 1, &ev[2], done);
         }
@@ -750,8 +765,8 @@ static clattn_status run_attention(clattn_context *ctx, const clattn_attention_d
             ws_mem[2] = ws.buffer;
         }
         if (st == CLATTN_SUCCESS)
-            st =
-                enqueue_scores(ctx, &p->scores, q, k, &ws, scale, sparse, &x, n_wait, wait, &ev[0]);
+            st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, sparse, true, &x, n_wait, wait,
+                                &ev[0]);
         if (st == CLATTN_SUCCESS)
             st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, dv->lse, sparse, &x, 1,
                                  &ev[0], &ev[1]);
@@ -1138,8 +1153,8 @@ static clattn_status run_stage(clattn_context *ctx, int kind, const clattn_atten
         aux_t x;
         st = aux_make(ctx, desc, a, mask, &x);
         if (st == CLATTN_SUCCESS)
-            st = enqueue_scores(ctx, &bk, a, b, c, clattn_effective_scale(desc, a->n[3]), false, &x,
-                                n_wait, wait, done);
+            st = enqueue_scores(ctx, &bk, a, b, c, clattn_effective_scale(desc, a->n[3]), false,
+                                false, &x, n_wait, wait, done);
         aux_release(&x);
         return st;
     }
