@@ -467,19 +467,18 @@ static void arg_rule(arg_list *a, const aux_t *x)
     arg(a, sizeof(cl_mem), &x->kv_lens);
 }
 
-static void arg_terms(arg_list *a, const aux_t *x)
-{
-    static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
-    arg_view(a, x->mask ? x->mask : &none);
-    arg(a, sizeof(cl_mem), &x->alibi);
-    arg(a, sizeof(float), &x->softcap);
-}
-
-/* the LSE view argument; NULL buffer when absent */
+/* an optional view argument (LSE, mask tensor, ...); a NULL buffer when absent */
 static void arg_opt_view(arg_list *a, const clattn_view *v)
 {
     static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
     arg_view(a, v ? v : &none);
+}
+
+static void arg_terms(arg_list *a, const aux_t *x)
+{
+    arg_opt_view(a, x->mask);
+    arg(a, sizeof(cl_mem), &x->alibi);
+    arg(a, sizeof(float), &x->softcap);
 }
 
 static clattn_status enqueue_scores(clattn_context *ctx, const blocking *bk, const clattn_view *q,
@@ -898,13 +897,7 @@ static clattn_status unstage(clattn_context *ctx, const clattn_view *hv, const c
         return clattn_fail_cl(ctx, err, "clEnqueueReadBuffer");
     }
     if (!dense) {
-        for (int64_t b = 0; b < hv->n[0]; b++)
-            for (int64_t h = 0; h < hv->n[1]; h++)
-                for (int64_t s = 0; s < hv->n[2]; s++)
-                    for (int64_t d = 0; d < hv->n[3]; d++) {
-                        int64_t at = b * hv->s[0] + h * hv->s[1] + s * hv->s[2] + d * hv->s[3];
-                        memcpy(base + at * hv->esize, tmp + at * hv->esize, es);
-                    }
+        clattn_view_scatter(hv, tmp);
         free(tmp);
     }
     return CLATTN_SUCCESS;
@@ -1346,17 +1339,16 @@ static clattn_status enqueue_merge_step(clattn_context *ctx, clattn_program_entr
                                         const clattn_view *o, const clattn_view *lse, int mode,
                                         cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
-    static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
     arg_list a = {e->kernel, 0, CL_SUCCESS};
     arg(&a, sizeof(cl_mem), &acc->buffer);
     arg(&a, sizeof(cl_mem), &acc_lse->buffer);
     arg_long(&a, acc->n[3]);
     arg_int(&a, acc->n[1]);
     arg_long(&a, acc->n[2]);
-    arg_view(&a, po ? po : &none);
-    arg_view(&a, pl ? pl : &none);
-    arg_view(&a, o ? o : &none);
-    arg_view(&a, lse ? lse : &none);
+    arg_opt_view(&a, po);
+    arg_opt_view(&a, pl);
+    arg_opt_view(&a, o);
+    arg_opt_view(&a, lse);
     arg_int(&a, mode);
     const size_t global[1] = {(size_t)(acc->n[0] * acc->n[1] * acc->n[2])};
     return launch(ctx, "merge", &a, 1, global, NULL, n_wait, wait, done);

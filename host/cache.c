@@ -47,11 +47,15 @@ static uint64_t hash_device(uint64_t h, cl_device_id device)
     return h;
 }
 
+uint64_t clattn_device_hash(const clattn_context *ctx)
+{
+    return hash_device(hash_str(0xcbf29ce484222325ULL, CLATTN_VERSION_STRING), ctx->device);
+}
+
 uint64_t clattn_cache_key(const clattn_context *ctx, const char *const *sources, int n_sources,
                           const char *options)
 {
-    uint64_t h = hash_str(0xcbf29ce484222325ULL, CLATTN_VERSION_STRING);
-    h = hash_device(h, ctx->device);
+    uint64_t h = clattn_device_hash(ctx);
     h = hash_str(h, options);
     for (int i = 0; i < n_sources; i++)
         h = hash_str(h, sources[i]);

@@ -85,6 +85,9 @@ clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_vi
                                             const clattn_view *o, const clattn_view *w,
                                             bool w_head_mean);
 clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
+/* Copies the elements of host view hv from `from` (a buffer laid out like hv's span,
+ * starting at hv's offset) into hv's storage: only the view's elements are written. */
+void clattn_view_scatter(const clattn_view *hv, const char *from);
 /* INVALID_ARGUMENT unless v's dtype is in `allowed` (CLATTN_DT_*) */
 clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
                                       unsigned allowed);
@@ -110,6 +113,9 @@ bool clattn_views_overlap(const clattn_view *a, const clattn_view *b);
 char *clattn_cache_dir(const char *option);
 uint64_t clattn_cache_key(const clattn_context *ctx, const char *const *sources, int n_sources,
                           const char *options);
+/* The hash of the clattn version and the device's name, driver and version: what makes a
+ * cached binary or a stored tuning valid. */
+uint64_t clattn_device_hash(const clattn_context *ctx);
 /* A program created from a cached binary (not yet built), or NULL. */
 cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key);
 void clattn_cache_store(const clattn_context *ctx, uint64_t key, cl_program program);
@@ -125,19 +131,6 @@ void clattn_programs_release(clattn_context *ctx);
 
 /* ---- numeric helpers ---- */
 float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k);
-
-/* Whether key j is visible to query i under a built-in mask (same rule as
- * cl/common.cl's key_visible). */
-static inline bool clattn_key_visible(clattn_mask mask, int64_t i, int64_t j, int64_t n_q,
-                                      int64_t n_kv)
-{
-    switch (mask) {
-    case CLATTN_MASK_CAUSAL_TOP_LEFT: return j <= i;
-    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT: return j <= i + n_kv - n_q;
-    case CLATTN_MASK_NO_SELF: return j != i;
-    default: return true;
-    }
-}
 
 /* The positional rules of one (batch entry, query row), shared by the reference and
  * the host-side planning (same rules as cl/common.cl). */

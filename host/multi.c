@@ -376,12 +376,8 @@ static clattn_status make_buffer(clattn_multi *m, job *j, cl_mem_flags flags, in
     const size_t size = bytes > 0 ? (size_t)bytes : 4;
     *out = clCreateBuffer(m->ctx[j->dev]->context, host && bytes > 0 ? flags : CL_MEM_READ_WRITE,
                           size, bytes > 0 ? host : NULL, &err);
-    if (err != CL_SUCCESS)
-        return multi_fail(m,
-                          err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-                                  err == CL_INVALID_BUFFER_SIZE
-                              ? CLATTN_ERROR_OUT_OF_DEVICE_MEMORY
-                              : CLATTN_ERROR_OPENCL,
+    if (err != CL_SUCCESS) /* the status the library maps err to (status.c) */
+        return multi_fail(m, clattn_fail_cl(m->ctx[j->dev], err, "clCreateBuffer"),
                           "device %zu (%s): clCreateBuffer of %lld bytes: %s", j->dev,
                           m->ctx[j->dev]->device_name, LL(bytes), clattn_cl_error_name(err));
     j->mem[j->n_mem++] = *out;
@@ -455,14 +451,7 @@ static void scatter(job *j)
         char *base = (char *)hv->host + hv->offset * hv->esize;
         if (!j->out_tmp[o] || j->out_tmp[o] == base)
             continue;
-        const char *tmp = j->out_tmp[o];
-        for (int64_t b = 0; b < hv->n[0]; b++)
-            for (int64_t h = 0; h < hv->n[1]; h++)
-                for (int64_t s = 0; s < hv->n[2]; s++)
-                    for (int64_t d = 0; d < hv->n[3]; d++) {
-                        int64_t at = b * hv->s[0] + h * hv->s[1] + s * hv->s[2] + d * hv->s[3];
-                        memcpy(base + at * hv->esize, tmp + at * hv->esize, (size_t)hv->esize);
-                    }
+        clattn_view_scatter(hv, j->out_tmp[o]);
     }
 }
 

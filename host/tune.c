@@ -15,26 +15,11 @@
 
 #define MAX_TUNE_ENTRIES 256
 
-static uint64_t fnv1a_str(uint64_t h, const char *s)
-{
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ULL;
-    }
-    return h * 0x100000001b3ULL; /* mixes in the NUL that separates the fields */
-}
-
 void clattn_tune_load(clattn_context *ctx)
 {
     if (!ctx->cache_dir)
         return;
-    uint64_t h = fnv1a_str(0xcbf29ce484222325ULL, CLATTN_VERSION_STRING);
-    const cl_device_info infos[3] = {CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_VERSION};
-    for (int i = 0; i < 3; i++) {
-        char text[256] = "";
-        clGetDeviceInfo(ctx->device, infos[i], sizeof text - 1, text, NULL);
-        h = fnv1a_str(h, text);
-    }
+    const uint64_t h = clattn_device_hash(ctx);
     const size_t len = strlen(ctx->cache_dir) + 32;
     ctx->tune_path = malloc(len);
     if (!ctx->tune_path)

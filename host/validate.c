@@ -350,3 +350,15 @@ clattn_status clattn_check_extras(clattn_context *ctx, const clattn_attention_de
 #undef LL
     return CLATTN_SUCCESS;
 }
+
+void clattn_view_scatter(const clattn_view *hv, const char *from)
+{
+    char *base = (char *)hv->host + hv->offset * hv->esize;
+    for (int64_t b = 0; b < hv->n[0]; b++)
+        for (int64_t h = 0; h < hv->n[1]; h++)
+            for (int64_t s = 0; s < hv->n[2]; s++)
+                for (int64_t d = 0; d < hv->n[3]; d++) {
+                    const int64_t at = b * hv->s[0] + h * hv->s[1] + s * hv->s[2] + d * hv->s[3];
+                    memcpy(base + at * hv->esize, from + at * hv->esize, (size_t)hv->esize);
+                }
+}

@@ -23,28 +23,6 @@ expect_text() {
 
 # ---- writing .npy files --------------------------------------------------------
 
-# f32 HEX...: little-endian bytes of float32 values given as bit patterns.
-f32() {
-    for h in "$@"; do
-        v=$((0x$h))
-        printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) \
-            $((v >> 16 & 255)) $((v >> 24 & 255)))"
-    done
-}
-
-# npy_header DESCR SHAPE [FORTRAN]: a version 1.0 header, padded to 64 bytes like numpy.
-npy_header() {
-    dict="{'descr': '$1', 'fortran_order': ${3:-False}, 'shape': $2, }"
-    pad=$(((64 - (10 + ${#dict} + 1) % 64) % 64))
-    hlen=$((${#dict} + pad + 1))
-    printf '\223NUMPY\001\000'
-    printf "$(printf '\\%03o\\%03o' $((hlen % 256)) $((hlen / 256)))"
-    printf '%s' "$dict"
-    i=0
-    while [ "$i" -lt "$pad" ]; do printf ' '; i=$((i + 1)); done
-    printf '\n'
-}
-
 # f16 HEX...: little-endian bytes of 16-bit words (float16, bfloat16, uint16).
 f16() {
     for h in "$@"; do

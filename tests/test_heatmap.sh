@@ -46,24 +46,12 @@ expect_no_file() {
 
 # ---- .npy files (version 1.0 headers padded to 64 bytes, like numpy) ----------------
 
-f32() {
-    for h in "$@"; do
-        v=$((0x$h))
-        printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) \
-            $((v >> 16 & 255)) $((v >> 24 & 255)))"
-    done
-}
+# npy FILE SHAPE HEX...: a float32 .npy file of the given bit patterns
 npy() {
     file=$1 shape=$2
     shift 2
-    dict="{'descr': '<f4', 'fortran_order': False, 'shape': $shape, }"
-    pad=$(((64 - (10 + ${#dict} + 1) % 64) % 64))
-    hlen=$((${#dict} + pad + 1))
     {
-        printf '\223NUMPY\001\000'
-        printf "$(printf '\\%03o\\%03o' $((hlen % 256)) $((hlen / 256)))"
-        printf '%s' "$dict"
-        printf "%${pad}s\n" ""
+        npy_header '<f4' "$shape"
         f32 "$@"
     } >"$file"
 }

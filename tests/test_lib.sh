@@ -1,6 +1,7 @@
 # Shared helpers of the shell tests (sourced by test_cli.sh and test_heatmap.sh):
 # a temporary folder, pass/fail counters, running the program and checking its exit
-# status. The sourcing script sets `bin` first.
+# status, writing .npy files byte by byte. The sourcing script sets `bin` first.
+# shellcheck disable=SC2059 # printf formats are built on purpose (byte escapes)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
@@ -23,4 +24,28 @@ run_clattn() {
 # expect_rc NAME STATUS: the last run_clattn exited with STATUS.
 expect_rc() {
     if [ "$rc" -eq "$2" ]; then pass; else fail "$1: exit status $rc, expected $2"; fi
+}
+
+# ---- writing .npy files --------------------------------------------------------
+
+# f32 HEX...: little-endian bytes of float32 values given as bit patterns.
+f32() {
+    for h in "$@"; do
+        v=$((0x$h))
+        printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $((v & 255)) $((v >> 8 & 255)) \
+            $((v >> 16 & 255)) $((v >> 24 & 255)))"
+    done
+}
+
+# npy_header DESCR SHAPE [FORTRAN]: a version 1.0 header, padded to 64 bytes like numpy.
+npy_header() {
+    dict="{'descr': '$1', 'fortran_order': ${3:-False}, 'shape': $2, }"
+    pad=$(((64 - (10 + ${#dict} + 1) % 64) % 64))
+    hlen=$((${#dict} + pad + 1))
+    printf '\223NUMPY\001\000'
+    printf "$(printf '\\%03o\\%03o' $((hlen % 256)) $((hlen / 256)))"
+    printf '%s' "$dict"
+    i=0
+    while [ "$i" -lt "$pad" ]; do printf ' '; i=$((i + 1)); done
+    printf '\n'
 }
