@@ -5,15 +5,20 @@
  *     LSE = log sum_p exp(LSE_p),   O = sum_p exp(LSE_p - LSE) · O_p
  * computed as a running pairwise merge in a float32 workspace (acc, acc_lse), one
  * launch per part, then a store:
- *     mode 0 (first part):  acc = O_0, acc_lse = LSE_0
- *     mode 1 (next part p): M = max(acc_lse, LSE_p); a = exp(acc_lse - M), c = exp(LSE_p - M)
+ *     mode MERGE_FIRST (0):  acc = O_0, acc_lse = LSE_0
+ *     mode MERGE_NEXT (1), part p: M = max(acc_lse, LSE_p); a = exp(acc_lse - M), c = exp(LSE_p - M)
  *                           acc = (a·acc + c·O_p) / (a + c); acc_lse = M + log(a + c)
- *     mode 2 (store):       O = acc (zeros where acc_lse = -inf), LSE = acc_lse
+ *     mode MERGE_FINISH (2):   O = acc (zeros where acc_lse = -inf), LSE = acc_lse
  * Parts with LSE_p = -inf (no visible key) are skipped, so their O rows (zeros or NaN)
  * never enter the sum.
  * Index map: NDRange (batch·heads·n_q), one row per work-item, a loop over d_v.
  * V_DT is the part's storage type, O_DT the output's.
  */
+/* the steps, as launch.c numbers them */
+#define MERGE_FIRST 0
+#define MERGE_NEXT 1
+#define MERGE_FINISH 2
+
 __kernel void clattn_merge(__global float *acc, __global float *acc_lse, long d_v, int heads,
                            long n_q, __global const ELEM_T(V_DT) *po, long po_off, long4 po_st,
                            __global const float *pl, long pl_off, long4 pl_st,
@@ -23,7 +28,7 @@ __kernel void clattn_merge(__global float *acc, __global float *acc_lse, long d_
     const long row = get_global_id(0);
     const long i = row % n_q, bh = row / n_q, b = bh / heads, h = bh % heads;
     __global float *a = acc + row * d_v;
-    if (mode == 2) {
+    if (mode == MERGE_FINISH) {
         const float l = acc_lse[row];
         for (long c = 0; c < d_v; c++)
             ST(O_DT, o, view_at(o_off, o_st, b, h, i, c), l == -INFINITY ? 0.0f : a[c]);
@@ -32,8 +37,8 @@ __kernel void clattn_merge(__global float *acc, __global float *acc_lse, long d_
         return;
     }
     const float lp = pl[view_at(pl_off, pl_st, b, h, i, 0)];
-    const float la = mode == 0 ? -INFINITY : acc_lse[row];
-    if (mode == 0 || la == -INFINITY) { /* nothing merged yet: take the part as it is */
+    const float la = mode == MERGE_FIRST ? -INFINITY : acc_lse[row];
+    if (mode == MERGE_FIRST || la == -INFINITY) { /* nothing merged yet: take the part as it is */
         acc_lse[row] = lp;
         for (long c = 0; c < d_v; c++)
             a[c] = lp == -INFINITY ? 0.0f : LD(V_DT, po, view_at(po_off, po_st, b, h, i, c));

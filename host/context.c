@@ -217,7 +217,7 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
         return fail_create(ctx, clattn_fail_cl(ctx, err, "clCreateCommandQueue"));
     if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
         return fail_create(ctx, st);
-    clattn_tune_load(ctx);
+    clattn_tuning_init(ctx);
     clattn_clear_error(NULL);
     *out = ctx;
     return CLATTN_SUCCESS;
@@ -259,7 +259,7 @@ clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id dev
     ctx->cache_dir = clattn_cache_dir(NULL);
     if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
         return fail_create(ctx, st);
-    clattn_tune_load(ctx);
+    clattn_tuning_init(ctx);
     clattn_clear_error(NULL);
     *out = ctx;
     return CLATTN_SUCCESS;
@@ -280,8 +280,7 @@ void clattn_context_release(clattn_context *ctx)
         clReleaseContext(ctx->context);
     free(ctx->kernel_dir);
     free(ctx->cache_dir);
-    free(ctx->tune_path);
-    free(ctx->tune);
+    clattn_tuning_release(ctx);
     free(ctx->message);
     free(ctx);
 }

@@ -16,10 +16,12 @@ typedef struct clattn_program_entry {
     struct clattn_program_entry *next;
 } clattn_program_entry;
 
-/* One stored tuning result (tune.c). */
+/* One blocking for a tiled kernel and head dims (tuning.c): a stored tuning result or a
+ * context override. d_k / d_v 0 in an override = any. */
 typedef struct clattn_tune_entry {
-    char key[64]; /* "<kernel> <d_k> <d_v>" */
-    unsigned rq, wg, tile_kv;
+    clattn_kernel kernel;
+    int64_t d_k, d_v;
+    clattn_blocking blocking;
 } clattn_tune_entry;
 
 struct clattn_context {
@@ -38,8 +40,11 @@ struct clattn_context {
     char *cache_dir;     /* program-binary cache folder; NULL = off */
     clattn_program_entry *programs;
     char *tune_path;         /* the device's tuning file (NULL: cache disabled) */
-    clattn_tune_entry *tune; /* loaded entries */
+    clattn_tune_entry *tune; /* stored entries, loaded at creation */
     int n_tune;
+    bool use_stored_tuning;      /* false: CLATTN_TUNE=off at creation, or set off */
+    clattn_tune_entry *override; /* clattn_context_set_blocking (CLATTN_BLOCKING at creation) */
+    int n_override;
     char *message; /* last error, heap; "" when none */
     size_t message_cap;
     cl_int last_cl;
@@ -75,37 +80,150 @@ clattn_status clattn_fail_cl(clattn_context *ctx, cl_int err, const char *what);
 void clattn_clear_error(clattn_context *ctx);
 const char *clattn_cl_error_name(cl_int err);
 
-/* ---- views (validate.c) ---- */
+/* ---- views (view.c) ---- */
 typedef enum { CLATTN_STORAGE_HOST, CLATTN_STORAGE_BUFFER, CLATTN_STORAGE_ANY } clattn_storage;
+/* A public tensor as a checked view: dtype, shape, strides (all zero = packed), offset,
+ * overflow, storage kind, CL_MEM_SIZE of a buffer; outputs must not self-overlap. */
 clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clattn_tensor *t,
                                clattn_storage storage, bool is_output, clattn_view *out);
-/* checks shapes of an attention call: q, k, v, o and the optional weights */
-clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_view *q,
-                                            const clattn_view *k, const clattn_view *v,
-                                            const clattn_view *o, const clattn_view *w,
-                                            bool w_head_mean);
-clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
-/* Copies the elements of host view hv from `from` (a buffer laid out like hv's span,
- * starting at hv's offset) into hv's storage: only the view's elements are written. */
-void clattn_view_scatter(const clattn_view *hv, const char *from);
 /* INVALID_ARGUMENT unless v's dtype is in `allowed` (CLATTN_DT_*) */
 clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
                                       unsigned allowed);
-/* The optional inputs and outputs of a desc for an attention call, validated against
- * the call's q, k (and o for shapes): mask tensor, lengths, slopes, LSE. Views are made
- * with `storage`; absent ones get count 0 and have_* false. */
-typedef struct clattn_extras {
-    bool has_mask, has_lse;
-    clattn_view mask; /* with stride 0 on broadcast dimensions */
-    clattn_view lse;
-} clattn_extras;
-clattn_status clattn_check_extras(clattn_context *ctx, const clattn_attention_desc *desc,
-                                  const clattn_view *q, const clattn_view *k,
-                                  clattn_storage storage, clattn_extras *out);
-bool clattn_mul_ok(int64_t a, int64_t b, int64_t *out);
 /* Whether the extents [offset, offset + span) of two views on the same storage (the same
  * host memory or the same cl_mem) intersect. */
 bool clattn_views_overlap(const clattn_view *a, const clattn_view *b);
+/* Whether a and b are exactly the same view (storage, offset, strides, dtype). */
+bool clattn_views_same(const clattn_view *a, const clattn_view *b);
+/* A packed view [a, b, c, d] of dtype float32 with no storage yet. */
+clattn_view clattn_view_packed(int64_t a, int64_t b, int64_t c, int64_t d);
+/* v restricted to [start, start + len) on dimension dim. */
+clattn_view clattn_view_slice(const clattn_view *v, int dim, int64_t start, int64_t len);
+bool clattn_mul_ok(int64_t a, int64_t b, int64_t *out);
+
+/* ---- validation (validate.c): each call's checks, producing one resolved problem ---- */
+/* One validated attention call: the desc and a view of every tensor it names. The mask
+ * view has stride 0 on its broadcast dimensions. ctx NULL (the reference) puts the
+ * message in the thread's; public entry points reject a NULL ctx themselves. */
+typedef struct clattn_problem {
+    const clattn_attention_desc *desc;
+    clattn_view q, k, v, o, w, mask, lse;
+    bool has_w, has_mask, has_lse;
+} clattn_problem;
+clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       const clattn_tensor *q, const clattn_tensor *k,
+                                       const clattn_tensor *v, const clattn_tensor *o,
+                                       clattn_storage storage, clattn_problem *out);
+/* The public stages: scores (a = Q, b = K, c = S), softmax (a = S, c = W; no b),
+ * weighted sum (a = W, b = V, c = O). */
+typedef enum { CLATTN_STAGE_SCORES, CLATTN_STAGE_SOFTMAX, CLATTN_STAGE_WEIGHTED_SUM } clattn_stage;
+typedef struct clattn_stage_call {
+    clattn_stage kind;
+    const clattn_attention_desc *desc; /* NULL for softmax and weighted sum without one */
+    clattn_view a, b, c, mask;
+    bool has_mask;
+} clattn_stage_call;
+clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
+                                   const clattn_attention_desc *desc, const clattn_tensor *a,
+                                   const clattn_tensor *b, const clattn_tensor *c,
+                                   clattn_storage storage, clattn_stage_call *out);
+#define CLATTN_MAX_MERGE_PARTS 4096
+typedef struct clattn_merge_problem {
+    size_t n_parts;
+    clattn_view *o_parts, *lse_parts; /* heap, n_parts each */
+    clattn_view o, lse;
+    bool has_lse;
+} clattn_merge_problem;
+/* On failure and after use: clattn_merge_problem_free. */
+clattn_status clattn_resolve_merge(clattn_context *ctx, size_t n_parts,
+                                   const clattn_tensor *o_parts, const clattn_tensor *lse_parts,
+                                   const clattn_tensor *o, const clattn_tensor *lse,
+                                   clattn_storage storage, clattn_merge_problem *out);
+void clattn_merge_problem_free(clattn_merge_problem *m);
+clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
+clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const cl_event *wait);
+
+/* ---- planning (plan.c): algorithm, kernels, -D options, blocking, workspace ---- */
+/* A tiled kernel's program and blocking: RQ queries per work-item, WG work-items per
+ * group, TILE_KV keys per step (compile-time constants of the program). */
+typedef struct clattn_blocked {
+    size_t rq, wg, tile_kv;
+    clattn_program_entry *entry;
+} clattn_blocked;
+typedef struct clattn_exec_plan {
+    clattn_algorithm algorithm;
+    bool no_keys; /* n_kv = 0: the fused streaming kernel writes every row */
+    clattn_blocked scores, wsum, fused; /* the tiled kernels that will run */
+    clattn_program_entry *softmax, *from_lse, *head_mean;
+    size_t softmax_wg;
+    int64_t workspace_bytes;
+    char reason[256];
+    char kernels[128];
+    char rejected[512];
+} clattn_exec_plan;
+clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p,
+                                    clattn_exec_plan *out);
+typedef struct clattn_stage_plan {
+    clattn_blocked bk;            /* scores, weighted sum */
+    clattn_program_entry *softmax; /* softmax */
+    size_t softmax_wg;
+} clattn_stage_plan;
+clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp,
+                                clattn_stage_plan *out);
+/* merge.cl for one (part dtype, output dtype) */
+clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype out,
+                                     clattn_program_entry **e);
+
+/* ---- buffers, staging and read-back (stage.c) ---- */
+clattn_status clattn_create_buffer(clattn_context *ctx, cl_mem_flags flags, int64_t bytes,
+                                   void *host, cl_mem *out);
+/* A packed float32 workspace view [a, b, c, d] on a new buffer. */
+clattn_status clattn_workspace(clattn_context *ctx, int64_t a, int64_t b, int64_t c, int64_t d,
+                               clattn_view *ws);
+/* The buffers a blocking call made, released at its end. */
+typedef struct clattn_staging {
+    cl_mem *mem;
+    size_t n, cap;
+} clattn_staging;
+/* A device copy of host view hv (inputs copied, outputs not), as view dv with offset 0
+ * over the view's span. */
+clattn_status clattn_stage_view(clattn_context *ctx, clattn_staging *sg, const clattn_view *hv,
+                                bool input, clattn_view *dv);
+/* Every view of a host problem staged into dev (desc shared). */
+clattn_status clattn_stage_problem(clattn_context *ctx, clattn_staging *sg,
+                                   const clattn_problem *host, clattn_problem *dev);
+void clattn_staging_release(clattn_staging *sg);
+/* Reads device view dv back into host view hv after `after` (may be NULL), writing only
+ * the view's elements. Blocking. */
+clattn_status clattn_unstage(clattn_context *ctx, const clattn_view *hv, const clattn_view *dv);
+/* The outputs of a staged problem read back into the host problem. */
+clattn_status clattn_unstage_problem(clattn_context *ctx, const clattn_problem *host,
+                                     const clattn_problem *dev);
+/* A non-blocking read-back: starts reading dv into a temporary (or hv's own memory when
+ * the view is dense) after `after`; clattn_readback_finish, after *read completes,
+ * scatters into hv and frees the temporary. */
+typedef struct clattn_readback {
+    clattn_view host;
+    void *tmp;
+} clattn_readback;
+clattn_status clattn_readback_start(clattn_context *ctx, const clattn_view *hv,
+                                    const clattn_view *dv, cl_event after, clattn_readback *rb,
+                                    cl_event *read);
+void clattn_readback_finish(clattn_readback *rb, bool scatter);
+/* Copies the elements of host view hv from `from` (a buffer laid out like hv's span,
+ * starting at hv's offset) into hv's storage: only the view's elements are written. */
+void clattn_view_scatter(const clattn_view *hv, const char *from);
+/* Waits for `done` and releases it. */
+clattn_status clattn_wait(clattn_context *ctx, cl_event done);
+
+/* ---- launches (launch.c): one enqueue per .cl file, each algorithm's event chain ---- */
+clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *plan,
+                                      const clattn_problem *dev, cl_uint n_wait,
+                                      const cl_event *wait, cl_event *done);
+clattn_status clattn_launch_stage(clattn_context *ctx, const clattn_stage_plan *plan,
+                                  const clattn_stage_call *dev, cl_uint n_wait,
+                                  const cl_event *wait, cl_event *done);
+clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_problem *dev,
+                                  cl_uint n_wait, const cl_event *wait, cl_event *done);
 
 /* ---- persistent program-binary cache (cache.c) ---- */
 /* The folder from the option (or CLATTN_CACHE_DIR, $XDG_CACHE_HOME/clattn,
@@ -120,9 +238,36 @@ uint64_t clattn_device_hash(const clattn_context *ctx);
 cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key);
 void clattn_cache_store(const clattn_context *ctx, uint64_t key, cl_program program);
 
-/* ---- stored tuning (tune.c) ---- */
-void clattn_tune_load(clattn_context *ctx);
-const clattn_tune_entry *clattn_tune_find(const clattn_context *ctx, const char *key);
+/* ---- tuning (tuning.c): built-in blocking per device class, overrides, stored ---- */
+/* Reads CLATTN_TUNE and CLATTN_BLOCKING and the device's tuning file: once, at context
+ * creation. */
+void clattn_tuning_init(clattn_context *ctx);
+void clattn_tuning_release(clattn_context *ctx);
+/* What the blocking of one tiled kernel is asked to be. */
+typedef struct clattn_blocking_request {
+    clattn_kernel kernel;
+    int64_t d_k, d_v;        /* head dims (0 where the kernel has none) */
+    int64_t n_q;             /* queries: small problems keep the built-in class */
+    int64_t acc_floats;      /* per-query accumulator floats (register blocking) */
+    int64_t private_floats;  /* per-query private floats (CPU stack limit) */
+    int64_t local_per_key;   /* local-memory floats per key of a tile */
+    size_t tile_cap;         /* the largest tile the kernel's local memory allows */
+    size_t wg_request;       /* 0 = choose; else exactly this many work-items */
+    bool one_query_per_item; /* streaming (decode) variant */
+} clattn_blocking_request;
+/* RQ, WG and TILE_KV for a request: overrides first, then stored tuning, then the
+ * built-in table; *limit gets the work-group ceiling of the device (and, on CPUs, of
+ * the private arrays); *wg_fixed whether WG was asked for (request, override, stored)
+ * rather than chosen within *limit. */
+void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r,
+                          size_t *rq, size_t *wg, size_t *tile_kv, size_t *limit,
+                          bool *wg_fixed);
+/* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
+ * local_floats_per_key floats per key fit the device's local memory; 0 if none. */
+size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap);
+/* The built-in keys per step of the tiled kernels on this device; fused: the cap for
+ * head dims d_k, d_v. */
+size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per_key);
 
 /* ---- programs (program.c) ---- */
 clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const char *options,
@@ -131,46 +276,20 @@ void clattn_programs_release(clattn_context *ctx);
 
 /* ---- numeric helpers ---- */
 float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k);
-
-/* The positional rules of one (batch entry, query row), shared by the reference and
- * the host-side planning (same rules as cl/common.cl). */
-typedef struct clattn_row_rule {
-    int64_t lo, hi; /* visible keys are lo <= j < hi (lengths, causal, window) */
-    int64_t self;   /* NO_SELF: the excluded key (a_i), else -1 */
-    int64_t diag;   /* a_i: the key aligned with this query */
-    bool valid;     /* i < q_len */
-} clattn_row_rule;
-
-static inline clattn_row_rule clattn_rule(const clattn_attention_desc *d, int64_t b, int64_t i,
-                                          int64_t n_q, int64_t n_kv)
+static inline int64_t clattn_ceil_div(int64_t a, int64_t b)
 {
-    clattn_row_rule r;
-    const int64_t nq_b = d->q_lens ? d->q_lens[b] : n_q;
-    const int64_t nkv_b = d->kv_lens ? d->kv_lens[b] : n_kv;
-    r.valid = i < nq_b;
-    r.diag = i + d->q_start - d->kv_start +
-             (d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ? nkv_b - nq_b : 0);
-    r.lo = 0;
-    r.hi = nkv_b;
-    if ((d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) &&
-        r.diag + 1 < r.hi)
-        r.hi = r.diag + 1;
-    /* positions are validated to |x| < 2^53 and windows are capped here, so nothing
-     * below overflows */
-    const int64_t cap = (int64_t)1 << 60;
-    const int64_t wl = d->window_left < cap ? d->window_left : cap;
-    const int64_t wr = d->window_right < cap ? d->window_right : cap;
-    if (d->window && wr >= 0 && r.diag + wr + 1 < r.hi)
-        r.hi = r.diag + wr + 1;
-    if (d->window && wl >= 0 && r.diag - wl > r.lo)
-        r.lo = r.diag - wl;
-    if (r.lo > nkv_b) /* within [0, n_kv_b], as in the kernels */
-        r.lo = nkv_b;
-    if (r.hi < r.lo)
-        r.hi = r.lo;
-    r.self = d->mask == CLATTN_MASK_NO_SELF ? r.diag : -1;
-    return r;
+    return (a + b - 1) / b;
 }
+
+/* ---- which keys a query row sees (rule.c): the one implementation on the host ---- */
+typedef clattn_key_range clattn_row_rule;
+/* The rule of (batch entry b, query row i), under every term of the desc; desc's
+ * positions and lengths already validated. All position sums saturate (rule.c). */
+clattn_row_rule clattn_rule(const clattn_attention_desc *d, int64_t b, int64_t i, int64_t n_q,
+                            int64_t n_kv);
+/* The window bounds the kernels get: -1 = unbounded, else capped so that no sum of a
+ * position and a bound overflows (the cap is far beyond any position). */
+void clattn_rule_window(const clattn_attention_desc *d, int64_t *left, int64_t *right);
 
 /* Element idx of a host view as float (any float dtype, or bool as 0/1). */
 static inline float clattn_host_load(const clattn_view *v, int64_t idx)

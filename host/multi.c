@@ -316,226 +316,65 @@ static int64_t cut_point(const clattn_multi *m, size_t i, int64_t total)
     return c < 0 ? 0 : c > total ? total : c;
 }
 
-/* ------------------------------------------------------------------ staging */
+/* ------------------------------------------------------------------ one device call */
 
-/* A view restricted to [start, start + len) on dimension dim. */
-static clattn_view sub_view(const clattn_view *v, int dim, int64_t start, int64_t len)
-{
-    clattn_view r = *v;
-    r.offset += start * v->s[dim];
-    r.n[dim] = len;
-    r.count = r.n[0] * r.n[1] * r.n[2] * r.n[3];
-    r.span = 0;
-    if (r.count > 0) {
-        r.span = 1;
-        for (int i = 0; i < 4; i++)
-            r.span += (r.n[i] - 1) * r.s[i];
-    }
-    return r;
-}
-
-/* Host memory one device call needs kept alive until the final wait. */
-#define MAX_MEM 8
+/* What one device call needs kept alive until the final wait: its staged buffers,
+ * the event of each output's non-blocking read-back, and the read-back copies. */
 #define MAX_OUT 3
 
 typedef struct job {
     size_t dev;
-    cl_mem mem[MAX_MEM];
-    int n_mem;
-    /* outputs: host destination, device copy, read-back buffer */
-    clattn_view out_host[MAX_OUT];
-    int out_mem[MAX_OUT]; /* index into mem */
-    void *out_tmp[MAX_OUT];
-    int n_out;
+    clattn_staging sg;
+    clattn_readback rb[MAX_OUT];
     cl_event events[MAX_OUT + 1];
-    int n_events;
+    int n_rb, n_events;
     int32_t *lens; /* owned per-call kv_lens (key split) */
 } job;
 
-static void job_release(job *j)
+static void job_release(job *j, bool scatter)
 {
     if (j->n_events > 0)
         clWaitForEvents((cl_uint)j->n_events, j->events);
     for (int i = 0; i < j->n_events; i++)
         clReleaseEvent(j->events[i]);
-    for (int i = 0; i < j->n_mem; i++)
-        clReleaseMemObject(j->mem[i]);
-    for (int i = 0; i < j->n_out; i++) {
-        const clattn_view *hv = &j->out_host[i];
-        if (j->out_tmp[i] != (char *)hv->host + hv->offset * hv->esize)
-            free(j->out_tmp[i]);
-    }
+    for (int i = 0; i < j->n_rb; i++)
+        clattn_readback_finish(&j->rb[i], scatter);
+    clattn_staging_release(&j->sg);
     free(j->lens);
     memset(j, 0, sizeof *j);
 }
 
-static clattn_status make_buffer(clattn_multi *m, job *j, cl_mem_flags flags, int64_t bytes,
-                                 void *host, cl_mem *out)
+/* One attention call of job j on its device: the host problem's views staged, planned,
+ * launched, and the outputs read back without blocking. The problem was validated once
+ * for the whole call (clattn_resolve_attention); nothing is checked again. */
+static clattn_status enqueue_call(clattn_multi *m, job *j, const clattn_problem *host)
 {
-    cl_int err;
-    const size_t size = bytes > 0 ? (size_t)bytes : 4;
-    *out = clCreateBuffer(m->ctx[j->dev]->context, host && bytes > 0 ? flags : CL_MEM_READ_WRITE,
-                          size, bytes > 0 ? host : NULL, &err);
-    if (err != CL_SUCCESS) /* the status the library maps err to (status.c) */
-        return multi_fail(m, clattn_fail_cl(m->ctx[j->dev], err, "clCreateBuffer"),
-                          "device %zu (%s): clCreateBuffer of %lld bytes: %s", j->dev,
-                          m->ctx[j->dev]->device_name, LL(bytes), clattn_cl_error_name(err));
-    j->mem[j->n_mem++] = *out;
-    return CLATTN_SUCCESS;
-}
-
-/* A buffer tensor for host view hv on job j's device: inputs are copied (the view's
- * span, strides kept), outputs allocated and registered for read-back. */
-static clattn_status stage_view(clattn_multi *m, job *j, const clattn_view *hv, bool input,
-                                clattn_tensor *out)
-{
-    cl_mem buf;
-    char *base = (char *)hv->host + hv->offset * hv->esize;
-    clattn_status st =
-        make_buffer(m, j, input ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
-                    hv->span * hv->esize, input ? base : NULL, &buf);
-    if (st != CLATTN_SUCCESS)
-        return st;
-    memset(out, 0, sizeof *out);
-    for (int i = 0; i < 4; i++) {
-        out->shape[i] = hv->n[i];
-        out->strides[i] = hv->s[i];
-    }
-    bool all_zero = true;
-    for (int i = 0; i < 4; i++)
-        all_zero = all_zero && hv->s[i] == 0;
-    if (all_zero) /* a single element (or empty): any strides address it */
-        out->strides[3] = 1;
-    out->dtype = hv->dtype;
-    out->buffer = buf;
-    if (!input) {
-        j->out_host[j->n_out] = *hv;
-        j->out_mem[j->n_out] = j->n_mem - 1;
-        j->out_tmp[j->n_out] = NULL;
-        j->n_out++;
-    }
-    return CLATTN_SUCCESS;
-}
-
-/* After the call is enqueued (event done): non-blocking reads of every output. */
-static clattn_status enqueue_reads(clattn_multi *m, job *j, cl_event done)
-{
-    clattn_context *c = m->ctx[j->dev];
-    for (int o = 0; o < j->n_out; o++) {
-        const clattn_view *hv = &j->out_host[o];
-        if (hv->count == 0)
-            continue;
-        char *base = (char *)hv->host + hv->offset * hv->esize;
-        const bool dense = hv->span == hv->count;
-        j->out_tmp[o] = dense ? base : malloc((size_t)(hv->span * hv->esize));
-        if (!j->out_tmp[o])
-            return multi_fail(m, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
-                              "cannot allocate %lld bytes to read back an output",
-                              LL(hv->span * hv->esize));
-        cl_int err = clEnqueueReadBuffer(c->queue, j->mem[j->out_mem[o]], CL_FALSE, 0,
-                                         (size_t)(hv->span * hv->esize), j->out_tmp[o], 1, &done,
-                                         &j->events[j->n_events]);
-        if (err != CL_SUCCESS)
-            return multi_fail(m, CLATTN_ERROR_OPENCL, "device %zu (%s): clEnqueueReadBuffer: %s",
-                              j->dev, c->device_name, clattn_cl_error_name(err));
-        j->n_events++;
-    }
-    return CLATTN_SUCCESS;
-}
-
-/* After the wait: scatter the read-back copies of strided outputs into their views. */
-static void scatter(job *j)
-{
-    for (int o = 0; o < j->n_out; o++) {
-        const clattn_view *hv = &j->out_host[o];
-        char *base = (char *)hv->host + hv->offset * hv->esize;
-        if (!j->out_tmp[o] || j->out_tmp[o] == base)
-            continue;
-        clattn_view_scatter(hv, j->out_tmp[o]);
-    }
-}
-
-/* The views of one validated call on host memory. */
-typedef struct call {
-    clattn_view q, k, v, o, w, mask, lse;
-    bool has_w, has_mask, has_lse;
-} call;
-
-static clattn_status validate(clattn_multi *m, const clattn_attention_desc *desc,
-                              const clattn_tensor *q, const clattn_tensor *k,
-                              const clattn_tensor *v, const clattn_tensor *o, call *c)
-{
-    clattn_context *x = m->ctx[0];
-    clattn_clear_error(x);
-    clattn_status st = clattn_check_desc(x, desc);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(x, "Q", q, CLATTN_STORAGE_HOST, false, &c->q);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(x, "K", k, CLATTN_STORAGE_HOST, false, &c->k);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(x, "V", v, CLATTN_STORAGE_HOST, false, &c->v);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(x, "O", o, CLATTN_STORAGE_HOST, true, &c->o);
-    c->has_w = desc && desc->weights;
-    if (st == CLATTN_SUCCESS && c->has_w)
-        st = clattn_view_make(x, "weights", desc->weights, CLATTN_STORAGE_HOST, true, &c->w);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_check_attention_shapes(x, &c->q, &c->k, &c->v, &c->o, c->has_w ? &c->w : NULL,
-                                           desc->weights_head_mean != 0);
-    clattn_extras ex;
-    if (st == CLATTN_SUCCESS)
-        st = clattn_check_extras(x, desc, &c->q, &c->k, CLATTN_STORAGE_HOST, &ex);
-    if (st != CLATTN_SUCCESS)
-        return multi_fail(m, st, "%s", clattn_last_error_message(x));
-    c->has_mask = ex.has_mask;
-    c->has_lse = ex.has_lse;
-    if (c->has_mask) /* keep the real strides: broadcast dimensions have n = 1 */
-        c->mask = ex.mask;
-    if (c->has_lse)
-        c->lse = ex.lse;
-    const clattn_view *outs[3] = {&c->o, c->has_w ? &c->w : NULL, c->has_lse ? &c->lse : NULL};
-    static const char *const names[3] = {"O", "weights", "lse"};
-    for (int a = 0; a < 3; a++)
-        for (int b = a + 1; b < 3; b++)
-            if (outs[a] && outs[b] && clattn_views_overlap(outs[a], outs[b]))
-                return multi_fail(m, CLATTN_ERROR_INVALID_LAYOUT, "%s and %s overlap", names[a],
-                                  names[b]);
-    return CLATTN_SUCCESS;
-}
-
-/* Enqueue one attention call of job j on its device: inputs staged, outputs read back
- * without blocking. */
-static clattn_status enqueue_call(clattn_multi *m, job *j, const clattn_attention_desc *desc,
-                                  const clattn_view *q, const clattn_view *k, const clattn_view *v,
-                                  const clattn_view *o, const clattn_view *lse,
-                                  const clattn_view *w, const clattn_view *mask)
-{
-    clattn_tensor tq, tk, tv, to, tl, tw, tm;
-    clattn_attention_desc d = *desc;
-    clattn_status st = stage_view(m, j, q, true, &tq);
-    if (st == CLATTN_SUCCESS)
-        st = stage_view(m, j, k, true, &tk);
-    if (st == CLATTN_SUCCESS)
-        st = stage_view(m, j, v, true, &tv);
-    if (st == CLATTN_SUCCESS && mask)
-        st = stage_view(m, j, mask, true, &tm);
-    if (st == CLATTN_SUCCESS)
-        st = stage_view(m, j, o, false, &to);
-    if (st == CLATTN_SUCCESS && lse)
-        st = stage_view(m, j, lse, false, &tl);
-    if (st == CLATTN_SUCCESS && w)
-        st = stage_view(m, j, w, false, &tw);
-    if (st != CLATTN_SUCCESS)
-        return st;
-    d.mask_tensor = mask ? &tm : NULL;
-    d.lse = lse ? &tl : NULL;
-    d.weights = w ? &tw : NULL;
+    clattn_context *ctx = m->ctx[j->dev];
+    clattn_problem dev;
+    clattn_exec_plan plan;
     cl_event done = NULL;
-    st = clattn_attention_enqueue(m->ctx[j->dev], &d, &tq, &tk, &tv, &to, 0, NULL, &done);
+    clattn_status st = clattn_plan_attention(ctx, host, &plan);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_stage_problem(ctx, &j->sg, host, &dev);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_launch_attention(ctx, &plan, &dev, 0, NULL, &done);
     if (st != CLATTN_SUCCESS)
         return device_fail(m, j->dev, st);
     j->events[j->n_events++] = done;
-    return enqueue_reads(m, j, done);
+    const clattn_view *outs[MAX_OUT][2] = {{&host->o, &dev.o},
+                                           {host->has_w ? &host->w : NULL, &dev.w},
+                                           {host->has_lse ? &host->lse : NULL, &dev.lse}};
+    for (int i = 0; i < MAX_OUT; i++) {
+        if (!outs[i][0])
+            continue;
+        cl_event read = NULL;
+        st = clattn_readback_start(ctx, outs[i][0], outs[i][1], done, &j->rb[j->n_rb++], &read);
+        if (read)
+            j->events[j->n_events++] = read;
+        if (st != CLATTN_SUCCESS)
+            return device_fail(m, j->dev, st);
+    }
+    return CLATTN_SUCCESS;
 }
 
 /* Waits for every job, scatters, releases. Returns st, or the first wait failure. */
@@ -545,20 +384,18 @@ static clattn_status finish_jobs(clattn_multi *m, job *jobs, size_t n_jobs, clat
         if (jobs[i].n_events > 0) {
             cl_int err = clWaitForEvents((cl_uint)jobs[i].n_events, jobs[i].events);
             if (err != CL_SUCCESS && st == CLATTN_SUCCESS)
-                st = multi_fail(m, CLATTN_ERROR_OPENCL, "device %zu (%s): clWaitForEvents: %s",
-                                jobs[i].dev, m->ctx[jobs[i].dev]->device_name,
-                                clattn_cl_error_name(err));
+                st = device_fail(m, jobs[i].dev,
+                                 clattn_fail_cl(m->ctx[jobs[i].dev], err, "clWaitForEvents"));
         }
-        if (st == CLATTN_SUCCESS)
-            scatter(&jobs[i]);
-        job_release(&jobs[i]);
+        job_release(&jobs[i], st == CLATTN_SUCCESS);
     }
     return st;
 }
 
 /* ------------------------------------------------------------------ split by heads */
 
-static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *desc, const call *c,
+static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *desc,
+                                 const clattn_problem *c,
                                  clattn_multi_part *parts)
 {
     if (c->has_w && desc->weights_head_mean)
@@ -593,28 +430,20 @@ static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *d
             }
             u = (b1 - 1) * h_kv + h1;
             const int64_t nb = b1 - b0, nh = h1 - h0;
-            clattn_view q = sub_view(&c->q, 0, b0, nb), k = sub_view(&c->k, 0, b0, nb),
-                        v = sub_view(&c->v, 0, b0, nb), o = sub_view(&c->o, 0, b0, nb);
-            q = sub_view(&q, 1, h0 * group, nh * group);
-            k = sub_view(&k, 1, h0, nh);
-            v = sub_view(&v, 1, h0, nh);
-            o = sub_view(&o, 1, h0 * group, nh * group);
-            clattn_view lse, w, mask;
-            if (c->has_lse) {
-                lse = sub_view(&c->lse, 0, b0, nb);
-                lse = sub_view(&lse, 1, h0 * group, nh * group);
+            clattn_problem sub = *c;
+            clattn_view *qo[4] = {&sub.q, &sub.o, &sub.lse, &sub.w}; /* [b, h_q, ...] */
+            for (int t = 0; t < 4; t++) {
+                *qo[t] = clattn_view_slice(qo[t], 0, b0, nb);
+                *qo[t] = clattn_view_slice(qo[t], 1, h0 * group, nh * group);
             }
-            if (c->has_w) {
-                w = sub_view(&c->w, 0, b0, nb);
-                w = sub_view(&w, 1, h0 * group, nh * group);
-            }
-            if (c->has_mask) {
-                mask = c->mask;
-                if (mask.n[0] != 1)
-                    mask = sub_view(&mask, 0, b0, nb);
-                if (mask.n[1] != 1)
-                    mask = sub_view(&mask, 1, h0 * group, nh * group);
-            }
+            sub.k = clattn_view_slice(&sub.k, 0, b0, nb);
+            sub.k = clattn_view_slice(&sub.k, 1, h0, nh);
+            sub.v = clattn_view_slice(&sub.v, 0, b0, nb);
+            sub.v = clattn_view_slice(&sub.v, 1, h0, nh);
+            if (c->has_mask && c->mask.n[0] != 1)
+                sub.mask = clattn_view_slice(&sub.mask, 0, b0, nb);
+            if (c->has_mask && c->mask.n[1] != 1)
+                sub.mask = clattn_view_slice(&sub.mask, 1, h0 * group, nh * group);
             clattn_attention_desc d = *desc;
             if (d.kv_lens)
                 d.kv_lens += b0;
@@ -622,10 +451,10 @@ static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *d
                 d.q_lens += b0;
             if (d.alibi_slopes)
                 d.alibi_slopes += h0 * group;
+            sub.desc = &d;
             job *j = &jobs[n_jobs++];
             j->dev = dev;
-            st = enqueue_call(m, j, &d, &q, &k, &v, &o, c->has_lse ? &lse : NULL,
-                              c->has_w ? &w : NULL, c->has_mask ? &mask : NULL);
+            st = enqueue_call(m, j, &sub);
             parts[dev].calls++;
         }
     }
@@ -637,7 +466,8 @@ static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *d
 /* ------------------------------------------------------------------ split by keys */
 
 /* Whether some valid query row sees a key of [c0, c1) (keys of the whole call). */
-static bool block_visible(const clattn_attention_desc *desc, const call *c, int64_t c0, int64_t c1)
+static bool block_visible(const clattn_attention_desc *desc, const clattn_problem *c, int64_t c0,
+                          int64_t c1)
 {
     const int64_t batch = c->q.n[0], n_q = c->q.n[2], n_kv = c->k.n[2];
     for (int64_t b = 0; b < batch; b++)
@@ -652,7 +482,48 @@ static bool block_visible(const clattn_attention_desc *desc, const call *c, int6
     return false;
 }
 
-static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *desc, const call *c,
+/* The exact merge of the key blocks' partial results (packed [rows, d_v] and [rows]
+ * float32 per part) into the caller's O and LSE views, on the host in float64:
+ * LSE = log Σ_p exp(LSE_p), O = Σ_p exp(LSE_p − LSE)·O_p, parts with LSE_p = −∞
+ * skipped (merge.cl's rule; no device round trip for the partials). */
+static void merge_on_host(const clattn_problem *c, size_t n_parts, const float *part_o,
+                          const float *part_l)
+{
+    const int64_t batch = c->q.n[0], h_q = c->q.n[1], n_q = c->q.n[2], d_v = c->v.n[3];
+    const size_t rows = (size_t)(batch * h_q * n_q), n_o = rows * (size_t)d_v;
+    size_t r = 0;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < h_q; h++)
+            for (int64_t i = 0; i < n_q; i++, r++) {
+                double mx = -INFINITY;
+                bool nan = false; /* a NaN part (NaN inputs) poisons the row, as in one call */
+                for (size_t p = 0; p < n_parts; p++) {
+                    nan = nan || isnan(part_l[rows * p + r]);
+                    if (part_l[rows * p + r] > mx)
+                        mx = part_l[rows * p + r];
+                }
+                if (nan)
+                    mx = NAN;
+                double sum = 0.0;
+                for (size_t p = 0; p < n_parts; p++)
+                    if (mx != -INFINITY && part_l[rows * p + r] != -INFINITY)
+                        sum += exp(part_l[rows * p + r] - mx); /* NaN when mx is */
+                for (int64_t e = 0; e < d_v; e++) {
+                    double acc = 0.0;
+                    for (size_t p = 0; p < n_parts; p++)
+                        if (mx != -INFINITY && part_l[rows * p + r] != -INFINITY)
+                            acc += exp(part_l[rows * p + r] - mx) / sum *
+                                   part_o[n_o * p + r * (size_t)d_v + (size_t)e];
+                    clattn_host_store(&c->o, clattn_view_index(&c->o, b, h, i, e), (float)acc);
+                }
+                if (c->has_lse)
+                    clattn_host_store(&c->lse, clattn_view_index(&c->lse, b, h, i, 0),
+                                      mx == -INFINITY ? -INFINITY : (float)(mx + log(sum)));
+            }
+}
+
+static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *desc,
+                                const clattn_problem *c,
                                 clattn_multi_part *parts)
 {
     if (c->has_w)
@@ -674,13 +545,10 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
     /* the blocks, and which of them any query sees */
     int64_t *cut = calloc(m->n + 1, sizeof *cut);
     job *jobs = calloc(m->n, sizeof *jobs);
-    clattn_tensor *to = calloc(m->n, sizeof *to), *tl = calloc(m->n, sizeof *tl);
     float *part_o = NULL, *part_l = NULL;
-    if (!cut || !jobs || !to || !tl) {
+    if (!cut || !jobs) {
         free(cut);
         free(jobs);
-        free(to);
-        free(tl);
         return multi_fail(m, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "key-split bookkeeping");
     }
     size_t n_run = 0, first_nonempty = m->n;
@@ -717,17 +585,16 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
         if (!parts[dev].ran)
             continue;
         const int64_t c0 = cut[dev], len = cut[dev + 1] - cut[dev];
-        clattn_view k = sub_view(&c->k, 2, c0, len), v = sub_view(&c->v, 2, c0, len);
-        clattn_tensor t_o = clattn_tensor_host(part_o + n_o * p, batch, h_q, n_q, d_v);
-        clattn_tensor t_l = clattn_tensor_host(part_l + rows * p, batch, h_q, n_q, 1);
-        to[p] = t_o;
-        tl[p] = t_l;
-        clattn_view o, lse;
-        clattn_view_make(m->ctx[0], "O part", &t_o, CLATTN_STORAGE_HOST, true, &o);
-        clattn_view_make(m->ctx[0], "LSE part", &t_l, CLATTN_STORAGE_HOST, true, &lse);
-        clattn_view mask;
+        clattn_problem sub = *c;
+        sub.k = clattn_view_slice(&c->k, 2, c0, len);
+        sub.v = clattn_view_slice(&c->v, 2, c0, len);
+        sub.o = clattn_view_packed(batch, h_q, n_q, d_v);
+        sub.o.host = part_o + n_o * p;
+        sub.lse = clattn_view_packed(batch, h_q, n_q, 1);
+        sub.lse.host = part_l + rows * p;
+        sub.has_lse = true;
         if (c->has_mask)
-            mask = sub_view(&c->mask, 3, c0, len);
+            sub.mask = clattn_view_slice(&c->mask, 3, c0, len);
         clattn_attention_desc d = *desc;
         d.kv_start = desc->kv_start + c0;
         if (desc->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) { /* as top-left, shifted */
@@ -749,37 +616,18 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
             d.kv_lens = j->lens;
         }
         p++;
-        st = enqueue_call(m, j, &d, &c->q, &k, &v, &o, &lse, NULL, c->has_mask ? &mask : NULL);
+        sub.desc = &d;
+        st = enqueue_call(m, j, &sub);
         parts[dev].calls = 1;
     }
     st = finish_jobs(m, jobs, p, st);
-    if (st == CLATTN_SUCCESS) {
-        /* the user's O and LSE views, as tensors */
-        clattn_tensor uo, ul;
-        memset(&uo, 0, sizeof uo);
-        memset(&ul, 0, sizeof ul);
-        for (int i = 0; i < 4; i++) {
-            uo.shape[i] = c->o.n[i];
-            uo.strides[i] = c->o.s[i];
-            ul.shape[i] = c->has_lse ? c->lse.n[i] : 0;
-            ul.strides[i] = c->has_lse ? c->lse.s[i] : 0;
-        }
-        uo.offset = c->o.offset;
-        uo.dtype = c->o.dtype;
-        uo.host = c->o.host;
-        ul.offset = c->has_lse ? c->lse.offset : 0;
-        ul.host = c->has_lse ? c->lse.host : NULL;
-        st = clattn_merge(m->ctx[0], n_run, to, tl, &uo, c->has_lse ? &ul : NULL);
-        if (st != CLATTN_SUCCESS)
-            st = device_fail(m, 0, st);
-    }
+    if (st == CLATTN_SUCCESS)
+        merge_on_host(c, n_run, part_o, part_l);
 done:
     free(part_o);
     free(part_l);
     free(cut);
     free(jobs);
-    free(to);
-    free(tl);
     return st;
 }
 
@@ -796,10 +644,11 @@ clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
     if (split != CLATTN_SPLIT_HEADS && split != CLATTN_SPLIT_KEYS)
         return multi_fail(multi, CLATTN_ERROR_INVALID_ARGUMENT,
                           "split is %d; use CLATTN_SPLIT_HEADS or CLATTN_SPLIT_KEYS", (int)split);
-    call c;
-    clattn_status st = validate(multi, desc, q, k, v, o, &c);
+    clattn_problem c; /* validated once, on the first device's context */
+    clattn_status st =
+        clattn_resolve_attention(multi->ctx[0], desc, q, k, v, o, CLATTN_STORAGE_HOST, &c);
     if (st != CLATTN_SUCCESS)
-        return st;
+        return device_fail(multi, 0, st);
     clattn_multi_part local[64];
     clattn_multi_part *pp = parts;
     if (!pp) {

@@ -15,7 +15,7 @@
 /* The scores of one query row into p[0..n_kv), −∞ where masked; returns the row max
  * (NaN wins, as in the kernels). */
 static double row_scores(const clattn_attention_desc *desc, const clattn_view *q,
-                         const clattn_view *k, const clattn_extras *ex, double scale, int64_t b,
+                         const clattn_view *k, const clattn_problem *ex, double scale, int64_t b,
                          int64_t h, int64_t hk, int64_t i, double *p)
 {
     const int64_t n_q = q->n[2], n_kv = k->n[2], d_k = q->n[3];
@@ -58,26 +58,12 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                                          const clattn_tensor *q_t, const clattn_tensor *k_t,
                                          const clattn_tensor *v_t, const clattn_tensor *o_t)
 {
-    clattn_view q, k, v, o, w;
-    clattn_extras ex;
-    clattn_status st = clattn_check_desc(NULL, desc);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(NULL, "Q", q_t, CLATTN_STORAGE_HOST, false, &q);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(NULL, "K", k_t, CLATTN_STORAGE_HOST, false, &k);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(NULL, "V", v_t, CLATTN_STORAGE_HOST, false, &v);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_view_make(NULL, "O", o_t, CLATTN_STORAGE_HOST, true, &o);
-    if (st == CLATTN_SUCCESS && desc->weights)
-        st = clattn_view_make(NULL, "weights", desc->weights, CLATTN_STORAGE_HOST, true, &w);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_check_attention_shapes(NULL, &q, &k, &v, &o, desc->weights ? &w : NULL,
-                                           desc->weights_head_mean != 0);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_check_extras(NULL, desc, &q, &k, CLATTN_STORAGE_HOST, &ex);
+    clattn_problem ex;
+    clattn_status st =
+        clattn_resolve_attention(NULL, desc, q_t, k_t, v_t, o_t, CLATTN_STORAGE_HOST, &ex);
     if (st != CLATTN_SUCCESS)
         return st;
+    const clattn_view q = ex.q, k = ex.k, v = ex.v, o = ex.o, w = ex.w;
     clattn_clear_error(NULL);
 
     const int64_t batch = q.n[0], h_q = q.n[1], n_q = q.n[2], d_k = q.n[3];

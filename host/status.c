@@ -87,14 +87,21 @@ const char *clattn_cl_error_name(cl_int err)
     return "unknown OpenCL error";
 }
 
+clattn_status clattn_status_from_cl(cl_int err)
+{
+    switch (err) {
+    case CL_SUCCESS: return CLATTN_SUCCESS;
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+    case CL_OUT_OF_RESOURCES:
+    case CL_INVALID_BUFFER_SIZE: return CLATTN_ERROR_OUT_OF_DEVICE_MEMORY;
+    case CL_OUT_OF_HOST_MEMORY: return CLATTN_ERROR_OUT_OF_HOST_MEMORY;
+    default: return CLATTN_ERROR_OPENCL;
+    }
+}
+
 clattn_status clattn_fail_cl(clattn_context *ctx, cl_int err, const char *what)
 {
-    clattn_status st = CLATTN_ERROR_OPENCL;
-    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-        err == CL_INVALID_BUFFER_SIZE)
-        st = CLATTN_ERROR_OUT_OF_DEVICE_MEMORY;
-    else if (err == CL_OUT_OF_HOST_MEMORY)
-        st = CLATTN_ERROR_OUT_OF_HOST_MEMORY;
+    const clattn_status st = clattn_status_from_cl(err);
     clattn_fail(ctx, st, "%s failed: %s (%d)", what, clattn_cl_error_name(err), (int)err);
     if (ctx)
         ctx->last_cl = err;

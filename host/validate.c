@@ -1,167 +1,55 @@
-/* Shape, stride, size and overflow checks shared by every entry point. Nothing here
- * touches the device except CL_MEM_SIZE queries. */
+/* Each call's checks, producing one resolved problem: the desc, the shapes of an
+ * attention call, its optional inputs and outputs, the public stages and merge. Shape
+ * errors come before storage errors where both apply. */
 #include "internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static const char *const dim_names[4] = {"batch", "heads", "seq", "dim"};
-
-bool clattn_mul_ok(int64_t a, int64_t b, int64_t *out)
+clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc)
 {
-    /* a, b >= 0 */
-    if (a != 0 && b > INT64_MAX / a)
-        return false;
-    *out = a * b;
-    return true;
-}
-
-static bool add_ok(int64_t a, int64_t b, int64_t *out)
-{
-    if (b > INT64_MAX - a)
-        return false;
-    *out = a + b;
-    return true;
-}
-
-/* An output view must map distinct indices to distinct elements: with the dimensions
- * of extent > 1 sorted by stride, each stride must exceed the furthest element
- * reachable with the smaller ones. */
-static bool views_self_overlap(const clattn_view *v)
-{
-    int order[4], m = 0;
-    for (int i = 0; i < 4; i++)
-        if (v->n[i] > 1)
-            order[m++] = i;
-    for (int a = 1; a < m; a++) /* insertion sort by stride */
-        for (int b = a; b > 0 && v->s[order[b]] < v->s[order[b - 1]]; b--) {
-            int t = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = t;
-        }
-    int64_t reach = 0;
-    for (int a = 0; a < m; a++) {
-        int i = order[a];
-        if (v->s[i] <= reach)
-            return true;
-        reach += (v->n[i] - 1) * v->s[i]; /* bounded by span, already checked */
+    if (!desc)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
+    if (!isfinite(desc->scale))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "scale %g is not finite",
+                           (double)desc->scale);
+    switch (desc->mask) {
+    case CLATTN_MASK_NONE:
+    case CLATTN_MASK_CAUSAL_TOP_LEFT:
+    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT:
+    case CLATTN_MASK_NO_SELF: break;
+    default:
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown mask %d", (int)desc->mask);
     }
-    return false;
-}
-
-clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clattn_tensor *t,
-                               clattn_storage storage, bool is_output, clattn_view *out)
-{
-    if (!t)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-    if (clattn_dtype_size(t->dtype) == 0)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s has unknown dtype %d", name,
-                           (int)t->dtype);
-    if (t->host && t->buffer)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                           "%s has both a host pointer and a cl_mem; set exactly one", name);
-    if (storage == CLATTN_STORAGE_HOST && !t->host)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                           "%s has no host pointer (the blocking calls take host views; use "
-                           "the *_enqueue calls for cl_mem views)",
-                           name);
-    if (storage == CLATTN_STORAGE_BUFFER && !t->buffer)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                           "%s has no cl_mem (the *_enqueue calls take buffer views)", name);
-    if (storage == CLATTN_STORAGE_ANY && !t->host && !t->buffer)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has no storage", name);
-
-    clattn_view v;
-    v.dtype = t->dtype;
-    v.esize = (int64_t)clattn_dtype_size(t->dtype);
-    v.host = t->host;
-    v.buffer = t->buffer;
-    bool packed = true;
-    for (int i = 0; i < 4; i++) {
-        if (t->shape[i] < 0)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "%s has negative %s size %lld",
-                               name, dim_names[i], (long long)t->shape[i]);
-        if (t->strides[i] < 0)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has negative %s stride %lld",
-                               name, dim_names[i], (long long)t->strides[i]);
-        if (t->strides[i] != 0)
-            packed = false;
-        v.n[i] = t->shape[i];
+    if (desc->masked_rows != CLATTN_MASKED_ROWS_ZERO && desc->masked_rows != CLATTN_MASKED_ROWS_NAN)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "unknown masked_rows %d (CLATTN_MASKED_ROWS_ZERO or _NAN)",
+                           desc->masked_rows);
+    if (!(desc->softcap == 0.0f || (isfinite(desc->softcap) && desc->softcap > 0.0f)))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "softcap %g must be 0 (off) or finite and positive",
+                           (double)desc->softcap);
+    const int64_t pos_max = (int64_t)1 << 53;
+    if (desc->q_start <= -pos_max || desc->q_start >= pos_max || desc->kv_start <= -pos_max ||
+        desc->kv_start >= pos_max)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "q_start %lld / kv_start %lld must be within ±2^53",
+                           (long long)desc->q_start, (long long)desc->kv_start);
+    switch (desc->algorithm) {
+    case CLATTN_ALGORITHM_AUTO:
+    case CLATTN_ALGORITHM_UNFUSED:
+    case CLATTN_ALGORITHM_FUSED: break;
+    default:
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown algorithm %d",
+                           (int)desc->algorithm);
     }
-    if (t->offset < 0)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has negative offset %lld", name,
-                           (long long)t->offset);
-    v.offset = t->offset;
-
-    v.count = 1;
-    for (int i = 0; i < 4; i++)
-        if (!clattn_mul_ok(v.count, v.n[i], &v.count))
-            return clattn_fail(ctx, CLATTN_ERROR_SIZE_OVERFLOW,
-                               "%s: element count %lld x %lld x %lld x %lld overflows", name,
-                               (long long)v.n[0], (long long)v.n[1], (long long)v.n[2],
-                               (long long)v.n[3]);
-    if (packed) {
-        v.s[3] = 1;
-        for (int i = 2; i >= 0; i--)
-            v.s[i] = v.s[i + 1] * v.n[i + 1]; /* bounded by count */
-    } else {
-        for (int i = 0; i < 4; i++)
-            v.s[i] = t->strides[i];
-    }
-
-    v.span = 0;
-    if (v.count > 0) {
-        int64_t last = 0;
-        for (int i = 0; i < 4; i++) {
-            int64_t term;
-            if (!clattn_mul_ok(v.n[i] - 1, v.s[i], &term) || !add_ok(last, term, &last))
-                return clattn_fail(ctx, CLATTN_ERROR_SIZE_OVERFLOW,
-                                   "%s: strides reach past 2^63 elements", name);
-        }
-        v.span = last + 1;
-    }
-    int64_t end, bytes;
-    if (!add_ok(v.offset, v.span, &end) || !clattn_mul_ok(end, v.esize, &bytes) ||
-        (uint64_t)bytes > (uint64_t)SIZE_MAX)
-        return clattn_fail(ctx, CLATTN_ERROR_SIZE_OVERFLOW,
-                           "%s: offset %lld + extent %lld elements overflows a byte count", name,
-                           (long long)v.offset, (long long)v.span);
-
-    if (is_output && v.count > 0) {
-        for (int i = 0; i < 4; i++)
-            if (v.n[i] > 1 && v.s[i] == 0)
-                return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                                   "%s is an output but has stride 0 on its %s dimension of "
-                                   "size %lld",
-                                   name, dim_names[i], (long long)v.n[i]);
-        if (views_self_overlap(&v))
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                               "%s is an output whose strides make elements overlap", name);
-    }
-
-    if (v.buffer && v.count > 0) {
-        size_t size = 0;
-        cl_int err = clGetMemObjectInfo(v.buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
-        if (err == CL_INVALID_MEM_OBJECT)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                               "%s: buffer is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
-                               clattn_cl_error_name(err));
-        if (err != CL_SUCCESS) { /* out of resources / host memory: the runtime's status */
-            char what[96];
-            snprintf(what, sizeof what, "clGetMemObjectInfo(%s, CL_MEM_SIZE)", name);
-            return clattn_fail_cl(ctx, err, what);
-        }
-        if ((uint64_t)size < (uint64_t)bytes)
-            return clattn_fail(ctx, CLATTN_ERROR_BUFFER_TOO_SMALL,
-                               "%s: the view needs %lld bytes of its cl_mem, which has %zu", name,
-                               (long long)bytes, size);
-    }
-    *out = v;
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_view *q,
+static clattn_status check_attention_shapes(clattn_context *ctx, const clattn_view *q,
                                             const clattn_view *k, const clattn_view *v,
                                             const clattn_view *o, const clattn_view *w,
                                             bool w_head_mean)
@@ -215,83 +103,11 @@ clattn_status clattn_check_attention_shapes(clattn_context *ctx, const clattn_vi
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc)
-{
-    if (!desc)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
-    if (!isfinite(desc->scale))
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "scale %g is not finite",
-                           (double)desc->scale);
-    switch (desc->mask) {
-    case CLATTN_MASK_NONE:
-    case CLATTN_MASK_CAUSAL_TOP_LEFT:
-    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT:
-    case CLATTN_MASK_NO_SELF: break;
-    default:
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown mask %d", (int)desc->mask);
-    }
-    if (desc->masked_rows != CLATTN_MASKED_ROWS_ZERO && desc->masked_rows != CLATTN_MASKED_ROWS_NAN)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "unknown masked_rows %d (CLATTN_MASKED_ROWS_ZERO or _NAN)",
-                           desc->masked_rows);
-    if (!(desc->softcap == 0.0f || (isfinite(desc->softcap) && desc->softcap > 0.0f)))
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "softcap %g must be 0 (off) or finite and positive",
-                           (double)desc->softcap);
-    const int64_t pos_max = (int64_t)1 << 53;
-    if (desc->q_start <= -pos_max || desc->q_start >= pos_max || desc->kv_start <= -pos_max ||
-        desc->kv_start >= pos_max)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "q_start %lld / kv_start %lld must be within ±2^53",
-                           (long long)desc->q_start, (long long)desc->kv_start);
-    switch (desc->algorithm) {
-    case CLATTN_ALGORITHM_AUTO:
-    case CLATTN_ALGORITHM_UNFUSED:
-    case CLATTN_ALGORITHM_FUSED: break;
-    default:
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown algorithm %d",
-                           (int)desc->algorithm);
-    }
-    return CLATTN_SUCCESS;
-}
-
-bool clattn_views_overlap(const clattn_view *a, const clattn_view *b)
-{
-    if (a->count == 0 || b->count == 0)
-        return false;
-    /* byte extents: the views may have different element sizes */
-    if (a->host && b->host) {
-        const char *a0 = (const char *)a->host + a->offset * a->esize,
-                   *b0 = (const char *)b->host + b->offset * b->esize;
-        return a0 < b0 + b->span * b->esize && b0 < a0 + a->span * a->esize;
-    }
-    return a->buffer && a->buffer == b->buffer &&
-           a->offset * a->esize < (b->offset + b->span) * b->esize &&
-           b->offset * b->esize < (a->offset + a->span) * a->esize;
-}
-
-clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
-                                      unsigned allowed)
-{
-    static const char *const names[4] = {"float32", "float16", "bfloat16", "bool"};
-    if (allowed & (1u << v->dtype))
-        return CLATTN_SUCCESS;
-    char list[64] = "";
-    for (int i = 0; i < 4; i++)
-        if (allowed & (1u << i)) {
-            strcat(list, list[0] ? ", " : "");
-            strcat(list, names[i]);
-        }
-    return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s has dtype %s; it must be %s", name,
-                       names[v->dtype], list);
-}
-
-clattn_status clattn_check_extras(clattn_context *ctx, const clattn_attention_desc *desc,
+static clattn_status check_extras(clattn_context *ctx, const clattn_attention_desc *desc,
                                   const clattn_view *q, const clattn_view *k,
-                                  clattn_storage storage, clattn_extras *out)
+                                  clattn_storage storage, clattn_problem *out)
 {
 #define LL(x) ((long long)(x))
-    memset(out, 0, sizeof *out);
     const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], n_kv = k->n[2];
     clattn_status st;
     if (desc->kv_lens)
@@ -351,14 +167,272 @@ clattn_status clattn_check_extras(clattn_context *ctx, const clattn_attention_de
     return CLATTN_SUCCESS;
 }
 
-void clattn_view_scatter(const clattn_view *hv, const char *from)
+clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       const clattn_tensor *q, const clattn_tensor *k,
+                                       const clattn_tensor *v, const clattn_tensor *o,
+                                       clattn_storage storage, clattn_problem *cv)
 {
-    char *base = (char *)hv->host + hv->offset * hv->esize;
-    for (int64_t b = 0; b < hv->n[0]; b++)
-        for (int64_t h = 0; h < hv->n[1]; h++)
-            for (int64_t s = 0; s < hv->n[2]; s++)
-                for (int64_t d = 0; d < hv->n[3]; d++) {
-                    const int64_t at = b * hv->s[0] + h * hv->s[1] + s * hv->s[2] + d * hv->s[3];
-                    memcpy(base + at * hv->esize, from + at * hv->esize, (size_t)hv->esize);
-                }
+    memset(cv, 0, sizeof *cv);
+    cv->desc = desc;
+    clattn_clear_error(ctx); /* ctx NULL: the reference (messages per thread) */
+    clattn_status st = clattn_check_desc(ctx, desc);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_make(ctx, "Q", q, storage, false, &cv->q);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_make(ctx, "K", k, storage, false, &cv->k);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_make(ctx, "V", v, storage, false, &cv->v);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_make(ctx, "O", o, storage, true, &cv->o);
+    cv->has_w = desc && desc->weights;
+    if (st == CLATTN_SUCCESS && cv->has_w)
+        st = clattn_view_make(ctx, "weights", desc->weights, storage, true, &cv->w);
+    if (st == CLATTN_SUCCESS)
+        st = check_attention_shapes(ctx, &cv->q, &cv->k, &cv->v, &cv->o,
+                                           cv->has_w ? &cv->w : NULL, desc->weights_head_mean != 0);
+    if (st == CLATTN_SUCCESS)
+        st = check_extras(ctx, desc, &cv->q, &cv->k, storage, cv);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    /* outputs never overlap each other; on device buffers (no staging copy) they must
+     * not overlap the inputs the kernels are reading either */
+    const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL,
+                                  cv->has_lse ? &cv->lse : NULL};
+    static const char *const out_names[3] = {"O", "weights", "lse"};
+    for (int a = 0; a < 3; a++)
+        for (int b = a + 1; b < 3; b++)
+            if (outs[a] && outs[b] && clattn_views_overlap(outs[a], outs[b]))
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s and %s overlap",
+                                   out_names[a], out_names[b]);
+    if (storage == CLATTN_STORAGE_BUFFER) {
+        const clattn_view *ins[4] = {&cv->q, &cv->k, &cv->v, cv->has_mask ? &cv->mask : NULL};
+        static const char *const names[4] = {"Q", "K", "V", "mask_tensor"};
+        for (int i = 0; i < 4; i++)
+            for (int a = 0; a < 3; a++)
+                if (ins[i] && outs[a] && clattn_views_overlap(outs[a], ins[i]))
+                    return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                                       "%s overlaps %s in the same cl_mem", out_names[a], names[i]);
+    }
+    return CLATTN_SUCCESS;
+}
+/* Validates the stage's views; stage_kind 0 scores (a=q, b=k, c=s), 1 softmax (a=x,
+ * c=y), 2 weighted sum (a=w, b=v, c=o). */
+static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_attention_desc *desc,
+                                 const clattn_tensor *a, const clattn_tensor *b,
+                                 const clattn_tensor *c, clattn_storage storage, clattn_view *va,
+                                 clattn_view *vb, clattn_view *vc, clattn_problem *ex)
+{
+    static const char *const names[3][3] = {
+        {"Q", "K", "scores"}, {"scores", "", "weights"}, {"weights", "V", "O"}};
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    clattn_status st = CLATTN_SUCCESS;
+    if (desc || kind == 0)
+        st = clattn_check_desc(ctx, desc);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_make(ctx, names[kind][0], a, storage, false, va);
+    if (st == CLATTN_SUCCESS && kind != 1)
+        st = clattn_view_make(ctx, names[kind][1], b, storage, false, vb);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_make(ctx, names[kind][2], c, storage, true, vc);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    /* on device buffers the kernel reads its inputs while writing its output: no overlap,
+     * except softmax exactly in place (each work-item rewrites what it read) */
+    if (storage == CLATTN_STORAGE_BUFFER) {
+        const bool in_place = kind == 1 && clattn_views_same(va, vc);
+        if ((!in_place && clattn_views_overlap(vc, va)) ||
+            (kind != 1 && clattn_views_overlap(vc, vb)))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                               "%s overlaps an input in the same cl_mem", names[kind][2]);
+    }
+#define LL(x) ((long long)(x))
+    const clattn_view *x = va, *y = vc;
+    if (kind == 1) {
+        st = clattn_view_check_dtype(ctx, "scores", x, CLATTN_DT_F32);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "weights", y, CLATTN_DT_F32);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        for (int i = 0; i < 4; i++)
+            if (x->n[i] != y->n[i])
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                                   "scores are [%lld, %lld, %lld, %lld] but weights are "
+                                   "[%lld, %lld, %lld, %lld]",
+                                   LL(x->n[0]), LL(x->n[1]), LL(x->n[2]), LL(x->n[3]), LL(y->n[0]),
+                                   LL(y->n[1]), LL(y->n[2]), LL(y->n[3]));
+        return CLATTN_SUCCESS;
+    }
+    /* a: [b, h_q, n_q, inner], b: [b, h_kv, n_kv or inner, ...], c: [b, h_q, n_q, out] */
+    const int64_t inner_a = va->n[3];
+    const int64_t inner_b = kind == 0 ? vb->n[3] : vb->n[2];
+    const int64_t out_want = kind == 0 ? vb->n[2] : vb->n[3];
+    if (vb->n[0] != va->n[0] || vc->n[0] != va->n[0])
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "batch sizes differ: %s %lld, %s "
+                           "%lld, %s %lld",
+                           names[kind][0], LL(va->n[0]), names[kind][1], LL(vb->n[0]),
+                           names[kind][2], LL(vc->n[0]));
+    if (vb->n[1] == 0 ? va->n[1] != 0 : va->n[1] % vb->n[1] != 0)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "%s has %lld heads, not a multiple of %s's %lld", names[kind][0],
+                           LL(va->n[1]), names[kind][1], LL(vb->n[1]));
+    if (inner_a != inner_b)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "%s has inner size %lld, %s has %lld",
+                           names[kind][0], LL(inner_a), names[kind][1], LL(inner_b));
+    if (kind == 0 && inner_a < 1)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "d_k is 0; it must be at least 1");
+    if (vc->n[1] != va->n[1] || vc->n[2] != va->n[2] || vc->n[3] != out_want)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "%s is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+                           names[kind][2], LL(vc->n[0]), LL(vc->n[1]), LL(vc->n[2]), LL(vc->n[3]),
+                           LL(va->n[0]), LL(va->n[1]), LL(va->n[2]), LL(out_want));
+#undef LL
+    if (va->n[1] > INT_MAX || va->n[3] > INT_MAX || vb->n[3] > INT_MAX)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads or dims above INT_MAX");
+    /* scores and weights are float32; Q, K, V and O any float storage type */
+    st = clattn_view_check_dtype(ctx, names[kind][0], va,
+                                 kind == 0 ? CLATTN_DT_FLOATS : CLATTN_DT_F32);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, names[kind][1], vb, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, names[kind][2], vc,
+                                     kind == 0 ? CLATTN_DT_F32 : CLATTN_DT_FLOATS);
+    /* the scores stage applies every score term of the desc */
+    if (st == CLATTN_SUCCESS && kind == 0)
+        st = check_extras(ctx, desc, va, vb, storage, ex);
+    if (st == CLATTN_SUCCESS && kind == 0 && ex->has_mask && storage == CLATTN_STORAGE_BUFFER &&
+        clattn_views_overlap(vc, &ex->mask))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                           "scores overlap mask_tensor in the same cl_mem");
+    return st;
+}
+
+clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
+                                   const clattn_attention_desc *desc, const clattn_tensor *a,
+                                   const clattn_tensor *b, const clattn_tensor *c,
+                                   clattn_storage storage, clattn_stage_call *out)
+{
+    clattn_problem ex;
+    memset(&ex, 0, sizeof ex);
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    out->desc = desc;
+    clattn_status st =
+        check_stage(ctx, (int)kind, desc, a, b, c, storage, &out->a, &out->b, &out->c, &ex);
+    if (kind == CLATTN_STAGE_SOFTMAX)
+        out->b = out->a;
+    out->has_mask = ex.has_mask;
+    out->mask = ex.mask;
+    return st;
+}
+
+/* Validates a merge call: parts, output, optional LSE. */
+static clattn_status check_merge(clattn_context *ctx, size_t n_parts, const clattn_tensor *o_parts,
+                                 const clattn_tensor *lse_parts, const clattn_tensor *o,
+                                 const clattn_tensor *lse, clattn_storage storage, clattn_view *po,
+                                 clattn_view *pl, clattn_view *vo, clattn_view *vl)
+{
+#define LL(x) ((long long)(x))
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    if (n_parts < 1 || n_parts > CLATTN_MAX_MERGE_PARTS)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "n_parts is %zu; it must be within 1..%d", n_parts, CLATTN_MAX_MERGE_PARTS);
+    if (!o_parts || !lse_parts)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s is NULL",
+                           !o_parts ? "o_parts" : "lse_parts");
+    clattn_status st = clattn_view_make(ctx, "O", o, storage, true, vo);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, "O", vo, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS && lse) {
+        st = clattn_view_make(ctx, "lse", lse, storage, true, vl);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "lse", vl, CLATTN_DT_F32);
+    }
+    if (st != CLATTN_SUCCESS)
+        return st;
+    const int64_t *n = vo->n;
+    if (lse && (vl->n[0] != n[0] || vl->n[1] != n[1] || vl->n[2] != n[2] || vl->n[3] != 1))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "lse is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, 1]",
+                           LL(vl->n[0]), LL(vl->n[1]), LL(vl->n[2]), LL(vl->n[3]), LL(n[0]),
+                           LL(n[1]), LL(n[2]));
+    if (lse && clattn_views_overlap(vo, vl))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "O and lse overlap");
+    for (size_t p = 0; p < n_parts; p++) {
+        char name[48];
+        snprintf(name, sizeof name, "o_parts[%zu]", p);
+        st = clattn_view_make(ctx, name, &o_parts[p], storage, false, &po[p]);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, name, &po[p], CLATTN_DT_FLOATS);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        if (memcmp(po[p].n, n, sizeof po[p].n) != 0)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "%s is [%lld, %lld, %lld, %lld] but O is [%lld, %lld, %lld, %lld]",
+                               name, LL(po[p].n[0]), LL(po[p].n[1]), LL(po[p].n[2]), LL(po[p].n[3]),
+                               LL(n[0]), LL(n[1]), LL(n[2]), LL(n[3]));
+        snprintf(name, sizeof name, "lse_parts[%zu]", p);
+        st = clattn_view_make(ctx, name, &lse_parts[p], storage, false, &pl[p]);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, name, &pl[p], CLATTN_DT_F32);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        if (pl[p].n[0] != n[0] || pl[p].n[1] != n[1] || pl[p].n[2] != n[2] || pl[p].n[3] != 1)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "%s is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, 1]",
+                               name, LL(pl[p].n[0]), LL(pl[p].n[1]), LL(pl[p].n[2]), LL(pl[p].n[3]),
+                               LL(n[0]), LL(n[1]), LL(n[2]));
+        /* in place only exactly on part 0 (read before anything is written) */
+        const bool same_o = p == 0 && clattn_views_same(&po[p], vo);
+        const bool same_l = p == 0 && lse && clattn_views_same(&pl[p], vl);
+        if ((!same_o && clattn_views_overlap(vo, &po[p])) || clattn_views_overlap(vo, &pl[p]) ||
+            (lse &&
+             ((!same_l && clattn_views_overlap(vl, &pl[p])) || clattn_views_overlap(vl, &po[p]))))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                               "an output overlaps part %zu (only o_parts[0] / lse_parts[0] "
+                               "may be the outputs themselves)",
+                               p);
+    }
+    if (n[0] * n[1] > INT_MAX)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "batch x heads above INT_MAX");
+#undef LL
+    return CLATTN_SUCCESS;
+}
+
+void clattn_merge_problem_free(clattn_merge_problem *m)
+{
+    free(m->o_parts);
+    free(m->lse_parts);
+    m->o_parts = m->lse_parts = NULL;
+}
+
+clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const cl_event *wait)
+{
+    if (n_wait > 0 && !wait)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
+                           n_wait);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_resolve_merge(clattn_context *ctx, size_t n_parts,
+                                   const clattn_tensor *o_parts, const clattn_tensor *lse_parts,
+                                   const clattn_tensor *o, const clattn_tensor *lse,
+                                   clattn_storage storage, clattn_merge_problem *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n_parts = n_parts;
+    out->has_lse = lse != NULL;
+    if (n_parts >= 1 && n_parts <= CLATTN_MAX_MERGE_PARTS) {
+        out->o_parts = malloc(n_parts * sizeof *out->o_parts);
+        out->lse_parts = malloc(n_parts * sizeof *out->lse_parts);
+        if (!out->o_parts || !out->lse_parts)
+            return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
+                               "cannot allocate %zu part views", n_parts);
+    }
+    return check_merge(ctx, n_parts, o_parts, lse_parts, o, lse, storage, out->o_parts,
+                       out->lse_parts, &out->o, &out->lse);
 }

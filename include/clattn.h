@@ -155,6 +155,74 @@ const char *clattn_context_tuning_file(const clattn_context *ctx);
 clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *context,
                                     cl_device_id *device, cl_command_queue *queue);
 
+/** The status clattn returns for an OpenCL error code: CL_MEM_OBJECT_ALLOCATION_FAILURE,
+ *  CL_OUT_OF_RESOURCES and CL_INVALID_BUFFER_SIZE → CLATTN_ERROR_OUT_OF_DEVICE_MEMORY,
+ *  CL_OUT_OF_HOST_MEMORY → CLATTN_ERROR_OUT_OF_HOST_MEMORY, CL_SUCCESS →
+ *  CLATTN_SUCCESS, anything else → CLATTN_ERROR_OPENCL. The one mapping every layer
+ *  (the core, the several-device layer, clattn-mpi) uses.
+ *  @return the mapped status. */
+clattn_status clattn_status_from_cl(cl_int err);
+
+/* ------------------------------------------------------------------------------ */
+/* Tuning: the blocking of the tiled kernels                                       */
+/* ------------------------------------------------------------------------------ */
+
+/** The tiled kernels whose blocking can be tuned (see docs/PERFORMANCE.md). */
+typedef enum clattn_kernel {
+    CLATTN_KERNEL_FUSED = 0,       /**< fused.cl (head dims d_k, d_v) */
+    CLATTN_KERNEL_SCORES = 1,      /**< scores.cl (head dim d_k; d_v is 0) */
+    CLATTN_KERNEL_WEIGHTED_SUM = 2 /**< weighted_sum.cl (head dim d_v; d_k is 0) */
+} clattn_kernel;
+
+/** The blocking of one tiled kernel: compile-time constants of its program. */
+typedef struct clattn_blocking {
+    unsigned queries_per_work_item; /**< RQ: query rows each work-item holds, 1..8 */
+    unsigned work_group_size;       /**< WG: work-items per work-group, 1..1024 */
+    unsigned tile_kv;               /**< TILE_KV: keys per local-memory tile, 16..512, multiple of 16 */
+} clattn_blocking;
+
+/**
+ * Overrides the blocking of `kernel` for head dims (d_k, d_v) on this context, in the
+ * manner of CLBlast's OverrideParameters: every later call on ctx that runs the kernel
+ * with those dims uses it, ahead of stored tuning and the built-in choice. d_k = 0
+ * (or d_v = 0) matches any d_k (d_v). `blocking` NULL removes the override for exactly
+ * (kernel, d_k, d_v). The CLATTN_BLOCKING="RQ,WG,TILE_KV" environment variable, read
+ * once when a context is created, sets such an override for every kernel and dims.
+ * A blocking the device cannot run makes the later call fail with
+ * CLATTN_ERROR_UNSUPPORTED naming the limit; the streaming decode variant of the
+ * fused kernel (n_q ≤ 8) keeps one query per work-item whatever is set.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT for a NULL ctx, an unknown
+ *         kernel, negative dims or values outside the ranges above;
+ *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.
+ */
+clattn_status clattn_context_set_blocking(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
+                                          int64_t d_v, const clattn_blocking *blocking);
+
+/**
+ * Whether calls on ctx use the blocking stored in the device's tuning file
+ * (clattn_context_tuning_file()). On by default; the CLATTN_TUNE=off environment
+ * variable, read once when a context is created, turns it off. Overrides apply either
+ * way. @return CLATTN_SUCCESS, or CLATTN_ERROR_INVALID_ARGUMENT for a NULL ctx.
+ */
+clattn_status clattn_context_use_stored_tuning(clattn_context *ctx, int use);
+
+/**
+ * Stores `blocking` as the tuned choice for (kernel, d_k, d_v) in the device's tuning
+ * file, replacing an entry of the same key, and in ctx's loaded table (later contexts
+ * on the same device, driver and clattn version read it; stored tuning applies to
+ * problems with at least RQ × WG queries). `note` (may be NULL) is written as a comment
+ * on the line. The file is rewritten atomically (a temporary file renamed over it);
+ * its folder is created if needed. This is the library's one writer of the format
+ * (`clattn tune` measures, then calls this).
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT as for
+ *         clattn_context_set_blocking, or when the cache (and so the file) is disabled;
+ *         CLATTN_ERROR_IO when the file cannot be written;
+ *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.
+ */
+clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel kernel,
+                                            int64_t d_k, int64_t d_v,
+                                            const clattn_blocking *blocking, const char *note);
+
 /* ------------------------------------------------------------------------------ */
 /* Tensors                                                                         */
 /* ------------------------------------------------------------------------------ */
@@ -249,6 +317,12 @@ typedef enum clattn_algorithm {
     CLATTN_ALGORITHM_FUSED = 2
 } clattn_algorithm;
 
+/** What a query row with no visible key outputs (clattn_attention_desc.masked_rows). */
+typedef enum clattn_masked_rows {
+    CLATTN_MASKED_ROWS_ZERO = 0, /**< O = 0, weights 0 (PyTorch's math backend gives NaN) */
+    CLATTN_MASKED_ROWS_NAN = 1   /**< O and weights NaN, to detect such rows */
+} clattn_masked_rows;
+
 /** What to compute. Zero-initialise (or use clattn_attention_desc_default()) and set
  *  what you need; fields will only ever be appended. */
 typedef struct clattn_attention_desc {
@@ -307,7 +381,7 @@ typedef struct clattn_attention_desc {
     /** What a query row with no visible key outputs: CLATTN_MASKED_ROWS_ZERO (O = 0,
      *  weights 0) or CLATTN_MASKED_ROWS_NAN (O and weights NaN, to detect them). Its
      *  LSE is −∞ either way. */
-    int masked_rows;
+    clattn_masked_rows masked_rows;
     /** Optional output: per query row, LSE = log Σ_j exp(s_ij) over the visible keys
      *  (natural log, of the scaled, capped, biased, masked scores), float32, shape
      *  [batch, heads_q, n_q, 1]; −∞ for a row with no visible key. Same storage kind
@@ -323,8 +397,31 @@ typedef struct clattn_attention_desc {
     int64_t kv_start; /**< absolute position of the first key (see q_start) */
 } clattn_attention_desc;
 
-/** Values of clattn_attention_desc.masked_rows. */
-enum { CLATTN_MASKED_ROWS_ZERO = 0, CLATTN_MASKED_ROWS_NAN = 1 };
+
+/** The keys one query row sees under the positional terms of a desc (lengths, causal
+ *  masks, window, NO_SELF): the one statement of that rule, shared by the kernels'
+ *  host side, the CPU reference, the several-device layer, clattn-mpi and the CLI. */
+typedef struct clattn_key_range {
+    int64_t lo;   /**< first visible key (local index, 0 ≤ lo ≤ n_kv_b) */
+    int64_t hi;   /**< one past the last visible key (lo ≤ hi ≤ n_kv_b) */
+    int64_t self; /**< CLATTN_MASK_NO_SELF: the excluded key a_i (may lie outside
+                       [lo, hi)); otherwise −1 */
+    int64_t diag; /**< a_i, the key aligned with the query (see the desc) */
+    int valid;    /**< 0 for a padding row (i ≥ q_lens[b]): it sees nothing */
+} clattn_key_range;
+
+/**
+ * Which keys query row i of batch entry b sees: key j is visible iff valid, lo ≤ j <
+ * hi and j ≠ self, and the mask tensor (if any) lets it through. Every sum of a
+ * position and a bound saturates, so window bounds up to INT64_MAX (the usual "no
+ * limit") and any q_start/kv_start within ±2^53 give the mathematically right range.
+ * n_q and n_kv are the call's (unpadded) sizes; desc's kv_lens / q_lens, if set, are
+ * read for entry b. @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT for NULL
+ * desc or out, b or i negative, i ≥ n_q, or desc terms clattn_attention() would
+ * reject (q_start, kv_start, mask, lengths of entry b out of range).
+ */
+clattn_status clattn_visible_keys(const clattn_attention_desc *desc, int64_t n_q, int64_t n_kv,
+                                  int64_t b, int64_t i, clattn_key_range *out);
 
 /** A desc with every field at its default: scale 0 → 1/√d_k, no mask, AUTO, no
  *  window, no optional inputs or outputs (the same as zero-initialised). */

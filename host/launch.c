@@ -1,0 +1,464 @@
+/* Launches: one enqueue function per .cl file (its arguments in the order of the
+ * kernel's signature), and each algorithm's event chain: the fused kernel (plus the
+ * weights pass), the three unfused stages, the public stages one by one, and the merge.
+ * Events chain the kernels, so an out-of-order queue is fine. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- kernel helpers */
+
+typedef struct arg_list {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_int err;
+} arg_list;
+
+static void arg(arg_list *a, size_t size, const void *value)
+{
+    if (a->err == CL_SUCCESS)
+        a->err = clSetKernelArg(a->kernel, a->next, size, value);
+    a->next++;
+}
+
+static void arg_view(arg_list *a, const clattn_view *v)
+{
+    cl_long off = v->offset;
+    cl_long4 st = {{v->s[0], v->s[1], v->s[2], v->s[3]}};
+    arg(a, sizeof(cl_mem), &v->buffer);
+    arg(a, sizeof off, &off);
+    arg(a, sizeof st, &st);
+}
+
+static void arg_int(arg_list *a, int64_t x)
+{
+    cl_int v = (cl_int)x;
+    arg(a, sizeof v, &v);
+}
+
+static void arg_long(arg_list *a, int64_t x)
+{
+    cl_long v = x;
+    arg(a, sizeof v, &v);
+}
+
+static size_t round_up(int64_t n, size_t m)
+{
+    return (size_t)((n + (int64_t)m - 1) / (int64_t)m) * m;
+}
+
+static clattn_status launch(clattn_context *ctx, const char *name, arg_list *a, cl_uint dims,
+                            const size_t *global, const size_t *local, cl_uint n_wait,
+                            const cl_event *wait, cl_event *done)
+{
+    if (a->err != CL_SUCCESS) {
+        char what[96];
+        snprintf(what, sizeof what, "clSetKernelArg(%s, %u)", name, a->next - 1);
+        return clattn_fail_cl(ctx, a->err, what);
+    }
+    cl_int err = clEnqueueNDRangeKernel(ctx->queue, a->kernel, dims, NULL, global, local, n_wait,
+                                        n_wait ? wait : NULL, done);
+    if (err != CL_SUCCESS) {
+        char what[96];
+        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
+        return clattn_fail_cl(ctx, err, what);
+    }
+    return CLATTN_SUCCESS;
+}
+/* ------------------------------------------------------------ stage dispatchers */
+
+/* Device-side inputs of the optional terms: host arrays copied into small buffers (the
+ * runtime keeps them alive until the kernels that use them finish). */
+typedef struct aux_t {
+    const clattn_attention_desc *desc; /* NULL: plain rows (the public softmax stage) */
+    cl_mem q_lens, kv_lens, alibi;
+    const clattn_view *mask; /* device view, or NULL */
+    float softcap;
+} aux_t;
+
+static void arg_rule(arg_list *a, const aux_t *x)
+{
+    const clattn_attention_desc *d = x->desc;
+    int64_t wl = -1, wr = -1; /* saturated by the host rule (rule.c) */
+    if (d)
+        clattn_rule_window(d, &wl, &wr);
+    arg_int(a, d ? d->mask : CLATTN_MASK_NONE);
+    arg_long(a, d ? d->q_start - d->kv_start : 0);
+    arg_long(a, wl);
+    arg_long(a, wr);
+    arg(a, sizeof(cl_mem), &x->q_lens);
+    arg(a, sizeof(cl_mem), &x->kv_lens);
+}
+
+/* an optional view argument (LSE, mask tensor, ...); a NULL buffer when absent */
+static void arg_opt_view(arg_list *a, const clattn_view *v)
+{
+    static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
+    arg_view(a, v ? v : &none);
+}
+
+static void arg_terms(arg_list *a, const aux_t *x)
+{
+    arg_opt_view(a, x->mask);
+    arg(a, sizeof(cl_mem), &x->alibi);
+    arg(a, sizeof(float), &x->softcap);
+}
+
+static clattn_status enqueue_scores(clattn_context *ctx, const clattn_blocked *bk, const clattn_view *q,
+                                    const clattn_view *k, const clattn_view *s, float scale,
+                                    bool sparse, bool relative, const aux_t *x, cl_uint n_wait,
+                                    const cl_event *wait, cl_event *done)
+{
+    arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
+    arg_view(&a, q);
+    arg_view(&a, k);
+    arg_view(&a, s);
+    arg_int(&a, q->n[1]);
+    arg_int(&a, q->n[1] / k->n[1]);
+    arg_long(&a, q->n[2]);
+    arg_long(&a, k->n[2]);
+    arg(&a, sizeof scale, &scale);
+    arg_int(&a, sparse);
+    arg_int(&a, relative);
+    arg_rule(&a, x);
+    arg_terms(&a, x);
+    const size_t global[3] = {round_up(clattn_ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
+                              (size_t)clattn_ceil_div(k->n[2], (int64_t)bk->tile_kv),
+                              (size_t)(q->n[0] * q->n[1])};
+    const size_t local[3] = {bk->wg, 1, 1};
+    return launch(ctx, "scores", &a, 3, global, local, n_wait, wait, done);
+}
+
+/* W = softmax(S) (and the LSE); the rule lets rows skip keys outside their visible
+ * range, the rest of S being −∞ already */
+static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *e, size_t wg,
+                                     const clattn_view *x, const clattn_view *y,
+                                     const clattn_view *lse, bool sparse, const aux_t *aux,
+                                     cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_view(&a, x);
+    arg_view(&a, y);
+    arg_opt_view(&a, lse);
+    arg_int(&a, x->n[1]);
+    arg_long(&a, x->n[3]);
+    arg_long(&a, x->n[2]);
+    arg_int(&a, aux->desc ? aux->desc->masked_rows : 0);
+    arg_int(&a, sparse);
+    arg(&a, sizeof(cl_mem), &aux->alibi); /* the scores are relative to the ALiBi reference */
+    arg_rule(&a, aux);
+    arg(&a, wg * sizeof(float), NULL);
+    const size_t global[3] = {wg, (size_t)x->n[2], (size_t)(x->n[0] * x->n[1])};
+    const size_t local[3] = {wg, 1, 1};
+    return launch(ctx, "softmax", &a, 3, global, local, n_wait, wait, done);
+}
+
+/* O = W·V; the rule only lets groups skip key tiles whose weights are all zero */
+static clattn_status enqueue_wsum(clattn_context *ctx, const clattn_blocked *bk, const clattn_view *w,
+                                  const clattn_view *v, const clattn_view *o, bool sparse,
+                                  const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                  cl_event *done)
+{
+    arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
+    arg_view(&a, w);
+    arg_view(&a, v);
+    arg_view(&a, o);
+    arg_int(&a, o->n[1]);
+    arg_int(&a, o->n[1] / v->n[1]);
+    arg_long(&a, o->n[2]);
+    arg_long(&a, v->n[2]);
+    arg_int(&a, sparse);
+    arg_rule(&a, x);
+    const size_t global[2] = {round_up(clattn_ceil_div(o->n[2], (int64_t)bk->rq), bk->wg),
+                              (size_t)(o->n[0] * o->n[1])};
+    const size_t local[2] = {bk->wg, 1};
+    return launch(ctx, "weighted_sum", &a, 2, global, local, n_wait, wait, done);
+}
+
+static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk, const clattn_view *q,
+                                   const clattn_view *k, const clattn_view *v, const clattn_view *o,
+                                   const clattn_view *lse, bool lse_relative, float scale,
+                                   const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                   cl_event *done)
+{
+    arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
+    arg_view(&a, q);
+    arg_view(&a, k);
+    arg_view(&a, v);
+    arg_view(&a, o);
+    arg_opt_view(&a, lse);
+    arg_int(&a, q->n[1]);
+    arg_int(&a, q->n[1] / k->n[1]);
+    arg_long(&a, q->n[2]);
+    arg_long(&a, k->n[2]);
+    arg(&a, sizeof scale, &scale);
+    arg_int(&a, x->desc->masked_rows);
+    arg_int(&a, lse_relative);
+    arg_rule(&a, x);
+    arg_terms(&a, x);
+    const size_t global[2] = {round_up(clattn_ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
+                              (size_t)(q->n[0] * q->n[1])};
+    const size_t local[2] = {bk->wg, 1};
+    return launch(ctx, "fused", &a, 2, global, local, n_wait, wait, done);
+}
+
+/* W = exp(S − LSE) from the relative scores and the fused kernel's relative LSE; the
+ * caller's LSE (lse_out, may be NULL) gets the absolute one */
+static clattn_status enqueue_from_lse(clattn_context *ctx, clattn_program_entry *e,
+                                      const clattn_view *w, const clattn_view *lse,
+                                      const clattn_view *lse_out, int64_t n_q, int64_t n_kv,
+                                      const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                      cl_event *done)
+{
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_view(&a, w);
+    arg_view(&a, lse);
+    arg_int(&a, w->n[1]);
+    arg_int(&a, x->desc->masked_rows);
+    arg_opt_view(&a, lse_out);
+    arg(&a, sizeof(cl_mem), &x->alibi);
+    arg_long(&a, n_q);
+    arg_long(&a, n_kv);
+    arg_rule(&a, x);
+    const size_t global[3] = {(size_t)w->n[3], (size_t)w->n[2], (size_t)(w->n[0] * w->n[1])};
+    return launch(ctx, "weights_from_lse", &a, 3, global, NULL, n_wait, wait, done);
+}
+
+static clattn_status enqueue_head_mean(clattn_context *ctx, clattn_program_entry *e,
+                                       const clattn_view *w, const clattn_view *out, cl_uint n_wait,
+                                       const cl_event *wait, cl_event *done)
+{
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_view(&a, w);
+    arg_view(&a, out);
+    arg_int(&a, w->n[1]);
+    const size_t global[3] = {(size_t)w->n[3], (size_t)w->n[2], (size_t)w->n[0]};
+    return launch(ctx, "head_mean", &a, 3, global, NULL, n_wait, wait, done);
+}
+
+/* Completes `done` after `wait` without running anything (empty problems). */
+static clattn_status enqueue_marker(clattn_context *ctx, cl_uint n_wait, const cl_event *wait,
+                                    cl_event *done)
+{
+    if (!done && n_wait == 0)
+        return CLATTN_SUCCESS;
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, n_wait, n_wait ? wait : NULL, done);
+    return err == CL_SUCCESS ? CLATTN_SUCCESS : clattn_fail_cl(ctx, err, "clEnqueueMarker");
+}
+
+static void release_events(cl_event *e, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (e[i])
+            clReleaseEvent(e[i]);
+}
+
+
+/* The host arrays of the desc as device buffers (count elements of 4 bytes each). */
+static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *desc,
+                              const clattn_view *q, const clattn_view *mask, aux_t *x)
+{
+    memset(x, 0, sizeof *x);
+    x->desc = desc;
+    x->mask = mask;
+    x->softcap = desc->softcap;
+    const cl_mem_flags ro = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
+    clattn_status st = CLATTN_SUCCESS;
+    if (desc->q_lens && q->n[0] > 0)
+        st = clattn_create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->q_lens, &x->q_lens);
+    if (st == CLATTN_SUCCESS && desc->kv_lens && q->n[0] > 0)
+        st = clattn_create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->kv_lens, &x->kv_lens);
+    if (st == CLATTN_SUCCESS && desc->alibi_slopes && q->n[1] > 0)
+        st = clattn_create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->alibi_slopes, &x->alibi);
+    return st;
+}
+
+static void aux_release(aux_t *x)
+{
+    cl_mem *bufs[3] = {&x->q_lens, &x->kv_lens, &x->alibi};
+    for (int i = 0; i < 3; i++)
+        if (*bufs[i]) {
+            (void)clReleaseMemObject(*bufs[i]); /* freed once the kernels that use it finish */
+            *bufs[i] = NULL;
+        }
+}
+
+
+/* Runs a planned attention on device views. Events chain the kernels, so an
+ * out-of-order queue is fine. */
+clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *p,
+                                      const clattn_problem *dv, cl_uint n_wait,
+                                      const cl_event *wait, cl_event *done)
+{
+    const clattn_attention_desc *desc = dv->desc;
+    const clattn_view *q = &dv->q, *k = &dv->k, *v = &dv->v, *o = &dv->o;
+    const clattn_view *w = dv->has_w ? &dv->w : NULL;
+    const clattn_view *dv_lse = dv->has_lse ? &dv->lse : NULL;
+    const float scale = clattn_effective_scale(desc, q->n[3]);
+    if (q->count == 0)
+        return enqueue_marker(ctx, n_wait, wait, done);
+    aux_t x;
+    clattn_status st = aux_make(ctx, desc, q, dv->has_mask ? &dv->mask : NULL, &x);
+    if (st != CLATTN_SUCCESS) {
+        aux_release(&x);
+        return st;
+    }
+    const bool head_mean = w && desc->weights_head_mean;
+    clattn_view ws_w, ws_lse; /* per-head weights (for the mean), LSE for the weights pass */
+    cl_mem ws_mem[3] = {NULL, NULL, NULL};
+    cl_event ev[5] = {NULL, NULL, NULL, NULL, NULL};
+    const clattn_view *w_heads = w; /* where the per-head weights (or scores) go */
+    if (head_mean && !p->no_keys) {
+        st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws_w);
+        ws_mem[0] = ws_w.buffer;
+        w_heads = &ws_w;
+    }
+    if (p->no_keys) {
+        /* no keys: the streaming kernel writes every row (zeros or NaN, LSE −∞); weights
+         * have no columns */
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_fused(ctx, &p->fused, q, k, v, o, dv_lse, false, scale, &x, n_wait, wait,
+                               done);
+    } else if (p->algorithm == CLATTN_ALGORITHM_FUSED) {
+        /* with weights: the LSE of the relative scores (common.cl alibi_ref) into a
+         * workspace for the second pass, which writes the caller's LSE */
+        const clattn_view *lse = dv_lse;
+        if (st == CLATTN_SUCCESS && w) {
+            st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], 1, &ws_lse);
+            ws_mem[1] = ws_lse.buffer;
+            lse = &ws_lse;
+        }
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, w != NULL, scale, &x, n_wait, wait,
+                               w ? &ev[0] : done);
+        if (w) { /* second pass: scores again, then W = exp(S − LSE) */
+            if (st == CLATTN_SUCCESS)
+                st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, false, true, &x, 1,
+                                    &ev[0], &ev[1]);
+            if (st == CLATTN_SUCCESS)
+                st = enqueue_from_lse(ctx, p->from_lse, w_heads, lse, dv_lse, q->n[2], k->n[2], &x,
+                                      1, &ev[1], head_mean ? &ev[2] : done);
+            if (st == CLATTN_SUCCESS && head_mean)
+                st = enqueue_head_mean(ctx, p->head_mean, w_heads, w, 1, &ev[2], done);
+        }
+    } else {
+        clattn_view ws;
+        /* clattn's own workspace (no weights to return) with zeros for masked rows: the
+         * kernels skip the masked tiles instead of writing −∞ and zeros there */
+        const bool sparse = !w_heads && desc->masked_rows == CLATTN_MASKED_ROWS_ZERO;
+        if (w_heads) {
+            ws = *w_heads; /* scores go straight into the weights, softmax runs in place */
+        } else if (st == CLATTN_SUCCESS) {
+            st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws);
+            ws_mem[2] = ws.buffer;
+        }
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, sparse, true, &x, n_wait, wait,
+                                &ev[0]);
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_softmax(ctx, p->softmax, p->softmax_wg, &ws, &ws, dv_lse, sparse, &x, 1,
+                                 &ev[0], &ev[1]);
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_wsum(ctx, &p->wsum, &ws, v, o, sparse, &x, 1, &ev[1],
+                              head_mean ? &ev[2] : done);
+        if (st == CLATTN_SUCCESS && head_mean)
+            st = enqueue_head_mean(ctx, p->head_mean, &ws, w, 1, &ev[2], done);
+    }
+    release_events(ev, 5);
+    for (int i = 0; i < 3; i++)
+        if (ws_mem[i]) /* freed by the runtime once the kernels that use it finish */
+            clReleaseMemObject(ws_mem[i]);
+    aux_release(&x);
+    return st;
+}
+clattn_status clattn_launch_stage(clattn_context *ctx, const clattn_stage_plan *plan,
+                                  const clattn_stage_call *sp, cl_uint n_wait,
+                                  const cl_event *wait, cl_event *done)
+{
+    const clattn_view *a = &sp->a, *b = &sp->b, *c = &sp->c;
+    if (c->count == 0)
+        return enqueue_marker(ctx, n_wait, wait, done);
+    aux_t plain;
+    memset(&plain, 0, sizeof plain); /* softmax and weighted sum: plain rows */
+    switch (sp->kind) {
+    case CLATTN_STAGE_SOFTMAX:
+        return enqueue_softmax(ctx, plan->softmax, plan->softmax_wg, a, c, NULL, false, &plain,
+                               n_wait, wait, done);
+    case CLATTN_STAGE_SCORES: {
+        aux_t x;
+        clattn_status st = aux_make(ctx, sp->desc, a, sp->has_mask ? &sp->mask : NULL, &x);
+        if (st == CLATTN_SUCCESS)
+            st = enqueue_scores(ctx, &plan->bk, a, b, c, clattn_effective_scale(sp->desc, a->n[3]),
+                                false, false, &x, n_wait, wait, done);
+        aux_release(&x);
+        return st;
+    }
+    case CLATTN_STAGE_WEIGHTED_SUM:
+    default: return enqueue_wsum(ctx, &plan->bk, a, b, c, false, &plain, n_wait, wait, done);
+    }
+}
+
+/* The steps of a merge (merge.cl's `mode`): the first part initialises the running
+ * (O, LSE) workspace, each next part merges into it, the last step writes the outputs. */
+typedef enum { MERGE_FIRST = 0, MERGE_NEXT = 1, MERGE_FINISH = 2 } merge_step;
+
+static clattn_status enqueue_merge_step(clattn_context *ctx, clattn_program_entry *e,
+                                        const clattn_view *acc, const clattn_view *acc_lse,
+                                        const clattn_view *po, const clattn_view *pl,
+                                        const clattn_view *o, const clattn_view *lse, merge_step mode,
+                                        cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg(&a, sizeof(cl_mem), &acc->buffer);
+    arg(&a, sizeof(cl_mem), &acc_lse->buffer);
+    arg_long(&a, acc->n[3]);
+    arg_int(&a, acc->n[1]);
+    arg_long(&a, acc->n[2]);
+    arg_opt_view(&a, po);
+    arg_opt_view(&a, pl);
+    arg_opt_view(&a, o);
+    arg_opt_view(&a, lse);
+    arg_int(&a, (int)mode);
+    const size_t global[1] = {(size_t)(acc->n[0] * acc->n[1] * acc->n[2])};
+    return launch(ctx, "merge", &a, 1, global, NULL, n_wait, wait, done);
+}
+
+clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_problem *m,
+                                  cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    const size_t n_parts = m->n_parts;
+    const clattn_view *po = m->o_parts, *pl = m->lse_parts, *o = &m->o;
+    const clattn_view *lse = m->has_lse ? &m->lse : NULL;
+    if (o->count == 0)
+        return enqueue_marker(ctx, n_wait, wait, done);
+    clattn_view acc, acc_lse;
+    acc.buffer = acc_lse.buffer = NULL;
+    clattn_status st = clattn_workspace(ctx, o->n[0], o->n[1], o->n[2], o->n[3], &acc);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_workspace(ctx, o->n[0], o->n[1], o->n[2], 1, &acc_lse);
+    cl_event prev = NULL;
+    for (size_t p = 0; st == CLATTN_SUCCESS && p <= n_parts; p++) {
+        /* one program per (part storage type, output storage type) */
+        clattn_program_entry *e;
+        st = clattn_plan_merge_step(ctx, p < n_parts ? po[p].dtype : CLATTN_FLOAT32, o->dtype, &e);
+        cl_event next = NULL;
+        if (st == CLATTN_SUCCESS) {
+            const merge_step mode = p == 0 ? MERGE_FIRST : p < n_parts ? MERGE_NEXT : MERGE_FINISH;
+            st = enqueue_merge_step(ctx, e, &acc, &acc_lse, p < n_parts ? &po[p] : NULL,
+                                    p < n_parts ? &pl[p] : NULL, o, lse, mode, prev ? 1 : n_wait,
+                                    prev ? &prev : wait, p == n_parts ? done : &next);
+        }
+        if (prev)
+            clReleaseEvent(prev);
+        prev = next;
+    }
+    if (prev)
+        clReleaseEvent(prev);
+    if (acc.buffer)
+        clReleaseMemObject(acc.buffer);
+    if (acc_lse.buffer)
+        clReleaseMemObject(acc_lse.buffer);
+    return st;
+}

@@ -1,0 +1,341 @@
+/* Planning: which algorithm runs and why, which kernels with which -D options and
+ * blocking, and the workspace. This is the only place program option strings are made.
+ * The blocking values come from tuning.c. */
+#include "internal.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CL_STD "-cl-std=CL1.2"
+#define DIRECT_MAX_N_Q 8   /* fused: up to this many queries stream K and V (decoding) */
+#define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
+#define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
+
+static size_t pow2_at_least(int64_t n, size_t cap)
+{
+    size_t p = 1;
+    while ((int64_t)p < n && p < cap)
+        p *= 2;
+    return p;
+}
+
+/* Builds `file` with `dims` (e.g. "-DD_K=64") and the blocking tuning.c chooses for the
+ * request: on CPUs, where a work-item is a loop iteration, several queries per
+ * work-item (register blocking); on GPUs one, to spare registers. A wg_request of 0
+ * chooses; otherwise exactly that many work-items or CLATTN_ERROR_UNSUPPORTED. */
+static clattn_status build_blocked(clattn_context *ctx, const char *file, const char *dims,
+                                   const clattn_blocking_request *r, clattn_blocked *out)
+{
+    size_t rq, wg, tile_kv, limit;
+    bool wg_fixed;
+    clattn_tuning_choose(ctx, r, &rq, &wg, &tile_kv, &limit, &wg_fixed);
+    if (wg > limit)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "work_group_size %zu exceeds the limit %zu for %s on this device "
+                           "(CL_DEVICE_MAX_WORK_GROUP_SIZE, and on CPUs the stack the "
+                           "work-group's private arrays need)",
+                           wg, limit, file);
+    if (tile_kv != r->tile_cap && clattn_fit_tile_kv(ctx, r->local_per_key, tile_kv) != tile_kv)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "tile_kv %zu: the %s kernel's tiles exceed the device's local memory "
+                           "(%llu bytes)",
+                           tile_kv, file, (unsigned long long)ctx->local_mem);
+    for (;;) {
+        char opts[320];
+        snprintf(opts, sizeof opts, CL_STD " %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu", dims, tile_kv,
+                 wg, rq);
+        clattn_status st = clattn_get_kernel(ctx, file, opts, &out->entry);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        if (out->entry->kernel_wg_max >= wg)
+            break;
+        if (wg_fixed || wg == 1)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "work_group_size %zu exceeds the %s kernel's limit %zu "
+                               "(CL_KERNEL_WORK_GROUP_SIZE)",
+                               wg, file, out->entry->kernel_wg_max);
+        wg /= 2;
+    }
+    out->rq = rq;
+    out->wg = wg;
+    out->tile_kv = tile_kv;
+    return CLATTN_SUCCESS;
+}
+
+/* scores.cl for d_k, or why not (local memory) */
+static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, const char *feat,
+                                   clattn_blocked *out)
+{
+    const size_t t = clattn_fit_tile_kv(ctx, d_k, clattn_default_tile_kv(ctx, false, 0));
+    if (t == 0)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "scores: 16 rows of K with d_k %lld exceed the device's local memory "
+                           "(%llu bytes)",
+                           (long long)d_k, (unsigned long long)ctx->local_mem);
+    char dims[200];
+    snprintf(dims, sizeof dims, "-DD_K=%lld %s", (long long)d_k, feat);
+    const clattn_blocking_request r = {CLATTN_KERNEL_SCORES, d_k, 0, n_q, (int64_t)t,
+                                       2 * (int64_t)t + 16, d_k, t, 0, false};
+    return build_blocked(ctx, "scores.cl", dims, &r, out);
+}
+
+/* weighted_sum.cl for d_v, or why not (local memory) */
+static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, const char *feat,
+                                 clattn_blocked *out)
+{
+    const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
+    const size_t t = clattn_fit_tile_kv(ctx, d_v_pad, clattn_default_tile_kv(ctx, false, 0));
+    if (t == 0)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "weighted sum: 16 rows of V with d_v %lld exceed the device's local "
+                           "memory (%llu bytes)",
+                           (long long)d_v, (unsigned long long)ctx->local_mem);
+    char dims[200];
+    snprintf(dims, sizeof dims, "-DD_V=%lld %s", (long long)d_v, feat);
+    const clattn_blocking_request r = {CLATTN_KERNEL_WEIGHTED_SUM, 0, d_v, n_q, d_v_pad,
+                                       d_v_pad + (int64_t)t + 16, d_v_pad, t, 0, false};
+    return build_blocked(ctx, "weighted_sum.cl", dims, &r, out);
+}
+
+/* Softmax work-group: the caller's size if it is legal, else a power of two covering
+ * the row, capped by the kernel's limit. */
+static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_desc *desc,
+                                    int64_t width, clattn_program_entry **out, size_t *wg)
+{
+    clattn_status st = clattn_get_kernel(ctx, "softmax.cl", CL_STD, out);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    size_t limit = (*out)->kernel_wg_max < ctx->max_wi[0] ? (*out)->kernel_wg_max : ctx->max_wi[0];
+    size_t want = desc ? desc->work_group_size : 0;
+    if (want > 0) {
+        if (want > limit)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "work_group_size %zu exceeds the softmax kernel's limit %zu "
+                               "(CL_KERNEL_WORK_GROUP_SIZE / CL_DEVICE_MAX_WORK_ITEM_SIZES)",
+                               want, limit);
+        *wg = want;
+    } else if (ctx->device_type & CL_DEVICE_TYPE_CPU) {
+        *wg = 1; /* a row per work-item, 16 lanes at a time: no reduction, one JIT size */
+    } else {
+        size_t cap = limit < MAX_SOFTMAX_WG ? limit : MAX_SOFTMAX_WG;
+        *wg = pow2_at_least(width, cap);
+        while (*wg > cap)
+            *wg /= 2;
+    }
+    return CLATTN_SUCCESS;
+}
+/* What a call adds to the plain problem: the desc's optional terms and outputs, and
+ * the storage types, as compile-time options of the kernels that read them. */
+typedef struct features {
+    char opts[160]; /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0" */
+    bool weights;   /* weights requested */
+    bool head_mean; /* … averaged over heads */
+    bool lse;       /* LSE requested */
+} features;
+
+/* The -D options of the storage types and score terms; a type of -1 is left out. */
+static void term_options(char *out, size_t len, int q_dt, int k_dt, int v_dt, int o_dt,
+                         const clattn_view *mask, const clattn_attention_desc *desc)
+{
+    const int mask_t = !mask ? 0 : mask->dtype == CLATTN_BOOL ? 1 : 2;
+    const char *names[4] = {"Q_DT", "K_DT", "V_DT", "O_DT"};
+    const int dts[4] = {q_dt, k_dt, v_dt, o_dt};
+    size_t at = 0;
+    out[0] = '\0';
+    for (int i = 0; i < 4; i++)
+        if (dts[i] >= 0)
+            at += (size_t)snprintf(out + at, len - at, "-D%s=%d ", names[i], dts[i]);
+    if (desc)
+        snprintf(out + at, len - at, "-DMASK_T=%d -DALIBI=%d -DSOFTCAP=%d", mask_t,
+                 desc->alibi_slopes != NULL, desc->softcap > 0.0f);
+}
+
+static void make_features(const clattn_problem *p, features *f)
+{
+    term_options(f->opts, sizeof f->opts, (int)p->q.dtype, (int)p->k.dtype, (int)p->v.dtype,
+                 (int)p->o.dtype, p->has_mask ? &p->mask : NULL, p->desc);
+    f->weights = p->has_w;
+    f->head_mean = p->has_w && p->desc->weights_head_mean;
+    f->lse = p->has_lse;
+}
+
+/* Why the fused kernel cannot run this shape here ("" when it can); picks its tile. */
+static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, char *why,
+                        size_t why_len)
+{
+    why[0] = '\0';
+    const int64_t per_key = d_k + clattn_ceil_div(d_v, 16) * 16; /* K, V floats per key */
+    const size_t t = clattn_fit_tile_kv(ctx, per_key, clattn_default_tile_kv(ctx, true, per_key));
+    if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
+        snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
+    else if (t == 0)
+        snprintf(why, why_len,
+                 "fused: 16 key rows of K and V (%llu bytes) exceed the device's local "
+                 "memory (%llu bytes)",
+                 (unsigned long long)(16 * per_key * sizeof(float)),
+                 (unsigned long long)ctx->local_mem);
+    return t;
+}
+
+/* Bytes of a packed float32 [a, b, c, d] workspace into *out, or false (overflow or
+ * more than the device allocates at once; `why` says which). */
+static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int64_t c, int64_t d,
+                           const char *what, int64_t *out, char *why, size_t why_len)
+{
+    int64_t n;
+    if (!clattn_mul_ok(a, b, &n) || !clattn_mul_ok(n, c, &n) || !clattn_mul_ok(n, d, &n) ||
+        !clattn_mul_ok(n, 4, &n)) {
+        snprintf(why, why_len, "%s: the size overflows", what);
+        return false;
+    }
+    if ((cl_ulong)n > ctx->max_alloc) {
+        snprintf(why, why_len,
+                 "%s: the %lld-byte buffer exceeds CL_DEVICE_MAX_MEM_ALLOC_SIZE (%llu bytes)", what,
+                 (long long)n, (unsigned long long)ctx->max_alloc);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
+clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *pr,
+                                    clattn_exec_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    const clattn_attention_desc *desc = pr->desc;
+    const clattn_view *q = &pr->q, *k = &pr->k, *v = &pr->v;
+    features feat;
+    make_features(pr, &feat);
+    const features *f = &feat;
+    const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], d_k = q->n[3];
+    const int64_t n_kv = k->n[2], d_v = v->n[3];
+    if (h_q > INT_MAX || d_k > INT_MAX || d_v > INT_MAX)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads or head dims above INT_MAX");
+
+    /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
+     * caller's weights), the per-head weights before averaging, the fused LSE */
+    char fused_why[200], unfused_why[200] = "";
+    const size_t fused_tile = fused_fit(ctx, d_k, d_v, fused_why, sizeof fused_why);
+    int64_t ws_scores = 0, ws_lse = 0, ws_fused = 0;
+    if ((!f->weights || f->head_mean) &&
+        !workspace_fits(ctx, batch, h_q, n_q, n_kv, "unfused: score matrix", &ws_scores,
+                        unfused_why, sizeof unfused_why))
+        ws_scores = -1;
+    if (!fused_why[0] && f->weights) {
+        if (!workspace_fits(ctx, batch, h_q, n_q, 1, "fused: LSE for the weights pass", &ws_lse,
+                            fused_why, sizeof fused_why))
+            ws_lse = -1;
+        int64_t wm = 0;
+        if (ws_lse >= 0 && f->head_mean &&
+            !workspace_fits(ctx, batch, h_q, n_q, n_kv, "fused: per-head weights", &wm, fused_why,
+                            sizeof fused_why))
+            wm = -1;
+        ws_fused = ws_lse + wm;
+    }
+
+    const bool want_unfused =
+        desc->algorithm == CLATTN_ALGORITHM_UNFUSED ||
+        (desc->algorithm == CLATTN_ALGORITHM_AUTO && (f->weights || fused_why[0]));
+    if (desc->algorithm == CLATTN_ALGORITHM_FUSED && fused_why[0])
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", fused_why);
+    if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED && unfused_why[0])
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", unfused_why);
+    if (want_unfused && !unfused_why[0]) {
+        p->algorithm = CLATTN_ALGORITHM_UNFUSED;
+        snprintf(p->reason, sizeof p->reason, "%s",
+                 desc->algorithm == CLATTN_ALGORITHM_UNFUSED ? "unfused: requested"
+                 : f->weights ? "auto: unfused, because weights were requested (it computes "
+                                "them once; fused would need a second pass)"
+                              : "auto: unfused, because the fused kernel cannot run this shape");
+        snprintf(p->rejected, sizeof p->rejected, "%s",
+                 fused_why[0] ? fused_why : "fused: possible, not preferred");
+    } else if (!fused_why[0]) {
+        p->algorithm = CLATTN_ALGORITHM_FUSED;
+        snprintf(p->reason, sizeof p->reason, "%s",
+                 desc->algorithm == CLATTN_ALGORITHM_FUSED
+                     ? "fused: requested"
+                     : "auto: fused (never stores n_q x n_kv)");
+        snprintf(p->rejected, sizeof p->rejected, "%s",
+                 unfused_why[0] ? unfused_why : "unfused: possible, not preferred");
+    } else {
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "no algorithm fits: %s; %s", fused_why,
+                           unfused_why);
+    }
+
+    clattn_status st;
+    p->no_keys = n_kv == 0;
+    if (p->algorithm == CLATTN_ALGORITHM_UNFUSED && !p->no_keys) {
+        p->workspace_bytes = ws_scores;
+        if ((st = scores_kernel(ctx, n_q, d_k, f->opts, &p->scores)) != CLATTN_SUCCESS ||
+            (st = wsum_kernel(ctx, n_q, d_v, f->opts, &p->wsum)) != CLATTN_SUCCESS ||
+            (st = softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg)) != CLATTN_SUCCESS)
+            return st;
+        snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
+                 f->head_mean ? ", head_mean" : "");
+    } else {
+        /* a few queries (decoding) share nothing: stream K and V instead of staging tiles;
+         * with no keys at all the streaming kernel just writes the empty rows */
+        const bool direct = p->no_keys || (n_q <= DIRECT_MAX_N_Q && desc->work_group_size == 0);
+        char dims[240];
+        snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld -DDIRECT=%d %s", (long long)d_k,
+                 (long long)d_v, direct ? 1 : 0, f->opts);
+        /* private floats per query: q row, accumulator, scores and weights of a tile */
+        const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
+        const size_t tile = fused_tile ? fused_tile : 16;
+        const clattn_blocking_request r = {CLATTN_KERNEL_FUSED,
+                                           d_k,
+                                           d_v,
+                                           n_q,
+                                           d_v_pad,
+                                           d_k + d_v_pad + 2 * (int64_t)tile + 8,
+                                           d_k + d_v_pad,
+                                           tile,
+                                           p->no_keys ? 0 : desc->work_group_size,
+                                           direct};
+        if ((st = build_blocked(ctx, "fused.cl", dims, &r, &p->fused)) != CLATTN_SUCCESS)
+            return st;
+        snprintf(p->kernels, sizeof p->kernels, "fused%s%s",
+                 f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
+                 f->head_mean && !p->no_keys ? ", head_mean" : "");
+        if (f->weights && !p->no_keys) {
+            p->workspace_bytes = ws_fused;
+            if ((st = scores_kernel(ctx, n_q, d_k, f->opts, &p->scores)) != CLATTN_SUCCESS ||
+                (st = clattn_get_kernel(ctx, "weights_from_lse.cl", CL_STD,
+                                        &p->from_lse)) != CLATTN_SUCCESS)
+                return st;
+        }
+    }
+    if (f->head_mean && !p->no_keys &&
+        (st = clattn_get_kernel(ctx, "head_mean.cl", CL_STD, &p->head_mean)) !=
+            CLATTN_SUCCESS)
+        return st;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp,
+                                clattn_stage_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    char feat[160];
+    switch (sp->kind) {
+    case CLATTN_STAGE_SOFTMAX:
+        return softmax_kernel(ctx, sp->desc, sp->a.n[3], &out->softmax, &out->softmax_wg);
+    case CLATTN_STAGE_SCORES:
+        term_options(feat, sizeof feat, (int)sp->a.dtype, (int)sp->b.dtype, -1, -1,
+                     sp->has_mask ? &sp->mask : NULL, sp->desc);
+        return scores_kernel(ctx, sp->a.n[2], sp->a.n[3], feat, &out->bk);
+    case CLATTN_STAGE_WEIGHTED_SUM:
+    default:
+        term_options(feat, sizeof feat, -1, -1, (int)sp->b.dtype, (int)sp->c.dtype, NULL, NULL);
+        return wsum_kernel(ctx, sp->c.n[2], sp->c.n[3], feat, &out->bk);
+    }
+}
+
+clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype out,
+                                     clattn_program_entry **e)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, CL_STD " -DV_DT=%d -DO_DT=%d", (int)part, (int)out);
+    return clattn_get_kernel(ctx, "merge.cl", opts, e);
+}

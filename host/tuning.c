@@ -1,0 +1,349 @@
+/* The blocking of the tiled kernels (RQ queries per work-item, WG work-items per group,
+ * TILE_KV keys per step): the built-in table per device class, the context's overrides
+ * (clattn_context_set_blocking, CLATTN_BLOCKING), and the stored tuning results that
+ * `clattn tune` measures — this file is the one reader and writer of their format.
+ *
+ * Stored tuning: <cache folder>/tune-<16 hex digits>.txt, the digits hashing the device
+ * name, driver version, device version and the clattn version (a new driver or clattn
+ * starts untuned). Lines: "<kernel> <d_k> <d_v> <rq> <wg> <tile_kv>", kernel one of
+ * fused, scores (d_v 0), weighted_sum (d_k 0); '#' starts a comment. Unreadable or
+ * malformed lines are ignored: tuning is an optimisation, never an error. The
+ * environment (CLATTN_TUNE=off, CLATTN_BLOCKING) is read once, when a context is
+ * created; nothing here runs getenv on a call's path. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The built-in table. */
+#define GPU_TILE_KV 64                   /* blocked kernels on GPUs: keys per step (x16) */
+#define CPU_TILE_KV 64                   /* scores / weighted sum on CPUs: keys per step */
+#define CPU_FUSED_TILE_KV 128            /* fused on CPUs: at most this many keys per step, */
+#define CPU_FUSED_TILE_BYTES (64 * 1024) /* with K and V tiles within this (cache-sized) */
+#define GPU_WG 64                        /* blocked kernels on GPUs: work-items per group */
+#define CPU_WG 16                        /* on CPUs: work-items per work-group (WG·RQ rows) */
+/* PoCL's CPU device runs a work-group on one thread's stack, private arrays of every
+ * work-item included; beyond about this many bytes in all it crashes (and it reports
+ * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
+#define CPU_GROUP_PRIVATE_BYTES (512 * 1024)
+
+#define MAX_TUNE_ENTRIES 256
+#define ANY_KERNEL ((clattn_kernel)-1) /* CLATTN_BLOCKING: every kernel */
+
+static const char *const kernel_names[3] = {"fused", "scores", "weighted_sum"};
+
+static bool is_cpu(const clattn_context *ctx)
+{
+    return (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
+}
+
+size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap)
+{
+    const cl_ulong budget = ctx->local_mem > 1024 ? ctx->local_mem - 1024 : 0;
+    size_t t = cap;
+    while (t >= 16 && (cl_ulong)t * (cl_ulong)local_floats_per_key * sizeof(float) > budget)
+        t /= 2;
+    return t >= 16 ? t : 0;
+}
+
+size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per_key)
+{
+    if (!is_cpu(ctx))
+        return GPU_TILE_KV;
+    if (!fused)
+        return CPU_TILE_KV;
+    /* measured: d 64 best at 128 keys, 128 at 64 */
+    size_t cap = CPU_FUSED_TILE_KV;
+    while (cap > 16 && (int64_t)cap * per_key * (int64_t)sizeof(float) > CPU_FUSED_TILE_BYTES)
+        cap /= 2;
+    return cap;
+}
+
+static bool blocking_ok(const clattn_blocking *b)
+{
+    return b->queries_per_work_item >= 1 && b->queries_per_work_item <= 8 &&
+           b->work_group_size >= 1 && b->work_group_size <= 1024 && b->tile_kv >= 16 &&
+           b->tile_kv <= 512 && b->tile_kv % 16 == 0;
+}
+
+static const clattn_tune_entry *find(const clattn_tune_entry *list, int n, clattn_kernel kernel,
+                                     int64_t d_k, int64_t d_v, bool wildcards)
+{
+    for (int i = n - 1; i >= 0; i--) { /* the last entry for a key wins */
+        const clattn_tune_entry *e = &list[i];
+        const bool k_ok = e->kernel == kernel || (wildcards && e->kernel == ANY_KERNEL);
+        const bool dk_ok = e->d_k == d_k || (wildcards && e->d_k == 0);
+        const bool dv_ok = e->d_v == d_v || (wildcards && e->d_v == 0);
+        if (k_ok && dk_ok && dv_ok)
+            return e;
+    }
+    return NULL;
+}
+
+/* Adds or replaces (same kernel and dims) an entry of a heap list. */
+static bool put(clattn_tune_entry **list, int *n, const clattn_tune_entry *e)
+{
+    for (int i = 0; i < *n; i++)
+        if ((*list)[i].kernel == e->kernel && (*list)[i].d_k == e->d_k && (*list)[i].d_v == e->d_v) {
+            (*list)[i] = *e;
+            return true;
+        }
+    if (*n >= MAX_TUNE_ENTRIES)
+        return false;
+    clattn_tune_entry *grown = realloc(*list, (size_t)(*n + 1) * sizeof **list);
+    if (!grown)
+        return false;
+    *list = grown;
+    grown[(*n)++] = *e;
+    return true;
+}
+
+/* One line of the file, or false. */
+static bool parse_line(const char *line, clattn_tune_entry *e)
+{
+    char kernel[32];
+    long long d_k, d_v;
+    unsigned rq, wg, tile;
+    if (line[0] == '#' ||
+        sscanf(line, "%31s %lld %lld %u %u %u", kernel, &d_k, &d_v, &rq, &wg, &tile) != 6 ||
+        d_k < 0 || d_v < 0)
+        return false;
+    int k = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(kernel, kernel_names[i]) == 0)
+            k = i;
+    e->kernel = (clattn_kernel)k;
+    e->d_k = d_k;
+    e->d_v = d_v;
+    e->blocking.queries_per_work_item = rq;
+    e->blocking.work_group_size = wg;
+    e->blocking.tile_kv = tile;
+    return k >= 0 && blocking_ok(&e->blocking);
+}
+
+void clattn_tuning_init(clattn_context *ctx)
+{
+    const char *tune = getenv("CLATTN_TUNE");
+    ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
+    /* CLATTN_BLOCKING="RQ,WG,TILE_KV": an override of every kernel (tuning experiments) */
+    const char *env = getenv("CLATTN_BLOCKING");
+    clattn_tune_entry o = {ANY_KERNEL, 0, 0, {0, 0, 0}};
+    if (env && sscanf(env, "%u,%u,%u", &o.blocking.queries_per_work_item,
+                      &o.blocking.work_group_size, &o.blocking.tile_kv) == 3 &&
+        blocking_ok(&o.blocking))
+        (void)put(&ctx->override, &ctx->n_override, &o);
+    if (!ctx->cache_dir)
+        return;
+    const uint64_t h = clattn_device_hash(ctx);
+    const size_t len = strlen(ctx->cache_dir) + 32;
+    ctx->tune_path = malloc(len);
+    if (!ctx->tune_path)
+        return;
+    snprintf(ctx->tune_path, len, "%s/tune-%016llx.txt", ctx->cache_dir, (unsigned long long)h);
+    FILE *f = fopen(ctx->tune_path, "r");
+    if (!f)
+        return;
+    char line[256];
+    clattn_tune_entry e;
+    while (fgets(line, sizeof line, f))
+        if (parse_line(line, &e))
+            (void)put(&ctx->tune, &ctx->n_tune, &e);
+    fclose(f);
+}
+
+void clattn_tuning_release(clattn_context *ctx)
+{
+    free(ctx->tune_path);
+    free(ctx->tune);
+    free(ctx->override);
+    ctx->tune_path = NULL;
+    ctx->tune = ctx->override = NULL;
+    ctx->n_tune = ctx->n_override = 0;
+}
+
+void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
+                          size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed)
+{
+    const bool cpu = is_cpu(ctx);
+    *rq = !cpu || r->one_query_per_item ? 1
+          : r->acc_floats <= 128        ? 4
+          : r->acc_floats <= 256        ? 2
+                                        : 1;
+    *tile_kv = r->tile_cap;
+    *limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
+    if (cpu) { /* private arrays of the whole group on one thread's stack */
+        const int64_t per_item = ((int64_t)*rq * r->private_floats + 64) * (int64_t)sizeof(float);
+        const int64_t fits = CPU_GROUP_PRIVATE_BYTES / per_item;
+        if ((int64_t)*limit > fits)
+            *limit = fits > 1 ? (size_t)fits : 1;
+    }
+    size_t wg_request = r->wg_request;
+    const clattn_tune_entry *o = find(ctx->override, ctx->n_override, r->kernel, r->d_k, r->d_v,
+                                      true);
+    const clattn_tune_entry *t =
+        o || r->one_query_per_item || wg_request != 0 || !ctx->use_stored_tuning
+            ? NULL
+            : find(ctx->tune, ctx->n_tune, r->kernel, r->d_k, r->d_v, false);
+    if (o) {
+        *rq = o->blocking.queries_per_work_item;
+        *tile_kv = o->blocking.tile_kv;
+        if (wg_request == 0)
+            wg_request = o->blocking.work_group_size;
+    } else if (t && r->n_q >= (int64_t)(t->blocking.queries_per_work_item *
+                                         t->blocking.work_group_size) &&
+               t->blocking.work_group_size <= *limit &&
+               clattn_fit_tile_kv(ctx, r->local_per_key, t->blocking.tile_kv) ==
+                   t->blocking.tile_kv) {
+        /* stored by `clattn tune` for this device (large enough problems only) */
+        *rq = t->blocking.queries_per_work_item;
+        *tile_kv = t->blocking.tile_kv;
+        wg_request = t->blocking.work_group_size;
+    }
+    *wg = wg_request;
+    *wg_fixed = wg_request != 0;
+    if (*wg == 0) { /* two size classes, not one program per n_q */
+        *wg = cpu ? CPU_WG : GPU_WG;
+        if (cpu && r->n_q < (int64_t)(*wg * *rq)) /* fewer queries than one group holds */
+            *rq = *wg = 1;
+        while (*wg > *limit)
+            *wg /= 2;
+    }
+}
+
+/* ------------------------------------------------------------------ public API */
+
+static clattn_status check_key(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
+                               int64_t d_v, const clattn_blocking *b)
+{
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    if ((int)kernel < 0 || (int)kernel > 2)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "unknown kernel %d", (int)kernel);
+    if (d_k < 0 || d_v < 0)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "d_k %lld / d_v %lld is negative",
+                           (long long)d_k, (long long)d_v);
+    if (b && !blocking_ok(b))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "blocking %u,%u,%u: queries_per_work_item must be 1..8, "
+                           "work_group_size 1..1024, tile_kv 16..512 and a multiple of 16",
+                           b->queries_per_work_item, b->work_group_size, b->tile_kv);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_set_blocking(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
+                                          int64_t d_v, const clattn_blocking *blocking)
+{
+    clattn_status st = check_key(ctx, kernel, d_k, d_v, blocking);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    if (!blocking) {
+        for (int i = 0; i < ctx->n_override; i++)
+            if (ctx->override[i].kernel == kernel && ctx->override[i].d_k == d_k &&
+                ctx->override[i].d_v == d_v) {
+                ctx->override[i] = ctx->override[--ctx->n_override];
+                i--;
+            }
+        return CLATTN_SUCCESS;
+    }
+    const clattn_tune_entry e = {kernel, d_k, d_v, *blocking};
+    if (!put(&ctx->override, &ctx->n_override, &e))
+        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
+                           "cannot hold more than %d overrides", MAX_TUNE_ENTRIES);
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_use_stored_tuning(clattn_context *ctx, int use)
+{
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    ctx->use_stored_tuning = use != 0;
+    return CLATTN_SUCCESS;
+}
+
+/* mkdir -p of the folder holding `path` */
+static void make_parents(const char *path)
+{
+    char *dir = malloc(strlen(path) + 1);
+    if (!dir)
+        return;
+    strcpy(dir, path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        for (char *p = dir + 1; *p; p++)
+            if (*p == '/') {
+                *p = '\0';
+                (void)mkdir(dir, 0755);
+                *p = '/';
+            }
+        (void)mkdir(dir, 0755);
+    }
+    free(dir);
+}
+
+clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel kernel,
+                                            int64_t d_k, int64_t d_v,
+                                            const clattn_blocking *blocking, const char *note)
+{
+    clattn_status st = check_key(ctx, kernel, d_k, d_v, blocking);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    if (!blocking)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "blocking is NULL");
+    if (!ctx->tune_path)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "the program-binary cache is disabled, so there is no tuning file");
+    char key[96];
+    snprintf(key, sizeof key, "%s %lld %lld ", kernel_names[kernel], (long long)d_k,
+             (long long)d_v);
+    const size_t plen = strlen(ctx->tune_path);
+    char *tmp = malloc(plen + 32);
+    if (!tmp)
+        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "cannot allocate a path");
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", ctx->tune_path, (long)getpid());
+    make_parents(ctx->tune_path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        st = clattn_fail(ctx, CLATTN_ERROR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    /* the old lines but those of this key, then the new one */
+    FILE *in = fopen(ctx->tune_path, "r");
+    char line[256];
+    bool any = false;
+    while (in && fgets(line, sizeof line, in))
+        if (strncmp(line, key, strlen(key)) != 0) {
+            fputs(line, out);
+            any = true;
+        }
+    if (in)
+        fclose(in);
+    if (!any)
+        fputs("# clattn tune: <kernel> <d_k> <d_v> <rq> <wg> <tile_kv>\n", out);
+    fprintf(out, "%s%u %u %u%s%s\n", key, blocking->queries_per_work_item,
+            blocking->work_group_size, blocking->tile_kv, note ? "  # " : "", note ? note : "");
+    if (fclose(out) != 0 || rename(tmp, ctx->tune_path) != 0) {
+        st = clattn_fail(ctx, CLATTN_ERROR_IO, "cannot write %s: %s", ctx->tune_path,
+                         strerror(errno));
+        remove(tmp);
+        free(tmp);
+        return st;
+    }
+    free(tmp);
+    const clattn_tune_entry e = {kernel, d_k, d_v, *blocking};
+    if (!put(&ctx->tune, &ctx->n_tune, &e))
+        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
+                           "cannot hold more than %d stored entries", MAX_TUNE_ENTRIES);
+    return CLATTN_SUCCESS;
+}
+
+const char *clattn_context_tuning_file(const clattn_context *ctx)
+{
+    return ctx ? ctx->tune_path : NULL;
+}
