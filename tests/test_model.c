@@ -1,6 +1,6 @@
 /* A real model: the attention of every layer of sentence-transformers/all-MiniLM-L6-v2
  * (6 layers, 12 heads, head dim 32) on four sentences of different lengths in one
- * padded batch, as captured by tools/make_model_fixtures.py into tests/data/minilm/
+ * padded batch, as captured by tools/dev/make_model_fixtures.py into tests/data/minilm/
  * (README.md there: model, versions, sentences, shapes, layouts).
  *
  * The model's attention output (its context layer, before the output projection) must
