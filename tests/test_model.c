@@ -50,7 +50,7 @@ static void load_f32(const char *name, npy_array *out)
 }
 
 /* The data of a version 1.0 .npy file whose header names `descr` and `shape` (exactly
- * as numpy writes them, e.g. "'<i4'" and "(4,)"): the float32 reader of tools/npy.c
+ * as numpy writes them, e.g. "'<i4'" and "(4,)"): the float32 reader of tools/npy/npy.c
  * reads neither int32 nor bool. Copies exactly `size` bytes into `data`. */
 static void load_raw(const char *name, const char *descr, const char *shape, void *data,
                      size_t size)
