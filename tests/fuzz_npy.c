@@ -1,4 +1,4 @@
-/* libFuzzer target for the .npy parser of tools/npy.c (npy_parse, every dtype, and
+/* libFuzzer target for the .npy parser of tools/npy/npy.c (npy_parse, every dtype, and
  * its float32 shorthand npy_parse_f32).
  *
  * Besides crashes and sanitizer reports (ASan: no read outside the input, whose

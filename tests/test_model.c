@@ -1,6 +1,6 @@
 /* A real model: the attention of every layer of sentence-transformers/all-MiniLM-L6-v2
  * (6 layers, 12 heads, head dim 32) on four sentences of different lengths in one
- * padded batch, as captured by tools/make_model_fixtures.py into tests/data/minilm/
+ * padded batch, as captured by tools/dev/make_model_fixtures.py into tests/data/minilm/
  * (README.md there: model, versions, sentences, shapes, layouts).
  *
  * The model's attention output (its context layer, before the output projection) must
@@ -50,7 +50,7 @@ static void load_f32(const char *name, npy_array *out)
 }
 
 /* The data of a version 1.0 .npy file whose header names `descr` and `shape` (exactly
- * as numpy writes them, e.g. "'<i4'" and "(4,)"): the float32 reader of tools/npy.c
+ * as numpy writes them, e.g. "'<i4'" and "(4,)"): the float32 reader of tools/npy/npy.c
  * reads neither int32 nor bool. Copies exactly `size` bytes into `data`. */
 static void load_raw(const char *name, const char *descr, const char *shape, void *data,
                      size_t size)

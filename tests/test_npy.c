@@ -1,4 +1,4 @@
-/* The .npy reader and writer of tools/npy.c: round trips of every supported rank and
+/* The .npy reader and writer of tools/npy/npy.c: round trips of every supported rank and
  * dtype (float32, float16, bool, uint8, uint16, int32), the writer's header layout,
  * versions 2.0 and 3.0, and every kind of malformed file rejected with a message that
  * names the file. No OpenCL needed. */

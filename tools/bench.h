@@ -1,15 +1,45 @@
-/* `clattn bench`: timing of attention calls; see tools/bench.c. */
+/* What `clattn bench` shares with `clattn tune`: the --shapes list and the timing of one
+ * attention call on device buffers; see tools/bench.c. */
 #ifndef CLATTN_TOOLS_BENCH_H
 #define CLATTN_TOOLS_BENCH_H
 
-/* The CLI's names of the masks, indexed by clattn_mask, NULL-terminated (clattn.c):
- * one spelling for `run --mask` and `bench --shapes`. */
-extern const char *const cli_mask_names[];
+#include <clattn.h>
 
-/* Runs the bench subcommand on argv (after "bench"); returns the exit status. */
-int cmd_bench(int argc, char **argv);
+#include <stddef.h>
+#include <stdint.h>
 
-/* Runs the tune subcommand on argv (after "tune"); returns the exit status. */
-int cmd_tune(int argc, char **argv);
+typedef struct bench_case {
+    int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
+    clattn_mask mask;
+    clattn_algorithm algorithm;
+    clattn_dtype dtype; /* storage of Q, K, V and O */
+} bench_case;
+
+typedef struct stats {
+    double median, min, max;
+} stats;
+
+/* The timing of one case. */
+typedef struct result {
+    stats device_ms, wall_ms;
+    double gflops, gbytes_per_s;
+    size_t workspace_bytes;
+} result;
+
+/* While non-zero, bench_fail() prints nothing (tune: candidates the device refuses are
+ * expected, not reported). */
+extern int bench_quiet;
+
+/* Prints "clattn bench: MESSAGE" to stderr unless bench_quiet; returns 1. */
+int bench_fail(const char *fmt, ...);
+
+/* Parses LIST (`bench --shapes`) into at most `max` cases (an algorithm "both" gives
+ * two cases). Returns the count, or -1 with a message. */
+int parse_shapes(const char *list, bench_case *cases, int max);
+
+/* Times case c on random device buffers: `warmup` untimed runs, then `reps` timed ones;
+ * plan_reason receives the plan's reason. Returns 0, or 1 with a message. */
+int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, result *res,
+              char *plan_reason, size_t reason_len);
 
 #endif

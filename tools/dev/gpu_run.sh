@@ -3,7 +3,7 @@
 # on the GPU machine with the .gpu folder carried along:
 #   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j
 #   mkdir -p .gpu/bin .gpu/lib && cp build-gpu/clattn build-gpu/tests/test_{seeds,cases,api,random} .gpu/bin/
-#   cp -L /lib/x86_64-linux-gnu/lib{OpenCL.so.1,cjson.so.1,subunit.so.0} .gpu/lib/ && cp tools/gpu_run.sh .gpu/run.sh
+#   cp -L /lib/x86_64-linux-gnu/lib{OpenCL.so.1,cjson.so.1,subunit.so.0} .gpu/lib/ && cp tools/dev/gpu_run.sh .gpu/run.sh
 #   (on the GPU machine) bash .gpu/run.sh
 # One prepared device run: NVIDIA's OpenCL driver through the carried ICD loader;
 # clattn bench + PyTorch SDPA on the same GPU, then the test executables.
@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=c
 S="1,16,16,1024,1024,64,64;1,16,16,4096,4096,64,64;8,16,16,1024,1024,64,64;1,16,16,16384,16384,64,64,none,fused;1,16,16,4096,4096,128,128;4,16,16,4096,4096,128,128,none,fused;1,16,16,16384,16384,128,128,none,fused;1,16,16,8192,8192,64,64,causal,fused;1,32,32,1,8192,128,128"
 timeout 200 "$B/clattn" bench --peak --reps 5 --shapes "$S" > "$O/bench.txt" 2>&1; echo "bench rc=$?"; cat "$O/bench.txt"
 P="1,16,1024,64;1,16,4096,64;8,16,1024,64;1,16,16384,64;1,16,4096,128;4,16,4096,128;1,16,16384,128;1,16,8192,64,causal"
-timeout 120 python3 "$R/tools/gpu_sdpa_bench.py" "$P" > "$O/sdpa.jsonl" 2>&1; echo "sdpa rc=$?"; cat "$O/sdpa.jsonl"
+timeout 120 python3 "$R/tools/dev/gpu_sdpa_bench.py" "$P" > "$O/sdpa.jsonl" 2>&1; echo "sdpa rc=$?"; cat "$O/sdpa.jsonl"
 cd /tmp && python3 -c "
 import numpy as np; r=np.random.default_rng(1)
 for n in 'qkv': np.save(f'/tmp/{n}.npy', r.standard_normal((8,1024,64)).astype(np.float32))"

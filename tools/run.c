@@ -1,0 +1,493 @@
+/* `clattn run`: attention on .npy files, optionally checked against the CPU reference,
+ * its outputs written all-or-nothing. The command line is parsed in run_args.c. */
+#include "check.h"
+#include "clattn.h"
+#include "cli.h"
+#include "commands.h"
+#include "npy.h"
+#include "outfile.h"
+#include "run_args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Checks --out, --weights and --lse before anything is computed: none names an input
+ * file or another output (usage error), and each can be replaced. Returns -1 to go
+ * on, or an exit status. */
+static int check_output_paths(const run_args *a)
+{
+    enum { N_OUTS = 3, N_INS = 6 };
+    const char *const out_names[N_OUTS] = {"--out", "--weights", "--lse"};
+    const char *const outs[N_OUTS] = {a->out, a->weights, a->lse};
+    const char *const in_names[N_INS] = {"--q",         "--k",       "--v",
+                                         "--mask-file", "--kv-lens", "--q-lens"};
+    const char *const ins[N_INS] = {a->q,          a->k, a->v, a->mask_file, a->kv_lens_file,
+                                    a->q_lens_file};
+    for (int i = 0; i < N_OUTS; ++i) {
+        for (int j = 0; j < N_INS && outs[i] != NULL; ++j) {
+            if (ins[j] != NULL && same_file(outs[i], ins[j])) {
+                return usage_error("clattn run",
+                                   "%s '%s' is the same file as %s '%s'; writing it would "
+                                   "destroy an input",
+                                   out_names[i], outs[i], in_names[j], ins[j]);
+            }
+        }
+    }
+    for (int i = 0; i < N_OUTS; ++i) {
+        for (int j = i + 1; j < N_OUTS && outs[i] != NULL; ++j) {
+            if (outs[j] != NULL && same_file(outs[i], outs[j])) {
+                return usage_error("clattn run", "%s '%s' and %s '%s' name the same file",
+                                   out_names[i], outs[i], out_names[j], outs[j]);
+            }
+        }
+    }
+    for (int i = 0; i < N_OUTS; ++i) {
+        if (outs[i] != NULL && check_output_file(outs[i]) != 0) {
+            return EXIT_FAILURE;
+        }
+    }
+    return -1;
+}
+
+/* The input ranks `run` accepts, as messages describe them. */
+#define RUN_RANKS "(n, d), (h, n, d) or (b, h, n, d)"
+
+/* The 4-D shape [b, h, n, d] of a shape of rank 1..4 (leading 1s). */
+static void shape4(const int64_t *shape, int ndim, int64_t out[4])
+{
+    int lead = 4 - ndim;
+    for (int i = 0; i < 4; ++i) {
+        out[i] = i < lead ? 1 : shape[i - lead];
+    }
+}
+
+/* Checks that dimension `what` of file a equals that of file b. */
+static int same_dim(const char *what, const char *a_path, int64_t a, const char *b_path, int64_t b)
+{
+    if (a != b) {
+        cli_error("%s: %s is %lld but %s has %lld", a_path, what, (long long)a, b_path,
+                  (long long)b);
+        return 0;
+    }
+    return 1;
+}
+
+/* Shape agreement of Q, K and V, with messages naming the files. */
+static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k, const npy_data *v)
+{
+    const char *const paths[] = {a->q, a->k, a->v};
+    const npy_data *const arrays[] = {q, k, v};
+    const char *const heads[] = {"h_q", "h_kv", "h_kv"};
+    const char *const dims[] = {"d_k", "d_k", "d_v"};
+    int64_t qs[4], ks[4], vs[4];
+    int64_t *const shapes[] = {qs, ks, vs};
+    for (int i = 0; i < 3; ++i) {
+        if (arrays[i]->ndim < 2) { /* the reader rejects it already */
+            cli_error("%s: rank %d is not supported (need " RUN_RANKS ")", paths[i],
+                      arrays[i]->ndim);
+            return 0;
+        }
+        if (i > 0 && !same_dim("the rank (Q, K and V must have the same rank)", paths[i],
+                               arrays[i]->ndim, a->q, q->ndim)) {
+            return 0;
+        }
+        shape4(arrays[i]->shape, arrays[i]->ndim, shapes[i]);
+        if (shapes[i][1] < 1) {
+            cli_error("%s: %s is 0; heads must be at least 1", paths[i], heads[i]);
+            return 0;
+        }
+        if (shapes[i][3] < 1) {
+            cli_error("%s: %s is 0; head dims must be at least 1", paths[i], dims[i]);
+            return 0;
+        }
+    }
+    if (!same_dim("the batch size", a->k, ks[0], a->q, qs[0]) ||
+        !same_dim("the batch size", a->v, vs[0], a->q, qs[0]) ||
+        !same_dim("the number of heads", a->v, vs[1], a->k, ks[1]) ||
+        !same_dim("n_kv (rows)", a->v, vs[2], a->k, ks[2]) ||
+        !same_dim("d_k (last dimension)", a->k, ks[3], a->q, qs[3])) {
+        return 0;
+    }
+    if (qs[1] % ks[1] != 0) {
+        cli_error("%s: %lld heads is not a multiple of the %lld heads of %s (h_q must be a "
+                  "multiple of h_kv)",
+                  a->q, (long long)qs[1], (long long)ks[1], a->k);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- dtypes ---------------------------------------------------------------------- */
+
+static size_t dtype_size(clattn_dtype dtype)
+{
+    return dtype == CLATTN_FLOAT32 ? 4 : dtype == CLATTN_BOOL ? 1 : 2;
+}
+
+/* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
+static npy_dtype npy_of(clattn_dtype dtype)
+{
+    return dtype == CLATTN_FLOAT16 ? NPY_F16 : dtype == CLATTN_BFLOAT16 ? NPY_U16 : NPY_F32;
+}
+
+/* ---- running ------------------------------------------------------------------------ */
+
+/* A host view on packed data of a shape of rank 1..4 (leading 1s). */
+static clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype)
+{
+    int64_t s[4];
+    shape4(shape, ndim, s);
+    clattn_tensor t = clattn_tensor_host(data, s[0], s[1], s[2], s[3]);
+    t.dtype = dtype;
+    return t;
+}
+
+/* Element count of a shape, or 0 in *ok if it (times esize bytes) overflows size_t. */
+static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; ++i) {
+        if (shape[i] != 0 && n > SIZE_MAX / esize / (size_t)shape[i]) {
+            *ok = 0;
+        }
+        n *= (size_t)shape[i];
+    }
+    return n;
+}
+
+/* The inputs of a run after reading: Q, K, V and the optional mask. */
+typedef struct run_inputs {
+    npy_data q, k, v, mask, kv_lens, q_lens;
+    clattn_dtype dq, dk, dv;
+    int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
+} run_inputs;
+
+/* The library dtype of input `path`, read as `d`; 0 if it has none (a message is
+ * printed). */
+static int input_dtype(const run_args *a, const char *path, const npy_data *d, clattn_dtype *out)
+{
+    switch (d->dtype) {
+    case NPY_F32: *out = CLATTN_FLOAT32; return 1;
+    case NPY_F16: *out = CLATTN_FLOAT16; return 1;
+    case NPY_U16:
+        if (a->bf16) {
+            *out = CLATTN_BFLOAT16;
+            return 1;
+        }
+        cli_error("%s: dtype '<u2' (uint16) is read only with --dtype bf16 (as bfloat16 bit "
+                  "patterns)",
+                  path);
+        return 0;
+    default: cli_error("%s: dtype %s is not supported", path, npy_dtype_descr(d->dtype)); return 0;
+    }
+}
+
+/* The mask tensor view of the mask file broadcast to (b, h_q, n_q, n_kv): dimensions of
+ * 1 broadcast (b and h through shape 1, n_q and n_kv through stride 0). Returns 1, or
+ * 0 after a message. */
+static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out)
+{
+    const npy_data *m = &in->mask;
+    const int64_t target[4] = {in->qs[0], in->qs[1], in->qs[2], in->ks[2]};
+    int64_t fs[4], packed[4];
+    shape4(m->shape, m->ndim, fs);
+    static const char *const names[4] = {"b", "h_q", "n_q", "n_kv"};
+    for (int i = 0; i < 4; ++i) {
+        if (fs[i] != 1 && fs[i] != target[i]) {
+            char shape[128] = "(";
+            for (int d = 0; d < m->ndim; ++d) {
+                size_t used = strlen(shape);
+                snprintf(shape + used, sizeof shape - used, "%lld%s", (long long)m->shape[d],
+                         d + 1 < m->ndim ? ", "
+                         : m->ndim == 1  ? ",)"
+                                         : ")");
+            }
+            cli_error("%s: the mask's shape %s does not broadcast to (b, h_q, n_q, n_kv) = (%lld, "
+                      "%lld, %lld, %lld): its %s dimension is %lld, need 1 or %lld",
+                      a->mask_file, shape, (long long)target[0], (long long)target[1],
+                      (long long)target[2], (long long)target[3], names[i], (long long)fs[i],
+                      (long long)target[i]);
+            return 0;
+        }
+    }
+    packed[3] = 1;
+    for (int i = 2; i >= 0; --i) {
+        packed[i] = packed[i + 1] * fs[i + 1];
+    }
+    *out = clattn_tensor_host(m->data, fs[0], fs[1], target[2], target[3]);
+    out->dtype = m->dtype == NPY_F32 ? CLATTN_FLOAT32 : CLATTN_BOOL;
+    for (int i = 0; i < 4; ++i) {
+        /* never all 0 (that would mean packed): strides[3] or an earlier one is 1 */
+        out->strides[i] = i >= 2 && fs[i] == 1 && target[i] != 1 ? 0 : packed[i];
+    }
+    return 1;
+}
+
+/* --kv-lens / --q-lens: the list (exit status 2 when it does not fit the inputs) or
+ * the int32 file (already read into `file`; exit status 1). Returns -1 to go on. */
+static int check_lengths(const char *option, const char *what, const int32_t *list, size_t count,
+                         const char *path, const npy_data *file, int64_t batch, int64_t limit,
+                         const int32_t **out)
+{
+    if (path != NULL) {
+        list = file->data;
+        count = file->count;
+        if (file->ndim != 1 || (int64_t)count != batch) {
+            return cli_error("%s: %s needs one int32 per batch entry, shape (%lld,)", path, option,
+                             (long long)batch);
+        }
+    } else if ((int64_t)count != batch) {
+        return usage_error("clattn run", "%s has %zu value%s but the batch size of Q is %lld",
+                           option, count, count == 1 ? "" : "s", (long long)batch);
+    }
+    for (size_t i = 0; i < count; ++i) {
+        if (list[i] < 0 || list[i] > limit) {
+            if (path != NULL) {
+                return cli_error("%s: value %lld (batch entry %zu) is outside 0..%s (%lld)", path,
+                                 (long long)list[i], i, what, (long long)limit);
+            }
+            return usage_error("clattn run", "%s: value %lld (batch entry %zu) is above %s (%lld)",
+                               option, (long long)list[i], i, what, (long long)limit);
+        }
+    }
+    *out = list;
+    return -1;
+}
+
+/* Runs the reference with the same desc and inputs, into its own outputs, and compares
+ * O, the weights and the LSE; returns 0, or an exit status. */
+static int check_against_reference(const clattn_attention_desc *desc, const clattn_tensor *q,
+                                   const clattn_tensor *k, const clattn_tensor *v,
+                                   const clattn_tensor *o, size_t o_count, size_t w_count,
+                                   size_t lse_count)
+{
+    const size_t o_bytes = (o_count * dtype_size(o->dtype) + 15) / 16 * 16;
+    unsigned char *ref = malloc(o_bytes + (w_count + lse_count) * sizeof(float) + 1);
+    if (ref == NULL) {
+        return cli_error("out of memory for the reference result");
+    }
+    float *ref_w_data = (float *)(void *)(ref + o_bytes), *ref_lse_data = ref_w_data + w_count;
+    clattn_tensor ref_o = *o, ref_w, ref_lse;
+    ref_o.host = ref;
+    clattn_attention_desc ref_desc = *desc;
+    if (desc->weights != NULL) {
+        ref_w = *desc->weights;
+        ref_w.host = ref_w_data;
+        ref_desc.weights = &ref_w;
+    }
+    if (desc->lse != NULL) {
+        ref_lse = *desc->lse;
+        ref_lse.host = ref_lse_data;
+        ref_desc.lse = &ref_lse;
+    }
+    int rc = EXIT_FAILURE;
+    clattn_status status = clattn_reference_attention(&ref_desc, q, k, v, &ref_o);
+    if (status != CLATTN_SUCCESS) {
+        library_error("clattn_reference_attention", status, NULL);
+    } else {
+        int ok = report_check("O", o->dtype, o->host, ref, o_count);
+        if (desc->weights != NULL) {
+            ok &= report_check("W", CLATTN_FLOAT32, desc->weights->host, ref_w_data, w_count);
+        }
+        if (desc->lse != NULL) {
+            ok &= report_check("LSE", CLATTN_FLOAT32, desc->lse->host, ref_lse_data, lse_count);
+        }
+        rc = ok ? 0
+                : cli_error("--check failed: the result is not within tolerance; nothing "
+                            "was written");
+    }
+    free(ref);
+    return rc;
+}
+
+/* Everything after reading and checking the inputs. */
+static int run_attention(const run_args *a, run_inputs *in)
+{
+    const int ndim = in->q.ndim;
+    const int64_t n_kv = in->ks[2], d_v = in->vs[3];
+    const clattn_dtype o_dtype = a->out_dtype >= 0 ? (clattn_dtype)a->out_dtype : in->dq;
+    const int64_t *const b_h_n = in->q.shape; /* Q's shape but its last dimension */
+    output_file files[MAX_OUTPUTS];
+    int n_files = 0, fits = 1;
+    /* LSE, weights, then O: O is renamed last */
+    output_file *lse_file = NULL, *w_file = NULL, *o_file;
+    if (a->lse != NULL) {
+        lse_file = &files[n_files++];
+        *lse_file = (output_file){a->lse, NPY_F32, NULL, {0}, ndim - 1};
+        memcpy(lse_file->shape, b_h_n, sizeof(int64_t) * (size_t)(ndim - 1));
+    }
+    if (a->weights != NULL) {
+        w_file = &files[n_files++];
+        *w_file = (output_file){a->weights, NPY_F32, NULL, {0}, ndim};
+        memcpy(w_file->shape, b_h_n, sizeof(int64_t) * (size_t)ndim);
+        w_file->shape[ndim - 1] = n_kv;
+        if (a->head_mean && ndim >= 3) {
+            w_file->shape[ndim - 3] = 1; /* the head dimension, kept as 1 */
+        }
+    }
+    o_file = &files[n_files++];
+    *o_file = (output_file){a->out, npy_of(o_dtype), NULL, {0}, ndim};
+    memcpy(o_file->shape, b_h_n, sizeof(int64_t) * (size_t)ndim);
+    o_file->shape[ndim - 1] = d_v;
+
+    size_t o_count = count_of(o_file->shape, ndim, dtype_size(o_dtype), &fits);
+    size_t w_count = w_file ? count_of(w_file->shape, ndim, sizeof(float), &fits) : 0;
+    size_t lse_count = lse_file ? count_of(lse_file->shape, ndim - 1, sizeof(float), &fits) : 0;
+    if (!fits) {
+        return cli_error("the output would be too large for this machine's size_t");
+    }
+    void *o = calloc(o_count > 0 ? o_count : 1, dtype_size(o_dtype));
+    float *w = w_file ? calloc(w_count > 0 ? w_count : 1, sizeof *w) : NULL;
+    float *lse = lse_file ? calloc(lse_count > 0 ? lse_count : 1, sizeof *lse) : NULL;
+    clattn_context *ctx = NULL;
+    int rc = EXIT_FAILURE;
+    if (o == NULL || (w_file && w == NULL) || (lse_file && lse == NULL)) {
+        cli_error("out of memory for the outputs (%zu + %zu + %zu elements)", o_count, w_count,
+                  lse_count);
+        goto done;
+    }
+    clattn_tensor tq = host_view(in->q.data, in->q.shape, ndim, in->dq);
+    clattn_tensor tk = host_view(in->k.data, in->k.shape, ndim, in->dk);
+    clattn_tensor tv = host_view(in->v.data, in->v.shape, ndim, in->dv);
+    clattn_tensor to = host_view(o, o_file->shape, ndim, o_dtype);
+    /* [b, h_q or 1, n_q, n_kv] and [b, h_q, n_q, 1] */
+    clattn_tensor tw =
+        clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
+    clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
+    clattn_tensor tm;
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.scale = a->scale;
+    desc.mask = a->mask;
+    desc.algorithm = a->algorithm;
+    desc.weights = w != NULL ? &tw : NULL;
+    desc.weights_head_mean = a->head_mean;
+    desc.lse = lse != NULL ? &tl : NULL;
+    desc.softcap = a->softcap;
+    desc.masked_rows = a->masked_rows;
+    desc.window = a->window;
+    desc.window_left = a->window_left;
+    desc.window_right = a->window_right;
+    desc.q_start = a->q_start;
+    desc.kv_start = a->kv_start;
+    desc.alibi_slopes = a->alibi;
+    if (a->mask_file != NULL) {
+        if (!mask_view(a, in, &tm)) {
+            goto done;
+        }
+        desc.mask_tensor = &tm;
+    }
+    int lrc = -1;
+    if (a->kv_lens_text != NULL) {
+        lrc = check_lengths("--kv-lens", "n_kv", a->kv_lens, a->n_kv_lens, a->kv_lens_file,
+                            &in->kv_lens, in->qs[0], n_kv, &desc.kv_lens);
+    }
+    if (lrc < 0 && a->q_lens_text != NULL) {
+        lrc = check_lengths("--q-lens", "n_q", a->q_lens, a->n_q_lens, a->q_lens_file, &in->q_lens,
+                            in->qs[0], in->qs[2], &desc.q_lens);
+    }
+    if (lrc >= 0) {
+        rc = lrc;
+        goto done;
+    }
+    if (a->alibi != NULL && (int64_t)a->n_alibi != in->qs[1]) {
+        rc = usage_error("clattn run",
+                         "--alibi has %zu slope%s but Q has %lld heads (one slope "
+                         "per query head)",
+                         a->n_alibi, a->n_alibi == 1 ? "" : "s", (long long)in->qs[1]);
+        goto done;
+    }
+    if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
+        goto done;
+    }
+    clattn_status status = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
+    if (status != CLATTN_SUCCESS) {
+        library_error("clattn_attention", status, ctx);
+        goto done;
+    }
+    if (a->check) {
+        rc = check_against_reference(&desc, &tq, &tk, &tv, &to, o_count, w_count, lse_count);
+        if (rc != 0) {
+            goto done;
+        }
+    }
+    o_file->data = o;
+    if (w_file) {
+        w_file->data = w;
+    }
+    if (lse_file) {
+        lse_file->data = lse;
+    }
+    rc = write_outputs(files, n_files);
+done:
+    clattn_context_release(ctx);
+    free(o);
+    free(w);
+    free(lse);
+    return rc;
+}
+
+/* Reads the inputs and checks their dtypes and shapes; returns -1 to go on, or an exit
+ * status. */
+static int read_inputs(const run_args *a, run_inputs *in)
+{
+    const unsigned floats = NPY_ACCEPT(NPY_F32) | NPY_ACCEPT(NPY_F16) | NPY_ACCEPT(NPY_U16);
+    npy_data *const arrays[] = {&in->q, &in->k, &in->v};
+    clattn_dtype *const dtypes[] = {&in->dq, &in->dk, &in->dv};
+    const char *const paths[] = {a->q, a->k, a->v};
+    char message[512];
+    for (int i = 0; i < 3; ++i) {
+        if (npy_read(paths[i], floats, 2, RUN_RANKS, arrays[i], message, sizeof message) != 0) {
+            return cli_error("%s", message);
+        }
+        if (!input_dtype(a, paths[i], arrays[i], dtypes[i])) {
+            return EXIT_FAILURE;
+        }
+    }
+    if (!check_shapes(a, &in->q, &in->k, &in->v)) {
+        return EXIT_FAILURE;
+    }
+    shape4(in->q.shape, in->q.ndim, in->qs);
+    shape4(in->k.shape, in->k.ndim, in->ks);
+    shape4(in->v.shape, in->v.ndim, in->vs);
+    if (a->mask_file != NULL &&
+        npy_read(a->mask_file, NPY_ACCEPT(NPY_BOOL) | NPY_ACCEPT(NPY_U8) | NPY_ACCEPT(NPY_F32), 1,
+                 "1 to 4 dimensions, broadcast to (b, h_q, n_q, n_kv)", &in->mask, message,
+                 sizeof message) != 0) {
+        return cli_error("%s", message);
+    }
+    const char *const len_paths[] = {a->kv_lens_file, a->q_lens_file};
+    npy_data *const lens[] = {&in->kv_lens, &in->q_lens};
+    for (int i = 0; i < 2; ++i) {
+        if (len_paths[i] != NULL && npy_read(len_paths[i], NPY_ACCEPT(NPY_I32), 1, "(b,)", lens[i],
+                                             message, sizeof message) != 0) {
+            return cli_error("%s", message);
+        }
+    }
+    return -1;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_args a = {0};
+    int rc = parse_run_args(argc, argv, &a);
+    if (rc < 0) {
+        rc = check_output_paths(&a);
+    }
+    if (rc >= 0) {
+        free_run_args(&a);
+        return rc;
+    }
+    run_inputs in;
+    memset(&in, 0, sizeof in);
+    rc = read_inputs(&a, &in);
+    if (rc < 0) {
+        rc = run_attention(&a, &in);
+    }
+    npy_data *const arrays[] = {&in.q, &in.k, &in.v, &in.mask, &in.kv_lens, &in.q_lens};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; ++i) {
+        npy_data_free(arrays[i]);
+    }
+    free_run_args(&a);
+    return rc;
+}

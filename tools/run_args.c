@@ -1,0 +1,408 @@
+/* `clattn run`: its help text, and the parsing and checking of its command line; see
+ * run_args.h. */
+#include "run_args.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* In two parts: ISO C compilers need only support string literals of 4095 bytes. */
+static const char run_usage_1[] =
+    "Usage: clattn run --q Q.npy --k K.npy --v V.npy --out O.npy [options]\n"
+    "\n"
+    "Computes O = softmax(scale*Q*K^T + bias + mask)*V. Inputs are C-order little-endian\n"
+    ".npy files shaped (n, d), (h, n, d) or (b, h, n, d), all of the same rank:\n"
+    "Q [b, h_q, n_q, d_k], K [b, h_kv, n_kv, d_k], V [b, h_kv, n_kv, d_v], with h_q a\n"
+    "multiple of h_kv. Each of Q, K and V is float32 ('<f4'), float16 ('<f2') or, with\n"
+    "--dtype bf16, bfloat16 stored as uint16 words ('<u2'). O gets Q's rank and shape with\n"
+    "the last dimension d_v, and Q's dtype unless --out-dtype says otherwise.\n"
+    "Output files are written only on success (an existing file is otherwise kept);\n"
+    "an output must not name an input or another output, and an existing output must\n"
+    "be a regular file (not a directory, symbolic link, device or FIFO).\n"
+    "\n"
+    "Options:\n"
+    "  --q FILE          queries\n"
+    "  --k FILE          keys\n"
+    "  --v FILE          values\n"
+    "  --out FILE        output O\n"
+    "  --scale X         multiplies Q*K^T (finite, non-zero; default 1/sqrt(d_k))\n"
+    "  --mask M          none (default), causal (key j visible to query i iff j <= a_i),\n"
+    "                    causal-bottom-right (the same, with a_i aligned to the bottom\n"
+    "                    right: j <= i + n_kv - n_q), no-self (iff j != a_i)\n"
+    "  --mask-file FILE  a mask array broadcast as in NumPy to (b, h_q, n_q, n_kv), e.g.\n"
+    "                    (n_q, n_kv), (h_q|1, n_q, n_kv) or (b|1, h_q|1, n_q, n_kv): bool\n"
+    "                    ('|b1'; or '|u1', nonzero = true) where true = key visible, or\n"
+    "                    float32 ('<f4') added to the scores (-inf = masked)\n"
+    "  --kv-lens L,...   valid keys per batch entry (b integers, 0..n_kv; or an int32 .npy\n"
+    "                    file of b values): keys j >= L are masked (padding)\n"
+    "  --q-lens L,...    valid queries per batch entry (b integers, 0..n_q; or an int32\n"
+    "                    .npy file): rows i >= L output zeros (weights 0, LSE -inf)\n"
+    "  --window L,R      sliding window: key j visible iff a_i - L <= j <= a_i + R\n"
+    "                    (integers; -1 = unbounded on that side)\n"
+    "  --alibi S,...     ALiBi slopes, one per query head (h_q finite numbers): the score\n"
+    "                    of key j for query i of head h gets -S_h*|a_i - j|\n"
+    "  --softcap C       logit softcap (Gemma 2): scaled scores s -> C*tanh(s/C), before\n"
+    "                    masks and biases (finite, > 0; default off)\n"
+    "  --q-start N       absolute position of the first query (default 0)\n"
+    "  --kv-start N      absolute position of the first key (default 0)\n";
+static const char run_usage_2[] =
+    "  --masked-rows R   what a query row with no visible key outputs: zero (default; O\n"
+    "                    and its weights 0) or nan (O and its weights NaN); LSE -inf\n"
+    "  --algorithm A     auto (default), fused, unfused\n"
+    "  --weights FILE    also write the attention weights (float32), shaped like O with\n"
+    "                    the last dimension n_kv (either algorithm)\n"
+    "  --weights-head-mean  with --weights: write the weights averaged over the query\n"
+    "                    heads; the file keeps the head dimension, as 1: (b, 1, n_q,\n"
+    "                    n_kv) for rank 4, (1, n_q, n_kv) for rank 3 (PyTorch drops it:\n"
+    "                    w[:, 0] in NumPy)\n"
+    "  --lse FILE        also write each query row's log-sum-exp of its visible scores\n"
+    "                    (float32, natural log; -inf for a row with no visible key),\n"
+    "                    shaped like O without its last dimension\n"
+    "  --dtype D         auto (default: '<u2' inputs are refused) or bf16 ('<u2' inputs\n"
+    "                    hold bfloat16 bit patterns)\n"
+    "  --out-dtype T     the dtype of O: f32 ('<f4'), f16 ('<f2') or bf16 (bfloat16 bit\n"
+    "                    patterns as '<u2'); default: Q's dtype\n"
+    "  --check           also run the CPU reference with the same inputs and options and\n"
+    "                    fail unless every element of O, the weights and the LSE is\n"
+    "                    within 1e-5 + 1e-5*|reference|; a float16 or bfloat16 O is\n"
+    "                    compared with the reference rounded to its dtype, within one\n"
+    "                    unit in the last place of that dtype (plus the same 1e-5 +\n"
+    "                    1e-5*|reference|, which matters only near zero)\n"
+    "  --device SPEC     \"P:D\" (see `clattn devices`) or a device-name substring;\n"
+    "                    default: CLATTN_DEVICE, else the first GPU, else the first device\n"
+    "  -h, --help        show this help\n"
+    "\n"
+    "Positions: query i and key j sit at q_start + i and kv_start + j. The key aligned\n"
+    "with query i is a_i = i + q_start - kv_start (top-left), plus n_kv - n_q with --mask\n"
+    "causal-bottom-right, where n_q and n_kv are the batch entry's valid lengths (after\n"
+    "--q-lens and --kv-lens). A key is visible only if every mask lets it through; the\n"
+    "score of a visible key is softcap(scale*q.k) - alibi_slope*|a_i - j| + float mask.\n"
+    "\n"
+    "Exit status: 0 success, 1 failure (a file, the library or --check), 2 usage error\n"
+    "(including --kv-lens, --q-lens and --alibi lists that do not fit the inputs).\n";
+static char run_usage[sizeof run_usage_1 + sizeof run_usage_2]; /* parse_run_args joins them */
+
+void free_run_args(run_args *a)
+{
+    free(a->kv_lens);
+    free(a->q_lens);
+    free(a->alibi);
+}
+
+/* Index of `text` in the NULL-terminated `names`, or -1. */
+static int lookup(const char *text, const char *const *names)
+{
+    for (int i = 0; names[i] != NULL; ++i) {
+        if (strcmp(text, names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The decimal integer that is exactly text[0..len) (optional sign, no spaces). */
+static int parse_integer(const char *text, size_t len, long long *out)
+{
+    char buf[32];
+    if (len == 0 || len >= sizeof buf ||
+        !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
+        return 0;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    char *end;
+    errno = 0;
+    long long value = strtoll(buf, &end, 10);
+    if (end == buf || *end != '\0' || errno == ERANGE) {
+        return 0;
+    }
+    *out = value;
+    return 1;
+}
+
+/* The finite float32 number that is exactly text[0..len). */
+static int parse_float(const char *text, size_t len, float *out)
+{
+    char buf[64];
+    if (len == 0 || len >= sizeof buf || text[0] == ' ' || text[0] == '\t') {
+        return 0;
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    char *end;
+    double value = strtod(buf, &end);
+    if (end == buf || *end != '\0' || !isfinite(value) || fabs(value) > FLT_MAX) {
+        return 0;
+    }
+    *out = (float)value;
+    return 1;
+}
+
+/* The comma-separated items of `text`: calls item(start, len, index, arg) for each,
+ * stopping at the first non-zero return, which it returns. */
+static int for_each_item(const char *text, int (*item)(const char *, size_t, size_t, void *),
+                         void *arg)
+{
+    size_t index = 0;
+    for (const char *p = text;; ++index) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        int rc = item(p, len, index, arg);
+        if (rc != 0 || comma == NULL) {
+            return rc;
+        }
+        p = comma + 1;
+    }
+}
+
+static size_t count_items(const char *text)
+{
+    size_t n = 1;
+    for (const char *p = text; (p = strchr(p, ',')) != NULL; ++p) {
+        ++n;
+    }
+    return n;
+}
+
+typedef struct list_parse {
+    const char *option, *text;
+    int32_t *ints;
+    float *floats;
+} list_parse;
+
+static int length_item(const char *item, size_t len, size_t index, void *arg)
+{
+    list_parse *l = arg;
+    long long value;
+    if (!parse_integer(item, len, &value)) {
+        return usage_error("clattn run", "%s '%s': '%.*s' is not an integer", l->option, l->text,
+                           (int)len, item);
+    }
+    if (value < 0) {
+        return usage_error("clattn run", "%s '%s': %lld is negative (lengths are 0 or more)",
+                           l->option, l->text, value);
+    }
+    if (value > INT32_MAX) {
+        return usage_error("clattn run", "%s '%s': %lld is too large (at most %d)", l->option,
+                           l->text, value, INT32_MAX);
+    }
+    l->ints[index] = (int32_t)value;
+    return 0;
+}
+
+static int slope_item(const char *item, size_t len, size_t index, void *arg)
+{
+    list_parse *l = arg;
+    if (!parse_float(item, len, &l->floats[index])) {
+        return usage_error("clattn run", "%s '%s': '%.*s' is not a finite float32 number",
+                           l->option, l->text, (int)len, item);
+    }
+    return 0;
+}
+
+/* --kv-lens / --q-lens: a list of lengths, or the name of an int32 .npy file (read
+ * later, once the batch size is known). Returns -1 to go on, or an exit status. */
+static int parse_lengths(const char *option, const char *text, int32_t **list, size_t *count,
+                         const char **file)
+{
+    size_t len = strlen(text);
+    if (len > 4 && strcmp(text + len - 4, ".npy") == 0) {
+        *file = text;
+        return -1;
+    }
+    *count = count_items(text);
+    *list = malloc(*count * sizeof **list);
+    if (*list == NULL) {
+        return cli_error("out of memory");
+    }
+    list_parse l = {option, text, *list, NULL};
+    int rc = for_each_item(text, length_item, &l);
+    return rc != 0 ? rc : -1;
+}
+
+static int window_item(const char *item, size_t len, size_t index, void *arg)
+{
+    int64_t *bounds = arg;
+    long long value;
+    if (index >= 2 || !parse_integer(item, len, &value)) {
+        return 1;
+    }
+    if (value < -1) {
+        return 2;
+    }
+    bounds[index] = (int64_t)value;
+    return 0;
+}
+
+/* Parses and checks the command line; returns -1 to go on, or an exit status. */
+int parse_run_args(int argc, char **argv, run_args *a)
+{
+    static const char command[] = "clattn run";
+    static const char *const algorithms[] = {"auto", "unfused", "fused", NULL};
+    static const char *const masked_rows[] = {"zero", "nan", NULL}; /* CLATTN_MASKED_ROWS_* */
+    static const char *const dtypes[] = {"auto", "bf16", NULL};
+    static const char *const out_dtypes[] = {"f32", "f16", "bf16", NULL}; /* clattn_dtype */
+    const option options[] = {
+        {"--q", &a->q, NULL},
+        {"--k", &a->k, NULL},
+        {"--v", &a->v, NULL},
+        {"--out", &a->out, NULL},
+        {"--scale", &a->scale_text, NULL},
+        {"--mask", &a->mask_text, NULL},
+        {"--mask-file", &a->mask_file, NULL},
+        {"--kv-lens", &a->kv_lens_text, NULL},
+        {"--q-lens", &a->q_lens_text, NULL},
+        {"--window", &a->window_text, NULL},
+        {"--alibi", &a->alibi_text, NULL},
+        {"--softcap", &a->softcap_text, NULL},
+        {"--q-start", &a->q_start_text, NULL},
+        {"--kv-start", &a->kv_start_text, NULL},
+        {"--masked-rows", &a->masked_rows_text, NULL},
+        {"--algorithm", &a->algorithm_text, NULL},
+        {"--weights", &a->weights, NULL},
+        {"--weights-head-mean", NULL, &a->head_mean},
+        {"--lse", &a->lse, NULL},
+        {"--dtype", &a->dtype_text, NULL},
+        {"--out-dtype", &a->out_dtype_text, NULL},
+        {"--check", NULL, &a->check},
+        {"--device", &a->device, NULL},
+    };
+    snprintf(run_usage, sizeof run_usage, "%s%s", run_usage_1, run_usage_2);
+    a->out_dtype = -1;
+    int rc = parse_command_line(command, run_usage, argc, argv, options,
+                                sizeof options / sizeof options[0]);
+    if (rc >= 0) {
+        return rc;
+    }
+    const char *const required[] = {"--q", "--k", "--v", "--out"};
+    const char *const values[] = {a->q, a->k, a->v, a->out};
+    for (int i = 0; i < 4; ++i) {
+        if (values[i] == NULL || values[i][0] == '\0') {
+            return usage_error(command, "missing %s FILE", required[i]);
+        }
+    }
+    if (a->scale_text != NULL) {
+        char *end;
+        errno = 0;
+        double scale = strtod(a->scale_text, &end);
+        if (end == a->scale_text || *end != '\0' || !isfinite(scale) || fabs(scale) > FLT_MAX) {
+            return usage_error(command, "--scale '%s' is not a finite float32 number",
+                               a->scale_text);
+        }
+        a->scale = (float)scale;
+        if (a->scale == 0.0f) {
+            return usage_error(command,
+                               "--scale '%s' is zero in float32 (the library reads 0 as the "
+                               "default 1/sqrt(d_k)); omit --scale for that",
+                               a->scale_text);
+        }
+    }
+    int mask = a->mask_text != NULL ? lookup(a->mask_text, cli_mask_names) : 0;
+    if (mask < 0) {
+        return usage_error(command,
+                           "unknown --mask '%s' (none, causal, causal-bottom-right, no-self)",
+                           a->mask_text);
+    }
+    int algorithm = a->algorithm_text != NULL ? lookup(a->algorithm_text, algorithms) : 0;
+    if (algorithm < 0) {
+        return usage_error(command, "unknown --algorithm '%s' (auto, fused, unfused)",
+                           a->algorithm_text);
+    }
+    a->mask = (clattn_mask)mask;
+    a->algorithm = (clattn_algorithm)algorithm;
+    int rows = a->masked_rows_text != NULL ? lookup(a->masked_rows_text, masked_rows) : 0;
+    if (rows < 0) {
+        return usage_error(command, "unknown --masked-rows '%s' (zero, nan)", a->masked_rows_text);
+    }
+    a->masked_rows = rows;
+    int dtype = a->dtype_text != NULL ? lookup(a->dtype_text, dtypes) : 0;
+    if (dtype < 0) {
+        return usage_error(command,
+                           "unknown --dtype '%s' (auto, bf16: read '<u2' inputs as bfloat16)",
+                           a->dtype_text);
+    }
+    a->bf16 = dtype == 1;
+    if (a->out_dtype_text != NULL) {
+        a->out_dtype = lookup(a->out_dtype_text, out_dtypes);
+        if (a->out_dtype < 0) {
+            return usage_error(command, "unknown --out-dtype '%s' (f32, f16, bf16)",
+                               a->out_dtype_text);
+        }
+    }
+    if (a->head_mean && a->weights == NULL) {
+        return usage_error(command, "--weights-head-mean needs --weights FILE");
+    }
+    if (a->softcap_text != NULL &&
+        (!parse_float(a->softcap_text, strlen(a->softcap_text), &a->softcap) ||
+         !(a->softcap > 0.0f))) {
+        return usage_error(command,
+                           "--softcap '%s' is not a finite float32 number above 0 (omit it for "
+                           "no softcap)",
+                           a->softcap_text);
+    }
+    if (a->window_text != NULL) {
+        int64_t bounds[2] = {0, 0};
+        int bad = count_items(a->window_text) != 2
+                      ? 1
+                      : for_each_item(a->window_text, window_item, bounds);
+        if (bad == 2) {
+            return usage_error(command,
+                               "--window '%s': a bound below -1 (-1 means unbounded on that "
+                               "side)",
+                               a->window_text);
+        }
+        if (bad != 0) {
+            return usage_error(command,
+                               "--window '%s' is not L,R (two integers >= -1, -1 = unbounded)",
+                               a->window_text);
+        }
+        a->window = 1;
+        a->window_left = bounds[0];
+        a->window_right = bounds[1];
+    }
+    const char *const start_names[] = {"--q-start", "--kv-start"};
+    const char *const start_texts[] = {a->q_start_text, a->kv_start_text};
+    int64_t *const starts[] = {&a->q_start, &a->kv_start};
+    for (int i = 0; i < 2; ++i) {
+        long long value;
+        if (start_texts[i] == NULL) {
+            continue;
+        }
+        if (!parse_integer(start_texts[i], strlen(start_texts[i]), &value) ||
+            value <= -(1ll << 53) || value >= 1ll << 53) {
+            return usage_error(command, "%s '%s' is not an integer within +-2^53", start_names[i],
+                               start_texts[i]);
+        }
+        *starts[i] = (int64_t)value;
+    }
+    if (a->kv_lens_text != NULL) {
+        rc = parse_lengths("--kv-lens", a->kv_lens_text, &a->kv_lens, &a->n_kv_lens,
+                           &a->kv_lens_file);
+        if (rc >= 0) {
+            return rc;
+        }
+    }
+    if (a->q_lens_text != NULL) {
+        rc = parse_lengths("--q-lens", a->q_lens_text, &a->q_lens, &a->n_q_lens, &a->q_lens_file);
+        if (rc >= 0) {
+            return rc;
+        }
+    }
+    if (a->alibi_text != NULL) {
+        a->n_alibi = count_items(a->alibi_text);
+        a->alibi = malloc(a->n_alibi * sizeof *a->alibi);
+        if (a->alibi == NULL) {
+            return cli_error("out of memory");
+        }
+        list_parse l = {"--alibi", a->alibi_text, NULL, a->alibi};
+        rc = for_each_item(a->alibi_text, slope_item, &l);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return -1;
+}

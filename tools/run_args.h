@@ -1,0 +1,39 @@
+/* The command line of `clattn run`, parsed and checked; see tools/run_args.c. */
+#ifndef CLATTN_TOOLS_RUN_ARGS_H
+#define CLATTN_TOOLS_RUN_ARGS_H
+
+#include "clattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct run_args {
+    const char *q, *k, *v, *out, *weights, *lse, *mask_file, *device;
+    const char *scale_text, *mask_text, *algorithm_text, *kv_lens_text, *q_lens_text;
+    const char *window_text, *alibi_text, *softcap_text, *masked_rows_text;
+    const char *q_start_text, *kv_start_text, *dtype_text, *out_dtype_text;
+    int check, head_mean;
+    float scale, softcap;
+    clattn_mask mask;
+    clattn_algorithm algorithm;
+    int masked_rows;
+    int window;
+    int64_t window_left, window_right, q_start, kv_start;
+    int bf16;      /* --dtype bf16: '<u2' inputs are bfloat16 */
+    int out_dtype; /* a clattn_dtype, or -1: Q's */
+    /* --kv-lens / --q-lens given as lists (malloc'd), or as int32 .npy files */
+    int32_t *kv_lens, *q_lens;
+    size_t n_kv_lens, n_q_lens;
+    const char *kv_lens_file, *q_lens_file;
+    float *alibi; /* malloc'd */
+    size_t n_alibi;
+} run_args;
+
+/* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;
+ * -h/--help prints the help text. Returns -1 to go on, or an exit status. Either way,
+ * free_run_args() releases what it allocated. */
+int parse_run_args(int argc, char **argv, run_args *a);
+
+void free_run_args(run_args *a);
+
+#endif
