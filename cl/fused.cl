@@ -1,15 +1,27 @@
 /* fused.cl — O = softmax(scale · Q·Kᵀ + mask) · V in one pass, never storing S.
  *
  * Online softmax (Milakov & Gimelshein 2018, "Online normalizer calculation for
- * softmax"; Dao et al. 2022, FlashAttention). Reference loop, per query row i:
+ * softmax"; Dao et al. 2022, FlashAttention). Reference loop, per query row i of
+ * batch entry b and head h (rule_at gives [lo, hi), self and the diagonal a_i):
  *     m = -inf, l = 0, acc[0..d_v) = 0
- *     for each tile of TILE_KV keys:
- *         s_j = visible(i, j) ? scale * Q[i]·K[j] : -inf
+ *     if i >= q_len[b]: O[i] = 0, LSE = -inf                (padding row)
+ *     for each tile of TILE_KV keys j:
+ *         visible(i, j) = lo <= j < hi                       (kv_lens, causal, window)
+ *                         && j != self                       (NO_SELF)
+ *                         && bool_mask[b,h,i,j]              (MASK_T 1)
+ *                         && float_mask[b,h,i,j] != -inf     (MASK_T 2)
+ *         x_j = scale * Q[i]·K[j]
+ *         x_j = softcap > 0 ? softcap * tanh(x_j / softcap) : x_j     (SOFTCAP)
+ *         s_j = visible(i, j) ? x_j - slope_h * (|a_i - j| - ref_i)   (ALIBI; ref_i:
+ *                               + float_mask[b,h,i,j]        common.cl alibi_ref)
+ *                             : -inf                         (MASK_T 2 adds the mask)
  *         m_new = max(m, max_j s_j)                   (NaN wins)
  *         acc *= exp(m - m_new); l *= exp(m - m_new)  (rescale to the new max)
  *         p_j = exp(s_j - m_new); l += p_j; acc += p_j · V[j]   (p_j == 0 skipped)
  *         m = m_new
- *     O[i] = (m == -inf) ? 0 : acc / l               (no visible key → zeros)
+ *     O[i] = (m == -inf) ? (masked_rows == NAN ? NaN : 0) : acc / l
+ *     LSE[i] = (m == -inf) ? -inf : m + log(l) - slope_h * ref_i   (the absolute LSE;
+ *                                   lse_relative keeps the relative one for the weights)
  * Index map: NDRange (⌈n_q/(WG·RQ)⌉·WG, batch·h_q), work-group (WG, 1); work-item t
  * of group g owns the RQ queries i = (g·WG + t)·RQ + r. The group stages TILE_KV keys
  * of K (transposed) and V in local memory per step; causal masks stop at the last key

@@ -42,7 +42,7 @@ if(CLATTN_BUILD_SHARED)
   target_include_directories(clattn_shared PUBLIC
     $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/host)
-  target_compile_definitions(clattn_shared PUBLIC CL_TARGET_OPENCL_VERSION=120)
+  target_compile_definitions(clattn_shared PUBLIC $<BUILD_INTERFACE:CL_TARGET_OPENCL_VERSION=120>)
   target_link_libraries(clattn_shared PUBLIC OpenCL::OpenCL PRIVATE Threads::Threads m)
   target_link_options(clattn_shared PRIVATE "LINKER:--version-script=${_clattn_map}")
   if(NOT CLATTN_SANITIZE) # sanitizer runtimes resolve at program link time

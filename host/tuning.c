@@ -189,7 +189,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
             ? NULL
             : find(ctx->tune, ctx->n_tune, r->kernel, r->d_k, r->d_v, false);
     if (o) {
-        *rq = o->blocking.queries_per_work_item;
+        if (!r->one_query_per_item) /* the streaming decode variant keeps one row per item */
+            *rq = o->blocking.queries_per_work_item;
         *tile_kv = o->blocking.tile_kv;
         if (wg_request == 0)
             wg_request = o->blocking.work_group_size;
@@ -326,8 +327,14 @@ clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel k
         fclose(in);
     if (!any)
         fputs("# clattn tune: <kernel> <d_k> <d_v> <rq> <wg> <tile_kv>\n", out);
-    fprintf(out, "%s%u %u %u%s%s\n", key, blocking->queries_per_work_item,
-            blocking->work_group_size, blocking->tile_kv, note ? "  # " : "", note ? note : "");
+    fprintf(out, "%s%u %u %u", key, blocking->queries_per_work_item, blocking->work_group_size,
+            blocking->tile_kv);
+    if (note) { /* one line: a note's line breaks become spaces */
+        fputs("  # ", out);
+        for (const char *c = note; *c; c++)
+            fputc(*c == '\n' || *c == '\r' ? ' ' : *c, out);
+    }
+    fputc('\n', out);
     if (fclose(out) != 0 || rename(tmp, ctx->tune_path) != 0) {
         st = clattn_fail(ctx, CLATTN_ERROR_IO, "cannot write %s: %s", ctx->tune_path,
                          strerror(errno));

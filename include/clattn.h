@@ -22,8 +22,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* clattn itself uses only OpenCL 1.2, but it does not choose the includer's OpenCL API:
+ * define CL_TARGET_OPENCL_VERSION before including clattn.h (or on the command line) to
+ * pick it; when it is undefined, the widest the headers offer (300) is used, so the
+ * includer's own clCreateCommandQueueWithProperties and other 2.x/3.0 calls compile. */
 #ifndef CL_TARGET_OPENCL_VERSION
-#define CL_TARGET_OPENCL_VERSION 120
+#define CL_TARGET_OPENCL_VERSION 300
 #endif
 #include <CL/cl.h>
 
@@ -37,7 +41,7 @@ extern "C" {
 #define CLATTN_VERSION_PATCH 0        /**< patch version */
 #define CLATTN_VERSION_STRING "0.2.0" /**< "MAJOR.MINOR.PATCH" */
 
-/** The library's version as "MAJOR.MINOR.PATCH" (static storage; never NULL). */
+/** The library's version. @return "MAJOR.MINOR.PATCH" (static storage; never NULL). */
 const char *clattn_version(void);
 
 /**
@@ -75,8 +79,8 @@ typedef enum clattn_status {
     CLATTN_ERROR_IO = 13
 } clattn_status;
 
-/** A short English name for a status, e.g. "invalid shape" (static storage; never
- *  NULL; unknown values give "unknown status"). */
+/** A short English name for a status. @return e.g. "invalid shape" (static storage;
+ *  never NULL; unknown values give "unknown status"). */
 const char *clattn_status_string(clattn_status status);
 
 /* ------------------------------------------------------------------------------ */
@@ -122,36 +126,53 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
 
 /**
  * Wrap an application's existing OpenCL objects. The context retains `context` and
- * `queue` and releases them in clattn_context_release(); the caller keeps its own
- * references. The queue may be in-order or out-of-order: clattn orders its own
- * kernels with events.
+ * `queue` and releases them in clattn_context_release(), which first waits for the
+ * queue to finish (clFinish) — the caller's own commands on it included — and then
+ * drops only clattn's references: the caller's queue and context stay valid. The caller
+ * keeps its own references. The queue may be in-order or out-of-order: clattn orders
+ * its own kernels with events. clattn never calls clFlush or clFinish on the queue
+ * during a call of the *_enqueue family (the blocking calls wait for their own events
+ * only); flush it yourself if another queue or the host waits on clattn's events. The
+ * environment (CLATTN_KERNEL_DIR, CLATTN_CACHE_DIR, CLATTN_TUNE, CLATTN_BLOCKING) is
+ * read once, here, as for clattn_context_create().
+ *
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (a NULL argument, or a queue
+ *         of another device or context); CLATTN_ERROR_OUT_OF_HOST_MEMORY;
+ *         CLATTN_ERROR_OPENCL (a query of the objects failed). The message is in
+ *         clattn_last_error_message(NULL).
  */
 clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id device,
                                             cl_command_queue queue, clattn_context **out);
 
-/** Release a context and everything it owns. Accepts NULL. Blocks until the
- *  context's queue has finished (clFinish). */
+/** Release a context and everything it owns (programs, its references to the
+ *  cl_context and queue). Accepts NULL. Blocks until the context's queue has finished
+ *  (clFinish). Returns nothing: it cannot fail. */
 void clattn_context_release(clattn_context *ctx);
 
 /** The message of the last failed call on this context (or, with ctx NULL, of the
- *  last failed clattn_context_create on this thread). Names the failing argument and
- *  the numbers; includes the build log when a program failed to build. Empty string
- *  when nothing failed. Valid until the next call on the same context. */
+ *  last failed call without a context on this thread: context creation, the reference,
+ *  clattn_visible_keys). Names the failing argument and the numbers; includes the build
+ *  log when a program failed to build.
+ *  @return the message; "" when nothing failed. Valid until the next call on the same
+ *  context (or thread). */
 const char *clattn_last_error_message(const clattn_context *ctx);
 
-/** The raw OpenCL error code behind the last failure on ctx (CL_SUCCESS if the last
- *  failure was not an OpenCL error). */
+/** The raw OpenCL error code behind the last failure on ctx.
+ *  @return that code; CL_SUCCESS if the last failure was not an OpenCL error, or ctx
+ *  is NULL. */
 cl_int clattn_last_cl_error(const clattn_context *ctx);
 
-/** The file where `clattn tune` stores this device's measured blocking and from which
- *  contexts on the device read it when they are created (in the program-binary cache
- *  folder, named by a hash of the device, driver and clattn version). NULL when the
- *  cache is disabled. Borrowed; valid until the context is released. CLATTN_TUNE=off
- *  makes contexts ignore the file. */
+/** The file where clattn_context_store_blocking() (and so `clattn tune`) stores this
+ *  device's measured blocking and from which contexts on the device read it when they
+ *  are created (in the program-binary cache folder, named by a hash of the device,
+ *  driver and clattn version). CLATTN_TUNE=off makes contexts ignore the file.
+ *  @return the path (borrowed; valid until the context is released); NULL when the
+ *  cache is disabled or ctx is NULL. */
 const char *clattn_context_tuning_file(const clattn_context *ctx);
 
 /** The OpenCL objects a context uses (borrowed: do not release them). Any out
- *  pointer may be NULL. */
+ *  pointer may be NULL. @return CLATTN_SUCCESS, or CLATTN_ERROR_INVALID_ARGUMENT when
+ *  ctx is NULL. */
 clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *context,
                                     cl_device_id *device, cl_command_queue *queue);
 
@@ -244,12 +265,12 @@ typedef enum clattn_dtype {
     CLATTN_BOOL = 3
 } clattn_dtype;
 
-/** Bytes per element of a dtype (4, 2, 2, 1); 0 for an unknown value. */
+/** Bytes per element of a dtype. @return 4, 2, 2 or 1; 0 for an unknown value. */
 size_t clattn_dtype_size(clattn_dtype dtype);
 
 /** Conversions between float32 and the 16-bit storage types, as the kernels do them:
  *  exact widening; narrowing rounds to nearest, ties to even, keeps NaN a NaN, and
- *  overflows to ±∞ (binary16 above 65504). */
+ *  overflows to ±∞ (binary16 above 65504). @return the converted value (no failure). */
 /** @{ */
 float clattn_f16_to_f32(uint16_t h);
 uint16_t clattn_f32_to_f16(float f);
@@ -278,10 +299,12 @@ typedef struct clattn_tensor {
     cl_mem buffer;      /**< device storage (enqueue API) or NULL */
 } clattn_tensor;
 
-/** A packed float32 view on host memory (set .dtype afterwards for other types). */
+/** A packed float32 view on host memory (set .dtype afterwards for other types).
+ *  @return the view (nothing is checked until a call uses it). */
 clattn_tensor clattn_tensor_host(void *data, int64_t batch, int64_t heads, int64_t seq,
                                  int64_t dim);
-/** A packed float32 view on a cl_mem (set .dtype afterwards for other types). */
+/** A packed float32 view on a cl_mem (set .dtype afterwards for other types).
+ *  @return the view (nothing is checked until a call uses it). */
 clattn_tensor clattn_tensor_buffer(cl_mem buffer, int64_t batch, int64_t heads, int64_t seq,
                                    int64_t dim);
 
@@ -424,7 +447,8 @@ clattn_status clattn_visible_keys(const clattn_attention_desc *desc, int64_t n_q
                                   int64_t b, int64_t i, clattn_key_range *out);
 
 /** A desc with every field at its default: scale 0 → 1/√d_k, no mask, AUTO, no
- *  window, no optional inputs or outputs (the same as zero-initialised). */
+ *  window, no optional inputs or outputs (the same as zero-initialised).
+ *  @return the desc. */
 clattn_attention_desc clattn_attention_desc_default(void);
 
 /**
@@ -459,7 +483,16 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
  * buffers are released by the runtime once the kernels finish. The output views must
  * not overlap any input view or each other on the same cl_mem
  * (CLATTN_ERROR_INVALID_LAYOUT): the kernels read inputs while writing outputs.
- * Shapes, statuses: as clattn_attention(); also CLATTN_ERROR_BUFFER_TOO_SMALL.
+ *
+ * Build time: "does not block" is about the device. The first call that needs a
+ * program (a new combination of head dims, dtypes, score terms and blocking) builds it
+ * on the host, which takes about a second per program on PoCL (less from the
+ * program-binary cache of an earlier process). To keep that out of a latency-critical
+ * loop, call clattn_attention_plan() with the same views and desc first: it builds (or
+ * loads) every program the call will need and enqueues nothing.
+ *
+ * @return as clattn_attention(); also CLATTN_ERROR_BUFFER_TOO_SMALL (a view reaches
+ *         past its cl_mem).
  */
 clattn_status clattn_attention_enqueue(clattn_context *ctx, const clattn_attention_desc *desc,
                                        const clattn_tensor *q, const clattn_tensor *k,
@@ -468,7 +501,9 @@ clattn_status clattn_attention_enqueue(clattn_context *ctx, const clattn_attenti
 
 /* The three stages of the unfused algorithm on their own, as in the three lines
    S = Q·Kᵀ; W = softmax(S); O = W·V. Blocking forms take host views, *_enqueue forms
-   take buffer views with the same event semantics as clattn_attention_enqueue(). */
+   take buffer views with the same event semantics as clattn_attention_enqueue().
+   Each returns the statuses of clattn_attention() (and, enqueued,
+   CLATTN_ERROR_BUFFER_TOO_SMALL). */
 
 /** S = the scores of clattn_attention (scale·Q·Kᵀ, softcap, ALiBi, float mask) with
  *  masked entries set to −∞. q [b, h_q, n_q, d_k] and k [b, h_kv, n_kv, d_k] of any
@@ -527,9 +562,12 @@ typedef struct clattn_plan {
     char rejected[512];
 } clattn_plan;
 
-/** Plan without running. Same validation and statuses as clattn_attention (views may
- *  be host or buffer views); builds (or finds cached) the programs to learn the
- *  kernels' limits. */
+/** Plan without running: the named warm-up of a call. Same validation as
+ *  clattn_attention (views may be host or buffer views); builds (or finds cached)
+ *  every program the call will run, so a later call with the same shapes, dtypes and
+ *  desc terms starts without a build. Enqueues nothing.
+ *  @return the statuses of clattn_attention(), and CLATTN_ERROR_INVALID_ARGUMENT when
+ *  out is NULL. */
 clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_desc *desc,
                                     const clattn_tensor *q, const clattn_tensor *k,
                                     const clattn_tensor *v, const clattn_tensor *o,
@@ -552,13 +590,16 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
  * @param lse        optional float32 output [b, h, n_q, 1], may be lse_parts[0]; NULL:
  *                   not written.
  * Blocking on host views; clattn_merge_enqueue takes buffer views with the event
- * semantics of clattn_attention_enqueue(). Statuses as clattn_attention().
+ * semantics of clattn_attention_enqueue().
+ * @return the statuses of clattn_attention(); CLATTN_ERROR_INVALID_ARGUMENT also for
+ *         n_parts outside 1..4096 or NULL part arrays.
  */
 clattn_status clattn_merge(clattn_context *ctx, size_t n_parts, const clattn_tensor *o_parts,
                            const clattn_tensor *lse_parts, const clattn_tensor *o,
                            const clattn_tensor *lse);
 /** clattn_merge() on buffer views: waits for the n_wait events of `wait`; `done`, if not
- *  NULL, receives an event that completes when O and the LSE are written. */
+ *  NULL, receives an event that completes when O and the LSE are written.
+ *  @return as clattn_merge(); also CLATTN_ERROR_BUFFER_TOO_SMALL. */
 clattn_status clattn_merge_enqueue(clattn_context *ctx, size_t n_parts,
                                    const clattn_tensor *o_parts, const clattn_tensor *lse_parts,
                                    const clattn_tensor *o, const clattn_tensor *lse, cl_uint n_wait,
@@ -622,18 +663,18 @@ clattn_status clattn_multi_create_sub_devices(const char *device, size_t n_sub,
                                               const unsigned *compute_units, clattn_multi **out);
 
 /** Release the object, its contexts and its sub-devices (each context's queue is
- *  finished first). Accepts NULL. */
+ *  finished first). Accepts NULL. Returns nothing: it cannot fail. */
 void clattn_multi_release(clattn_multi *multi);
 
-/** Number of devices (0 for NULL). */
+/** @return the number of devices (0 for NULL). */
 size_t clattn_multi_device_count(const clattn_multi *multi);
 
-/** The context of device i (borrowed: do not release; valid until
- *  clattn_multi_release). NULL when multi is NULL or i is out of range. */
+/** The context of device i. @return it (borrowed: do not release; valid until
+ *  clattn_multi_release); NULL when multi is NULL or i is out of range. */
 clattn_context *clattn_multi_context(const clattn_multi *multi, size_t i);
 
-/** The message of the last failed call on multi, prefixed by the device it came from
- *  ("device 1 (cpu): ..."); "" when nothing failed. With multi NULL: as
+/** The message of the last failed call on multi, prefixed by the device it came from.
+ *  @return e.g. "device 1 (cpu): ..."; "" when nothing failed. With multi NULL: as
  *  clattn_last_error_message(NULL). Valid until the next call on multi. */
 const char *clattn_multi_last_error_message(const clattn_multi *multi);
 
@@ -647,7 +688,8 @@ const char *clattn_multi_last_error_message(const clattn_multi *multi);
  */
 clattn_status clattn_multi_set_weights(clattn_multi *multi, const double *weights);
 
-/** Copy the current weights (normalised to sum to 1) into weights[0..n). */
+/** Copy the current weights (normalised to sum to 1) into weights[0..n).
+ *  @return CLATTN_SUCCESS, or CLATTN_ERROR_INVALID_ARGUMENT when an argument is NULL. */
 clattn_status clattn_multi_get_weights(const clattn_multi *multi, double *weights);
 
 /**

@@ -2,6 +2,8 @@
  * clattn context. See clattn_mpi.h and docs/SCALING.md. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "clattn_mpi.h"
+#include "internal.h" /* the core's views and stores (static libclattn) */
+#include "internal.h" /* the core's views and stores (static libclattn) */
 
 #include <limits.h>
 #include <math.h>
@@ -54,6 +56,23 @@ static clattn_status fail_mpi(int err, const char *what)
     return fail(CLATTN_ERROR_OPENCL, "%s failed: %s", what, s);
 }
 
+/* An OpenCL failure with the library's one mapping to a status. */
+static clattn_status fail_cl(cl_int err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static clattn_status fail_cl(cl_int err, const char *fmt, ...)
+{
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return fail(clattn_status_from_cl(err), "%s failed: OpenCL error %d", what, (int)err);
+}
+
 /* ------------------------------------------------------------------ helpers */
 
 static int64_t count4(const clattn_tensor *t)
@@ -97,26 +116,19 @@ static void nap(void)
     nanosleep(&ts, NULL);
 }
 
-/* Whether a query at absolute positions [q0, q0 + n_q) sees a key of [k0, k0 + m) under
- * a top-left causal mask (or none / no-self) and the window. */
+/* Whether a query at absolute positions [q0, q0 + n_q) sees a key of [k0, k0 + m): the
+ * library's rule (clattn_visible_keys) with d's mask and window at those positions. */
 static bool block_visible(const clattn_attention_desc *d, int64_t q0, int64_t n_q, int64_t k0,
                           int64_t m)
 {
-    if (m == 0 || n_q == 0)
-        return false;
-    const bool causal = d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT;
-    if (!causal && !d->window)
-        return true;
+    clattn_attention_desc at = *d;
+    at.q_start = q0;
+    at.kv_start = k0;
     for (int64_t i = 0; i < n_q; i++) {
-        const int64_t p = q0 + i;
-        int64_t lo = k0, hi = k0 + m - 1;
-        if (causal && p < hi)
-            hi = p;
-        if (d->window && d->window_right >= 0 && p + d->window_right < hi)
-            hi = p + d->window_right;
-        if (d->window && d->window_left >= 0 && p - d->window_left > lo)
-            lo = p - d->window_left;
-        if (lo <= hi)
+        clattn_key_range r;
+        if (clattn_visible_keys(&at, n_q, m, 0, i, &r) != CLATTN_SUCCESS)
+            return true; /* cannot tell: compute the block */
+        if (r.valid && r.hi > r.lo && !(r.hi - r.lo == 1 && r.self == r.lo))
             return true;
     }
     return false;
@@ -161,16 +173,29 @@ static clattn_status common_checks(clattn_context *ctx, MPI_Comm comm,
     return st;
 }
 
-/* Writes the packed float32 (O, LSE) into the caller's views (any dtype and strides) by
- * a one-part clattn_merge (rows with LSE −∞ become zeros). */
-static clattn_status deliver(clattn_context *ctx, const clattn_attention_desc *desc,
-                             const clattn_tensor *o, float *acc_o, float *acc_l)
+/* Writes the packed float32 (O, LSE) into the caller's views (any dtype and strides;
+ * rows with LSE −∞ become zeros), with the core's view checks and stores. */
+static clattn_status deliver(const clattn_attention_desc *desc, const clattn_tensor *o,
+                             const float *acc_o, const float *acc_l)
 {
-    clattn_tensor po =
-        clattn_tensor_host(acc_o, o->shape[0], o->shape[1], o->shape[2], o->shape[3]);
-    clattn_tensor pl = clattn_tensor_host(acc_l, o->shape[0], o->shape[1], o->shape[2], 1);
-    clattn_status st = clattn_merge(ctx, 1, &po, &pl, o, desc->lse);
-    return st == CLATTN_SUCCESS ? st : fail_ctx(ctx, st, "clattn_merge (result)");
+    clattn_view vo, vl;
+    clattn_status st = clattn_view_make(NULL, "O", o, CLATTN_STORAGE_HOST, true, &vo);
+    if (st == CLATTN_SUCCESS && desc->lse)
+        st = clattn_view_make(NULL, "lse", desc->lse, CLATTN_STORAGE_HOST, true, &vl);
+    if (st != CLATTN_SUCCESS)
+        return fail(st, "result: %s", clattn_last_error_message(NULL));
+    size_t row = 0;
+    for (int64_t b = 0; b < vo.n[0]; b++)
+        for (int64_t h = 0; h < vo.n[1]; h++)
+            for (int64_t i = 0; i < vo.n[2]; i++, row++) {
+                const bool empty = acc_l[row] == -INFINITY;
+                for (int64_t c = 0; c < vo.n[3]; c++)
+                    clattn_host_store(&vo, clattn_view_index(&vo, b, h, i, c),
+                                      empty ? 0.0f : acc_o[row * (size_t)vo.n[3] + (size_t)c]);
+                if (desc->lse)
+                    clattn_host_store(&vl, clattn_view_index(&vl, b, h, i, 0), acc_l[row]);
+            }
+    return CLATTN_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ ring attention */
@@ -205,8 +230,7 @@ static clattn_status make_buf(ring_dev *r, size_t bytes, void *host, cl_mem *out
         r->cl, host && bytes ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
         bytes ? bytes : 4, bytes ? host : NULL, &err);
     return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : fail(CLATTN_ERROR_OUT_OF_DEVICE_MEMORY,
-                                    "clCreateBuffer of %zu bytes: OpenCL error %d", bytes, err);
+                             : fail_cl(err, "clCreateBuffer of %zu bytes", bytes);
 }
 
 /* Waits for the device event (NULL: none) and the requests together, polling both, so
@@ -234,8 +258,8 @@ static clattn_status wait_both(cl_event ev, MPI_Request *reqs, int n_reqs, doubl
             cl_int err =
                 clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof es, &es, NULL);
             if (err != CL_SUCCESS || es < 0)
-                return fail(CLATTN_ERROR_OPENCL, "the device failed a block (OpenCL %d)",
-                            err != CL_SUCCESS ? err : es);
+                return err != CL_SUCCESS ? fail_cl(err, "clGetEventInfo(block)")
+                                         : fail_cl(es, "the device's block");
             if (es == CL_COMPLETE) {
                 dev_done = true;
                 t_dev = now();
@@ -375,7 +399,7 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
                 ce = clEnqueueWriteBuffer(dev.queue, dev.v, CL_TRUE, 0, vb, host_kv[cur] + kb, 0,
                                           NULL, NULL);
             if (ce != CL_SUCCESS) {
-                st = fail(CLATTN_ERROR_OPENCL, "clEnqueueWriteBuffer(K/V block): %d", ce);
+                st = fail_cl(ce, "clEnqueueWriteBuffer(K/V block)");
                 break;
             }
             clattn_tensor tk = clattn_tensor_buffer(dev.k, B, HKV, m, DK);
@@ -419,17 +443,17 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
             for (size_t i = 0; i < rows; i++)
                 acc_l[i] = -INFINITY;
         } else {
-            err = clEnqueueReadBuffer(dev.queue, dev.o_acc, CL_TRUE, 0, n_o * 4, acc_o, 0, NULL,
-                                      NULL);
-            if (err == CL_SUCCESS)
-                err = clEnqueueReadBuffer(dev.queue, dev.l_acc, CL_TRUE, 0, rows * 4, acc_l, 0,
-                                          NULL, NULL);
-            if (err != CL_SUCCESS)
-                st = fail(CLATTN_ERROR_OPENCL, "clEnqueueReadBuffer(result): %d", err);
+            cl_int ce = clEnqueueReadBuffer(dev.queue, dev.o_acc, CL_TRUE, 0, n_o * 4, acc_o, 0,
+                                            NULL, NULL);
+            if (ce != CL_SUCCESS)
+                st = fail_cl(ce, "clEnqueueReadBuffer(O)");
+            else if ((ce = clEnqueueReadBuffer(dev.queue, dev.l_acc, CL_TRUE, 0, rows * 4, acc_l,
+                                               0, NULL, NULL)) != CL_SUCCESS)
+                st = fail_cl(ce, "clEnqueueReadBuffer(LSE)");
         }
     }
     if (st == CLATTN_SUCCESS && NQ > 0)
-        st = deliver(ctx, desc, o, acc_o, acc_l);
+        st = deliver(desc, o, acc_o, acc_l);
 out:
     if (dev.queue)
         clFinish(dev.queue);
@@ -548,7 +572,7 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
         part_l[i] = z > 0 ? (float)((double)max_l[i] + log(z)) : -INFINITY;
     }
     if (NQ > 0)
-        st = deliver(ctx, desc, o, part_o, part_l);
+        st = deliver(desc, o, part_o, part_l);
 out:
     free(part_o);
     free(part_l);

@@ -321,10 +321,14 @@ static double measure_peak(clattn_context *ctx)
                      ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
                      : NULL;
     const cl_float a = 0.999f, b = 0.001f;
+    if (err == CL_SUCCESS) /* each call checked on its own: an OR of two codes is neither */
+        err = clSetKernelArg(kern, 0, sizeof out, &out);
     if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 0, sizeof out, &out) |
-              clSetKernelArg(kern, 1, sizeof iters, &iters) |
-              clSetKernelArg(kern, 2, sizeof a, &a) | clSetKernelArg(kern, 3, sizeof b, &b);
+        err = clSetKernelArg(kern, 1, sizeof iters, &iters);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 2, sizeof a, &a);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 3, sizeof b, &b);
     double gflops[5];
     int runs = 0;
     for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {

@@ -81,15 +81,14 @@ static void print_matrix(const char *title, const float *m, int64_t rows, int64_
     }
 }
 
-/* Whether key j is visible to query i (n_q = n_kv here). */
-static int visible(clattn_mask mask, int64_t i, int64_t j)
+/* Whether key j is visible to query i under `mask`: the library's rule. */
+static int visible(clattn_mask mask, int64_t i, int64_t j, int64_t n)
 {
-    switch (mask) {
-    case CLATTN_MASK_CAUSAL_TOP_LEFT:
-    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT: return j <= i;
-    case CLATTN_MASK_NO_SELF: return j != i;
-    default: return 1;
-    }
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.mask = mask;
+    clattn_key_range r;
+    return clattn_visible_keys(&desc, n, n, 0, i, &r) == CLATTN_SUCCESS && r.valid && j >= r.lo &&
+           j < r.hi && j != r.self;
 }
 
 /* S in double, rounded to float: the reference for clattn_scores. */
@@ -101,7 +100,7 @@ static void reference_scores(const example *ex, float *s)
             for (int64_t c = 0; c < ex->d; ++c) {
                 dot += (double)ex->x[i * ex->d + c] * ex->x[j * ex->d + c];
             }
-            s[i * ex->n + j] = visible(ex->mask, i, j) ? (float)(ex->scale * dot) : -INFINITY;
+            s[i * ex->n + j] = visible(ex->mask, i, j, ex->n) ? (float)(ex->scale * dot) : -INFINITY;
         }
     }
 }

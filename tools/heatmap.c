@@ -328,15 +328,14 @@ static int check_indices(const heatmap_args *a, const char *path, const int64_t 
     return 0;
 }
 
-/* Whether key j is visible to query i under `mask` (the library's semantics). */
+/* Whether key j is visible to query i under `mask`: the library's rule. */
 static int visible(clattn_mask mask, int64_t i, int64_t j, int64_t n_q, int64_t n_kv)
 {
-    switch (mask) {
-    case CLATTN_MASK_CAUSAL_TOP_LEFT: return j <= i;
-    case CLATTN_MASK_CAUSAL_BOTTOM_RIGHT: return j <= i + n_kv - n_q;
-    case CLATTN_MASK_NO_SELF: return j != i;
-    default: return 1;
-    }
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.mask = mask;
+    clattn_key_range r;
+    return clattn_visible_keys(&desc, n_q, n_kv, 0, i, &r) == CLATTN_SUCCESS && r.valid &&
+           j >= r.lo && j < r.hi && j != r.self;
 }
 
 /* Computes W [n_q, n_kv] of (batch, head) with the library; *w is malloc'd. */

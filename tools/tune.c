@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const char tune_usage[] =
@@ -33,87 +32,51 @@ static const char tune_usage[] =
     "  --device SPEC   \"P:D\" or a device-name substring\n"
     "  -h, --help      show this help\n";
 
-typedef struct tune_line {
-    char key[64];
+/* A candidate blocking: 0 fields = the built-in choice. */
+typedef struct candidate {
     unsigned rq, wg, tile;
-    double ms, default_ms;
-} tune_line;
+} candidate;
 
-/* Times case c with CLATTN_BLOCKING set to the candidate (or unset for the built-in
- * choice); returns the median device ms, or a negative value if the device refused. */
-static double time_blocking(clattn_context *ctx, const bench_case *c, int reps,
-                            const char *blocking)
+/* Times case c with the candidate as the context's override of its kernels (or none:
+ * the built-in choice); returns the median device ms, or a negative value if the
+ * device refused. */
+static double time_blocking(clattn_context *ctx, const bench_case *c, int reps, candidate cand)
 {
-    if (blocking)
-        setenv("CLATTN_BLOCKING", blocking, 1);
-    else
-        unsetenv("CLATTN_BLOCKING");
+    static const clattn_kernel kernels[3] = {CLATTN_KERNEL_FUSED, CLATTN_KERNEL_SCORES,
+                                             CLATTN_KERNEL_WEIGHTED_SUM};
+    const clattn_blocking b = {cand.rq, cand.wg, cand.tile};
+    for (int k = 0; k < 3; k++)
+        if (clattn_context_set_blocking(ctx, kernels[k], 0, 0, cand.rq ? &b : NULL) !=
+            CLATTN_SUCCESS)
+            return -1.0;
     result r = {0};
     char reason[256];
-    bench_quiet = blocking != NULL; /* a refused candidate is skipped without a message */
+    bench_quiet = cand.rq != 0; /* a refused candidate is skipped without a message */
     const int rc = time_case(ctx, c, 1, reps, &r, reason, sizeof reason);
     bench_quiet = 0;
-    unsetenv("CLATTN_BLOCKING");
+    for (int k = 0; k < 3; k++)
+        (void)clattn_context_set_blocking(ctx, kernels[k], 0, 0, NULL);
     return rc == 0 ? r.device_ms.median : -1.0;
 }
 
-/* Rewrites the tuning file with `lines` replacing entries of the same keys. */
-static int store_tuning(const char *path, const tune_line *lines, int n)
+/* Stores the winner for the case's kernels (fused, or scores and weighted sum) through
+ * the library, which owns the tuning file. 0, or an exit status. */
+static int store(clattn_context *ctx, const bench_case *c, candidate best, double ms,
+                 double default_ms, int *n_stored)
 {
-    char *old = NULL;
-    size_t old_len = 0;
-    FILE *f = fopen(path, "r");
-    if (f) {
-        FILE *mem = open_memstream(&old, &old_len);
-        char buf[256];
-        while (mem && fgets(buf, sizeof buf, f)) {
-            int replaced = 0;
-            for (int i = 0; i < n; i++) {
-                const size_t kl = strlen(lines[i].key);
-                if (strncmp(buf, lines[i].key, kl) == 0 && buf[kl] == ' ')
-                    replaced = 1;
-            }
-            if (!replaced)
-                fputs(buf, mem);
-        }
-        if (mem)
-            fclose(mem);
-        fclose(f);
-    }
-    /* make the folder (one level: the cache folder itself) and write atomically */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = '\0';
-        char cmd_dir[4096];
-        snprintf(cmd_dir, sizeof cmd_dir, "%s", dir);
-        for (char *p = cmd_dir + 1; *p; p++)
-            if (*p == '/') {
-                *p = '\0';
-                mkdir(cmd_dir, 0755);
-                *p = '/';
-            }
-        mkdir(cmd_dir, 0755);
-    }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *out = fopen(tmp, "w");
-    if (!out) {
-        free(old);
-        return bench_fail("cannot write %s", tmp);
-    }
-    if (old && old_len)
-        fwrite(old, 1, old_len, out);
-    else
-        fputs("# clattn tune: <kernel> <d_k> <d_v> <rq> <wg> <tile_kv>\n", out);
-    for (int i = 0; i < n; i++)
-        fprintf(out, "%s %u %u %u  # %.3f ms, built-in %.3f ms\n", lines[i].key, lines[i].rq,
-                lines[i].wg, lines[i].tile, lines[i].ms, lines[i].default_ms);
-    free(old);
-    if (fclose(out) != 0 || rename(tmp, path) != 0) {
-        remove(tmp);
-        return bench_fail("cannot write %s", path);
+    const clattn_blocking b = {best.rq, best.wg, best.tile};
+    char note[96];
+    snprintf(note, sizeof note, "%.3f ms, built-in %.3f ms", ms, default_ms);
+    const int fused = c->algorithm == CLATTN_ALGORITHM_FUSED;
+    const clattn_kernel kinds[2] = {fused ? CLATTN_KERNEL_FUSED : CLATTN_KERNEL_SCORES,
+                                    CLATTN_KERNEL_WEIGHTED_SUM};
+    for (int k = 0; k < (fused ? 1 : 2); k++) {
+        const int64_t dk = kinds[k] == CLATTN_KERNEL_WEIGHTED_SUM ? 0 : c->d_k;
+        const int64_t dv = kinds[k] == CLATTN_KERNEL_SCORES ? 0 : c->d_v;
+        const clattn_status st = clattn_context_store_blocking(ctx, kinds[k], dk, dv, &b, note);
+        if (st != CLATTN_SUCCESS)
+            return bench_fail("%s", clattn_last_error_message(ctx));
+        (*n_stored)++;
     }
     return 0;
 }
@@ -151,12 +114,12 @@ int cmd_tune(int argc, char **argv)
     const int n_cases = parse_shapes(shapes, cases, 32);
     if (n_cases < 0)
         return 2;
-    setenv("CLATTN_TUNE", "off", 1); /* time the built-in choice, not an older tuning */
     clattn_context_options opt = {0};
     opt.device = device;
     clattn_context *ctx;
     if (clattn_context_create(&opt, &ctx) != CLATTN_SUCCESS)
         return bench_fail("%s", clattn_last_error_message(NULL));
+    (void)clattn_context_use_stored_tuning(ctx, 0); /* time the built-in choice, not an older tuning */
     const char *path = clattn_context_tuning_file(ctx);
     if (!path && !dry) {
         clattn_context_release(ctx);
@@ -164,14 +127,14 @@ int cmd_tune(int argc, char **argv)
                           "is no tuning file; use --dry-run");
     }
     static const unsigned rqs[] = {1, 2, 4}, wgs[] = {4, 8, 16, 32}, tiles[] = {32, 64, 128};
-    tune_line lines[64];
-    int n_lines = 0, rc = 0;
+    int n_stored = 0, rc = 0;
+    const candidate builtin = {0, 0, 0};
     printf("%-28s %8s %12s %-12s %10s %8s\n", "case", "alg", "built-in ms", "best RQ,WG,T",
            "best ms", "speed-up");
-    for (int i = 0; i < n_cases && n_lines + 2 <= 64; i++) {
+    for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
         const int fused = c->algorithm == CLATTN_ALGORITHM_FUSED;
-        double base = time_blocking(ctx, c, reps, NULL);
+        double base = time_blocking(ctx, c, reps, builtin);
         if (base < 0) {
             rc = bench_fail("case %d: the built-in blocking fails", i + 1);
             continue;
@@ -187,7 +150,8 @@ int cmd_tune(int argc, char **argv)
                     if (isatty(STDERR_FILENO))
                         fprintf(stderr, "\r[%d/%d] %s %s ...   ", i + 1, n_cases,
                                 fused ? "fused" : "unfused", spec);
-                    const double ms = time_blocking(ctx, c, reps, spec);
+                    const candidate cand = {rqs[a], wgs[w], tiles[t]};
+                    const double ms = time_blocking(ctx, c, reps, cand);
                     tried += ms >= 0;
                     if (ms >= 0 && ms < best) {
                         best = ms;
@@ -198,12 +162,11 @@ int cmd_tune(int argc, char **argv)
             fprintf(stderr, "\r%60s\r", "");
         /* the machine drifts: time the built-in choice and the winner again, alternately,
          * and keep the better of each */
+        const candidate win = {brq, bwg, btile};
         if (brq) {
-            char spec[48];
-            snprintf(spec, sizeof spec, "%u,%u,%u", brq, bwg, btile);
             for (int again = 0; again < 2; again++) {
-                const double b2 = time_blocking(ctx, c, reps, NULL);
-                const double w2 = time_blocking(ctx, c, reps, spec);
+                const double b2 = time_blocking(ctx, c, reps, builtin);
+                const double w2 = time_blocking(ctx, c, reps, win);
                 if (b2 >= 0 && b2 < base)
                     base = b2;
                 if (w2 >= 0 && w2 < best)
@@ -221,23 +184,13 @@ int cmd_tune(int argc, char **argv)
                fused ? "fused" : "unfused", base, blk, best, base / best, tried);
         if (!better)
             continue;
-        const char *kinds[2] = {fused ? "fused" : "scores", fused ? NULL : "weighted_sum"};
-        for (int k = 0; k < 2 && kinds[k]; k++) {
-            tune_line *l = &lines[n_lines++];
-            const long long dk = strcmp(kinds[k], "weighted_sum") == 0 ? 0 : c->d_k;
-            const long long dv = strcmp(kinds[k], "scores") == 0 ? 0 : c->d_v;
-            snprintf(l->key, sizeof l->key, "%s %lld %lld", kinds[k], dk, dv);
-            l->rq = brq, l->wg = bwg, l->tile = btile, l->ms = best, l->default_ms = base;
-        }
-    }
-    if (!dry && n_lines > 0) {
-        if (store_tuning(path, lines, n_lines) == 0)
-            printf("stored %d entries in %s\n", n_lines, path);
-        else
+        if (!dry && store(ctx, c, win, best, base, &n_stored) != 0)
             rc = 1;
-    } else if (!dry) {
-        printf("nothing beat the built-in blocking by more than 3%%; %s unchanged\n", path);
     }
+    if (!dry && n_stored > 0)
+        printf("stored %d entries in %s\n", n_stored, path);
+    else if (!dry && rc == 0)
+        printf("nothing beat the built-in blocking by more than 3%%; %s unchanged\n", path);
     clattn_context_release(ctx);
     return rc;
 }
