@@ -652,5 +652,42 @@ expect_rc "replace both outputs" 0
 expect_values "replace both outputs (O)" "$tmp/keep.npy" "$X_Z"
 expect_values "replace both outputs (W)" "$tmp/keepw.npy" "$X_W"
 
+# ---- R16: window bounds at INT64_MAX ("no limit") -----------------------------------
+
+# tests/cases/R16.json: q (1,2), k (3,2), v (3,2), scale 1. A bound of INT64_MAX (or
+# INT64_MAX - 1) lies beyond every key, so all 3 keys are visible: softmax([1, 0, 0])
+# over the rows of V. Tolerance 1e-5 absolute (the case's 1e-5 + 1e-5*|exp|, tighter).
+npy "$tmp/r16q.npy" '<f4' '(1, 2)' 3f800000 00000000
+npy "$tmp/r16k.npy" '<f4' '(3, 2)' 3f800000 00000000 00000000 3f800000 00000000 00000000
+npy "$tmp/r16v.npy" '<f4' '(3, 2)' 3f800000 40000000 40400000 40800000 40a00000 40c00000
+R16_O="2.2716493457025124 3.271649345702513"
+R16_W="0.5761168847658291 0.21194155761708544 0.21194155761708544"
+R16_LSE="1.551444713932051"
+# r16_run NAME ARGS...: runs the case's inputs with ARGS, --check and both outputs.
+r16_run() {
+    r16name=$1
+    shift
+    rm -f "$tmp/r16o.npy" "$tmp/r16l.npy" "$tmp/r16w.npy"
+    run_clattn run --q "$tmp/r16q.npy" --k "$tmp/r16k.npy" --v "$tmp/r16v.npy" \
+        --out "$tmp/r16o.npy" --lse "$tmp/r16l.npy" --scale 1 --check "$@"
+    expect_rc "$r16name" 0
+    expect_values "$r16name (O)" "$tmp/r16o.npy" "$R16_O" 1e-5
+    expect_values "$r16name (LSE)" "$tmp/r16l.npy" "$R16_LSE" 1e-5
+    expect_text "$r16name" "$tmp/out" "check O: max abs error"
+    expect_text "$r16name" "$tmp/out" "check LSE: max abs error"
+}
+for algorithm in unfused fused; do
+    # the case's command (with --weights)
+    r16_run "R16 --window=-1,INT64_MAX $algorithm" --weights "$tmp/r16w.npy" \
+        --window=-1,9223372036854775807 --algorithm "$algorithm"
+    expect_values "R16 --window=-1,INT64_MAX $algorithm (W)" "$tmp/r16w.npy" "$R16_W" 1e-5
+    # its variant: the left bound, with the row's diagonal at -2
+    r16_run "R16 --window INT64_MAX,-1 --kv-start 2 $algorithm" \
+        --window 9223372036854775807,-1 --kv-start 2 --algorithm "$algorithm"
+    # one less, which the case reports as correct before the fix too
+    r16_run "R16 --window=-1,INT64_MAX-1 $algorithm" --window=-1,9223372036854775806 \
+        --algorithm "$algorithm"
+done
+
 echo "test_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
