@@ -93,8 +93,7 @@ static clattn_status stage_enqueue(clattn_context *ctx, clattn_stage kind,
 {
     clattn_stage_call sp;
     clattn_stage_plan plan;
-    clattn_status st =
-        clattn_resolve_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_BUFFER, &sp);
+    clattn_status st = clattn_resolve_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_BUFFER, &sp);
     if (st == CLATTN_SUCCESS)
         st = clattn_check_wait_list(ctx, n_wait, wait);
     if (st == CLATTN_SUCCESS && sp.c.count > 0)
@@ -190,8 +189,8 @@ clattn_status clattn_merge_enqueue(clattn_context *ctx, size_t n_parts,
                                    const cl_event *wait, cl_event *done)
 {
     clattn_merge_problem m;
-    clattn_status st = clattn_resolve_merge(ctx, n_parts, o_parts, lse_parts, o, lse,
-                                            CLATTN_STORAGE_BUFFER, &m);
+    clattn_status st =
+        clattn_resolve_merge(ctx, n_parts, o_parts, lse_parts, o, lse, CLATTN_STORAGE_BUFFER, &m);
     if (st == CLATTN_SUCCESS)
         st = clattn_check_wait_list(ctx, n_wait, wait);
     if (st == CLATTN_SUCCESS)
@@ -206,16 +205,16 @@ clattn_status clattn_merge(clattn_context *ctx, size_t n_parts, const clattn_ten
 {
     clattn_merge_problem host, dev;
     memset(&dev, 0, sizeof dev);
-    clattn_status st = clattn_resolve_merge(ctx, n_parts, o_parts, lse_parts, o, lse,
-                                            CLATTN_STORAGE_HOST, &host);
+    clattn_status st =
+        clattn_resolve_merge(ctx, n_parts, o_parts, lse_parts, o, lse, CLATTN_STORAGE_HOST, &host);
     clattn_staging sg = {NULL, 0, 0};
     if (st == CLATTN_SUCCESS && host.o.count > 0) {
         dev = host; /* with its own part arrays for the device views */
         dev.o_parts = malloc(n_parts * sizeof *dev.o_parts);
         dev.lse_parts = malloc(n_parts * sizeof *dev.lse_parts);
         if (!dev.o_parts || !dev.lse_parts)
-            st = clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
-                             "cannot allocate %zu part views", n_parts);
+            st = clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "cannot allocate %zu part views",
+                             n_parts);
         for (size_t p = 0; st == CLATTN_SUCCESS && p < n_parts; p++) {
             st = clattn_stage_view(ctx, &sg, &host.o_parts[p], true, &dev.o_parts[p]);
             if (st == CLATTN_SUCCESS)

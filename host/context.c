@@ -85,8 +85,8 @@ static clattn_status choose_device_locked(const char *spec, cl_platform_id *out_
 
     unsigned want_p = 0, want_d = 0;
     const bool by_index = spec && parse_index_spec(spec, &want_p, &want_d);
-    cl_platform_id first_p = NULL, gpu_p = NULL;
-    cl_device_id first_d = NULL, gpu_d = NULL;
+    cl_platform_id first_p = NULL, gpu_p = NULL, sim_p = NULL;
+    cl_device_id first_d = NULL, gpu_d = NULL, sim_d = NULL;
     for (cl_uint p = 0; p < n_platforms; p++) {
         cl_device_id devices[MAX_DEVICES];
         cl_uint n_devices = 0;
@@ -109,6 +109,15 @@ static clattn_status choose_device_locked(const char *spec, cl_platform_id *out_
                 }
                 continue;
             }
+            /* a simulator (oclgrind reports itself as a GPU) is chosen by name only */
+            char platform_name[256] = "";
+            clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof platform_name - 1,
+                              platform_name, NULL);
+            if (contains_nocase(name, "oclgrind") || contains_nocase(platform_name, "oclgrind")) {
+                sim_p = sim_p ? sim_p : platforms[p];
+                sim_d = sim_d ? sim_d : devices[d];
+                continue;
+            }
             if (!first_d) {
                 first_p = platforms[p];
                 first_d = devices[d];
@@ -124,6 +133,10 @@ static clattn_status choose_device_locked(const char *spec, cl_platform_id *out_
                            "no OpenCL device matches \"%s\" (give \"P:D\" indices or part of "
                            "a device name; `clattn devices` lists them)",
                            spec);
+    if (!first_d && sim_d) { /* only a simulator: better than nothing */
+        first_p = sim_p;
+        first_d = sim_d;
+    }
     if (!first_d)
         return clattn_fail(NULL, CLATTN_ERROR_NO_DEVICE,
                            "OpenCL platforms exist but none has a device (for the CPU: "
@@ -226,6 +239,14 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
 clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id device,
                                             cl_command_queue queue, clattn_context **out)
 {
+    return clattn_context_create_from_cl_with_options(NULL, context, device, queue, out);
+}
+
+clattn_status clattn_context_create_from_cl_with_options(const clattn_context_options *options,
+                                                         cl_context context, cl_device_id device,
+                                                         cl_command_queue queue,
+                                                         clattn_context **out)
+{
     if (!out)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "out is NULL");
     *out = NULL;
@@ -253,10 +274,11 @@ clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id dev
         return fail_create(ctx, clattn_fail_cl(ctx, err, "clRetainCommandQueue"));
     ctx->queue = queue;
     ctx->device = device;
-    const char *kdir = getenv("CLATTN_KERNEL_DIR");
+    const char *kdir =
+        options && options->kernel_dir ? options->kernel_dir : getenv("CLATTN_KERNEL_DIR");
     if (kdir && *kdir && !(ctx->kernel_dir = dup_string(kdir)))
         return fail_create(ctx, clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "strdup"));
-    ctx->cache_dir = clattn_cache_dir(NULL);
+    ctx->cache_dir = clattn_cache_dir(options ? options->cache_dir : NULL);
     if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
         return fail_create(ctx, st);
     clattn_tuning_init(ctx);

@@ -82,10 +82,15 @@ const char *clattn_cl_error_name(cl_int err);
 
 /* ---- views (view.c) ---- */
 typedef enum { CLATTN_STORAGE_HOST, CLATTN_STORAGE_BUFFER, CLATTN_STORAGE_ANY } clattn_storage;
-/* A public tensor as a checked view: dtype, shape, strides (all zero = packed), offset,
- * overflow, storage kind, CL_MEM_SIZE of a buffer; outputs must not self-overlap. */
+/* A public tensor as a checked view: dtype, shape, strides (all zero = packed; a stride
+ * of 0 on a dimension of extent > 1 only where t->broadcast allows it, and never on an
+ * output), offset, overflow, storage kind; outputs must not self-overlap. */
 clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clattn_tensor *t,
                                clattn_storage storage, bool is_output, clattn_view *out);
+/* A buffer view's cl_mem: a valid one, of ctx's cl_context (ctx NULL: not checked), and
+ * large enough (CLATTN_ERROR_BUFFER_TOO_SMALL). Called after the shape and layout checks,
+ * so shape errors come first. No-op for host views and empty views. */
+clattn_status clattn_view_check_buffer(clattn_context *ctx, const char *name, const clattn_view *v);
 /* INVALID_ARGUMENT unless v's dtype is in `allowed` (CLATTN_DT_*) */
 clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
                                       unsigned allowed);
@@ -151,7 +156,7 @@ typedef struct clattn_blocked {
 } clattn_blocked;
 typedef struct clattn_exec_plan {
     clattn_algorithm algorithm;
-    bool no_keys; /* n_kv = 0: the fused streaming kernel writes every row */
+    bool no_keys;                       /* n_kv = 0: the fused streaming kernel writes every row */
     clattn_blocked scores, wsum, fused; /* the tiled kernels that will run */
     clattn_program_entry *softmax, *from_lse, *head_mean;
     size_t softmax_wg;
@@ -163,7 +168,7 @@ typedef struct clattn_exec_plan {
 clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p,
                                     clattn_exec_plan *out);
 typedef struct clattn_stage_plan {
-    clattn_blocked bk;            /* scores, weighted sum */
+    clattn_blocked bk;             /* scores, weighted sum */
     clattn_program_entry *softmax; /* softmax */
     size_t softmax_wg;
 } clattn_stage_plan;
@@ -259,12 +264,14 @@ typedef struct clattn_blocking_request {
  * built-in table; *limit gets the work-group ceiling of the device (and, on CPUs, of
  * the private arrays); *wg_fixed whether WG was asked for (request, override, stored)
  * rather than chosen within *limit. */
-void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r,
-                          size_t *rq, size_t *wg, size_t *tile_kv, size_t *limit,
-                          bool *wg_fixed);
+void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
+                          size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed);
 /* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
  * local_floats_per_key floats per key fit the device's local memory; 0 if none. */
 size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap);
+/* The local memory the tiles may use: the device's less 1024 bytes for the kernels' own
+ * small local arrays. */
+cl_ulong clattn_local_tile_budget(const clattn_context *ctx);
 /* The built-in keys per step of the tiled kernels on this device; fused: the cap for
  * head dims d_k, d_v. */
 size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per_key);

@@ -106,10 +106,11 @@ static void arg_terms(arg_list *a, const aux_t *x)
     arg(a, sizeof(float), &x->softcap);
 }
 
-static clattn_status enqueue_scores(clattn_context *ctx, const clattn_blocked *bk, const clattn_view *q,
-                                    const clattn_view *k, const clattn_view *s, float scale,
-                                    bool sparse, bool relative, const aux_t *x, cl_uint n_wait,
-                                    const cl_event *wait, cl_event *done)
+static clattn_status enqueue_scores(clattn_context *ctx, const clattn_blocked *bk,
+                                    const clattn_view *q, const clattn_view *k,
+                                    const clattn_view *s, float scale, bool sparse, bool relative,
+                                    const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                    cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
@@ -156,9 +157,9 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
 }
 
 /* O = W·V; the rule only lets groups skip key tiles whose weights are all zero */
-static clattn_status enqueue_wsum(clattn_context *ctx, const clattn_blocked *bk, const clattn_view *w,
-                                  const clattn_view *v, const clattn_view *o, bool sparse,
-                                  const aux_t *x, cl_uint n_wait, const cl_event *wait,
+static clattn_status enqueue_wsum(clattn_context *ctx, const clattn_blocked *bk,
+                                  const clattn_view *w, const clattn_view *v, const clattn_view *o,
+                                  bool sparse, const aux_t *x, cl_uint n_wait, const cl_event *wait,
                                   cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
@@ -177,11 +178,11 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const clattn_blocked *bk,
     return launch(ctx, "weighted_sum", &a, 2, global, local, n_wait, wait, done);
 }
 
-static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk, const clattn_view *q,
-                                   const clattn_view *k, const clattn_view *v, const clattn_view *o,
-                                   const clattn_view *lse, bool lse_relative, float scale,
-                                   const aux_t *x, cl_uint n_wait, const cl_event *wait,
-                                   cl_event *done)
+static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk,
+                                   const clattn_view *q, const clattn_view *k, const clattn_view *v,
+                                   const clattn_view *o, const clattn_view *lse, bool lse_relative,
+                                   float scale, const aux_t *x, cl_uint n_wait,
+                                   const cl_event *wait, cl_event *done)
 {
     arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
@@ -255,7 +256,6 @@ static void release_events(cl_event *e, int n)
             clReleaseEvent(e[i]);
 }
 
-
 /* The host arrays of the desc as device buffers (count elements of 4 bytes each). */
 static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *desc,
                               const clattn_view *q, const clattn_view *mask, aux_t *x)
@@ -284,7 +284,6 @@ static void aux_release(aux_t *x)
             *bufs[i] = NULL;
         }
 }
-
 
 /* Runs a planned attention on device views. Events chain the kernels, so an
  * out-of-order queue is fine. */
@@ -374,8 +373,8 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     return st;
 }
 clattn_status clattn_launch_stage(clattn_context *ctx, const clattn_stage_plan *plan,
-                                  const clattn_stage_call *sp, cl_uint n_wait,
-                                  const cl_event *wait, cl_event *done)
+                                  const clattn_stage_call *sp, cl_uint n_wait, const cl_event *wait,
+                                  cl_event *done)
 {
     const clattn_view *a = &sp->a, *b = &sp->b, *c = &sp->c;
     if (c->count == 0)
@@ -407,8 +406,9 @@ typedef enum { MERGE_FIRST = 0, MERGE_NEXT = 1, MERGE_FINISH = 2 } merge_step;
 static clattn_status enqueue_merge_step(clattn_context *ctx, clattn_program_entry *e,
                                         const clattn_view *acc, const clattn_view *acc_lse,
                                         const clattn_view *po, const clattn_view *pl,
-                                        const clattn_view *o, const clattn_view *lse, merge_step mode,
-                                        cl_uint n_wait, const cl_event *wait, cl_event *done)
+                                        const clattn_view *o, const clattn_view *lse,
+                                        merge_step mode, cl_uint n_wait, const cl_event *wait,
+                                        cl_event *done)
 {
     arg_list a = {e->kernel, 0, CL_SUCCESS};
     arg(&a, sizeof(cl_mem), &acc->buffer);

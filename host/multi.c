@@ -395,8 +395,7 @@ static clattn_status finish_jobs(clattn_multi *m, job *jobs, size_t n_jobs, clat
 /* ------------------------------------------------------------------ split by heads */
 
 static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *desc,
-                                 const clattn_problem *c,
-                                 clattn_multi_part *parts)
+                                 const clattn_problem *c, clattn_multi_part *parts)
 {
     if (c->has_w && desc->weights_head_mean)
         return multi_fail(m, CLATTN_ERROR_UNSUPPORTED,
@@ -523,8 +522,7 @@ static void merge_on_host(const clattn_problem *c, size_t n_parts, const float *
 }
 
 static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *desc,
-                                const clattn_problem *c,
-                                clattn_multi_part *parts)
+                                const clattn_problem *c, clattn_multi_part *parts)
 {
     if (c->has_w)
         return multi_fail(m, CLATTN_ERROR_UNSUPPORTED,

@@ -43,8 +43,8 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
                            tile_kv, file, (unsigned long long)ctx->local_mem);
     for (;;) {
         char opts[320];
-        snprintf(opts, sizeof opts, CL_STD " %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu", dims, tile_kv,
-                 wg, rq);
+        snprintf(opts, sizeof opts, CL_STD " %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu", dims, tile_kv, wg,
+                 rq);
         clattn_status st = clattn_get_kernel(ctx, file, opts, &out->entry);
         if (st != CLATTN_SUCCESS)
             return st;
@@ -63,39 +63,31 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
     return CLATTN_SUCCESS;
 }
 
-/* scores.cl for d_k, or why not (local memory) */
-static clattn_status scores_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, const char *feat,
-                                   clattn_blocked *out)
+/* scores.cl for head dim d = d_k, or weighted_sum.cl for d = d_v, or why not (local
+ * memory: K rows of d_k floats, or V rows padded to 16 floats). */
+static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kernel, int64_t n_q,
+                                        int64_t d, const char *feat, clattn_blocked *out)
 {
-    const size_t t = clattn_fit_tile_kv(ctx, d_k, clattn_default_tile_kv(ctx, false, 0));
+    const bool scores = kernel == CLATTN_KERNEL_SCORES;
+    const int64_t per_key = scores ? d : clattn_ceil_div(d, 16) * 16;
+    const size_t t = clattn_fit_tile_kv(ctx, per_key, clattn_default_tile_kv(ctx, false, 0));
     if (t == 0)
-        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "scores: 16 rows of K with d_k %lld exceed the device's local memory "
-                           "(%llu bytes)",
-                           (long long)d_k, (unsigned long long)ctx->local_mem);
+        return clattn_fail(
+            ctx, CLATTN_ERROR_UNSUPPORTED,
+            "%s: 16 rows of %s with %s %lld (%llu bytes) exceed the %llu "
+            "bytes of local memory the tiles may use (CL_DEVICE_LOCAL_MEM_SIZE "
+            "%llu, less 1024 for the kernel's own)",
+            scores ? "scores" : "weighted sum", scores ? "K" : "V", scores ? "d_k" : "d_v",
+            (long long)d, (unsigned long long)(16 * per_key * sizeof(float)),
+            (unsigned long long)clattn_local_tile_budget(ctx), (unsigned long long)ctx->local_mem);
     char dims[200];
-    snprintf(dims, sizeof dims, "-DD_K=%lld %s", (long long)d_k, feat);
-    const clattn_blocking_request r = {CLATTN_KERNEL_SCORES, d_k, 0, n_q, (int64_t)t,
-                                       2 * (int64_t)t + 16, d_k, t, 0, false};
-    return build_blocked(ctx, "scores.cl", dims, &r, out);
-}
-
-/* weighted_sum.cl for d_v, or why not (local memory) */
-static clattn_status wsum_kernel(clattn_context *ctx, int64_t n_q, int64_t d_v, const char *feat,
-                                 clattn_blocked *out)
-{
-    const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
-    const size_t t = clattn_fit_tile_kv(ctx, d_v_pad, clattn_default_tile_kv(ctx, false, 0));
-    if (t == 0)
-        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "weighted sum: 16 rows of V with d_v %lld exceed the device's local "
-                           "memory (%llu bytes)",
-                           (long long)d_v, (unsigned long long)ctx->local_mem);
-    char dims[200];
-    snprintf(dims, sizeof dims, "-DD_V=%lld %s", (long long)d_v, feat);
-    const clattn_blocking_request r = {CLATTN_KERNEL_WEIGHTED_SUM, 0, d_v, n_q, d_v_pad,
-                                       d_v_pad + (int64_t)t + 16, d_v_pad, t, 0, false};
-    return build_blocked(ctx, "weighted_sum.cl", dims, &r, out);
+    snprintf(dims, sizeof dims, "-D%s=%lld %s", scores ? "D_K" : "D_V", (long long)d, feat);
+    /* per-query accumulators: a tile of scores, or the padded O row */
+    const int64_t acc = scores ? (int64_t)t : per_key;
+    const int64_t priv = scores ? 2 * (int64_t)t + 16 : per_key + (int64_t)t + 16;
+    const clattn_blocking_request r = {
+        kernel, scores ? d : 0, scores ? 0 : d, n_q, acc, priv, per_key, t, 0, false};
+    return build_blocked(ctx, scores ? "scores.cl" : "weighted_sum.cl", dims, &r, out);
 }
 
 /* Softmax work-group: the caller's size if it is legal, else a power of two covering
@@ -171,9 +163,11 @@ static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, cha
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
     else if (t == 0)
         snprintf(why, why_len,
-                 "fused: 16 key rows of K and V (%llu bytes) exceed the device's local "
-                 "memory (%llu bytes)",
+                 "fused: 16 key rows of K and V (%llu bytes) exceed the %llu bytes of local "
+                 "memory the tiles may use (CL_DEVICE_LOCAL_MEM_SIZE %llu, less 1024 for the "
+                 "kernel's own)",
                  (unsigned long long)(16 * per_key * sizeof(float)),
+                 (unsigned long long)clattn_local_tile_budget(ctx),
                  (unsigned long long)ctx->local_mem);
     return t;
 }
@@ -267,8 +261,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     p->no_keys = n_kv == 0;
     if (p->algorithm == CLATTN_ALGORITHM_UNFUSED && !p->no_keys) {
         p->workspace_bytes = ws_scores;
-        if ((st = scores_kernel(ctx, n_q, d_k, f->opts, &p->scores)) != CLATTN_SUCCESS ||
-            (st = wsum_kernel(ctx, n_q, d_v, f->opts, &p->wsum)) != CLATTN_SUCCESS ||
+        if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts, &p->scores)) !=
+                CLATTN_SUCCESS ||
+            (st = tiled_stage_kernel(ctx, CLATTN_KERNEL_WEIGHTED_SUM, n_q, d_v, f->opts,
+                                     &p->wsum)) != CLATTN_SUCCESS ||
             (st = softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg)) != CLATTN_SUCCESS)
             return st;
         snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
@@ -300,15 +296,15 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                  f->head_mean && !p->no_keys ? ", head_mean" : "");
         if (f->weights && !p->no_keys) {
             p->workspace_bytes = ws_fused;
-            if ((st = scores_kernel(ctx, n_q, d_k, f->opts, &p->scores)) != CLATTN_SUCCESS ||
-                (st = clattn_get_kernel(ctx, "weights_from_lse.cl", CL_STD,
-                                        &p->from_lse)) != CLATTN_SUCCESS)
+            if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts,
+                                         &p->scores)) != CLATTN_SUCCESS ||
+                (st = clattn_get_kernel(ctx, "weights_from_lse.cl", CL_STD, &p->from_lse)) !=
+                    CLATTN_SUCCESS)
                 return st;
         }
     }
     if (f->head_mean && !p->no_keys &&
-        (st = clattn_get_kernel(ctx, "head_mean.cl", CL_STD, &p->head_mean)) !=
-            CLATTN_SUCCESS)
+        (st = clattn_get_kernel(ctx, "head_mean.cl", CL_STD, &p->head_mean)) != CLATTN_SUCCESS)
         return st;
     return CLATTN_SUCCESS;
 }
@@ -324,11 +320,13 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
     case CLATTN_STAGE_SCORES:
         term_options(feat, sizeof feat, (int)sp->a.dtype, (int)sp->b.dtype, -1, -1,
                      sp->has_mask ? &sp->mask : NULL, sp->desc);
-        return scores_kernel(ctx, sp->a.n[2], sp->a.n[3], feat, &out->bk);
+        return tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, sp->a.n[2], sp->a.n[3], feat,
+                                  &out->bk);
     case CLATTN_STAGE_WEIGHTED_SUM:
     default:
         term_options(feat, sizeof feat, -1, -1, (int)sp->b.dtype, (int)sp->c.dtype, NULL, NULL);
-        return wsum_kernel(ctx, sp->c.n[2], sp->c.n[3], feat, &out->bk);
+        return tiled_stage_kernel(ctx, CLATTN_KERNEL_WEIGHTED_SUM, sp->c.n[2], sp->c.n[3], feat,
+                                  &out->bk);
     }
 }
 

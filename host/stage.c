@@ -145,9 +145,9 @@ clattn_status clattn_readback_start(clattn_context *ctx, const clattn_view *hv,
         return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
                            "cannot allocate %lld bytes to read back an output",
                            (long long)(hv->span * hv->esize));
-    cl_int err = clEnqueueReadBuffer(ctx->queue, dv->buffer, CL_FALSE, 0,
-                                     (size_t)(hv->span * hv->esize), rb->tmp, after ? 1 : 0,
-                                     after ? &after : NULL, read);
+    cl_int err =
+        clEnqueueReadBuffer(ctx->queue, dv->buffer, CL_FALSE, 0, (size_t)(hv->span * hv->esize),
+                            rb->tmp, after ? 1 : 0, after ? &after : NULL, read);
     if (err != CL_SUCCESS) {
         *read = NULL;
         return clattn_fail_cl(ctx, err, "clEnqueueReadBuffer");

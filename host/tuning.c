@@ -41,9 +41,14 @@ static bool is_cpu(const clattn_context *ctx)
     return (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
 }
 
+cl_ulong clattn_local_tile_budget(const clattn_context *ctx)
+{
+    return ctx->local_mem > 1024 ? ctx->local_mem - 1024 : 0;
+}
+
 size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap)
 {
-    const cl_ulong budget = ctx->local_mem > 1024 ? ctx->local_mem - 1024 : 0;
+    const cl_ulong budget = clattn_local_tile_budget(ctx);
     size_t t = cap;
     while (t >= 16 && (cl_ulong)t * (cl_ulong)local_floats_per_key * sizeof(float) > budget)
         t /= 2;
@@ -88,7 +93,8 @@ static const clattn_tune_entry *find(const clattn_tune_entry *list, int n, clatt
 static bool put(clattn_tune_entry **list, int *n, const clattn_tune_entry *e)
 {
     for (int i = 0; i < *n; i++)
-        if ((*list)[i].kernel == e->kernel && (*list)[i].d_k == e->d_k && (*list)[i].d_v == e->d_v) {
+        if ((*list)[i].kernel == e->kernel && (*list)[i].d_k == e->d_k &&
+            (*list)[i].d_v == e->d_v) {
             (*list)[i] = *e;
             return true;
         }
@@ -132,8 +138,9 @@ void clattn_tuning_init(clattn_context *ctx)
     /* CLATTN_BLOCKING="RQ,WG,TILE_KV": an override of every kernel (tuning experiments) */
     const char *env = getenv("CLATTN_BLOCKING");
     clattn_tune_entry o = {ANY_KERNEL, 0, 0, {0, 0, 0}};
-    if (env && sscanf(env, "%u,%u,%u", &o.blocking.queries_per_work_item,
-                      &o.blocking.work_group_size, &o.blocking.tile_kv) == 3 &&
+    if (env &&
+        sscanf(env, "%u,%u,%u", &o.blocking.queries_per_work_item, &o.blocking.work_group_size,
+               &o.blocking.tile_kv) == 3 &&
         blocking_ok(&o.blocking))
         (void)put(&ctx->override, &ctx->n_override, &o);
     if (!ctx->cache_dir)
@@ -182,8 +189,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
             *limit = fits > 1 ? (size_t)fits : 1;
     }
     size_t wg_request = r->wg_request;
-    const clattn_tune_entry *o = find(ctx->override, ctx->n_override, r->kernel, r->d_k, r->d_v,
-                                      true);
+    const clattn_tune_entry *o =
+        find(ctx->override, ctx->n_override, r->kernel, r->d_k, r->d_v, true);
     const clattn_tune_entry *t =
         o || r->one_query_per_item || wg_request != 0 || !ctx->use_stored_tuning
             ? NULL
@@ -194,8 +201,9 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
         *tile_kv = o->blocking.tile_kv;
         if (wg_request == 0)
             wg_request = o->blocking.work_group_size;
-    } else if (t && r->n_q >= (int64_t)(t->blocking.queries_per_work_item *
-                                         t->blocking.work_group_size) &&
+    } else if (t &&
+               r->n_q >=
+                   (int64_t)(t->blocking.queries_per_work_item * t->blocking.work_group_size) &&
                t->blocking.work_group_size <= *limit &&
                clattn_fit_tile_kv(ctx, r->local_per_key, t->blocking.tile_kv) ==
                    t->blocking.tile_kv) {
@@ -217,8 +225,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
 
 /* ------------------------------------------------------------------ public API */
 
-static clattn_status check_key(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
-                               int64_t d_v, const clattn_blocking *b)
+static clattn_status check_key(clattn_context *ctx, clattn_kernel kernel, int64_t d_k, int64_t d_v,
+                               const clattn_blocking *b)
 {
     if (!ctx)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
@@ -287,9 +295,9 @@ static void make_parents(const char *path)
     free(dir);
 }
 
-clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel kernel,
-                                            int64_t d_k, int64_t d_v,
-                                            const clattn_blocking *blocking, const char *note)
+clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
+                                            int64_t d_v, const clattn_blocking *blocking,
+                                            const char *note)
 {
     clattn_status st = check_key(ctx, kernel, d_k, d_v, blocking);
     if (st != CLATTN_SUCCESS)

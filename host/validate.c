@@ -188,16 +188,15 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
     if (st == CLATTN_SUCCESS && cv->has_w)
         st = clattn_view_make(ctx, "weights", desc->weights, storage, true, &cv->w);
     if (st == CLATTN_SUCCESS)
-        st = check_attention_shapes(ctx, &cv->q, &cv->k, &cv->v, &cv->o,
-                                           cv->has_w ? &cv->w : NULL, desc->weights_head_mean != 0);
+        st = check_attention_shapes(ctx, &cv->q, &cv->k, &cv->v, &cv->o, cv->has_w ? &cv->w : NULL,
+                                    desc->weights_head_mean != 0);
     if (st == CLATTN_SUCCESS)
         st = check_extras(ctx, desc, &cv->q, &cv->k, storage, cv);
     if (st != CLATTN_SUCCESS)
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must
      * not overlap the inputs the kernels are reading either */
-    const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL,
-                                  cv->has_lse ? &cv->lse : NULL};
+    const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL};
     static const char *const out_names[3] = {"O", "weights", "lse"};
     for (int a = 0; a < 3; a++)
         for (int b = a + 1; b < 3; b++)
@@ -213,7 +212,19 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
                     return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
                                        "%s overlaps %s in the same cl_mem", out_names[a], names[i]);
     }
-    return CLATTN_SUCCESS;
+    /* last: the cl_mem behind each buffer view (its context, its size) */
+    const clattn_view *all[7] = {&cv->q,
+                                 &cv->k,
+                                 &cv->v,
+                                 &cv->o,
+                                 cv->has_w ? &cv->w : NULL,
+                                 cv->has_mask ? &cv->mask : NULL,
+                                 cv->has_lse ? &cv->lse : NULL};
+    static const char *const all_names[7] = {"Q", "K", "V", "O", "weights", "mask_tensor", "lse"};
+    for (int i = 0; i < 7 && st == CLATTN_SUCCESS; i++)
+        if (all[i])
+            st = clattn_view_check_buffer(ctx, all_names[i], all[i]);
+    return st;
 }
 /* Validates the stage's views; stage_kind 0 scores (a=q, b=k, c=s), 1 softmax (a=x,
  * c=y), 2 weighted sum (a=w, b=v, c=o). */
@@ -321,6 +332,16 @@ clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
     out->desc = desc;
     clattn_status st =
         check_stage(ctx, (int)kind, desc, a, b, c, storage, &out->a, &out->b, &out->c, &ex);
+    static const char *const names[3][3] = {
+        {"Q", "K", "scores"}, {"scores", "", "weights"}, {"weights", "V", "O"}};
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_buffer(ctx, names[kind][0], &out->a);
+    if (st == CLATTN_SUCCESS && kind != CLATTN_STAGE_SOFTMAX)
+        st = clattn_view_check_buffer(ctx, names[kind][1], &out->b);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_buffer(ctx, names[kind][2], &out->c);
+    if (st == CLATTN_SUCCESS && ex.has_mask)
+        st = clattn_view_check_buffer(ctx, "mask_tensor", &ex.mask);
     if (kind == CLATTN_STAGE_SOFTMAX)
         out->b = out->a;
     out->has_mask = ex.has_mask;
@@ -340,7 +361,8 @@ static clattn_status check_merge(clattn_context *ctx, size_t n_parts, const clat
     clattn_clear_error(ctx);
     if (n_parts < 1 || n_parts > CLATTN_MAX_MERGE_PARTS)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "n_parts is %zu; it must be within 1..%d", n_parts, CLATTN_MAX_MERGE_PARTS);
+                           "n_parts is %zu; it must be within 1..%d", n_parts,
+                           CLATTN_MAX_MERGE_PARTS);
     if (!o_parts || !lse_parts)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s is NULL",
                            !o_parts ? "o_parts" : "lse_parts");
@@ -400,7 +422,19 @@ static clattn_status check_merge(clattn_context *ctx, size_t n_parts, const clat
     if (n[0] * n[1] > INT_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "batch x heads above INT_MAX");
 #undef LL
-    return CLATTN_SUCCESS;
+    /* last: the cl_mem behind each buffer view (its context, its size) */
+    st = clattn_view_check_buffer(ctx, "O", vo);
+    if (st == CLATTN_SUCCESS && lse)
+        st = clattn_view_check_buffer(ctx, "lse", vl);
+    for (size_t p = 0; p < n_parts && st == CLATTN_SUCCESS; p++) {
+        char name[48];
+        snprintf(name, sizeof name, "o_parts[%zu]", p);
+        st = clattn_view_check_buffer(ctx, name, &po[p]);
+        snprintf(name, sizeof name, "lse_parts[%zu]", p);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_buffer(ctx, name, &pl[p]);
+    }
+    return st;
 }
 
 void clattn_merge_problem_free(clattn_merge_problem *m)
@@ -415,6 +449,19 @@ clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const 
     if (n_wait > 0 && !wait)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
                            n_wait);
+    for (cl_uint i = 0; i < n_wait; i++) { /* an event of another cl_context cannot be waited on */
+        cl_context owner = NULL;
+        const cl_int err = clGetEventInfo(wait[i], CL_EVENT_CONTEXT, sizeof owner, &owner, NULL);
+        if (err == CL_INVALID_EVENT)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "wait[%u] is not a valid cl_event", i);
+        if (err != CL_SUCCESS)
+            return clattn_fail_cl(ctx, err, "clGetEventInfo(wait, CL_EVENT_CONTEXT)");
+        if (owner != ctx->context)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "wait[%u] belongs to another cl_context than the clattn context's",
+                               i);
+    }
     return CLATTN_SUCCESS;
 }
 

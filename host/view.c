@@ -128,6 +128,15 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
                            "%s: offset %lld + extent %lld elements overflows a byte count", name,
                            (long long)v.offset, (long long)v.span);
 
+    /* a stride of 0 on a dimension of extent > 1 reads one slice again and again: only
+     * on request (t->broadcast), never silently ("all zeros" alone means packed) */
+    for (int i = 0; i < 4 && !packed && !is_output && v.count > 0; i++)
+        if (v.n[i] > 1 && v.s[i] == 0 && !(t->broadcast & CLATTN_BROADCAST(i)))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                               "%s has stride 0 on its %s dimension of size %lld; to read one "
+                               "slice for every index there, set CLATTN_BROADCAST(%d) in its "
+                               "broadcast field",
+                               name, dim_names[i], (long long)v.n[i], i);
     if (is_output && v.count > 0) {
         for (int i = 0; i < 4; i++)
             if (v.n[i] > 1 && v.s[i] == 0)
@@ -140,24 +149,43 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
                                "%s is an output whose strides make elements overlap", name);
     }
 
-    if (v.buffer && v.count > 0) {
-        size_t size = 0;
-        cl_int err = clGetMemObjectInfo(v.buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
-        if (err == CL_INVALID_MEM_OBJECT)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                               "%s: buffer is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
-                               clattn_cl_error_name(err));
-        if (err != CL_SUCCESS) { /* out of resources / host memory: the runtime's status */
-            char what[96];
-            snprintf(what, sizeof what, "clGetMemObjectInfo(%s, CL_MEM_SIZE)", name);
+    *out = v;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_view_check_buffer(clattn_context *ctx, const char *name, const clattn_view *v)
+{
+    if (!v->buffer || v->count == 0)
+        return CLATTN_SUCCESS;
+    const int64_t bytes = (v->offset + v->span) * v->esize; /* checked by clattn_view_make */
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo(v->buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err == CL_INVALID_MEM_OBJECT)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "%s: buffer is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
+                           clattn_cl_error_name(err));
+    char what[96];
+    if (err != CL_SUCCESS) { /* out of resources / host memory: the runtime's status */
+        snprintf(what, sizeof what, "clGetMemObjectInfo(%s, CL_MEM_SIZE)", name);
+        return clattn_fail_cl(ctx, err, what);
+    }
+    if (ctx) { /* a cl_mem of another cl_context cannot be used on this queue */
+        cl_context owner = NULL;
+        err = clGetMemObjectInfo(v->buffer, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
+        if (err != CL_SUCCESS) {
+            snprintf(what, sizeof what, "clGetMemObjectInfo(%s, CL_MEM_CONTEXT)", name);
             return clattn_fail_cl(ctx, err, what);
         }
-        if ((uint64_t)size < (uint64_t)bytes)
-            return clattn_fail(ctx, CLATTN_ERROR_BUFFER_TOO_SMALL,
-                               "%s: the view needs %lld bytes of its cl_mem, which has %zu", name,
-                               (long long)bytes, size);
+        if (owner != ctx->context)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "%s: the cl_mem belongs to another cl_context than the clattn "
+                               "context's (clattn_context_get_cl)",
+                               name);
     }
-    *out = v;
+    if ((uint64_t)size < (uint64_t)bytes)
+        return clattn_fail(ctx, CLATTN_ERROR_BUFFER_TOO_SMALL,
+                           "%s: the view needs %lld bytes of its cl_mem, which has %zu", name,
+                           (long long)bytes, size);
     return CLATTN_SUCCESS;
 }
 
@@ -230,4 +258,3 @@ clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, con
     return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s has dtype %s; it must be %s", name,
                        names[v->dtype], list);
 }
-

@@ -37,9 +37,9 @@ extern "C" {
 
 /* The one place the version lives; CMake reads it from here. */
 #define CLATTN_VERSION_MAJOR 0        /**< major version (incompatible API changes) */
-#define CLATTN_VERSION_MINOR 2        /**< minor version */
+#define CLATTN_VERSION_MINOR 3        /**< minor version */
 #define CLATTN_VERSION_PATCH 0        /**< patch version */
-#define CLATTN_VERSION_STRING "0.2.0" /**< "MAJOR.MINOR.PATCH" */
+#define CLATTN_VERSION_STRING "0.3.0" /**< "MAJOR.MINOR.PATCH" */
 
 /** The library's version. @return "MAJOR.MINOR.PATCH" (static storage; never NULL). */
 const char *clattn_version(void);
@@ -96,7 +96,8 @@ typedef struct clattn_context_options {
     /** Which device: "P:D" (platform index P, device index D, both from 0, as
      *  `clattn devices` lists them) or a case-insensitive substring of the device
      *  name. NULL: the CLATTN_DEVICE environment variable, else the first GPU of any
-     *  platform, else the first device of any type. */
+     *  platform, else the first device of any type; a simulator (oclgrind, which
+     *  reports itself as a GPU) only when it is the one device, or named. */
     const char *device;
     /** Folder of .cl files to load instead of the sources embedded at build time
      *  (kernel development). NULL: the CLATTN_KERNEL_DIR environment variable, else
@@ -143,6 +144,19 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
  */
 clattn_status clattn_context_create_from_cl(cl_context context, cl_device_id device,
                                             cl_command_queue queue, clattn_context **out);
+
+/**
+ * clattn_context_create_from_cl() with the options of clattn_context_create():
+ * `options->kernel_dir` and `options->cache_dir` apply as there (NULL fields, or NULL
+ * options: the environment, then the defaults); `options->device` is ignored (the
+ * device is given). Added in 0.3 (append-only: clattn_context_create_from_cl keeps its
+ * signature).
+ * @return as clattn_context_create_from_cl().
+ */
+clattn_status clattn_context_create_from_cl_with_options(const clattn_context_options *options,
+                                                         cl_context context, cl_device_id device,
+                                                         cl_command_queue queue,
+                                                         clattn_context **out);
 
 /** Release a context and everything it owns (programs, its references to the
  *  cl_context and queue). Accepts NULL. Blocks until the context's queue has finished
@@ -199,7 +213,7 @@ typedef enum clattn_kernel {
 typedef struct clattn_blocking {
     unsigned queries_per_work_item; /**< RQ: query rows each work-item holds, 1..8 */
     unsigned work_group_size;       /**< WG: work-items per work-group, 1..1024 */
-    unsigned tile_kv;               /**< TILE_KV: keys per local-memory tile, 16..512, multiple of 16 */
+    unsigned tile_kv; /**< TILE_KV: keys per local-memory tile, 16..512, multiple of 16 */
 } clattn_blocking;
 
 /**
@@ -240,9 +254,9 @@ clattn_status clattn_context_use_stored_tuning(clattn_context *ctx, int use);
  *         CLATTN_ERROR_IO when the file cannot be written;
  *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.
  */
-clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel kernel,
-                                            int64_t d_k, int64_t d_v,
-                                            const clattn_blocking *blocking, const char *note);
+clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
+                                            int64_t d_v, const clattn_blocking *blocking,
+                                            const char *note);
 
 /* ------------------------------------------------------------------------------ */
 /* Tensors                                                                         */
@@ -285,8 +299,12 @@ uint16_t clattn_f32_to_bf16(float f);
  *     offset + b·strides[0] + h·strides[1] + s·strides[2] + d·strides[3]
  * of `host` or of `buffer`, in elements of `dtype` (so a byte offset is that index
  * times clattn_dtype_size(dtype)). strides all 0 means packed
- * row-major: {heads·seq·dim, seq·dim, dim, 1}. Strides must be ≥ 0; a stride of 0
- * on a dimension larger than 1 broadcasts an input and is refused on an output.
+ * row-major: {heads·seq·dim, seq·dim, dim, 1}. Strides must be ≥ 0. A stride of 0
+ * on a dimension larger than 1 (reading one slice for every index of that dimension,
+ * e.g. K/V shared by every batch entry, or a key-padding mask for every query) is an
+ * explicit request: set CLATTN_BROADCAST(dim) in `broadcast`, otherwise the call
+ * returns CLATTN_ERROR_INVALID_LAYOUT naming the tensor and dimension. Outputs never
+ * broadcast.
  * Exactly one of `host` and `buffer` is set: the blocking calls take host views,
  * the *_enqueue calls take buffer views. The view does not own its storage.
  */
@@ -297,7 +315,14 @@ typedef struct clattn_tensor {
     clattn_dtype dtype; /**< storage type; 0 = CLATTN_FLOAT32 */
     void *host;         /**< host storage (blocking API) or NULL */
     cl_mem buffer;      /**< device storage (enqueue API) or NULL */
+    /** Bit CLATTN_BROADCAST(d) set: dimension d (0 batch, 1 heads, 2 seq, 3 dim) may
+     *  have stride 0 with extent > 1, an input read repeatedly. 0 (the default): none.
+     *  Added in 0.3. */
+    uint32_t broadcast;
 } clattn_tensor;
+
+/** The bit of clattn_tensor.broadcast for dimension d (0..3). */
+#define CLATTN_BROADCAST(d) (1u << (d))
 
 /** A packed float32 view on host memory (set .dtype afterwards for other types).
  *  @return the view (nothing is checked until a call uses it). */
@@ -419,7 +444,6 @@ typedef struct clattn_attention_desc {
     int64_t q_start;
     int64_t kv_start; /**< absolute position of the first key (see q_start) */
 } clattn_attention_desc;
-
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal
  *  masks, window, NO_SELF): the one statement of that rule, shared by the kernels'

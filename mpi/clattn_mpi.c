@@ -3,7 +3,6 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "clattn_mpi.h"
 #include "internal.h" /* the core's views and stores (static libclattn) */
-#include "internal.h" /* the core's views and stores (static libclattn) */
 
 #include <limits.h>
 #include <math.h>
@@ -223,14 +222,14 @@ static void ring_dev_release(ring_dev *r)
     release_mem(r->l_part);
 }
 
-static clattn_status make_buf(ring_dev *r, size_t bytes, void *host, cl_mem *out)
+/* A device buffer through the core's buffer creation (its status mapping and message);
+ * a host array is copied in. */
+static clattn_status make_buf(clattn_context *ctx, size_t bytes, void *host, cl_mem *out)
 {
-    cl_int err;
-    *out = clCreateBuffer(
-        r->cl, host && bytes ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE,
-        bytes ? bytes : 4, bytes ? host : NULL, &err);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS
-                             : fail_cl(err, "clCreateBuffer of %zu bytes", bytes);
+    const cl_mem_flags flags =
+        host && bytes ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
+    clattn_status st = clattn_create_buffer(ctx, flags, (int64_t)bytes, bytes ? host : NULL, out);
+    return st == CLATTN_SUCCESS ? st : fail_ctx(ctx, st, "ring buffers");
 }
 
 /* Waits for the device event (NULL: none) and the requests together, polling both, so
@@ -340,19 +339,19 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
         pack(v, host_kv[0] + kb);
     }
     clattn_context_get_cl(ctx, &dev.cl, NULL, &dev.queue);
-    st = make_buf(&dev, (size_t)count4(q) * clattn_dtype_size(q->dtype), qpack, &dev.q);
+    st = make_buf(ctx, (size_t)count4(q) * clattn_dtype_size(q->dtype), qpack, &dev.q);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(&dev, kbytes_max, NULL, &dev.k);
+        st = make_buf(ctx, kbytes_max, NULL, &dev.k);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(&dev, vbytes_max, NULL, &dev.v);
+        st = make_buf(ctx, vbytes_max, NULL, &dev.v);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(&dev, n_o * 4, NULL, &dev.o_acc);
+        st = make_buf(ctx, n_o * 4, NULL, &dev.o_acc);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(&dev, rows * 4, NULL, &dev.l_acc);
+        st = make_buf(ctx, rows * 4, NULL, &dev.l_acc);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(&dev, n_o * 4, NULL, &dev.o_part);
+        st = make_buf(ctx, n_o * 4, NULL, &dev.o_part);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(&dev, rows * 4, NULL, &dev.l_part);
+        st = make_buf(ctx, rows * 4, NULL, &dev.l_part);
     if (st != CLATTN_SUCCESS)
         goto out;
 
@@ -447,8 +446,8 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
                                             NULL, NULL);
             if (ce != CL_SUCCESS)
                 st = fail_cl(ce, "clEnqueueReadBuffer(O)");
-            else if ((ce = clEnqueueReadBuffer(dev.queue, dev.l_acc, CL_TRUE, 0, rows * 4, acc_l,
-                                               0, NULL, NULL)) != CL_SUCCESS)
+            else if ((ce = clEnqueueReadBuffer(dev.queue, dev.l_acc, CL_TRUE, 0, rows * 4, acc_l, 0,
+                                               NULL, NULL)) != CL_SUCCESS)
                 st = fail_cl(ce, "clEnqueueReadBuffer(LSE)");
         }
     }

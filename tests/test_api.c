@@ -623,6 +623,197 @@ START_TEST(context_usable_after_errors)
 }
 END_TEST
 
+/* The tuning API: an override wins over the built-in choice and is removed again; the
+ * stored tuning can be switched off on a context; a stored entry lands in the file and is
+ * used by a later context; bad values are refused. */
+START_TEST(tuning_api)
+{
+    char dir[] = "/tmp/clattn_tuneapi_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    clattn_context_options opt = {0};
+    opt.cache_dir = dir;
+    clattn_context *c2;
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+    const int64_t n = 256;
+    float *q = calloc((size_t)(n * 16), sizeof(float)),
+          *o = calloc((size_t)(n * 16), sizeof(float));
+    clattn_tensor tq = clattn_tensor_host(q, 1, 1, n, 16), to = clattn_tensor_host(o, 1, 1, n, 16);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    clattn_plan builtin, p;
+    ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &builtin), CLATTN_SUCCESS);
+    /* an override for exactly these dims, then one for any dims */
+    const clattn_blocking b = {2, 4, 32}, other = {1, 2, 16};
+    ck_assert_int_eq(clattn_context_set_blocking(c2, CLATTN_KERNEL_FUSED, 16, 16, &b),
+                     CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
+    ck_assert_uint_eq(p.queries_per_work_item, 2);
+    ck_assert_uint_eq(p.work_group_size, 4);
+    ck_assert_uint_eq(p.tile_kv, 32);
+    ck_assert_int_eq(clattn_attention(c2, &d, &tq, &tq, &tq, &to), CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_context_set_blocking(c2, CLATTN_KERNEL_FUSED, 0, 0, &other),
+                     CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
+    ck_assert_uint_eq(p.tile_kv, 16); /* the later override of the kernel wins */
+    ck_assert_int_eq(clattn_context_set_blocking(c2, CLATTN_KERNEL_FUSED, 0, 0, NULL),
+                     CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
+    ck_assert_uint_eq(p.tile_kv, 32); /* back to the (16, 16) override */
+    ck_assert_int_eq(clattn_context_set_blocking(c2, CLATTN_KERNEL_FUSED, 16, 16, NULL),
+                     CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
+    ck_assert_uint_eq(p.queries_per_work_item, builtin.queries_per_work_item);
+    ck_assert_uint_eq(p.work_group_size, builtin.work_group_size);
+    ck_assert_uint_eq(p.tile_kv, builtin.tile_kv);
+    /* bad values */
+    const clattn_blocking bad[3] = {{0, 4, 32}, {2, 4, 24}, {2, 2000, 32}};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(clattn_context_set_blocking(c2, CLATTN_KERNEL_FUSED, 0, 0, &bad[i]),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_context_set_blocking(c2, (clattn_kernel)7, 0, 0, &b),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_context_set_blocking(NULL, CLATTN_KERNEL_FUSED, 0, 0, &b),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    /* a tile whose local memory the device does not have: UNSUPPORTED naming the limit */
+    clattn_tensor wide = clattn_tensor_host(q, 1, 1, 4, 1024);
+    clattn_tensor wide_o = clattn_tensor_host(o, 1, 1, 4, 1024);
+    const clattn_blocking huge = {1, 1, 512};
+    ck_assert_int_eq(clattn_context_set_blocking(c2, CLATTN_KERNEL_SCORES, 0, 0, &huge),
+                     CLATTN_SUCCESS);
+    cl_ulong local = 0;
+    cl_device_id dev;
+    clattn_context_get_cl(c2, NULL, &dev, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    clattn_attention_desc du = clattn_attention_desc_default();
+    du.algorithm = CLATTN_ALGORITHM_UNFUSED;
+    if (local < 512u * 1024u * 4u) { /* 512 keys of 1024 floats */
+        ck_assert_int_eq(clattn_attention_plan(c2, &du, &wide, &wide, &wide, &wide_o, &p),
+                         CLATTN_ERROR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(clattn_last_error_message(c2), "local memory"));
+    }
+    ck_assert_int_eq(clattn_context_set_blocking(c2, CLATTN_KERNEL_SCORES, 0, 0, NULL),
+                     CLATTN_SUCCESS);
+    /* store: the file gets the line, a later context uses it, use_stored_tuning(0) not */
+    ck_assert_int_eq(clattn_context_store_blocking(c2, CLATTN_KERNEL_FUSED, 16, 16, &b, "a\nnote"),
+                     CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_context_store_blocking(c2, CLATTN_KERNEL_FUSED, 16, 16, &b, NULL),
+                     CLATTN_SUCCESS); /* replaces, does not add */
+    FILE *f = fopen(clattn_context_tuning_file(c2), "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    int entries = 0;
+    while (fgets(line, sizeof line, f))
+        entries += strncmp(line, "fused 16 16 2 4 32", 18) == 0;
+    fclose(f);
+    ck_assert_int_eq(entries, 1);
+    clattn_context_release(c2);
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
+    ck_assert_uint_eq(p.work_group_size, 4);
+    ck_assert_int_eq(clattn_context_use_stored_tuning(c2, 0), CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
+    ck_assert_uint_eq(p.work_group_size, builtin.work_group_size);
+    clattn_context_release(c2);
+    /* no cache, no file: storing is refused */
+    opt.cache_dir = "off";
+    ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_context_store_blocking(c2, CLATTN_KERNEL_FUSED, 16, 16, &b, NULL),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    clattn_context_release(c2);
+    free(q);
+    free(o);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* What an integrator hit (issue: integrator round): a stride of 0 on a dimension of
+ * extent > 1 is refused unless asked for; a cl_mem or event of another cl_context is
+ * refused; shape errors come before "buffer too small"; create_from_cl takes options. */
+START_TEST(integrator_contracts)
+{
+    clattn_attention_desc d = unscaled();
+    /* Q over two heads with stride 0 on heads: refused, then explicit */
+    clattn_tensor q2 = clattn_tensor_host(X, 1, 2, 6, 3);
+    q2.strides[1] = 0;
+    q2.strides[2] = 3;
+    q2.strides[3] = 1;
+    clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
+    float out[64];
+    fill(out, 64, -7.0f);
+    clattn_tensor o2 = clattn_tensor_host(out, 1, 2, 6, 3);
+    ck_assert_int_eq(clattn_attention(ctx, &d, &q2, &x, &x, &o2), CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "Q has stride 0 on its heads"));
+    assert_all(out, 64, -7.0f);
+    clattn_tensor k2 = q2; /* K and V over two KV heads the same way */
+    ck_assert_int_eq(clattn_attention(ctx, &d, &x, &k2, &k2, &o2), CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "K has stride 0 on its heads"));
+    q2.broadcast = CLATTN_BROADCAST(1);
+    ck_assert_int_eq(clattn_attention(ctx, &d, &q2, &x, &x, &o2), CLATTN_SUCCESS);
+    assert_z(out, "broadcast head 0");
+    assert_z(out + 18, "broadcast head 1");
+
+    /* another cl_context on the same device */
+    cl_context mine;
+    cl_device_id dev;
+    clattn_context_get_cl(ctx, &mine, &dev, NULL);
+    cl_int err;
+    cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    cl_mem xb = make_buffer(mine, X, sizeof X), ob = make_buffer(mine, NULL, sizeof X);
+    cl_mem foreign = make_buffer(other, X, sizeof X);
+    clattn_tensor bx = clattn_tensor_buffer(xb, 1, 1, 6, 3);
+    clattn_tensor bo = clattn_tensor_buffer(ob, 1, 1, 6, 3);
+    clattn_tensor bf = clattn_tensor_buffer(foreign, 1, 1, 6, 3);
+    ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &bf, &bx, &bx, &bo, 0, NULL, NULL),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "another cl_context"));
+    cl_event foreign_event = clCreateUserEvent(other, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &bx, &bx, &bx, &bo, 1, &foreign_event, NULL),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "wait[0] belongs to another"));
+    clSetUserEventStatus(foreign_event, CL_COMPLETE);
+    clReleaseEvent(foreign_event);
+    /* an LSE of the wrong shape on a buffer too small for it: the shape error first */
+    cl_mem small = make_buffer(mine, NULL, 4);
+    clattn_tensor bl = clattn_tensor_buffer(small, 1, 1, 5, 1);
+    d.lse = &bl;
+    ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &bx, &bx, &bx, &bo, 0, NULL, NULL),
+                     CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "lse is [1, 1, 5, 1]"));
+    bl.shape[2] = 6; /* the right shape: now the size is what is wrong */
+    ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &bx, &bx, &bx, &bo, 0, NULL, NULL),
+                     CLATTN_ERROR_BUFFER_TOO_SMALL);
+    d.lse = NULL;
+    clReleaseMemObject(small);
+    clReleaseMemObject(xb);
+    clReleaseMemObject(ob);
+    clReleaseMemObject(foreign);
+
+    /* create_from_cl with options: the cache folder is honoured */
+    char dir[] = "/tmp/clattn_fromcl_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    clattn_context_options opt = {0};
+    opt.cache_dir = dir;
+    cl_command_queue queue = clCreateCommandQueue(other, dev, 0, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    clattn_context *app;
+    ck_assert_int_eq(clattn_context_create_from_cl_with_options(&opt, other, dev, queue, &app),
+                     CLATTN_SUCCESS);
+    const char *path = clattn_context_tuning_file(app);
+    ck_assert_ptr_nonnull(path);
+    ck_assert_msg(strncmp(path, dir, strlen(dir)) == 0, "tuning file %s outside %s", path, dir);
+    clattn_context_release(app);
+    clReleaseCommandQueue(queue);
+    clReleaseContext(other);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     if (clattn_context_create(NULL, &ctx) != CLATTN_SUCCESS) {
@@ -647,6 +838,8 @@ int main(void)
     tcase_add_test(tc, program_binary_cache);
     tcase_add_test(tc, stored_tuning_is_used);
     tcase_add_test(tc, context_usable_after_errors);
+    tcase_add_test(tc, tuning_api);
+    tcase_add_test(tc, integrator_contracts);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -100,7 +100,8 @@ static void reference_scores(const example *ex, float *s)
             for (int64_t c = 0; c < ex->d; ++c) {
                 dot += (double)ex->x[i * ex->d + c] * ex->x[j * ex->d + c];
             }
-            s[i * ex->n + j] = visible(ex->mask, i, j, ex->n) ? (float)(ex->scale * dot) : -INFINITY;
+            s[i * ex->n + j] =
+                visible(ex->mask, i, j, ex->n) ? (float)(ex->scale * dot) : -INFINITY;
         }
     }
 }

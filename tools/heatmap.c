@@ -67,16 +67,8 @@ static int fail(const char *fmt, ...)
     return EXIT_FAILURE;
 }
 
-static int usage(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("clattn heatmap: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs("\nTry 'clattn heatmap --help'.\n", stderr);
-    va_end(ap);
-    return 2;
-}
+/* a usage error (exit status 2), in the words every subcommand uses */
+#define usage(...) usage_error("clattn heatmap", __VA_ARGS__)
 
 /* ---- arguments -------------------------------------------------------------------- */
 
@@ -103,48 +95,24 @@ static int parse_index(const char *name, const char *text, int64_t *out)
 /* -1 to go on, or an exit status. */
 static int parse_args(int argc, char **argv, heatmap_args *a)
 {
-    struct {
-        const char *name;
-        const char **value;
-    } options[] = {
-        {"--q", &a->q},
-        {"--k", &a->k},
-        {"--from-weights", &a->weights},
-        {"--out", &a->out},
-        {"--scale", &a->scale_text},
-        {"--mask", &a->mask_text},
-        {"--tokens", &a->tokens},
-        {"--q-tokens", &a->q_tokens},
-        {"--head", &a->head_text},
-        {"--batch", &a->batch_text},
-        {"--title", &a->title},
-        {"--device", &a->device},
+    const option options[] = {
+        {"--q", &a->q, NULL},
+        {"--k", &a->k, NULL},
+        {"--from-weights", &a->weights, NULL},
+        {"--out", &a->out, NULL},
+        {"--scale", &a->scale_text, NULL},
+        {"--mask", &a->mask_text, NULL},
+        {"--tokens", &a->tokens, NULL},
+        {"--q-tokens", &a->q_tokens, NULL},
+        {"--head", &a->head_text, NULL},
+        {"--batch", &a->batch_text, NULL},
+        {"--title", &a->title, NULL},
+        {"--device", &a->device, NULL},
     };
-    const size_t n_options = sizeof options / sizeof options[0];
-    for (int i = 0; i < argc; ++i) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
-            fputs(heatmap_usage, stdout);
-            return EXIT_SUCCESS;
-        }
-        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        size_t j = 0;
-        while (j < n_options &&
-               !(strlen(options[j].name) == len && strncmp(options[j].name, arg, len) == 0)) {
-            ++j;
-        }
-        if (j == n_options) {
-            return usage(arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", arg);
-        }
-        if (*options[j].value != NULL) {
-            return usage("option '%s' is given more than once", options[j].name);
-        }
-        const char *value = eq != NULL ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (value == NULL || value[0] == '\0') {
-            return usage("option '%s' needs a non-empty value", options[j].name);
-        }
-        *options[j].value = value;
+    const int rc = parse_command_line("clattn heatmap", heatmap_usage, argc, argv, options,
+                                      sizeof options / sizeof options[0]);
+    if (rc != -1) {
+        return rc;
     }
     if (a->out == NULL) {
         return usage("missing --out FILE");
@@ -182,10 +150,11 @@ static int parse_args(int argc, char **argv, heatmap_args *a)
         }
         a->mask = (clattn_mask)m;
     }
-    int rc;
-    if ((a->head_text != NULL && (rc = parse_index("--head", a->head_text, &a->head)) >= 0) ||
-        (a->batch_text != NULL && (rc = parse_index("--batch", a->batch_text, &a->batch)) >= 0)) {
-        return rc;
+    int index_rc;
+    if ((a->head_text != NULL && (index_rc = parse_index("--head", a->head_text, &a->head)) >= 0) ||
+        (a->batch_text != NULL &&
+         (index_rc = parse_index("--batch", a->batch_text, &a->batch)) >= 0)) {
+        return index_rc;
     }
     const char *const ins[] = {a->q, a->k, a->weights};
     for (int i = 0; i < 3; ++i) {

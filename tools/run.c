@@ -220,6 +220,9 @@ static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out
     for (int i = 0; i < 4; ++i) {
         /* never all 0 (that would mean packed): strides[3] or an earlier one is 1 */
         out->strides[i] = i >= 2 && fs[i] == 1 && target[i] != 1 ? 0 : packed[i];
+        if (out->strides[i] == 0) { /* an explicit broadcast, as the library asks */
+            out->broadcast |= CLATTN_BROADCAST(i);
+        }
     }
     return 1;
 }

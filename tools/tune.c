@@ -119,7 +119,8 @@ int cmd_tune(int argc, char **argv)
     clattn_context *ctx;
     if (clattn_context_create(&opt, &ctx) != CLATTN_SUCCESS)
         return bench_fail("%s", clattn_last_error_message(NULL));
-    (void)clattn_context_use_stored_tuning(ctx, 0); /* time the built-in choice, not an older tuning */
+    (void)clattn_context_use_stored_tuning(ctx,
+                                           0); /* time the built-in choice, not an older tuning */
     const char *path = clattn_context_tuning_file(ctx);
     if (!path && !dry) {
         clattn_context_release(ctx);

@@ -406,6 +406,15 @@ static void accepted_list(char *buf, size_t len, unsigned accept)
 
 /* The dtype of a descr string, or -1 (and *other_order set if it is a known dtype in
  * another byte order, such as '>f4' or '=f2'). */
+/* Whether this machine stores numbers little-endian (what '=' then means in a descr). */
+static int host_little_endian(void)
+{
+    const uint16_t one = 1;
+    unsigned char first;
+    memcpy(&first, &one, 1);
+    return first == 1;
+}
+
 static int lookup_dtype(const unsigned char *descr, size_t len, int *other_order)
 {
     *other_order = 0;
@@ -415,6 +424,11 @@ static int lookup_dtype(const unsigned char *descr, size_t len, int *other_order
             continue;
         }
         if (memcmp(descr, known, len) == 0) {
+            return d;
+        }
+        /* '=' is native order: little-endian on a little-endian machine */
+        if (known[0] == '<' && descr[0] == '=' && host_little_endian() &&
+            memcmp(descr + 1, known + 1, len - 1) == 0) {
             return d;
         }
         if (known[0] == '<' && (descr[0] == '>' || descr[0] == '=') &&
