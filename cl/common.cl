@@ -50,6 +50,22 @@
 #define ST_1(p, i, x) vstore_half_rte((x), (i), (p))
 #define ST_2(p, i, x) ((p)[i] = f32_to_bf16(x))
 
+/* The LSE's storage type (-DLSE_DT=4: float64, which needs cl_khr_fp64; the host asks
+ * for it only on such devices). Arithmetic stays float32; only the row's ALiBi constant
+ * −slope·ref is added in the LSE's own precision, so a float64 LSE keeps the digits a
+ * merge of far key blocks needs (case R17). */
+#ifndef LSE_DT
+#define LSE_DT 0
+#endif
+#if LSE_DT == 4
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double lse_t;
+#else
+typedef float lse_t;
+#endif
+/* a row's LSE from its value relative to the ALiBi reference and the constant's parts */
+#define LSE_ABS(rel, slope, ref) ((lse_t)(rel) - (lse_t)(slope) * (lse_t)(ref))
+
 /* float → bfloat16, nearest with ties to even; NaN stays a (quiet) NaN */
 ushort f32_to_bf16(float x)
 {

@@ -63,14 +63,14 @@
 #define FUSED_PARAMS                                                                        \
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
         long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
-        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global float *lse, long lse_off, \
+        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
         long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
         int lse_relative, \
         RULE_PARAMS, TERM_PARAMS
 
 /* Row i's result: acc / l, or for a row with no visible key zeros (NaN with masked_nan,
  * but zeros for padding rows); LSE = m + log l (−∞ for no visible key). */
-#define STORE_ROW(acc_row, m_row, l_row, shift)                                             \
+#define STORE_ROW(acc_row, m_row, l_row, slope_row, ref_row)                                \
     do {                                                                                    \
         float out_[D_V_PAD];                                                                \
         const bool empty_ = (m_row == -INFINITY);                                           \
@@ -81,7 +81,9 @@
             ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
         if (lse)                                                                            \
             lse[view_at(lse_off, lse_st, b, h, i, 0)] =                                     \
-                empty_ ? -INFINITY : (m_row) + log(l_row) + (lse_relative ? 0.0f : (shift)); \
+                empty_ ? (lse_t)(-INFINITY)                                                 \
+                       : LSE_ABS((m_row) + log(l_row), lse_relative ? 0.0f : (slope_row),   \
+                                 (ref_row));                                                \
     } while (0)
 
 #if DIRECT
@@ -148,7 +150,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
             }
         m = m_new;
     }
-    STORE_ROW(acc, m, l, -slope * (float)ref);
+    STORE_ROW(acc, m, l, slope, ref);
 }
 #else
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
@@ -253,7 +255,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         const long i = i0 + r;
         if (i >= n_q)
             break;
-        STORE_ROW(acc[r], m[r], l[r], ALIBI ? -slope * (float)alibi_ref(rule[r]) : 0.0f);
+        STORE_ROW(acc[r], m[r], l[r], slope, ALIBI ? alibi_ref(rule[r]) : 0);
     }
 }
 #endif /* DIRECT */

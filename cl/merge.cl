@@ -19,25 +19,43 @@
 #define MERGE_NEXT 1
 #define MERGE_FINISH 2
 
-__kernel void clattn_merge(__global float *acc, __global float *acc_lse, long d_v, int heads,
+/* PL_DT: the storage type of this part's LSE (0 float32, 4 float64); the running LSE
+ * and the output LSE are lse_t (common.cl), float64 whenever any LSE of the merge is.
+ * The weights of the pairwise merge come from LSE differences taken in that precision. */
+#ifndef PL_DT
+#define PL_DT 0
+#endif
+#if PL_DT == 4
+typedef double pl_t;
+#else
+typedef float pl_t;
+#endif
+
+/* max with NaN winning, in the LSE's precision */
+lse_t lse_max_nan(lse_t a, lse_t b)
+{
+    return isnan(a) ? a : isnan(b) ? b : fmax(a, b);
+}
+
+__kernel void clattn_merge(__global float *acc, __global lse_t *acc_lse, long d_v, int heads,
                            long n_q, __global const ELEM_T(V_DT) *po, long po_off, long4 po_st,
-                           __global const float *pl, long pl_off, long4 pl_st,
+                           __global const pl_t *pl, long pl_off, long4 pl_st,
                            __global ELEM_T(O_DT) *o, long o_off, long4 o_st,
-                           __global float *lse, long lse_off, long4 lse_st, int mode)
+                           __global lse_t *lse, long lse_off, long4 lse_st, int mode)
 {
     const long row = get_global_id(0);
     const long i = row % n_q, bh = row / n_q, b = bh / heads, h = bh % heads;
     __global float *a = acc + row * d_v;
     if (mode == MERGE_FINISH) {
-        const float l = acc_lse[row];
+        const lse_t l = acc_lse[row];
         for (long c = 0; c < d_v; c++)
             ST(O_DT, o, view_at(o_off, o_st, b, h, i, c), l == -INFINITY ? 0.0f : a[c]);
         if (lse)
             lse[view_at(lse_off, lse_st, b, h, i, 0)] = l;
         return;
     }
-    const float lp = pl[view_at(pl_off, pl_st, b, h, i, 0)];
-    const float la = mode == MERGE_FIRST ? -INFINITY : acc_lse[row];
+    const lse_t lp = (lse_t)pl[view_at(pl_off, pl_st, b, h, i, 0)];
+    const lse_t la = mode == MERGE_FIRST ? (lse_t)(-INFINITY) : acc_lse[row];
     if (mode == MERGE_FIRST || la == -INFINITY) { /* nothing merged yet: take the part as it is */
         acc_lse[row] = lp;
         for (long c = 0; c < d_v; c++)
@@ -46,9 +64,9 @@ __kernel void clattn_merge(__global float *acc, __global float *acc_lse, long d_
     }
     if (lp == -INFINITY)
         return; /* this part saw no key of the row */
-    const float mx = max_nan(la, lp);
-    const float ca = exp(la - mx), cp = exp(lp - mx), den = ca + cp;
+    const lse_t mx = lse_max_nan(la, lp);
+    const float ca = exp((float)(la - mx)), cp = exp((float)(lp - mx)), den = ca + cp;
     for (long c = 0; c < d_v; c++)
         a[c] = (ca * a[c] + cp * LD(V_DT, po, view_at(po_off, po_st, b, h, i, c))) / den;
-    acc_lse[row] = mx + log(den);
+    acc_lse[row] = mx + (lse_t)log(den);
 }

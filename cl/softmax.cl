@@ -32,7 +32,7 @@
 
 __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
                              __global float *y, long y_off, long4 y_st,
-                             __global float *lse, long lse_off, long4 lse_st,
+                             __global lse_t *lse, long lse_off, long4 lse_st,
                              int heads, long width, long n_q, int masked_nan, int sparse,
                              __global const float *alibi, RULE_PARAMS, __local float *red)
 {
@@ -71,7 +71,7 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
             if (fill != 0.0f || (j >= lo && j < hi))
                 y[yrow0 + j * y_st.s3] = fill;
         if (lse && lid == 0)
-            lse[view_at(lse_off, lse_st, b, h, r, 0)] = -INFINITY;
+            lse[view_at(lse_off, lse_st, b, h, r, 0)] = (lse_t)(-INFINITY);
         return;
     }
     float16 l16 = 0.0f;
@@ -84,7 +84,7 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     /* relative ALiBi scores (alibi set: common.cl alibi_ref): the row's constant back */
     if (lse && lid == 0)
         lse[view_at(lse_off, lse_st, b, h, r, 0)] =
-            m + log(l) - (alibi ? alibi[h] * (float)alibi_ref(rr) : 0.0f);
+            LSE_ABS(m + log(l), alibi ? alibi[h] : 0.0f, alibi ? alibi_ref(rr) : 0);
 
     for (long c = lid; c < n16; c += wg)
         vstore16(exp(vload16(c, x + xrow) - m) / l, c, y + yrow);

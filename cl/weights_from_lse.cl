@@ -10,7 +10,7 @@
  */
 __kernel void clattn_weights_from_lse(__global float *w, long w_off, long4 w_st,
                                       __global const float *lse, long lse_off, long4 lse_st,
-                                      int heads, int masked_nan, __global float *lse_out,
+                                      int heads, int masked_nan, __global lse_t *lse_out,
                                       long lo_off, long4 lo_st, __global const float *alibi,
                                       long n_q, long n_kv, RULE_PARAMS)
 {
@@ -22,7 +22,8 @@ __kernel void clattn_weights_from_lse(__global float *w, long w_off, long4 w_st,
     const float l = lse[view_at(lse_off, lse_st, b, h, i, 0)];
     if (lse_out && j == 0)
         lse_out[view_at(lo_off, lo_st, b, h, i, 0)] =
-            l - (alibi ? alibi[h] * (float)alibi_ref(rule_at(RULE_ARGS, b, i, n_q, n_kv)) : 0.0f);
+            LSE_ABS(l, alibi ? alibi[h] : 0.0f,
+                    alibi ? alibi_ref(rule_at(RULE_ARGS, b, i, n_q, n_kv)) : 0);
     if (l == -INFINITY)
         w[at] = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
     else

@@ -172,6 +172,11 @@ static clattn_status probe_limits(clattn_context *ctx)
         err = clGetDeviceInfo(d, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform, NULL);
     if (err != CL_SUCCESS)
         return clattn_fail_cl(ctx, err, "clGetDeviceInfo");
+    /* cl_khr_fp64: a nonzero double config (0 or an error: no float64 LSE) */
+    cl_device_fp_config fp64 = 0;
+    ctx->has_fp64 =
+        clGetDeviceInfo(d, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL) == CL_SUCCESS &&
+        fp64 != 0;
     return CLATTN_SUCCESS;
 }
 

@@ -36,6 +36,7 @@ struct clattn_context {
     cl_ulong local_mem;  /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
     cl_ulong max_alloc;  /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
     cl_ulong global_mem; /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
+    bool has_fp64;       /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
     char *kernel_dir;    /* NULL = embedded sources */
     char *cache_dir;     /* program-binary cache folder; NULL = off */
     clattn_program_entry *programs;
@@ -67,6 +68,7 @@ typedef struct clattn_view {
 #define CLATTN_DT_F32 (1u << CLATTN_FLOAT32)
 #define CLATTN_DT_FLOATS ((1u << CLATTN_FLOAT32) | (1u << CLATTN_FLOAT16) | (1u << CLATTN_BFLOAT16))
 #define CLATTN_DT_MASK ((1u << CLATTN_FLOAT32) | (1u << CLATTN_BOOL))
+#define CLATTN_DT_LSE ((1u << CLATTN_FLOAT32) | (1u << CLATTN_FLOAT64))
 
 /* ---- errors (status.c) ---- */
 clattn_status clattn_fail(clattn_context *ctx, clattn_status st, const char *fmt, ...)
@@ -174,9 +176,10 @@ typedef struct clattn_stage_plan {
 } clattn_stage_plan;
 clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp,
                                 clattn_stage_plan *out);
-/* merge.cl for one (part dtype, output dtype) */
-clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype out,
-                                     clattn_program_entry **e);
+/* merge.cl for one (part dtype, part LSE dtype, output dtype); lse64: the running and
+ * output LSE in float64 (some LSE of the merge is float64; needs cl_khr_fp64) */
+clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype part_lse,
+                                     clattn_dtype out, bool lse64, clattn_program_entry **e);
 
 /* ---- buffers, staging and read-back (stage.c) ---- */
 clattn_status clattn_create_buffer(clattn_context *ctx, cl_mem_flags flags, int64_t bytes,
@@ -305,6 +308,7 @@ static inline float clattn_host_load(const clattn_view *v, int64_t idx)
     case CLATTN_FLOAT16: return clattn_f16_to_f32(((const uint16_t *)v->host)[idx]);
     case CLATTN_BFLOAT16: return clattn_bf16_to_f32(((const uint16_t *)v->host)[idx]);
     case CLATTN_BOOL: return ((const uint8_t *)v->host)[idx] ? 1.0f : 0.0f;
+    case CLATTN_FLOAT64: return (float)((const double *)v->host)[idx];
     default: return ((const float *)v->host)[idx];
     }
 }
@@ -315,8 +319,26 @@ static inline void clattn_host_store(const clattn_view *v, int64_t idx, float x)
     case CLATTN_FLOAT16: ((uint16_t *)v->host)[idx] = clattn_f32_to_f16(x); break;
     case CLATTN_BFLOAT16: ((uint16_t *)v->host)[idx] = clattn_f32_to_bf16(x); break;
     case CLATTN_BOOL: ((uint8_t *)v->host)[idx] = x != 0.0f; break;
+    case CLATTN_FLOAT64: ((double *)v->host)[idx] = x; break;
     default: ((float *)v->host)[idx] = x;
     }
+}
+
+/* A float64 value into a host view: kept whole in a float64 view (LSE), rounded to the
+ * view's dtype otherwise. */
+static inline void clattn_host_store64(const clattn_view *v, int64_t idx, double x)
+{
+    if (v->dtype == CLATTN_FLOAT64)
+        ((double *)v->host)[idx] = x;
+    else
+        clattn_host_store(v, idx, (float)x);
+}
+
+/* A host view's element as float64 (exact for float64 and every narrower type). */
+static inline double clattn_host_load64(const clattn_view *v, int64_t idx)
+{
+    return v->dtype == CLATTN_FLOAT64 ? ((const double *)v->host)[idx]
+                                      : (double)clattn_host_load(v, idx);
 }
 
 static inline int64_t clattn_view_index(const clattn_view *v, int64_t b, int64_t h, int64_t s,

@@ -433,16 +433,22 @@ clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_proble
     const clattn_view *lse = m->has_lse ? &m->lse : NULL;
     if (o->count == 0)
         return enqueue_marker(ctx, n_wait, wait, done);
+    /* the running LSE in float64 when any LSE of the merge is (R17: far ALiBi) */
+    bool lse64 = lse && lse->dtype == CLATTN_FLOAT64;
+    for (size_t p = 0; p < n_parts; p++)
+        lse64 = lse64 || pl[p].dtype == CLATTN_FLOAT64;
     clattn_view acc, acc_lse;
     acc.buffer = acc_lse.buffer = NULL;
     clattn_status st = clattn_workspace(ctx, o->n[0], o->n[1], o->n[2], o->n[3], &acc);
     if (st == CLATTN_SUCCESS)
-        st = clattn_workspace(ctx, o->n[0], o->n[1], o->n[2], 1, &acc_lse);
+        st = clattn_workspace(ctx, o->n[0], o->n[1], o->n[2], lse64 ? 2 : 1, &acc_lse);
     cl_event prev = NULL;
     for (size_t p = 0; st == CLATTN_SUCCESS && p <= n_parts; p++) {
-        /* one program per (part storage type, output storage type) */
+        /* one program per (part storage types, output storage type) */
         clattn_program_entry *e;
-        st = clattn_plan_merge_step(ctx, p < n_parts ? po[p].dtype : CLATTN_FLOAT32, o->dtype, &e);
+        st =
+            clattn_plan_merge_step(ctx, p < n_parts ? po[p].dtype : CLATTN_FLOAT32,
+                                   p < n_parts ? pl[p].dtype : CLATTN_FLOAT32, o->dtype, lse64, &e);
         cl_event next = NULL;
         if (st == CLATTN_SUCCESS) {
             const merge_step mode = p == 0 ? MERGE_FIRST : p < n_parts ? MERGE_NEXT : MERGE_FINISH;

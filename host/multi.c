@@ -481,12 +481,18 @@ static bool block_visible(const clattn_attention_desc *desc, const clattn_proble
     return false;
 }
 
-/* The exact merge of the key blocks' partial results (packed [rows, d_v] and [rows]
- * float32 per part) into the caller's O and LSE views, on the host in float64:
- * LSE = log Σ_p exp(LSE_p), O = Σ_p exp(LSE_p − LSE)·O_p, parts with LSE_p = −∞
- * skipped (merge.cl's rule; no device round trip for the partials). */
+/* The exact merge of the key blocks' partial results (O packed [rows, d_v] float32
+ * per part; each part's LSE view, float64 where the device has cl_khr_fp64) into the
+ * caller's O and LSE views, on the host in float64: LSE = log Σ_p exp(LSE_p),
+ * O = Σ_p exp(LSE_p − LSE)·O_p, parts with LSE_p = −∞ skipped (merge.cl's rule; no
+ * device round trip for the partials). */
+static double part_lse(const clattn_view *lse, size_t r)
+{
+    return clattn_host_load64(lse, (int64_t)r);
+}
+
 static void merge_on_host(const clattn_problem *c, size_t n_parts, const float *part_o,
-                          const float *part_l)
+                          const clattn_view *lse_views)
 {
     const int64_t batch = c->q.n[0], h_q = c->q.n[1], n_q = c->q.n[2], d_v = c->v.n[3];
     const size_t rows = (size_t)(batch * h_q * n_q), n_o = rows * (size_t)d_v;
@@ -497,27 +503,27 @@ static void merge_on_host(const clattn_problem *c, size_t n_parts, const float *
                 double mx = -INFINITY;
                 bool nan = false; /* a NaN part (NaN inputs) poisons the row, as in one call */
                 for (size_t p = 0; p < n_parts; p++) {
-                    nan = nan || isnan(part_l[rows * p + r]);
-                    if (part_l[rows * p + r] > mx)
-                        mx = part_l[rows * p + r];
+                    nan = nan || isnan(part_lse(&lse_views[p], r));
+                    if (part_lse(&lse_views[p], r) > mx)
+                        mx = part_lse(&lse_views[p], r);
                 }
                 if (nan)
                     mx = NAN;
                 double sum = 0.0;
                 for (size_t p = 0; p < n_parts; p++)
-                    if (mx != -INFINITY && part_l[rows * p + r] != -INFINITY)
-                        sum += exp(part_l[rows * p + r] - mx); /* NaN when mx is */
+                    if (mx != -INFINITY && part_lse(&lse_views[p], r) != -INFINITY)
+                        sum += exp(part_lse(&lse_views[p], r) - mx); /* NaN when mx is */
                 for (int64_t e = 0; e < d_v; e++) {
                     double acc = 0.0;
                     for (size_t p = 0; p < n_parts; p++)
-                        if (mx != -INFINITY && part_l[rows * p + r] != -INFINITY)
-                            acc += exp(part_l[rows * p + r] - mx) / sum *
+                        if (mx != -INFINITY && part_lse(&lse_views[p], r) != -INFINITY)
+                            acc += exp(part_lse(&lse_views[p], r) - mx) / sum *
                                    part_o[n_o * p + r * (size_t)d_v + (size_t)e];
                     clattn_host_store(&c->o, clattn_view_index(&c->o, b, h, i, e), (float)acc);
                 }
                 if (c->has_lse)
-                    clattn_host_store(&c->lse, clattn_view_index(&c->lse, b, h, i, 0),
-                                      mx == -INFINITY ? -INFINITY : (float)(mx + log(sum)));
+                    clattn_host_store64(&c->lse, clattn_view_index(&c->lse, b, h, i, 0),
+                                        mx == -INFINITY ? -INFINITY : mx + log(sum));
             }
 }
 
@@ -543,7 +549,9 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
     /* the blocks, and which of them any query sees */
     int64_t *cut = calloc(m->n + 1, sizeof *cut);
     job *jobs = calloc(m->n, sizeof *jobs);
-    float *part_o = NULL, *part_l = NULL;
+    float *part_o = NULL;
+    double *part_l = NULL; /* float64 storage; a device without cl_khr_fp64 writes float32 */
+    clattn_view *lse_views = NULL;
     if (!cut || !jobs) {
         free(cut);
         free(jobs);
@@ -573,7 +581,8 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
     }
     part_o = malloc((n_o > 0 ? n_o : 1) * n_run * sizeof *part_o);
     part_l = malloc((rows > 0 ? rows : 1) * n_run * sizeof *part_l);
-    if (!part_o || !part_l) {
+    lse_views = calloc(n_run, sizeof *lse_views);
+    if (!part_o || !part_l || !lse_views) {
         st = multi_fail(m, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
                         "cannot allocate %zu partial outputs of %zu floats", n_run, n_o);
         goto done;
@@ -590,7 +599,12 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
         sub.o.host = part_o + n_o * p;
         sub.lse = clattn_view_packed(batch, h_q, n_q, 1);
         sub.lse.host = part_l + rows * p;
+        if (m->ctx[dev]->has_fp64) { /* keeps far-ALiBi differences (R17) */
+            sub.lse.dtype = CLATTN_FLOAT64;
+            sub.lse.esize = 8;
+        }
         sub.has_lse = true;
+        lse_views[p] = sub.lse;
         if (c->has_mask)
             sub.mask = clattn_view_slice(&c->mask, 3, c0, len);
         clattn_attention_desc d = *desc;
@@ -620,10 +634,11 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
     }
     st = finish_jobs(m, jobs, p, st);
     if (st == CLATTN_SUCCESS)
-        merge_on_host(c, n_run, part_o, part_l);
+        merge_on_host(c, n_run, part_o, lse_views);
 done:
     free(part_o);
     free(part_l);
+    free(lse_views);
     free(cut);
     free(jobs);
     return st;

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CL_STD "-cl-std=CL1.2"
+#define CL_STD "-cl-std=CL1.2 -w" /* -w: PoCL prints warning counts to stderr */
 #define DIRECT_MAX_N_Q 8   /* fused: up to this many queries stream K and V (decoding) */
 #define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
 #define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
@@ -93,9 +93,11 @@ static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kerne
 /* Softmax work-group: the caller's size if it is legal, else a power of two covering
  * the row, capped by the kernel's limit. */
 static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_desc *desc,
-                                    int64_t width, clattn_program_entry **out, size_t *wg)
+                                    int64_t width, clattn_dtype lse_dt, clattn_program_entry **out,
+                                    size_t *wg)
 {
-    clattn_status st = clattn_get_kernel(ctx, "softmax.cl", CL_STD, out);
+    clattn_status st = clattn_get_kernel(
+        ctx, "softmax.cl", lse_dt == CLATTN_FLOAT64 ? CL_STD " -DLSE_DT=4" : CL_STD, out);
     if (st != CLATTN_SUCCESS)
         return st;
     size_t limit = (*out)->kernel_wg_max < ctx->max_wi[0] ? (*out)->kernel_wg_max : ctx->max_wi[0];
@@ -120,10 +122,11 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
 /* What a call adds to the plain problem: the desc's optional terms and outputs, and
  * the storage types, as compile-time options of the kernels that read them. */
 typedef struct features {
-    char opts[160]; /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0" */
-    bool weights;   /* weights requested */
-    bool head_mean; /* … averaged over heads */
-    bool lse;       /* LSE requested */
+    char opts[160];      /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0" */
+    bool weights;        /* weights requested */
+    bool head_mean;      /* … averaged over heads */
+    bool lse;            /* LSE requested */
+    clattn_dtype lse_dt; /* its dtype (float32 or float64) */
 } features;
 
 /* The -D options of the storage types and score terms; a type of -1 is left out. */
@@ -150,6 +153,11 @@ static void make_features(const clattn_problem *p, features *f)
     f->weights = p->has_w;
     f->head_mean = p->has_w && p->desc->weights_head_mean;
     f->lse = p->has_lse;
+    f->lse_dt = p->has_lse ? p->lse.dtype : CLATTN_FLOAT32;
+    if (f->lse_dt == CLATTN_FLOAT64) { /* the kernels that write the LSE store doubles */
+        const size_t at = strlen(f->opts);
+        snprintf(f->opts + at, sizeof f->opts - at, " -DLSE_DT=4");
+    }
 }
 
 /* Why the fused kernel cannot run this shape here ("" when it can); picks its tile. */
@@ -206,6 +214,11 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     const int64_t n_kv = k->n[2], d_v = v->n[3];
     if (h_q > INT_MAX || d_k > INT_MAX || d_v > INT_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads or head dims above INT_MAX");
+    if (f->lse_dt == CLATTN_FLOAT64 && !ctx->has_fp64)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "a float64 LSE needs cl_khr_fp64, which %s does not have (use a "
+                           "float32 LSE)",
+                           ctx->device_name);
 
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
      * caller's weights), the per-head weights before averaging, the fused LSE */
@@ -265,7 +278,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                 CLATTN_SUCCESS ||
             (st = tiled_stage_kernel(ctx, CLATTN_KERNEL_WEIGHTED_SUM, n_q, d_v, f->opts,
                                      &p->wsum)) != CLATTN_SUCCESS ||
-            (st = softmax_kernel(ctx, desc, n_kv, &p->softmax, &p->softmax_wg)) != CLATTN_SUCCESS)
+            (st = softmax_kernel(ctx, desc, n_kv, f->lse_dt, &p->softmax, &p->softmax_wg)) !=
+                CLATTN_SUCCESS)
             return st;
         snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
                  f->head_mean ? ", head_mean" : "");
@@ -298,8 +312,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             p->workspace_bytes = ws_fused;
             if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts,
                                          &p->scores)) != CLATTN_SUCCESS ||
-                (st = clattn_get_kernel(ctx, "weights_from_lse.cl", CL_STD, &p->from_lse)) !=
-                    CLATTN_SUCCESS)
+                (st = clattn_get_kernel(ctx, "weights_from_lse.cl",
+                                        f->lse_dt == CLATTN_FLOAT64 ? CL_STD " -DLSE_DT=4" : CL_STD,
+                                        &p->from_lse)) != CLATTN_SUCCESS)
                 return st;
         }
     }
@@ -316,7 +331,8 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
     char feat[160];
     switch (sp->kind) {
     case CLATTN_STAGE_SOFTMAX:
-        return softmax_kernel(ctx, sp->desc, sp->a.n[3], &out->softmax, &out->softmax_wg);
+        return softmax_kernel(ctx, sp->desc, sp->a.n[3], CLATTN_FLOAT32, &out->softmax,
+                              &out->softmax_wg);
     case CLATTN_STAGE_SCORES:
         term_options(feat, sizeof feat, (int)sp->a.dtype, (int)sp->b.dtype, -1, -1,
                      sp->has_mask ? &sp->mask : NULL, sp->desc);
@@ -330,10 +346,17 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
     }
 }
 
-clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype out,
-                                     clattn_program_entry **e)
+clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype part_lse,
+                                     clattn_dtype out, bool lse64, clattn_program_entry **e)
 {
-    char opts[64];
-    snprintf(opts, sizeof opts, CL_STD " -DV_DT=%d -DO_DT=%d", (int)part, (int)out);
+    if (lse64 && !ctx->has_fp64)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "a float64 LSE needs cl_khr_fp64, which %s does not have (use "
+                           "float32 LSEs)",
+                           ctx->device_name);
+    char opts[96];
+    /* LSE_DT: the running LSE and the output's (float64 when any LSE is); PL_DT: the part's */
+    snprintf(opts, sizeof opts, CL_STD " -DV_DT=%d -DO_DT=%d -DPL_DT=%d -DLSE_DT=%d", (int)part,
+             (int)out, (int)part_lse, lse64 ? 4 : 0);
     return clattn_get_kernel(ctx, "merge.cl", opts, e);
 }

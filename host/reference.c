@@ -114,8 +114,8 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                     clattn_host_store(&o, clattn_view_index(&o, b, h, i, c),
                                       empty ? (float)fill : (float)(acc[c] / l));
                 if (ex.has_lse)
-                    clattn_host_store(&ex.lse, clattn_view_index(&ex.lse, b, h, i, 0),
-                                      empty ? -INFINITY : (float)(m + log(l)));
+                    clattn_host_store64(&ex.lse, clattn_view_index(&ex.lse, b, h, i, 0),
+                                        empty ? -INFINITY : m + log(l));
                 for (int64_t j = 0; desc->weights && j < n_kv; j++) {
                     const double wij = empty ? fill : p[j] / l;
                     if (mean)

@@ -152,7 +152,7 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
         out->has_lse = true;
         st = clattn_view_make(ctx, "lse", desc->lse, storage, true, &out->lse);
         if (st == CLATTN_SUCCESS)
-            st = clattn_view_check_dtype(ctx, "lse", &out->lse, CLATTN_DT_F32);
+            st = clattn_view_check_dtype(ctx, "lse", &out->lse, CLATTN_DT_LSE);
         if (st != CLATTN_SUCCESS)
             return st;
         const clattn_view *l = &out->lse;
@@ -372,7 +372,7 @@ static clattn_status check_merge(clattn_context *ctx, size_t n_parts, const clat
     if (st == CLATTN_SUCCESS && lse) {
         st = clattn_view_make(ctx, "lse", lse, storage, true, vl);
         if (st == CLATTN_SUCCESS)
-            st = clattn_view_check_dtype(ctx, "lse", vl, CLATTN_DT_F32);
+            st = clattn_view_check_dtype(ctx, "lse", vl, CLATTN_DT_LSE);
     }
     if (st != CLATTN_SUCCESS)
         return st;
@@ -400,7 +400,7 @@ static clattn_status check_merge(clattn_context *ctx, size_t n_parts, const clat
         snprintf(name, sizeof name, "lse_parts[%zu]", p);
         st = clattn_view_make(ctx, name, &lse_parts[p], storage, false, &pl[p]);
         if (st == CLATTN_SUCCESS)
-            st = clattn_view_check_dtype(ctx, name, &pl[p], CLATTN_DT_F32);
+            st = clattn_view_check_dtype(ctx, name, &pl[p], CLATTN_DT_LSE);
         if (st != CLATTN_SUCCESS)
             return st;
         if (pl[p].n[0] != n[0] || pl[p].n[1] != n[1] || pl[p].n[2] != n[2] || pl[p].n[3] != 1)

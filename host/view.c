@@ -246,11 +246,11 @@ clattn_view clattn_view_slice(const clattn_view *v, int dim, int64_t start, int6
 clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
                                       unsigned allowed)
 {
-    static const char *const names[4] = {"float32", "float16", "bfloat16", "bool"};
+    static const char *const names[5] = {"float32", "float16", "bfloat16", "bool", "float64"};
     if (allowed & (1u << v->dtype))
         return CLATTN_SUCCESS;
-    char list[64] = "";
-    for (int i = 0; i < 4; i++)
+    char list[80] = "";
+    for (int i = 0; i < 5; i++)
         if (allowed & (1u << i)) {
             strcat(list, list[0] ? ", " : "");
             strcat(list, names[i]);

@@ -276,7 +276,13 @@ typedef enum clattn_dtype {
     CLATTN_BFLOAT16 = 2,
     /** One byte per element, nonzero = true (uint8_t / bool on the host). Boolean mask
      *  tensors only. */
-    CLATTN_BOOL = 3
+    CLATTN_BOOL = 3,
+    /** IEEE binary64 (`double`). LSE outputs and the LSE parts and output of
+     *  clattn_merge only, on devices with cl_khr_fp64 (CLATTN_ERROR_UNSUPPORTED
+     *  otherwise): the LSE of a row whose keys all lie far from it under ALiBi is about
+     *  −slope·distance, where float32's spacing loses the differences a merge needs
+     *  (case R17); in float64 a split equals one call. Added in 0.3. */
+    CLATTN_FLOAT64 = 4
 } clattn_dtype;
 
 /** Bytes per element of a dtype. @return 4, 2, 2 or 1; 0 for an unknown value. */

@@ -175,7 +175,7 @@ static clattn_status common_checks(clattn_context *ctx, MPI_Comm comm,
 /* Writes the packed float32 (O, LSE) into the caller's views (any dtype and strides;
  * rows with LSE −∞ become zeros), with the core's view checks and stores. */
 static clattn_status deliver(const clattn_attention_desc *desc, const clattn_tensor *o,
-                             const float *acc_o, const float *acc_l)
+                             const float *acc_o, const double *acc_l)
 {
     clattn_view vo, vl;
     clattn_status st = clattn_view_make(NULL, "O", o, CLATTN_STORAGE_HOST, true, &vo);
@@ -192,7 +192,7 @@ static clattn_status deliver(const clattn_attention_desc *desc, const clattn_ten
                     clattn_host_store(&vo, clattn_view_index(&vo, b, h, i, c),
                                       empty ? 0.0f : acc_o[row * (size_t)vo.n[3] + (size_t)c]);
                 if (desc->lse)
-                    clattn_host_store(&vl, clattn_view_index(&vl, b, h, i, 0), acc_l[row]);
+                    clattn_host_store64(&vl, clattn_view_index(&vl, b, h, i, 0), acc_l[row]);
             }
     return CLATTN_SUCCESS;
 }
@@ -324,7 +324,11 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
     const size_t rows = (size_t)(B * HQ * NQ), n_o = rows * (size_t)DV;
     char *host_kv[2] = {malloc(kbytes_max + vbytes_max + 1), malloc(kbytes_max + vbytes_max + 1)};
     void *qpack = malloc((size_t)count4(q) * clattn_dtype_size(q->dtype) + 1);
-    float *acc_o = malloc((n_o + 1) * sizeof *acc_o), *acc_l = malloc((rows + 1) * sizeof *acc_l);
+    /* the running LSE in float64 where the device has it: far ALiBi keys (R17) */
+    const bool lse64 = ctx->has_fp64;
+    const size_t lse_es = lse64 ? 8 : 4;
+    float *acc_o = malloc((n_o + 1) * sizeof *acc_o);
+    double *acc_l = malloc((rows + 1) * sizeof *acc_l);
     ring_dev dev;
     memset(&dev, 0, sizeof dev);
     if (!host_kv[0] || !host_kv[1] || !qpack || !acc_o || !acc_l) {
@@ -347,11 +351,11 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
     if (st == CLATTN_SUCCESS)
         st = make_buf(ctx, n_o * 4, NULL, &dev.o_acc);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(ctx, rows * 4, NULL, &dev.l_acc);
+        st = make_buf(ctx, rows * lse_es, NULL, &dev.l_acc);
     if (st == CLATTN_SUCCESS)
         st = make_buf(ctx, n_o * 4, NULL, &dev.o_part);
     if (st == CLATTN_SUCCESS)
-        st = make_buf(ctx, rows * 4, NULL, &dev.l_part);
+        st = make_buf(ctx, rows * lse_es, NULL, &dev.l_part);
     if (st != CLATTN_SUCCESS)
         goto out;
 
@@ -359,8 +363,10 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
     tq.dtype = q->dtype;
     clattn_tensor to_acc = clattn_tensor_buffer(dev.o_acc, B, HQ, NQ, DV);
     clattn_tensor tl_acc = clattn_tensor_buffer(dev.l_acc, B, HQ, NQ, 1);
+    tl_acc.dtype = lse64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
     clattn_tensor to_part = clattn_tensor_buffer(dev.o_part, B, HQ, NQ, DV);
     clattn_tensor tl_part = clattn_tensor_buffer(dev.l_part, B, HQ, NQ, 1);
+    tl_part.dtype = tl_acc.dtype;
     const int next = (r + 1) % P, prev = (r - 1 + P) % P;
     int cur = 0;
     for (int s = 0; s < P && st == CLATTN_SUCCESS; s++) {
@@ -446,9 +452,12 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
                                             NULL, NULL);
             if (ce != CL_SUCCESS)
                 st = fail_cl(ce, "clEnqueueReadBuffer(O)");
-            else if ((ce = clEnqueueReadBuffer(dev.queue, dev.l_acc, CL_TRUE, 0, rows * 4, acc_l, 0,
-                                               NULL, NULL)) != CL_SUCCESS)
+            else if ((ce = clEnqueueReadBuffer(dev.queue, dev.l_acc, CL_TRUE, 0, rows * lse_es,
+                                               acc_l, 0, NULL, NULL)) != CL_SUCCESS)
                 st = fail_cl(ce, "clEnqueueReadBuffer(LSE)");
+            else if (!lse64) /* float32 LSEs in the first half: widen, last first */
+                for (size_t i = rows; i-- > 0;)
+                    acc_l[i] = ((const float *)acc_l)[i];
         }
     }
     if (st == CLATTN_SUCCESS && NQ > 0)
@@ -514,8 +523,9 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
         d.q_start += n_kv_total - NQ;
     }
     d.kv_start = k0;
-    float *part_o = malloc((n_o + 1) * sizeof *part_o), *part_l = malloc((rows + 1) * 4);
-    float *max_l = malloc((rows + 1) * 4);
+    /* the part's LSE in float64 where the device has it (far ALiBi keys, R17) */
+    float *part_o = malloc((n_o + 1) * sizeof *part_o);
+    double *part_l = malloc((rows + 1) * sizeof *part_l), *max_l = malloc((rows + 1) * 8);
     double *sums = malloc((n_o + rows + 1) * sizeof *sums),
            *tot = malloc((n_o + rows + 1) * sizeof *tot);
     if (!part_o || !part_l || !max_l || !sums || !tot) {
@@ -524,6 +534,7 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
     }
     clattn_tensor to = clattn_tensor_host(part_o, B, HQ, NQ, DV);
     clattn_tensor tl = clattn_tensor_host(part_l, B, HQ, NQ, 1);
+    tl.dtype = ctx->has_fp64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
     t0 = now();
     if (NQ > 0 && block_visible(&d, d.q_start, NQ, k0, mine)) {
         d.lse = &tl;
@@ -531,6 +542,9 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
         if (st != CLATTN_SUCCESS) {
             st = fail_ctx(ctx, st, "clattn_attention(local block)");
             /* the others are in the collectives below: join them with −∞ rows */
+        } else if (tl.dtype == CLATTN_FLOAT32) { /* widen in place, last first */
+            for (size_t i = rows; i-- > 0;)
+                part_l[i] = ((const float *)part_l)[i];
         }
         local.blocks_computed = 1;
     }
@@ -542,21 +556,20 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
             part_l[i] = -INFINITY;
     }
     t0 = now();
-    err = MPI_Allreduce(part_l, max_l, (int)rows, MPI_FLOAT, MPI_MAX, comm);
+    err = MPI_Allreduce(part_l, max_l, (int)rows, MPI_DOUBLE, MPI_MAX, comm);
     if (err != MPI_SUCCESS) {
         st = fail_mpi(err, "MPI_Allreduce(MAX of LSE)");
         goto out;
     }
     for (size_t i = 0; i < rows; i++) {
-        const double w =
-            isinf(part_l[i]) && part_l[i] < 0 ? 0.0 : exp((double)part_l[i] - max_l[i]);
+        const double w = isinf(part_l[i]) && part_l[i] < 0 ? 0.0 : exp(part_l[i] - max_l[i]);
         for (int64_t j = 0; j < DV; j++)
             sums[i * (size_t)DV + (size_t)j] = w * part_o[i * (size_t)DV + (size_t)j];
         sums[n_o + i] = w;
     }
     err = MPI_Allreduce(sums, tot, (int)(n_o + rows), MPI_DOUBLE, MPI_SUM, comm);
     local.comm_wait_s += now() - t0;
-    local.bytes_sent = (int64_t)(rows * 4 + (n_o + rows) * 8);
+    local.bytes_sent = (int64_t)(rows * 8 + (n_o + rows) * 8);
     if (err != MPI_SUCCESS) {
         st = fail_mpi(err, "MPI_Allreduce(SUM of weighted partials)");
         goto out;
@@ -568,7 +581,7 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
         for (int64_t j = 0; j < DV; j++)
             part_o[i * (size_t)DV + (size_t)j] =
                 z > 0 ? (float)(tot[i * (size_t)DV + (size_t)j] / z) : 0.0f;
-        part_l[i] = z > 0 ? (float)((double)max_l[i] + log(z)) : -INFINITY;
+        part_l[i] = z > 0 ? max_l[i] + log(z) : -INFINITY;
     }
     if (NQ > 0)
         st = deliver(desc, o, part_o, part_l);

@@ -32,6 +32,10 @@ for mask in none causal-bottom-right no-self; do
     run --mode decode --n 301 --n-q 3 --heads 8 --kv-heads 2 --dim 32 --mask "$mask" --seed 6
 done
 run --mode decode --n 77 --n-q 1 --batch 3 --heads 4 --kv-heads 4 --dim 64 --mask causal --seed 7
+# case R17: ALiBi with every key 1e8 positions from the queries; the parts' LSEs are
+# about -5e7, so the merge needs float64 LSEs to weight the blocks right
+run --mode ring --n 8 --heads 2 --kv-heads 1 --dim 4 --alibi 0.5 --q-start 100000000 --seed 8
+run --mode decode --n 9 --n-q 2 --heads 2 --kv-heads 2 --dim 4 --alibi 0.5 --q-start 100000000 --seed 9
 if [ $fails -ne 0 ]; then
     echo "test_mpi: $fails run(s) failed with $NP ranks"
     exit 1
