@@ -28,6 +28,14 @@ static clattn_attention_desc unscaled(void)
     return d;
 }
 
+/* rm -rf of a test's temporary folder (mkdtemp), failing the test if it cannot */
+static void remove_dir(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
 static void fill(float *p, size_t n, float value)
 {
     for (size_t i = 0; i < n; i++)
@@ -557,9 +565,7 @@ START_TEST(stored_tuning_is_used)
     unsetenv("CLATTN_TUNE");
     free(q);
     free(o);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    remove_dir(dir);
 }
 END_TEST
 
@@ -587,9 +593,7 @@ START_TEST(program_binary_cache)
         clattn_context_release(c2);
         ck_assert_int_eq(count_bin_files(dir, 0), 4); /* scores, softmax, wsum, fused */
     }
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    remove_dir(dir);
     char off_dir[] = "/tmp/clattn_cache_off_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(off_dir));
     ck_assert_int_eq(setenv("CLATTN_CACHE_DIR", off_dir, 1), 0); /* the option wins */
@@ -722,9 +726,7 @@ START_TEST(tuning_api)
     clattn_context_release(c2);
     free(q);
     free(o);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    remove_dir(dir);
 }
 END_TEST
 
@@ -808,9 +810,7 @@ START_TEST(integrator_contracts)
     clattn_context_release(app);
     clReleaseCommandQueue(queue);
     clReleaseContext(other);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    remove_dir(dir);
 }
 END_TEST
 

@@ -25,6 +25,15 @@ static bool device_has_fp64(void)
            fp64 != 0;
 }
 
+/* Whether the test can run; prints why not (a float64 LSE needs cl_khr_fp64). */
+static bool fp64_or_skip(const char *test)
+{
+    if (device_has_fp64())
+        return true;
+    printf("%s: the device has no cl_khr_fp64; skipped\n", test);
+    return false;
+}
+
 /* The case's inputs: q [1, 2], k and v [4, 2], as [1, 1, n, d] views. */
 typedef struct r17 {
     float q[2], k[8], v[8];
@@ -156,10 +165,8 @@ END_TEST
  * 2 and a float64 LSE, then clattn_merge (host) and clattn_merge_enqueue (buffers). */
 START_TEST(R17_split_recipe)
 {
-    if (!device_has_fp64()) {
-        printf("R17_split_recipe: the device has no cl_khr_fp64; skipped\n");
+    if (!fp64_or_skip("R17_split_recipe"))
         return;
-    }
     for (int variant = 0; variant < 2; variant++) {
         r17 c;
         load_case(&c, variant);
@@ -256,10 +263,8 @@ END_TEST
  * partial LSEs are float64 where the devices have cl_khr_fp64. */
 START_TEST(R17_multi_key_split)
 {
-    if (!device_has_fp64()) {
-        printf("R17_multi_key_split: the device has no cl_khr_fp64; skipped\n");
+    if (!fp64_or_skip("R17_multi_key_split"))
         return;
-    }
     cl_device_id dev;
     clattn_context_get_cl(tu_ctx(), NULL, &dev, NULL);
     char name[256] = "";
@@ -300,10 +305,8 @@ END_TEST
  * merged O and float64 LSE equal the one-call reference. */
 START_TEST(far_alibi_splits_random)
 {
-    if (!device_has_fp64()) {
-        printf("far_alibi_splits_random: the device has no cl_khr_fp64; skipped\n");
+    if (!fp64_or_skip("far_alibi_splits_random"))
         return;
-    }
     const uint32_t seed = tu_seed() ^ 0x17u;
     printf("far_alibi_splits_random: seed 0x%x\n", seed);
     const int64_t h = 2, n_q = 3, n_kv = 13, d = 4;
