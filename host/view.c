@@ -153,35 +153,42 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
     return CLATTN_SUCCESS;
 }
 
+/* One clGetMemObjectInfo query of a view's cl_mem: an invalid cl_mem is the caller's
+ * argument (INVALID_ARGUMENT), any other failure the runtime's status. */
+static clattn_status mem_query(clattn_context *ctx, const char *name, cl_mem m, cl_mem_info param,
+                               const char *param_name, size_t size, void *out)
+{
+    const cl_int err = clGetMemObjectInfo(m, param, size, out, NULL);
+    if (err == CL_SUCCESS)
+        return CLATTN_SUCCESS;
+    if (err == CL_INVALID_MEM_OBJECT)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "%s: buffer is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
+                           clattn_cl_error_name(err));
+    char what[96]; /* out of resources / host memory: the runtime's status */
+    snprintf(what, sizeof what, "clGetMemObjectInfo(%s, %s)", name, param_name);
+    return clattn_fail_cl(ctx, err, what);
+}
+
 clattn_status clattn_view_check_buffer(clattn_context *ctx, const char *name, const clattn_view *v)
 {
     if (!v->buffer || v->count == 0)
         return CLATTN_SUCCESS;
     const int64_t bytes = (v->offset + v->span) * v->esize; /* checked by clattn_view_make */
     size_t size = 0;
-    cl_int err = clGetMemObjectInfo(v->buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
-    if (err == CL_INVALID_MEM_OBJECT)
+    clattn_status st =
+        mem_query(ctx, name, v->buffer, CL_MEM_SIZE, "CL_MEM_SIZE", sizeof size, &size);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    cl_context owner = NULL; /* a cl_mem of another cl_context cannot be used on this queue */
+    if (ctx && (st = mem_query(ctx, name, v->buffer, CL_MEM_CONTEXT, "CL_MEM_CONTEXT", sizeof owner,
+                               &owner)) != CLATTN_SUCCESS)
+        return st;
+    if (ctx && owner != ctx->context)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "%s: buffer is not a valid cl_mem (clGetMemObjectInfo: %s)", name,
-                           clattn_cl_error_name(err));
-    char what[96];
-    if (err != CL_SUCCESS) { /* out of resources / host memory: the runtime's status */
-        snprintf(what, sizeof what, "clGetMemObjectInfo(%s, CL_MEM_SIZE)", name);
-        return clattn_fail_cl(ctx, err, what);
-    }
-    if (ctx) { /* a cl_mem of another cl_context cannot be used on this queue */
-        cl_context owner = NULL;
-        err = clGetMemObjectInfo(v->buffer, CL_MEM_CONTEXT, sizeof owner, &owner, NULL);
-        if (err != CL_SUCCESS) {
-            snprintf(what, sizeof what, "clGetMemObjectInfo(%s, CL_MEM_CONTEXT)", name);
-            return clattn_fail_cl(ctx, err, what);
-        }
-        if (owner != ctx->context)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                               "%s: the cl_mem belongs to another cl_context than the clattn "
-                               "context's (clattn_context_get_cl)",
-                               name);
-    }
+                           "%s: the cl_mem belongs to another cl_context than the clattn "
+                           "context's (clattn_context_get_cl)",
+                           name);
     if ((uint64_t)size < (uint64_t)bytes)
         return clattn_fail(ctx, CLATTN_ERROR_BUFFER_TOO_SMALL,
                            "%s: the view needs %lld bytes of its cl_mem, which has %zu", name,
