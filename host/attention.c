@@ -93,6 +93,8 @@ static clattn_status stage_enqueue(clattn_context *ctx, clattn_stage kind,
 {
     clattn_stage_call sp;
     clattn_stage_plan plan;
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
     clattn_status st = clattn_resolve_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_BUFFER, &sp);
     if (st == CLATTN_SUCCESS)
         st = clattn_check_wait_list(ctx, n_wait, wait);
@@ -109,6 +111,8 @@ static clattn_status stage_blocking(clattn_context *ctx, clattn_stage kind,
 {
     clattn_stage_call host, dev;
     clattn_stage_plan plan;
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
     clattn_status st = clattn_resolve_stage(ctx, kind, desc, a, b, c, CLATTN_STORAGE_HOST, &host);
     if (st != CLATTN_SUCCESS || host.c.count == 0)
         return st;

@@ -135,3 +135,36 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
     free(wsum);
     return CLATTN_SUCCESS;
 }
+
+clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const clattn_tensor *q_t,
+                                      const clattn_tensor *k_t, const clattn_tensor *s_t)
+{
+    clattn_stage_call sp;
+    clattn_status st = clattn_resolve_stage(NULL, CLATTN_STAGE_SCORES, desc, q_t, k_t, s_t,
+                                            CLATTN_STORAGE_HOST, &sp);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    clattn_problem ex; /* the mask, as row_scores reads it */
+    memset(&ex, 0, sizeof ex);
+    ex.has_mask = sp.has_mask;
+    ex.mask = sp.mask;
+    const clattn_view *q = &sp.a, *k = &sp.b, *s = &sp.c;
+    const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], n_kv = k->n[2];
+    if (s->count == 0)
+        return CLATTN_SUCCESS;
+    const int64_t group = h_q / k->n[1];
+    const double scale = clattn_effective_scale(desc, q->n[3]);
+    double *p = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
+    if (!p)
+        return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
+                           "reference: cannot allocate %lld doubles", (long long)n_kv);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < h_q; h++)
+            for (int64_t i = 0; i < n_q; i++) {
+                (void)row_scores(desc, q, k, &ex, scale, b, h, h / group, i, p);
+                for (int64_t j = 0; j < n_kv; j++)
+                    clattn_host_store(s, clattn_view_index(s, b, h, i, j), (float)p[j]);
+            }
+    free(p);
+    return CLATTN_SUCCESS;
+}

@@ -647,6 +647,17 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc, cons
                                          const clattn_tensor *k, const clattn_tensor *v,
                                          const clattn_tensor *o);
 
+/**
+ * The CPU reference of clattn_scores(): S = softcap(scale·Q·Kᵀ) − slope·|a_i − j| + float
+ * mask for the visible keys, −∞ for the others (every mask term of the desc, padding
+ * rows included), each element computed in double and rounded once to float32. q
+ * [b, h_q, n_q, d_k] and k [b, h_kv, n_kv, d_k] of any float dtype, scores float32
+ * [b, h_q, n_q, n_kv]; host views. Added in 0.3.
+ * @return CLATTN_SUCCESS or a validation status (message: clattn_last_error_message(NULL)).
+ */
+clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const clattn_tensor *q,
+                                      const clattn_tensor *k, const clattn_tensor *scores);
+
 /* ------------------------------------------------------------------------------ */
 /* Several devices                                                                 */
 /* ------------------------------------------------------------------------------ */

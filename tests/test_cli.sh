@@ -689,5 +689,70 @@ for algorithm in unfused fused; do
         --algorithm "$algorithm"
 done
 
+# ---- run --scores: the score matrix at ONNX Attention's three stages ------------
+# raw (scale*Q*K^T), softcap, masked (after the masks and biases, -inf where masked)
+X_S="0.9995 0.9544 0.9422 0.4753 0.4576 0.631 0.9544 1.495 1.4754 0.8434 0.707 1.0865
+     0.9422 1.4754 1.457 0.8296 0.7154 1.0605 0.4753 0.8434 0.8296 0.4937 0.3474 0.6565
+     0.4576 0.707 0.7154 0.3474 0.6654 0.2935 0.631 1.0865 1.0605 0.6565 0.2935 0.945"
+for algorithm in unfused fused; do
+    rm -f "$tmp/s.npy"
+    run_6x3 x.npy --out "$tmp/o.npy" --scores "$tmp/s.npy" --algorithm "$algorithm" --check
+    expect_rc "run --scores $algorithm" 0
+    expect_values "run --scores $algorithm (S of the text)" "$tmp/s.npy" "$X_S" 1e-4
+    expect_shape "run --scores $algorithm" "$tmp/s.npy" "(6, 6)"
+    expect_text "run --scores $algorithm" "$tmp/out" "check S: max abs error"
+done
+# raw ignores the causal mask; masked has -inf above the diagonal (15 cells)
+rm -f "$tmp/s.npy"
+run_6x3 x.npy --out "$tmp/o.npy" --mask causal --scores "$tmp/s.npy" --scores-stage raw --check
+expect_rc "run --scores-stage raw --mask causal" 0
+expect_values "run --scores-stage raw --mask causal" "$tmp/s.npy" "$X_S" 1e-4
+rm -f "$tmp/s.npy"
+run_6x3 x.npy --out "$tmp/o.npy" --mask causal --scores "$tmp/s.npy" --check
+expect_rc "run --scores (masked) --mask causal" 0
+if [ "$(npy_values "$tmp/s.npy" | grep -c inf)" -eq 15 ]; then pass; else
+    fail "run --scores (masked) --mask causal: not 15 masked cells"; fi
+# softcap 0.5: every |S| below 0.5, the first one 0.5*tanh(0.9995/0.5)
+rm -f "$tmp/s.npy"
+run_6x3 x.npy --out "$tmp/o.npy" --softcap 0.5 --alibi 0.25 --scores "$tmp/s.npy" \
+    --scores-stage softcap --check
+expect_rc "run --scores-stage softcap" 0
+if npy_values "$tmp/s.npy" | awk 'NR == 1 { d = $1 - 0.4819784; if (d < 0) d = -d; if (d > 1e-5) bad = 1 }
+        { if ($1 >= 0.5 || $1 <= -0.5) bad = 1 } END { exit bad }'
+then pass; else fail "run --scores-stage softcap: values are not the capped scores"; fi
+# every stage against the reference with every term (--check fails otherwise)
+for stage in raw softcap masked; do
+    rm -f "$tmp/s.npy"
+    run_6x3 x.npy --out "$tmp/o.npy" --softcap 1.5 --alibi 0.5 --mask causal --window 2,0 \
+        --q-start 3 --scores "$tmp/s.npy" --scores-stage "$stage" --check
+    expect_rc "run --scores-stage $stage, every term, --check" 0
+done
+run_6x3 x.npy --out "$tmp/o.npy" --scores "$tmp/s.npy" --scores-stage final
+expect_rc "run --scores-stage unknown" 2
+expect_text "run --scores-stage unknown" "$tmp/err" "unknown --scores-stage 'final'"
+run_6x3 x.npy --out "$tmp/o.npy" --scores-stage raw
+expect_rc "run --scores-stage without --scores" 2
+run_6x3 x.npy --out "$tmp/o.npy" --scores "$tmp/o.npy"
+expect_rc "run --scores the same file as --out" 2
+
+# ---- progress of bench and tune on standard error; standard output unchanged --------
+run_clattn bench --shapes "1,2,2,16,16,8,8;1,2,2,1,32,8,8,none,fused" --reps 1
+expect_rc "bench" 0
+expect_text "bench (table)" "$tmp/out" "device_ms"
+if [ "$(grep -c '^1 ' "$tmp/out")" -eq 3 ]; then pass; else fail "bench: not 3 result rows"; fi
+expect_text "bench (progress, plain lines off a terminal)" "$tmp/err" "clattn bench: [3/3] b 1, h 2/2, n 1x32"
+if grep -q "clattn bench" "$tmp/out"; then fail "bench: progress on standard output"; else pass; fi
+run_clattn bench --shapes "1,2,2,16,16,8,8,none,fused" --reps 1 --json --quiet
+expect_rc "bench --json --quiet" 0
+if [ -s "$tmp/err" ]; then fail "bench --quiet: standard error is not empty"; else pass; fi
+if head -1 "$tmp/out" | grep -q '^\[$' && tail -1 "$tmp/out" | grep -q '^\]$'; then pass; else
+    fail "bench --json: standard output is not one JSON array"; fi
+run_clattn tune --dry-run --shapes "1,1,1,16,16,8,8,none,fused" --reps 1
+expect_rc "tune --dry-run" 0
+expect_text "tune (table)" "$tmp/out" "candidates ran"
+expect_text "tune (progress)" "$tmp/err" "clattn tune: [1/41] case 1/1"
+expect_text "tune (progress, a candidate)" "$tmp/err" "candidate 36/36, RQ,WG,TILE 4,32,128"
+if grep -q "clattn tune: \[" "$tmp/out"; then fail "tune: progress on standard output"; else pass; fi
+
 echo "test_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -5,6 +5,7 @@
 #include "bench.h"
 #include "cli.h"
 #include "commands.h"
+#include "progress.h"
 
 #include <clattn.h>
 
@@ -18,7 +19,7 @@
 
 static const char bench_usage[] =
     "Usage: clattn bench [--shapes LIST] [--reps N] [--warmup N] [--json] [--peak]\n"
-    "                    [--device SPEC]\n"
+    "                    [--quiet] [--device SPEC]\n"
     "\n"
     "Times attention on device buffers (the enqueue API) and prints, per case, the\n"
     "median and spread of the device time (OpenCL profiling events) and of the wall\n"
@@ -41,6 +42,9 @@ static const char bench_usage[] =
     "  --json          one JSON object per case on stdout, in a JSON array\n"
     "  --peak          also measure the device's f32 FMA peak (independent float16\n"
     "                  accumulators) and print each case as a fraction of it\n"
+    "  --quiet         no progress on standard error (by default: the case being timed,\n"
+    "                  of how many, elapsed time and an estimate of what is left; one\n"
+    "                  line rewritten in place on a terminal, plain lines otherwise)\n"
     "  --device SPEC   \"P:D\" or a device-name substring (default: CLATTN_DEVICE, else\n"
     "                  the first GPU, else the first device)\n"
     "  -h, --help      show this help\n";
@@ -356,7 +360,7 @@ static double measure_peak(clattn_context *ctx)
 int cmd_bench(int argc, char **argv)
 {
     const char *shapes = default_shapes, *device = NULL;
-    int reps = 5, warmup = 1, json = 0, peak = 0;
+    int reps = 5, warmup = 1, json = 0, peak = 0, quiet = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const int has_value = i + 1 < argc;
@@ -367,6 +371,8 @@ int cmd_bench(int argc, char **argv)
             json = 1;
         } else if (strcmp(a, "--peak") == 0) {
             peak = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            quiet = 1;
         } else if (strcmp(a, "--shapes") == 0 && has_value) {
             shapes = argv[++i];
         } else if (strcmp(a, "--device") == 0 && has_value) {
@@ -401,7 +407,6 @@ int cmd_bench(int argc, char **argv)
     clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
     clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof version - 1, version, NULL);
     const double peak_gflops = peak ? measure_peak(ctx) : 0.0;
-    const int progress = !json && isatty(STDERR_FILENO);
 
     if (json)
         printf("[\n");
@@ -415,21 +420,22 @@ int cmd_bench(int argc, char **argv)
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace", peak ? "  of peak" : "");
     }
     int rc = 0;
+    progress pr;
+    progress_start(&pr, "clattn bench", n_cases, quiet);
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
-        if (progress)
-            fprintf(stderr, "\r[%d/%d] %lldx%lldx%lld d=%lld %s %s ...", i + 1, n_cases,
-                    (long long)c->b, (long long)c->h_q, (long long)c->n_q, (long long)c->d_k,
-                    mask_name(c->mask),
-                    c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused");
+        progress_step(&pr, "b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld, %s, %s", (long long)c->b,
+                      (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q, (long long)c->n_kv,
+                      (long long)c->d_k, (long long)c->d_v, mask_name(c->mask),
+                      c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused");
         result r = {0};
         char reason[256] = "";
-        if (time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0) {
+        const int failed = time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0;
+        progress_clear(&pr);
+        if (failed) {
             rc = 1;
             continue;
         }
-        if (progress)
-            fprintf(stderr, "\r%60s\r", "");
         const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
         const char *dt = c->dtype == CLATTN_FLOAT16    ? "f16"
                          : c->dtype == CLATTN_BFLOAT16 ? "bf16"

@@ -34,7 +34,7 @@ typedef struct output_file {
     int ndim;
 } output_file;
 
-enum { MAX_OUTPUTS = 3 };
+enum { MAX_OUTPUTS = 4 };
 
 /* Writes `n` (at most MAX_OUTPUTS) .npy outputs all-or-nothing; if one cannot be put in
  * place, those already replaced get their old content back. 0, or an exit status after

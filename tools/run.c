@@ -12,14 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Checks --out, --weights and --lse before anything is computed: none names an input
+/* Checks --out, --weights, --lse and --scores before anything is computed: none names an input
  * file or another output (usage error), and each can be replaced. Returns -1 to go
  * on, or an exit status. */
 static int check_output_paths(const run_args *a)
 {
-    enum { N_OUTS = 3, N_INS = 6 };
-    const char *const out_names[N_OUTS] = {"--out", "--weights", "--lse"};
-    const char *const outs[N_OUTS] = {a->out, a->weights, a->lse};
+    enum { N_OUTS = 4, N_INS = 6 };
+    const char *const out_names[N_OUTS] = {"--out", "--weights", "--lse", "--scores"};
+    const char *const outs[N_OUTS] = {a->out, a->weights, a->lse, a->scores};
     const char *const in_names[N_INS] = {"--q",         "--k",       "--v",
                                          "--mask-file", "--kv-lens", "--q-lens"};
     const char *const ins[N_INS] = {a->q,          a->k, a->v, a->mask_file, a->kv_lens_file,
@@ -304,6 +304,53 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
     return rc;
 }
 
+/* The desc of the --scores-stage: raw keeps only the scale (no mask term, bias or
+ * softcap), softcap adds the softcap, masked is the call's own desc. */
+static clattn_attention_desc scores_desc(const clattn_attention_desc *desc, int stage)
+{
+    if (stage == RUN_SCORES_MASKED) {
+        return *desc;
+    }
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.scale = desc->scale;
+    d.softcap = stage == RUN_SCORES_SOFTCAP ? desc->softcap : 0.0f;
+    return d;
+}
+
+/* --scores: S at the asked stage on the device (clattn_scores), and with --check the
+ * reference's (clattn_reference_scores) compared element by element. 0, or an exit
+ * status. */
+static int compute_scores(const run_args *a, clattn_context *ctx, const clattn_attention_desc *desc,
+                          const clattn_tensor *q, const clattn_tensor *k, const clattn_tensor *s,
+                          size_t count)
+{
+    const clattn_attention_desc d = scores_desc(desc, a->scores_stage);
+    clattn_status status = clattn_scores(ctx, &d, q, k, s);
+    if (status != CLATTN_SUCCESS) {
+        return library_error("clattn_scores", status, ctx);
+    }
+    if (!a->check) {
+        return 0;
+    }
+    float *ref = malloc((count > 0 ? count : 1) * sizeof *ref);
+    if (ref == NULL) {
+        return cli_error("out of memory for the reference scores");
+    }
+    clattn_tensor rs = *s;
+    rs.host = ref;
+    int rc = EXIT_FAILURE;
+    status = clattn_reference_scores(&d, q, k, &rs);
+    if (status != CLATTN_SUCCESS) {
+        library_error("clattn_reference_scores", status, NULL);
+    } else if (report_check("S", CLATTN_FLOAT32, s->host, ref, count)) {
+        rc = 0;
+    } else {
+        cli_error("--check failed: the scores are not within tolerance; nothing was written");
+    }
+    free(ref);
+    return rc;
+}
+
 /* Everything after reading and checking the inputs. */
 static int run_attention(const run_args *a, run_inputs *in)
 {
@@ -313,8 +360,14 @@ static int run_attention(const run_args *a, run_inputs *in)
     const int64_t *const b_h_n = in->q.shape; /* Q's shape but its last dimension */
     output_file files[MAX_OUTPUTS];
     int n_files = 0, fits = 1;
-    /* LSE, weights, then O: O is renamed last */
-    output_file *lse_file = NULL, *w_file = NULL, *o_file;
+    /* scores, LSE, weights, then O: O is renamed last */
+    output_file *lse_file = NULL, *w_file = NULL, *s_file = NULL, *o_file;
+    if (a->scores != NULL) {
+        s_file = &files[n_files++];
+        *s_file = (output_file){a->scores, NPY_F32, NULL, {0}, ndim};
+        memcpy(s_file->shape, b_h_n, sizeof(int64_t) * (size_t)ndim);
+        s_file->shape[ndim - 1] = n_kv;
+    }
     if (a->lse != NULL) {
         lse_file = &files[n_files++];
         *lse_file = (output_file){a->lse, NPY_F32, NULL, {0}, ndim - 1};
@@ -337,17 +390,19 @@ static int run_attention(const run_args *a, run_inputs *in)
     size_t o_count = count_of(o_file->shape, ndim, dtype_size(o_dtype), &fits);
     size_t w_count = w_file ? count_of(w_file->shape, ndim, sizeof(float), &fits) : 0;
     size_t lse_count = lse_file ? count_of(lse_file->shape, ndim - 1, sizeof(float), &fits) : 0;
+    size_t s_count = s_file ? count_of(s_file->shape, ndim, sizeof(float), &fits) : 0;
     if (!fits) {
         return cli_error("the output would be too large for this machine's size_t");
     }
     void *o = calloc(o_count > 0 ? o_count : 1, dtype_size(o_dtype));
     float *w = w_file ? calloc(w_count > 0 ? w_count : 1, sizeof *w) : NULL;
     float *lse = lse_file ? calloc(lse_count > 0 ? lse_count : 1, sizeof *lse) : NULL;
+    float *sc = s_file ? calloc(s_count > 0 ? s_count : 1, sizeof *sc) : NULL;
     clattn_context *ctx = NULL;
     int rc = EXIT_FAILURE;
-    if (o == NULL || (w_file && w == NULL) || (lse_file && lse == NULL)) {
-        cli_error("out of memory for the outputs (%zu + %zu + %zu elements)", o_count, w_count,
-                  lse_count);
+    if (o == NULL || (w_file && w == NULL) || (lse_file && lse == NULL) || (s_file && sc == NULL)) {
+        cli_error("out of memory for the outputs (%zu + %zu + %zu + %zu elements)", o_count,
+                  w_count, lse_count, s_count);
         goto done;
     }
     clattn_tensor tq = host_view(in->q.data, in->q.shape, ndim, in->dq);
@@ -414,6 +469,14 @@ static int run_attention(const run_args *a, run_inputs *in)
             goto done;
         }
     }
+    if (s_file) {
+        const clattn_tensor ts = clattn_tensor_host(sc, in->qs[0], in->qs[1], in->qs[2], n_kv);
+        rc = compute_scores(a, ctx, &desc, &tq, &tk, &ts, s_count);
+        if (rc != 0) {
+            goto done;
+        }
+        s_file->data = sc;
+    }
     o_file->data = o;
     if (w_file) {
         w_file->data = w;
@@ -427,6 +490,7 @@ done:
     free(o);
     free(w);
     free(lse);
+    free(sc);
     return rc;
 }
 

@@ -62,12 +62,18 @@ static const char run_usage_2[] =
     "  --lse FILE        also write each query row's log-sum-exp of its visible scores\n"
     "                    (float32, natural log; -inf for a row with no visible key),\n"
     "                    shaped like O without its last dimension\n"
+    "  --scores FILE     also write the score matrix (float32, shaped like the weights),\n"
+    "                    whichever algorithm runs, at the stage --scores-stage names:\n"
+    "  --scores-stage S  raw (scale*Q*K^T), softcap (after the softcap) or masked (the\n"
+    "                    default: after every mask and bias, before the softmax; masked\n"
+    "                    entries -inf)\n"
     "  --dtype D         auto (default: '<u2' inputs are refused) or bf16 ('<u2' inputs\n"
     "                    hold bfloat16 bit patterns)\n"
     "  --out-dtype T     the dtype of O: f32 ('<f4'), f16 ('<f2') or bf16 (bfloat16 bit\n"
     "                    patterns as '<u2'); default: Q's dtype\n"
     "  --check           also run the CPU reference with the same inputs and options and\n"
-    "                    fail unless every element of O, the weights and the LSE is\n"
+    "                    fail unless every element of O, the weights, the LSE and the\n"
+    "                    scores is\n"
     "                    within 1e-5 + 1e-5*|reference|; a float16 or bfloat16 O is\n"
     "                    compared with the reference rounded to its dtype, within one\n"
     "                    unit in the last place of that dtype (plus the same 1e-5 +\n"
@@ -266,6 +272,8 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--weights", &a->weights, NULL},
         {"--weights-head-mean", NULL, &a->head_mean},
         {"--lse", &a->lse, NULL},
+        {"--scores", &a->scores, NULL},
+        {"--scores-stage", &a->scores_stage_text, NULL},
         {"--dtype", &a->dtype_text, NULL},
         {"--out-dtype", &a->out_dtype_text, NULL},
         {"--check", NULL, &a->check},
@@ -335,6 +343,18 @@ int parse_run_args(int argc, char **argv, run_args *a)
     }
     if (a->head_mean && a->weights == NULL) {
         return usage_error(command, "--weights-head-mean needs --weights FILE");
+    }
+    static const char *const stages[] = {"raw", "softcap", "masked", NULL};
+    a->scores_stage = RUN_SCORES_MASKED;
+    if (a->scores_stage_text != NULL) {
+        a->scores_stage = lookup(a->scores_stage_text, stages);
+        if (a->scores_stage < 0) {
+            return usage_error(command, "unknown --scores-stage '%s' (raw, softcap, masked)",
+                               a->scores_stage_text);
+        }
+        if (a->scores == NULL) {
+            return usage_error(command, "--scores-stage needs --scores FILE");
+        }
     }
     if (a->softcap_text != NULL &&
         (!parse_float(a->softcap_text, strlen(a->softcap_text), &a->softcap) ||

@@ -7,8 +7,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* --scores-stage: which scores --scores writes (ONNX Attention's modes 0, 1, 2) */
+enum { RUN_SCORES_RAW, RUN_SCORES_SOFTCAP, RUN_SCORES_MASKED };
+
 typedef struct run_args {
-    const char *q, *k, *v, *out, *weights, *lse, *mask_file, *device;
+    const char *q, *k, *v, *out, *weights, *lse, *scores, *mask_file, *device;
+    const char *scores_stage_text;
+    int scores_stage; /* RUN_SCORES_* */
     const char *scale_text, *mask_text, *algorithm_text, *kv_lens_text, *q_lens_text;
     const char *window_text, *alibi_text, *softcap_text, *masked_rows_text;
     const char *q_start_text, *kv_start_text, *dtype_text, *out_dtype_text;

@@ -3,6 +3,7 @@
  * `clattn bench`'s code (bench.h), the fastest stored in the device's tuning file. */
 #include "bench.h"
 #include "commands.h"
+#include "progress.h"
 
 #include <clattn.h>
 
@@ -12,7 +13,7 @@
 #include <unistd.h>
 
 static const char tune_usage[] =
-    "Usage: clattn tune [--shapes LIST] [--reps N] [--dry-run] [--device SPEC]\n"
+    "Usage: clattn tune [--shapes LIST] [--reps N] [--dry-run] [--quiet] [--device SPEC]\n"
     "\n"
     "Searches the blocking of the tiled kernels (RQ queries per work-item, WG\n"
     "work-items per work-group, TILE_KV keys per local-memory tile) on one device:\n"
@@ -29,6 +30,10 @@ static const char tune_usage[] =
     "                  default 1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128\n"
     "  --reps N        timed runs per candidate (default 3, after one warm-up)\n"
     "  --dry-run       print the results but do not write the tuning file\n"
+    "  --quiet         no progress on standard error (by default: the case and candidate\n"
+    "                  being timed, of how many, elapsed time and an estimate of what is\n"
+    "                  left; one line rewritten in place on a terminal, plain lines\n"
+    "                  otherwise)\n"
     "  --device SPEC   \"P:D\" or a device-name substring\n"
     "  -h, --help      show this help\n";
 
@@ -84,7 +89,7 @@ static int store(clattn_context *ctx, const bench_case *c, candidate best, doubl
 int cmd_tune(int argc, char **argv)
 {
     const char *shapes = "1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128", *device = NULL;
-    int reps = 3, dry = 0;
+    int reps = 3, dry = 0, quiet = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const int has_value = i + 1 < argc;
@@ -93,6 +98,8 @@ int cmd_tune(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--dry-run") == 0) {
             dry = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            quiet = 1;
         } else if (strcmp(a, "--shapes") == 0 && has_value) {
             shapes = argv[++i];
         } else if (strcmp(a, "--device") == 0 && has_value) {
@@ -132,11 +139,22 @@ int cmd_tune(int argc, char **argv)
     const candidate builtin = {0, 0, 0};
     printf("%-28s %8s %12s %-12s %10s %8s\n", "case", "alg", "built-in ms", "best RQ,WG,T",
            "best ms", "speed-up");
+    /* per case: the built-in choice, 36 candidates, then 2 x 2 re-timings of the winner */
+    enum { STEPS_PER_CASE = 1 + 36 + 4 };
+    progress pr;
+    progress_start(&pr, "clattn tune", (long)n_cases * STEPS_PER_CASE, quiet);
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
         const int fused = c->algorithm == CLATTN_ALGORITHM_FUSED;
+        char what[96];
+        snprintf(what, sizeof what, "case %d/%d (%lldx%lldx%lld d=%lld,%lld %s)", i + 1, n_cases,
+                 (long long)c->b, (long long)c->h_q, (long long)c->n_q, (long long)c->d_k,
+                 (long long)c->d_v, fused ? "fused" : "unfused");
+        progress_step(&pr, "%s: the built-in blocking", what);
         double base = time_blocking(ctx, c, reps, builtin);
         if (base < 0) {
+            progress_skip(&pr, STEPS_PER_CASE - 1);
+            progress_clear(&pr);
             rc = bench_fail("case %d: the built-in blocking fails", i + 1);
             continue;
         }
@@ -148,9 +166,8 @@ int cmd_tune(int argc, char **argv)
                 for (size_t t = 0; t < 3; t++) {
                     char spec[48];
                     snprintf(spec, sizeof spec, "%u,%u,%u", rqs[a], wgs[w], tiles[t]);
-                    if (isatty(STDERR_FILENO))
-                        fprintf(stderr, "\r[%d/%d] %s %s ...   ", i + 1, n_cases,
-                                fused ? "fused" : "unfused", spec);
+                    progress_step(&pr, "%s: candidate %zu/36, RQ,WG,TILE %u,%u,%u", what,
+                                  a * 12 + w * 3 + t + 1, rqs[a], wgs[w], tiles[t]);
                     const candidate cand = {rqs[a], wgs[w], tiles[t]};
                     const double ms = time_blocking(ctx, c, reps, cand);
                     tried += ms >= 0;
@@ -159,14 +176,14 @@ int cmd_tune(int argc, char **argv)
                         brq = rqs[a], bwg = wgs[w], btile = tiles[t];
                     }
                 }
-        if (isatty(STDERR_FILENO))
-            fprintf(stderr, "\r%60s\r", "");
         /* the machine drifts: time the built-in choice and the winner again, alternately,
          * and keep the better of each */
         const candidate win = {brq, bwg, btile};
         if (brq) {
             for (int again = 0; again < 2; again++) {
+                progress_step(&pr, "%s: the built-in blocking again", what);
                 const double b2 = time_blocking(ctx, c, reps, builtin);
+                progress_step(&pr, "%s: the winner %u,%u,%u again", what, brq, bwg, btile);
                 const double w2 = time_blocking(ctx, c, reps, win);
                 if (b2 >= 0 && b2 < base)
                     base = b2;
@@ -174,6 +191,9 @@ int cmd_tune(int argc, char **argv)
                     best = w2;
             }
         }
+        if (!brq)
+            progress_skip(&pr, 4); /* no winner to time again */
+        progress_clear(&pr);
         char name[64], blk[32] = "built-in";
         snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld", (long long)c->b,
                  (long long)c->h_q, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
