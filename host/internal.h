@@ -167,8 +167,8 @@ typedef struct clattn_exec_plan {
     char kernels[128];
     char rejected[512];
 } clattn_exec_plan;
-clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p,
-                                    clattn_exec_plan *out);
+clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *pr,
+                                    clattn_exec_plan *p);
 typedef struct clattn_stage_plan {
     clattn_blocked bk;             /* scores, weighted sum */
     clattn_program_entry *softmax; /* softmax */

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #define CL_STD "-cl-std=CL1.2 -w" /* -w: PoCL prints warning counts to stderr */
-#define DIRECT_MAX_N_Q 8   /* fused: up to this many queries stream K and V (decoding) */
-#define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
-#define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
+#define DIRECT_MAX_N_Q 8          /* fused: up to this many queries stream K and V (decoding) */
+#define MAX_SOFTMAX_WG 256        /* softmax: work-items per row */
+#define MAX_HEAD_DIM 4096         /* beyond this, private arrays and tiles make no sense */
 
 static size_t pow2_at_least(int64_t n, size_t cap)
 {

@@ -74,6 +74,16 @@ static clattn_status fail_cl(cl_int err, const char *fmt, ...)
 
 /* ------------------------------------------------------------------ helpers */
 
+/* Float i of a float array stored in the first half of a double array, as a double:
+ * widening in place, from the last element to the first, never overwrites a float not
+ * yet read. */
+static double widen_at(const double *base, size_t i)
+{
+    float f;
+    memcpy(&f, (const char *)base + i * sizeof f, sizeof f);
+    return f;
+}
+
 static int64_t count4(const clattn_tensor *t)
 {
     return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
@@ -457,7 +467,7 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
                 st = fail_cl(ce, "clEnqueueReadBuffer(LSE)");
             else if (!lse64) /* float32 LSEs in the first half: widen, last first */
                 for (size_t i = rows; i-- > 0;)
-                    acc_l[i] = ((const float *)acc_l)[i];
+                    acc_l[i] = widen_at(acc_l, i);
         }
     }
     if (st == CLATTN_SUCCESS && NQ > 0)
@@ -544,7 +554,7 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
             /* the others are in the collectives below: join them with −∞ rows */
         } else if (tl.dtype == CLATTN_FLOAT32) { /* widen in place, last first */
             for (size_t i = rows; i-- > 0;)
-                part_l[i] = ((const float *)part_l)[i];
+                part_l[i] = widen_at(part_l, i);
         }
         local.blocks_computed = 1;
     }
