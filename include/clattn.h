@@ -22,10 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* clattn itself uses only OpenCL 1.2, but it does not choose the includer's OpenCL API:
- * define CL_TARGET_OPENCL_VERSION before including clattn.h (or on the command line) to
- * pick it; when it is undefined, the widest the headers offer (300) is used, so the
- * includer's own clCreateCommandQueueWithProperties and other 2.x/3.0 calls compile. */
+/* clattn uses OpenCL 1.2 but leaves the includer's OpenCL API alone: define
+ * CL_TARGET_OPENCL_VERSION before this header to choose it; undefined, it is 300. */
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 300
 #endif
@@ -83,9 +81,7 @@ typedef enum clattn_status {
  *  never NULL; unknown values give "unknown status"). */
 const char *clattn_status_string(clattn_status status);
 
-/* ------------------------------------------------------------------------------ */
-/* Context                                                                         */
-/* ------------------------------------------------------------------------------ */
+/* ---- Context ----------------------------------------------------------------------- */
 
 /** Opaque: an OpenCL device, its context and in-order queue, the program cache and
  *  the last error. Owned by the caller; free with clattn_context_release(). */
@@ -198,9 +194,7 @@ clattn_status clattn_context_get_cl(const clattn_context *ctx, cl_context *conte
  *  @return the mapped status. */
 clattn_status clattn_status_from_cl(cl_int err);
 
-/* ------------------------------------------------------------------------------ */
-/* Tuning: the blocking of the tiled kernels                                       */
-/* ------------------------------------------------------------------------------ */
+/* ---- Tuning: the blocking of the tiled kernels ------------------------------------- */
 
 /** The tiled kernels whose blocking can be tuned (see docs/PERFORMANCE.md). */
 typedef enum clattn_kernel {
@@ -233,12 +227,9 @@ typedef struct clattn_blocking {
 clattn_status clattn_context_set_blocking(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
                                           int64_t d_v, const clattn_blocking *blocking);
 
-/**
- * Whether calls on ctx use the blocking stored in the device's tuning file
- * (clattn_context_tuning_file()). On by default; the CLATTN_TUNE=off environment
- * variable, read once when a context is created, turns it off. Overrides apply either
- * way. @return CLATTN_SUCCESS, or CLATTN_ERROR_INVALID_ARGUMENT for a NULL ctx.
- */
+/** Whether calls on ctx use the blocking stored in the device's tuning file (on by
+ *  default; CLATTN_TUNE=off, read when a context is created, turns it off). Overrides
+ *  apply either way. @return CLATTN_SUCCESS, or CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx). */
 clattn_status clattn_context_use_stored_tuning(clattn_context *ctx, int use);
 
 /**
@@ -258,9 +249,7 @@ clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel k
                                             int64_t d_v, const clattn_blocking *blocking,
                                             const char *note);
 
-/* ------------------------------------------------------------------------------ */
-/* Tensors                                                                         */
-/* ------------------------------------------------------------------------------ */
+/* ---- Tensors ----------------------------------------------------------------------- */
 
 /** Storage types. Arithmetic is always float32 on the device (float64 in the
  *  reference); 16-bit types are converted on load and rounded to nearest-even on
@@ -327,8 +316,7 @@ typedef struct clattn_tensor {
     uint32_t broadcast;
 } clattn_tensor;
 
-/** The bit of clattn_tensor.broadcast for dimension d (0..3). */
-#define CLATTN_BROADCAST(d) (1u << (d))
+#define CLATTN_BROADCAST(d) (1u << (d)) /**< clattn_tensor.broadcast bit of dimension d */
 
 /** A packed float32 view on host memory (set .dtype afterwards for other types).
  *  @return the view (nothing is checked until a call uses it). */
@@ -339,9 +327,7 @@ clattn_tensor clattn_tensor_host(void *data, int64_t batch, int64_t heads, int64
 clattn_tensor clattn_tensor_buffer(cl_mem buffer, int64_t batch, int64_t heads, int64_t seq,
                                    int64_t dim);
 
-/* ------------------------------------------------------------------------------ */
-/* Attention                                                                       */
-/* ------------------------------------------------------------------------------ */
+/* ---- Attention --------------------------------------------------------------------- */
 
 /** Built-in masks: which keys each query sees. */
 typedef enum clattn_mask {
@@ -658,9 +644,7 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc, cons
 clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const clattn_tensor *q,
                                       const clattn_tensor *k, const clattn_tensor *scores);
 
-/* ------------------------------------------------------------------------------ */
-/* Several devices                                                                 */
-/* ------------------------------------------------------------------------------ */
+/* ---- Several devices --------------------------------------------------------------- */
 
 /** Opaque: several clattn contexts (one device, cl_context and in-order queue each)
  *  that one attention call is split across, with a speed weight per device and the
