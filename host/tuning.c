@@ -172,6 +172,22 @@ void clattn_tuning_release(clattn_context *ctx)
     ctx->n_tune = ctx->n_override = 0;
 }
 
+/* The work-group ceiling: the device's, and on CPUs what the group's private arrays
+ * (rq queries of the request's floats and tile) leave of one thread's stack. */
+static size_t group_limit(const clattn_context *ctx, const clattn_blocking_request *r, size_t rq,
+                          size_t tile_kv)
+{
+    size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
+    if (is_cpu(ctx)) {
+        const int64_t floats = r->private_floats + r->private_per_key * (int64_t)tile_kv;
+        const int64_t per_item = ((int64_t)rq * floats + 64) * (int64_t)sizeof(float);
+        const int64_t fits = CPU_GROUP_PRIVATE_BYTES / per_item;
+        if ((int64_t)limit > fits)
+            limit = fits > 1 ? (size_t)fits : 1;
+    }
+    return limit;
+}
+
 void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed)
 {
@@ -181,13 +197,6 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
           : r->acc_floats <= 256        ? 2
                                         : 1;
     *tile_kv = r->tile_cap;
-    *limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
-    if (cpu) { /* private arrays of the whole group on one thread's stack */
-        const int64_t per_item = ((int64_t)*rq * r->private_floats + 64) * (int64_t)sizeof(float);
-        const int64_t fits = CPU_GROUP_PRIVATE_BYTES / per_item;
-        if ((int64_t)*limit > fits)
-            *limit = fits > 1 ? (size_t)fits : 1;
-    }
     size_t wg_request = r->wg_request;
     const clattn_tune_entry *o =
         find(ctx->override, ctx->n_override, r->kernel, r->d_k, r->d_v, true);
@@ -204,7 +213,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
     } else if (t &&
                r->n_q >=
                    (int64_t)(t->blocking.queries_per_work_item * t->blocking.work_group_size) &&
-               t->blocking.work_group_size <= *limit &&
+               t->blocking.work_group_size <=
+                   group_limit(ctx, r, t->blocking.queries_per_work_item, t->blocking.tile_kv) &&
                clattn_fit_tile_kv(ctx, r->local_per_key, t->blocking.tile_kv) ==
                    t->blocking.tile_kv) {
         /* stored by `clattn tune` for this device (large enough problems only) */
@@ -212,6 +222,9 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
         *tile_kv = t->blocking.tile_kv;
         wg_request = t->blocking.work_group_size;
     }
+    /* the ceiling for what was chosen: on CPUs the group's private arrays for this RQ and
+     * tile (an override of a large RQ and tile is refused, not a PoCL stack overflow) */
+    *limit = group_limit(ctx, r, *rq, *tile_kv);
     *wg = wg_request;
     *wg_fixed = wg_request != 0;
     if (*wg == 0) { /* two size classes, not one program per n_q */
