@@ -25,6 +25,14 @@
 #ifndef PL_DT
 #define PL_DT 0
 #endif
+#ifndef OL_DT
+#define OL_DT 0 /* the output LSE's storage type (0 float32, 4 float64) */
+#endif
+#if OL_DT == 4
+typedef double ol_t;
+#else
+typedef float ol_t;
+#endif
 #if PL_DT == 4
 typedef double pl_t;
 #else
@@ -41,7 +49,7 @@ __kernel void clattn_merge(__global float *acc, __global lse_t *acc_lse, long d_
                            long n_q, __global const ELEM_T(V_DT) *po, long po_off, long4 po_st,
                            __global const pl_t *pl, long pl_off, long4 pl_st,
                            __global ELEM_T(O_DT) *o, long o_off, long4 o_st,
-                           __global lse_t *lse, long lse_off, long4 lse_st, int mode)
+                           __global ol_t *lse, long lse_off, long4 lse_st, int mode)
 {
     const long row = get_global_id(0);
     const long i = row % n_q, bh = row / n_q, b = bh / heads, h = bh % heads;
@@ -51,7 +59,7 @@ __kernel void clattn_merge(__global float *acc, __global lse_t *acc_lse, long d_
         for (long c = 0; c < d_v; c++)
             ST(O_DT, o, view_at(o_off, o_st, b, h, i, c), l == -INFINITY ? 0.0f : a[c]);
         if (lse)
-            lse[view_at(lse_off, lse_st, b, h, i, 0)] = l;
+            lse[view_at(lse_off, lse_st, b, h, i, 0)] = (ol_t)l;
         return;
     }
     const lse_t lp = (lse_t)pl[view_at(pl_off, pl_st, b, h, i, 0)];

@@ -179,7 +179,8 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
 /* merge.cl for one (part dtype, part LSE dtype, output dtype); lse64: the running and
  * output LSE in float64 (some LSE of the merge is float64; needs cl_khr_fp64) */
 clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype part_lse,
-                                     clattn_dtype out, bool lse64, clattn_program_entry **e);
+                                     clattn_dtype out, clattn_dtype out_lse, bool lse64,
+                                     clattn_program_entry **e);
 
 /* ---- buffers, staging and read-back (stage.c) ---- */
 clattn_status clattn_create_buffer(clattn_context *ctx, cl_mem_flags flags, int64_t bytes,

@@ -325,7 +325,14 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
          * workspace for the second pass, which writes the caller's LSE */
         const clattn_view *lse = dv_lse;
         if (st == CLATTN_SUCCESS && w) {
-            st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], 1, &ws_lse);
+            /* the row max and log-sum, in the LSE's precision (weights_from_lse.cl) */
+            ws_lse = clattn_view_packed(q->n[0], q->n[1], q->n[2], 2);
+            if (dv_lse && dv_lse->dtype == CLATTN_FLOAT64) {
+                ws_lse.dtype = CLATTN_FLOAT64;
+                ws_lse.esize = 8;
+            }
+            st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, ws_lse.count * ws_lse.esize, NULL,
+                                      &ws_lse.buffer);
             ws_mem[1] = ws_lse.buffer;
             lse = &ws_lse;
         }
@@ -446,9 +453,9 @@ clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_proble
     for (size_t p = 0; st == CLATTN_SUCCESS && p <= n_parts; p++) {
         /* one program per (part storage types, output storage type) */
         clattn_program_entry *e;
-        st =
-            clattn_plan_merge_step(ctx, p < n_parts ? po[p].dtype : CLATTN_FLOAT32,
-                                   p < n_parts ? pl[p].dtype : CLATTN_FLOAT32, o->dtype, lse64, &e);
+        st = clattn_plan_merge_step(ctx, p < n_parts ? po[p].dtype : CLATTN_FLOAT32,
+                                    p < n_parts ? pl[p].dtype : CLATTN_FLOAT32, o->dtype,
+                                    lse ? lse->dtype : CLATTN_FLOAT32, lse64, &e);
         cl_event next = NULL;
         if (st == CLATTN_SUCCESS) {
             const merge_step mode = p == 0 ? MERGE_FIRST : p < n_parts ? MERGE_NEXT : MERGE_FINISH;

@@ -231,7 +231,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                         unfused_why, sizeof unfused_why))
         ws_scores = -1;
     if (!fused_why[0] && f->weights) {
-        if (!workspace_fits(ctx, batch, h_q, n_q, 1, "fused: LSE for the weights pass", &ws_lse,
+        if (!workspace_fits(ctx, batch, h_q, n_q, 4, "fused: LSE for the weights pass", &ws_lse,
                             fused_why, sizeof fused_why))
             ws_lse = -1;
         int64_t wm = 0;
@@ -349,16 +349,18 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
 }
 
 clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype part_lse,
-                                     clattn_dtype out, bool lse64, clattn_program_entry **e)
+                                     clattn_dtype out, clattn_dtype out_lse, bool lse64,
+                                     clattn_program_entry **e)
 {
     if (lse64 && !ctx->has_fp64)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "a float64 LSE needs cl_khr_fp64, which %s does not have (use "
                            "float32 LSEs)",
                            ctx->device_name);
-    char opts[96];
-    /* LSE_DT: the running LSE and the output's (float64 when any LSE is); PL_DT: the part's */
-    snprintf(opts, sizeof opts, CL_STD " -DV_DT=%d -DO_DT=%d -DPL_DT=%d -DLSE_DT=%d", (int)part,
-             (int)out, (int)part_lse, lse64 ? 4 : 0);
+    char opts[112];
+    /* LSE_DT: the running LSE (float64 when any LSE is); PL_DT: the part's; OL_DT: the
+     * output's */
+    snprintf(opts, sizeof opts, CL_STD " -DV_DT=%d -DO_DT=%d -DPL_DT=%d -DLSE_DT=%d -DOL_DT=%d",
+             (int)part, (int)out, (int)part_lse, lse64 ? 4 : 0, (int)out_lse);
     return clattn_get_kernel(ctx, "merge.cl", opts, e);
 }

@@ -63,7 +63,8 @@ clattn_status clattn_visible_keys(const clattn_attention_desc *desc, int64_t n_q
     clattn_status st = clattn_check_desc(NULL, desc);
     if (st != CLATTN_SUCCESS)
         return st;
-    if (n_q < 0 || n_kv < 0 || b < 0 || i < 0 || i >= n_q)
+    const int64_t pos_max = (int64_t)1 << 53; /* as q_start, kv_start and the calls' sizes */
+    if (n_q < 0 || n_kv < 0 || n_q >= pos_max || n_kv >= pos_max || b < 0 || i < 0 || i >= n_q)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
                            "n_q %lld, n_kv %lld, b %lld, i %lld: need 0 <= i < n_q, b >= 0",
                            (long long)n_q, (long long)n_kv, (long long)b, (long long)i);

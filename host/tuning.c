@@ -70,7 +70,8 @@ size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per
 
 static bool blocking_ok(const clattn_blocking *b)
 {
-    return b->queries_per_work_item >= 1 && b->queries_per_work_item <= 8 &&
+    /* RQ 8 makes PoCL's work-group compiler run for many minutes: 1..4 */
+    return b->queries_per_work_item >= 1 && b->queries_per_work_item <= 4 &&
            b->work_group_size >= 1 && b->work_group_size <= 1024 && b->tile_kv >= 16 &&
            b->tile_kv <= 512 && b->tile_kv % 16 == 0;
 }
@@ -249,9 +250,15 @@ static clattn_status check_key(clattn_context *ctx, clattn_kernel kernel, int64_
     if (d_k < 0 || d_v < 0)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "d_k %lld / d_v %lld is negative",
                            (long long)d_k, (long long)d_v);
+    if ((kernel == CLATTN_KERNEL_SCORES && d_v != 0) ||
+        (kernel == CLATTN_KERNEL_WEIGHTED_SUM && d_k != 0))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "%s has no %s: give 0 for it (d_k %lld, d_v %lld)", kernel_names[kernel],
+                           kernel == CLATTN_KERNEL_SCORES ? "d_v" : "d_k", (long long)d_k,
+                           (long long)d_v);
     if (b && !blocking_ok(b))
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "blocking %u,%u,%u: queries_per_work_item must be 1..8, "
+                           "blocking %u,%u,%u: queries_per_work_item must be 1..4, "
                            "work_group_size 1..1024, tile_kv 16..512 and a multiple of 16",
                            b->queries_per_work_item, b->work_group_size, b->tile_kv);
     return CLATTN_SUCCESS;

@@ -74,6 +74,11 @@ static clattn_status check_attention_shapes(clattn_context *ctx, const clattn_vi
         return SHAPE_FAIL("Q has %lld rows (n_q), O has %lld", LL(q->n[2]), LL(o->n[2]));
     if (q->n[3] < 1)
         return SHAPE_FAIL("d_k is %lld; it must be at least 1", LL(q->n[3]));
+    if (q->n[2] >= ((int64_t)1 << 53) || k->n[2] >= ((int64_t)1 << 53))
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "n_q %lld / n_kv %lld: positions are limited to 2^53 (as q_start and "
+                           "kv_start)",
+                           LL(q->n[2]), LL(k->n[2]));
     if (k->n[3] != q->n[3])
         return SHAPE_FAIL("Q has d_k %lld, K has %lld", LL(q->n[3]), LL(k->n[3]));
     if (v->n[3] < 1)

@@ -58,6 +58,10 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
     if (clattn_dtype_size(t->dtype) == 0)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s has unknown dtype %d", name,
                            (int)t->dtype);
+    if (t->broadcast & ~0xfu)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "%s has broadcast bits 0x%x outside CLATTN_BROADCAST(0..3)", name,
+                           (unsigned)t->broadcast);
     if (t->host && t->buffer)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
                            "%s has both a host pointer and a cl_mem; set exactly one", name);
@@ -85,7 +89,7 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
         if (t->strides[i] < 0)
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has negative %s stride %lld",
                                name, dim_names[i], (long long)t->strides[i]);
-        if (t->strides[i] != 0)
+        if (t->strides[i] != 0 || t->broadcast != 0) /* all zeros alone means packed */
             packed = false;
         v.n[i] = t->shape[i];
     }

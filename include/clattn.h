@@ -205,7 +205,7 @@ typedef enum clattn_kernel {
 
 /** The blocking of one tiled kernel: compile-time constants of its program. */
 typedef struct clattn_blocking {
-    unsigned queries_per_work_item; /**< RQ: query rows each work-item holds, 1..8 */
+    unsigned queries_per_work_item; /**< RQ: query rows each work-item holds, 1..4 */
     unsigned work_group_size;       /**< WG: work-items per work-group, 1..1024 */
     unsigned tile_kv; /**< TILE_KV: keys per local-memory tile, 16..512, multiple of 16 */
 } clattn_blocking;
@@ -423,7 +423,8 @@ typedef struct clattn_attention_desc {
      *  LSE is −∞ either way. */
     clattn_masked_rows masked_rows;
     /** Optional output: per query row, LSE = log Σ_j exp(s_ij) over the visible keys
-     *  (natural log, of the scaled, capped, biased, masked scores), float32, shape
+     *  (natural log, of the scaled, capped, biased, masked scores), float32 (or
+     *  CLATTN_FLOAT64 on devices with cl_khr_fp64), shape
      *  [batch, heads_q, n_q, 1]; −∞ for a row with no visible key. Same storage kind
      *  as O. Both algorithms. NULL: not computed. */
     const clattn_tensor *lse;
@@ -600,10 +601,10 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
  * @param ctx        the context.
  * @param n_parts    number of parts, ≥ 1.
  * @param o_parts    n_parts views [b, h, n_q, d_v] (float32, float16 or bfloat16).
- * @param lse_parts  n_parts float32 views [b, h, n_q, 1], the LSE outputs of the parts.
+ * @param lse_parts  n_parts float32 or float64 views [b, h, n_q, 1], the parts' LSEs.
  * @param o          output [b, h, n_q, d_v], any of the three float types. It may be
  *                   the view of o_parts[0] (in place) and nothing else of the inputs.
- * @param lse        optional float32 output [b, h, n_q, 1], may be lse_parts[0]; NULL:
+ * @param lse        optional float32/float64 output [b, h, n_q, 1], may be lse_parts[0]; NULL:
  *                   not written.
  * Blocking on host views; clattn_merge_enqueue takes buffer views with the event
  * semantics of clattn_attention_enqueue().
@@ -740,8 +741,8 @@ typedef enum clattn_split {
     /** By keys of one sequence: keys [0, n_kv) are cut into contiguous blocks sized by
      *  the weights; device i attends every query to its block with kv_start moved to
      *  the block's first key (so causal masks, windows and ALiBi see absolute
-     *  positions), returning a partial (O_i, LSE_i); the parts are merged with
-     *  clattn_merge() on device 0 (log-sum-exp merge: exact). A device whose block
+     *  positions), returning a partial (O_i, LSE_i: float64 with cl_khr_fp64); the
+     *  parts are merged on the host in float64 (log-sum-exp merge). A device whose block
      *  is masked for every query row (e.g. right of a causal diagonal) enqueues
      *  nothing. */
     CLATTN_SPLIT_KEYS = 1

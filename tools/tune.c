@@ -19,7 +19,7 @@ static const char tune_usage[] =
     "work-items per work-group, TILE_KV keys per local-memory tile) on one device:\n"
     "for every shape and algorithm it times the built-in choice and each candidate\n"
     "(RQ 1,2,4 x WG 4,8,16,32 x TILE_KV 32,64,128; a candidate the device refuses is\n"
-    "skipped), prints them, and stores the fastest per kernel and head dims in the\n"
+    "skipped), prints the best per case, and stores it per kernel and head dims in the\n"
     "device's tuning file (clattn_context_tuning_file(): in the program-binary cache\n"
     "folder). Later contexts on the same device, driver and clattn version use it for\n"
     "problems with at least RQ x WG queries; CLATTN_TUNE=off ignores it. A candidate\n"
