@@ -14,12 +14,31 @@
 
 /* The scores of one query row into p[0..n_kv), −∞ where masked; returns the row max
  * (NaN wins, as in the kernels). */
+/* The row's ALiBi reference (common.cl alibi_ref): the distance from the diagonal to the
+ * nearest key of [lo, hi), 0 when the diagonal is inside or the range is empty. */
+static int64_t alibi_ref(const clattn_row_rule *r)
+{
+    if (r->hi <= r->lo)
+        return 0;
+    if (r->diag < r->lo)
+        return r->lo - r->diag;
+    if (r->diag >= r->hi)
+        return r->diag - (r->hi - 1);
+    return 0;
+}
+
+/* ref (may be NULL): the row's ALiBi reference, taken out of every bias so the
+ * differences between keys stay exact at far positions (the caller adds −slope·ref to
+ * the LSE); NULL: absolute biases (clattn_scores). */
 static double row_scores(const clattn_attention_desc *desc, const clattn_view *q,
                          const clattn_view *k, const clattn_problem *ex, double scale, int64_t b,
-                         int64_t h, int64_t hk, int64_t i, double *p)
+                         int64_t h, int64_t hk, int64_t i, double *p, int64_t *ref)
 {
     const int64_t n_q = q->n[2], n_kv = k->n[2], d_k = q->n[3];
     const clattn_row_rule rule = clattn_rule(desc, b, i, n_q, n_kv);
+    const int64_t r0 = ref ? alibi_ref(&rule) : 0;
+    if (ref)
+        *ref = r0;
     const double slope = desc->alibi_slopes ? (double)desc->alibi_slopes[h] : 0.0;
     double m = -INFINITY;
     for (int64_t j = 0; j < n_kv; j++) {
@@ -44,8 +63,10 @@ static double row_scores(const clattn_attention_desc *desc, const clattn_view *q
         double s = scale * dot;
         if (desc->softcap > 0.0f)
             s = desc->softcap * tanh(s / desc->softcap);
-        if (slope != 0.0)
-            s -= slope * fabs((double)(rule.diag - j));
+        if (slope != 0.0) { /* |a_i − j| − ref: an exact integer, small near the keys */
+            const int64_t dist = rule.diag > j ? rule.diag - j : j - rule.diag;
+            s -= slope * (double)(dist - r0);
+        }
         s += mval;
         p[j] = s;
         if (s > m || isnan(s))
@@ -94,7 +115,10 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
             const int64_t hk = h / group;
             for (int64_t i = 0; i < n_q; i++) {
                 const bool valid = clattn_rule(desc, b, i, n_q, n_kv).valid;
-                const double m = row_scores(desc, &q, &k, &ex, scale, b, h, hk, i, p);
+                int64_t ref = 0;
+                const double m = row_scores(desc, &q, &k, &ex, scale, b, h, hk, i, p, &ref);
+                const double shift =
+                    desc->alibi_slopes ? -(double)desc->alibi_slopes[h] * (double)ref : 0.0;
                 const bool empty = (m == -INFINITY);
                 /* padding rows (past q_lens) are zeros; fully masked rows zeros or NaN */
                 const double fill = (!valid || !nan_rows) ? 0.0 : NAN;
@@ -115,7 +139,7 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                                       empty ? (float)fill : (float)(acc[c] / l));
                 if (ex.has_lse)
                     clattn_host_store64(&ex.lse, clattn_view_index(&ex.lse, b, h, i, 0),
-                                        empty ? -INFINITY : m + log(l));
+                                        empty ? -INFINITY : m + log(l) + shift);
                 for (int64_t j = 0; desc->weights && j < n_kv; j++) {
                     const double wij = empty ? fill : p[j] / l;
                     if (mean)
@@ -161,7 +185,7 @@ clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const c
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < h_q; h++)
             for (int64_t i = 0; i < n_q; i++) {
-                (void)row_scores(desc, q, k, &ex, scale, b, h, h / group, i, p);
+                (void)row_scores(desc, q, k, &ex, scale, b, h, h / group, i, p, NULL);
                 for (int64_t j = 0; j < n_kv; j++)
                     clattn_host_store(s, clattn_view_index(s, b, h, i, j), (float)p[j]);
             }
