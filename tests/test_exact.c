@@ -1,0 +1,1370 @@
+/* Exact checks, and checks tied to one behaviour each, written against the kinds of kernel
+ * bug that a tolerance-based sweep cannot see (issue 21; tools/dev/mutants.txt lists the
+ * planted bugs these tests kill):
+ *
+ *  - conversions: the public clattn_f32_to_f16 / clattn_f32_to_bf16 (and the widenings)
+ *    bit for bit against a round-to-nearest-even oracle written here (nearest of the two
+ *    neighbouring 16-bit values by binary search over the ordered bit patterns, ties to
+ *    the even pattern, overflow past the largest finite value's half-ulp to ±inf), over
+ *    every finite 16-bit value, the midpoints (ties), one float32 ulp either side of them
+ *    (near-ties), subnormals, overflow, infinities and NaN payloads;
+ *  - 16-bit stores on the device, bit for bit against the same oracle: clattn_merge's
+ *    output, and O of both algorithms (fused streaming, fused tiled, unfused) routed
+ *    exactly (Q = K = 0 and a window (0, 0): each row sees one key, so O = V in float32
+ *    before the store), and the public weighted sum;
+ *  - 16-bit loads on the device: every float16 and bfloat16 pattern as V (O float32 must
+ *    be its exact widening), and as Q or K (one visible key per row: the LSE is the score,
+ *    exactly), with dense and strided views;
+ *  - clattn_merge with parts whose LSE is −∞ holding NaN or ±inf in O, at every position,
+ *    normalisation and the LSE's log; float64 LSEs (parts and output, mixed with float32)
+ *    where the device has cl_khr_fp64;
+ *  - the public stages: clattn_scores with every score term on its own and together
+ *    against a float64 oracle written here (visibility from clattn_visible_keys), the
+ *    issue's 1×1 ALiBi case exactly, then softmax (several work-group sizes) and the
+ *    weighted sum chained against clattn_reference_attention;
+ *  - NaN scores poison their own row (NaN-winning max), masked-row policies, the online
+ *    softmax's rescale and running max, ALiBi at far positions with realistic slopes;
+ *  - small blockings (16-key tiles, several work-items per group) so that every tiled
+ *    kernel runs several tiles and work-items share them.
+ *
+ * Tolerance where not exact: 1e-5 absolute + 1e-5 relative against float64 results.
+ * Seeds: printed; CLATTN_TEST_SEED overrides the base seed (only the random fills). */
+#include "testutil.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- bits ------------------------------------------------------------------------------ */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- the round-to-nearest-even oracle -------------------------------------------------- */
+
+typedef struct fmt16 {
+    const char *name;
+    clattn_dtype dtype;
+    uint16_t top;    /* largest finite positive pattern */
+    uint16_t inf;    /* +inf pattern */
+    double overflow; /* the value the pattern after `top` stands for when rounding */
+} fmt16;
+
+static const fmt16 F16 = {"float16", CLATTN_FLOAT16, 0x7bff, 0x7c00, 65536.0};
+static const fmt16 BF16 = {"bfloat16", CLATTN_BFLOAT16, 0x7f7f, 0x7f80, 0x1p128};
+
+/* The value of a non-negative finite pattern, exact in double. */
+static double value16(const fmt16 *f, uint16_t h)
+{
+    if (f->dtype == CLATTN_BFLOAT16)
+        return (double)bits_f32((uint32_t)h << 16);
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    return e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+}
+
+static bool is_nan16(const fmt16 *f, uint16_t h)
+{
+    return (h & 0x7fffu) > f->inf;
+}
+
+/* The widening of any pattern (NaN for NaN patterns). */
+static double widen16(const fmt16 *f, uint16_t h)
+{
+    if (is_nan16(f, h))
+        return NAN;
+    const double v = (h & 0x7fffu) == f->inf ? INFINITY : value16(f, h & 0x7fffu);
+    return (h & 0x8000u) ? -v : v;
+}
+
+/* The pattern nearest to x, ties to the even pattern; 0xffff stands for "a NaN". */
+static uint16_t rne16(const fmt16 *f, float x)
+{
+    if (isnan(x))
+        return 0xffffu;
+    const uint16_t sign = signbit(x) ? 0x8000u : 0u;
+    const double a = fabs((double)x);
+    if (isinf(x))
+        return (uint16_t)(sign | f->inf);
+    unsigned lo = 0, hi = f->top; /* the largest pattern whose value is ≤ a */
+    while (lo < hi) {
+        const unsigned mid = (lo + hi + 1) / 2;
+        if (value16(f, (uint16_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const double below = value16(f, (uint16_t)lo);
+    const double above = lo == f->top ? f->overflow : value16(f, (uint16_t)(lo + 1));
+    /* 2a against below + above: both exact in double */
+    const double twice = 2.0 * a, sum = below + above;
+    unsigned r = twice < sum ? lo : twice > sum ? lo + 1 : (lo % 2 == 0 ? lo : lo + 1);
+    if (r > f->top)
+        r = f->inf;
+    return (uint16_t)(sign | r);
+}
+
+/* ---- value lists ------------------------------------------------------------------------- */
+
+typedef struct vlist {
+    float *v;
+    size_t n, cap;
+} vlist;
+
+static void push(vlist *l, float x)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 1024;
+        l->v = realloc(l->v, l->cap * sizeof(float));
+        ck_assert_msg(l->v != NULL, "out of memory");
+    }
+    l->v[l->n++] = x;
+}
+
+/* NaN payloads (quiet and signalling, both signs) and the infinities. */
+static void push_specials(vlist *l)
+{
+    static const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7fffffffu, 0xffffffffu,
+                                    0x7f808000u, 0x7f800001u, 0x7fa00000u, 0xff800001u};
+    for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++)
+        push(l, bits_f32(nans[i]));
+    push(l, INFINITY);
+    push(l, -INFINITY);
+    push(l, FLT_MAX);
+    push(l, -FLT_MAX);
+}
+
+/* For every `step`-th finite positive pattern p (and the last few): its value, the
+ * midpoint to the next value (a tie), one float32 ulp either side of the midpoint
+ * (near-ties) and of the value; both signs. With `f32_subnormals` false, values that are
+ * float32 subnormals (or −0) are left out (device arithmetic may flush them). */
+static void push_grid(vlist *l, const fmt16 *f, unsigned step, bool f32_subnormals)
+{
+    for (unsigned p = 0; p <= f->top; p++) {
+        if (p % step != 0 && p + 4 <= f->top && p > 8)
+            continue;
+        const double v = value16(f, (uint16_t)p);
+        const double next = p == f->top ? f->overflow : value16(f, (uint16_t)(p + 1));
+        const float mid = (float)((v + next) / 2.0); /* exact: one more bit than the format */
+        const float c[5] = {(float)v, mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY),
+                            nextafterf((float)v, INFINITY)};
+        for (int k = 0; k < 5; k++) {
+            if (isinf(c[k]) || (!f32_subnormals && (c[k] == 0.0f ? k != 0 : !isnormal(c[k]))))
+                continue;
+            push(l, c[k]);
+            if (c[k] != 0.0f)
+                push(l, -c[k]);
+        }
+    }
+}
+
+/* Checks 16-bit results against rne16 of the float32 inputs; NaN inputs need any NaN. */
+static void check_bits(const char *what, const fmt16 *f, const float *in, const uint16_t *got,
+                       size_t n)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t want = rne16(f, in[i]);
+        const bool ok = want == 0xffffu ? is_nan16(f, got[i]) : got[i] == want;
+        if (!ok && bad++ == 0)
+            first = i;
+    }
+    if (bad) {
+        const uint16_t want = rne16(f, in[first]);
+        ck_abort_msg("%s: %zu of %zu %s values wrong; first at %zu: input %.9g (0x%08x) gave "
+                     "0x%04x, round-to-nearest-even is %s0x%04x",
+                     what, bad, n, f->name, first, (double)in[first], f32_bits(in[first]),
+                     got[first], want == 0xffffu ? "a NaN, e.g. " : "",
+                     want == 0xffffu ? (unsigned)(f->inf | 0x40u) : (unsigned)want);
+    }
+}
+
+/* Checks float32 results against expected doubles exactly (−0 equals +0; NaN needs NaN). */
+static void check_exact(const char *what, const float *got, const double *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const bool ok = isnan(want[i]) ? isnan(got[i]) : (double)got[i] == want[i];
+        ck_assert_msg(ok, "%s: element %zu is %.9g (0x%08x), expected exactly %.9g", what, i,
+                      (double)got[i], f32_bits(got[i]), want[i]);
+    }
+}
+
+/* ---- blocking ------------------------------------------------------------------------------ */
+
+/* A small blocking (2 queries per work-item, 4 work-items per group, 16-key tiles) makes
+ * every tiled kernel run several tiles, with several work-items sharing each; `on` false
+ * removes the overrides. Every test calls this first, so a failed test cannot leave its
+ * blocking to the next. (One blocking and one pair of head dims, SDK and SDV, for the
+ * semantic tests: each distinct program costs a build, and the mutation runs build
+ * everything afresh.) */
+static void small_blocking(bool on)
+{
+    const clattn_blocking b = {2, 4, 16};
+    for (int k = 0; k < 3; k++)
+        TU_ASSERT_OK(clattn_context_set_blocking(tu_ctx(), (clattn_kernel)k, 0, 0, on ? &b : NULL),
+                     "set_blocking");
+}
+
+/* ---- 1. conversions ------------------------------------------------------------------------ */
+
+START_TEST(host_conversions_round_to_nearest_even)
+{
+    small_blocking(false);
+    const fmt16 *fmts[2] = {&F16, &BF16};
+    for (int k = 0; k < 2; k++) {
+        const fmt16 *f = fmts[k];
+        vlist l = {0};
+        push_grid(&l, f, 1, true);
+        push_specials(&l);
+        /* float32 subnormals and values around the 16-bit subnormal range */
+        for (uint32_t u = 1; u < 0x00800000u; u = u * 3 + 1) {
+            push(&l, bits_f32(u));
+            push(&l, -bits_f32(u));
+        }
+        uint16_t *got = malloc(l.n * sizeof *got);
+        for (size_t i = 0; i < l.n; i++)
+            got[i] = k == 0 ? clattn_f32_to_f16(l.v[i]) : clattn_f32_to_bf16(l.v[i]);
+        check_bits(k == 0 ? "clattn_f32_to_f16" : "clattn_f32_to_bf16", f, l.v, got, l.n);
+        /* every pattern widens exactly */
+        for (uint32_t h = 0; h < 0x10000u; h++) {
+            const double want = widen16(f, (uint16_t)h);
+            const float w =
+                k == 0 ? clattn_f16_to_f32((uint16_t)h) : clattn_bf16_to_f32((uint16_t)h);
+            ck_assert_msg(
+                isnan(want) ? isnan(w) : (double)w == want && !signbit(w) == !signbit(want),
+                "%s widening of 0x%04x: %.9g, expected %.9g", f->name, h, (double)w, want);
+        }
+        printf("host conversions: %zu %s values\n", l.n, f->name);
+        free(got);
+        free(l.v);
+    }
+}
+END_TEST
+
+/* ---- 2. 16-bit stores on the device ------------------------------------------------------ */
+
+/* clattn_merge of one part (LSE 0) and of two (the second with LSE −∞ and NaN in O) into a
+ * 16-bit O: a pure store, so every value must be rounded exactly. */
+START_TEST(merge_16bit_output_exact)
+{
+    small_blocking(false);
+    const fmt16 *fmts[2] = {&F16, &BF16};
+    for (int k = 0; k < 2; k++) {
+        const fmt16 *f = fmts[k];
+        vlist l = {0};
+        push_grid(&l, f, k == 0 ? 1 : 3, true);
+        push_specials(&l);
+        const int64_t d = 256, rows = ((int64_t)l.n + d - 1) / d;
+        const size_t n = (size_t)(rows * d);
+        while (l.n < n)
+            push(&l, 1.0f);
+        float *lse0 = tu_alloc((size_t)rows, 0.0f), *lse1 = tu_alloc((size_t)rows, -INFINITY);
+        float *o1 = tu_alloc(n, NAN), *lse_out = tu_alloc((size_t)rows, 7.0f);
+        uint16_t *out = malloc(n * sizeof *out);
+        clattn_tensor po[2] = {clattn_tensor_host(l.v, 1, 1, rows, d),
+                               clattn_tensor_host(o1, 1, 1, rows, d)};
+        clattn_tensor pl[2] = {clattn_tensor_host(lse0, 1, 1, rows, 1),
+                               clattn_tensor_host(lse1, 1, 1, rows, 1)};
+        clattn_tensor to = clattn_tensor_host(out, 1, 1, rows, d);
+        clattn_tensor tl = clattn_tensor_host(lse_out, 1, 1, rows, 1);
+        to.dtype = f->dtype;
+        for (size_t parts = 1; parts <= 2; parts++) {
+            memset(out, 0x5a, n * sizeof *out);
+            TU_ASSERT_OK(clattn_merge(tu_ctx(), parts, po, pl, &to, &tl), "merge to %s", f->name);
+            char what[96];
+            snprintf(what, sizeof what, "clattn_merge of %zu part(s) into %s O", parts, f->name);
+            check_bits(what, f, l.v, out, n);
+            for (int64_t r = 0; r < rows; r++)
+                ck_assert_msg(lse_out[r] == 0.0f, "%s: LSE[%lld] = %g, expected 0", what,
+                              (long long)r, (double)lse_out[r]);
+        }
+        printf("merge store: %zu %s values\n", n, f->name);
+        free(lse0);
+        free(lse1);
+        free(o1);
+        free(lse_out);
+        free(out);
+        free(l.v);
+    }
+}
+END_TEST
+
+/* Attention whose O equals V exactly in float32: Q = K = 0, a window (0, 0) with n_q = n_kv
+ * (row i sees key i alone: weight 1, LSE 0). O is stored as `f`; with `direct` the
+ * problem has 8 queries per head (the fused kernel's streaming variant), else `n_rows`
+ * rows per head over as many heads as the values need. Checks O bit for bit, and the LSE
+ * and weights exactly. */
+static void route_values(const fmt16 *f, const float *vals, size_t n_vals, clattn_algorithm alg,
+                         bool direct, int64_t n_rows, int64_t d_v, bool weights)
+{
+    const int64_t n = direct ? 8 : n_rows;
+    const int64_t per_head = n * d_v, heads = ((int64_t)n_vals + per_head - 1) / per_head;
+    const size_t n_o = (size_t)(heads * per_head);
+    tu_problem p;
+    tu_problem_init(&p, 1, heads, heads, n, n, 16, d_v, 1, 2, 3, 0);
+    tu_fill_value(p.q, (size_t)tu_count(&p.tq), 0.0f);
+    tu_fill_value(p.k, (size_t)tu_count(&p.tk), 0.0f);
+    for (size_t i = 0; i < n_o; i++)
+        p.v[i] = i < n_vals ? vals[i] : 0.5f;
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.algorithm = alg;
+    d.window = 1;
+    d.window_left = d.window_right = 0;
+    uint16_t *o = malloc(n_o * sizeof *o);
+    memset(o, 0x5a, n_o * sizeof *o);
+    float *lse = tu_alloc((size_t)(heads * n), 7.0f);
+    float *w = tu_alloc((size_t)(heads * n * n), 7.0f);
+    clattn_tensor to = tu_problem_o(&p, (float *)o);
+    to.dtype = f->dtype;
+    clattn_tensor tl = clattn_tensor_host(lse, 1, heads, n, 1);
+    clattn_tensor tw = clattn_tensor_host(w, 1, heads, n, n);
+    d.lse = &tl;
+    d.weights = weights ? &tw : NULL;
+    char what[160];
+    snprintf(what, sizeof what, "%s O of %s attention (%s, %lld rows, d_v %lld%s)", f->name,
+             tu_algorithm_name(alg), direct ? "streaming" : "tiled", (long long)n, (long long)d_v,
+             weights ? ", weights" : "");
+    TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p.tq, &p.tk, &p.tv, &to), "%s", what);
+    check_bits(what, f, p.v, o, n_o);
+    for (int64_t r = 0; r < heads * n; r++)
+        ck_assert_msg(lse[r] == 0.0f, "%s: LSE of row %lld is %g, expected 0", what, (long long)r,
+                      (double)lse[r]);
+    for (int64_t x = 0; weights && x < heads * n * n; x++) {
+        const int64_t i = x / n % n, j = x % n;
+        ck_assert_msg(w[x] == (i == j ? 1.0f : 0.0f), "%s: weight (%lld, %lld) of head %lld is %g",
+                      what, (long long)i, (long long)j, (long long)(x / (n * n)), (double)w[x]);
+    }
+    free(o);
+    free(lse);
+    free(w);
+    tu_problem_free(&p);
+}
+
+START_TEST(attention_16bit_output_exact)
+{
+    small_blocking(false);
+    const fmt16 *fmts[2] = {&F16, &BF16};
+    for (int k = 0; k < 2; k++) {
+        vlist l = {0};
+        push_grid(&l, fmts[k], k == 0 ? 5 : 17, false);
+        push_specials(&l);
+        for (int a = 0; a < 2; a++) {
+            route_values(fmts[k], l.v, l.n, tu_algorithms[a], false, 160, 40, a == 1);
+            if (tu_algorithms[a] == CLATTN_ALGORITHM_FUSED)
+                route_values(fmts[k], l.v, l.n, tu_algorithms[a], true, 8, 40, false);
+        }
+        printf("attention store: %zu %s values per path\n", l.n, fmts[k]->name);
+        free(l.v);
+    }
+}
+END_TEST
+
+/* The public weighted sum into a 16-bit O: W = identity, so O = V before the store. */
+START_TEST(weighted_sum_16bit_output_exact)
+{
+    small_blocking(false);
+    const fmt16 *fmts[2] = {&F16, &BF16};
+    for (int k = 0; k < 2; k++) {
+        vlist l = {0};
+        push_grid(&l, fmts[k], k == 0 ? 7 : 23, false);
+        push_specials(&l);
+        const int64_t n = 64, d = 32, heads = ((int64_t)l.n + n * d - 1) / (n * d);
+        const size_t n_o = (size_t)(heads * n * d);
+        while (l.n < n_o)
+            push(&l, 0.25f);
+        float *w = tu_alloc((size_t)(heads * n * n), 0.0f);
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = 0; i < n; i++)
+                w[(h * n + i) * n + i] = 1.0f;
+        uint16_t *o = malloc(n_o * sizeof *o);
+        clattn_tensor tw = clattn_tensor_host(w, 1, heads, n, n);
+        clattn_tensor tv = clattn_tensor_host(l.v, 1, heads, n, d);
+        clattn_tensor to = clattn_tensor_host(o, 1, heads, n, d);
+        to.dtype = fmts[k]->dtype;
+        TU_ASSERT_OK(clattn_weighted_sum(tu_ctx(), NULL, &tw, &tv, &to), "weighted sum");
+        check_bits("clattn_weighted_sum into a 16-bit O", fmts[k], l.v, o, n_o);
+        free(w);
+        free(o);
+        free(l.v);
+    }
+}
+END_TEST
+
+/* ---- 3. 16-bit loads on the device ------------------------------------------------------- */
+
+/* Every pattern of `f` as V (O float32 must be its widening, exactly), through every path,
+ * packed and with a stride of 2 along d (the element-wise loads). */
+START_TEST(attention_16bit_v_loads_exact)
+{
+    small_blocking(false);
+    const fmt16 *fmts[2] = {&F16, &BF16};
+    for (int k = 0; k < 2; k++) {
+        const fmt16 *f = fmts[k];
+        for (int path = 0; path < 4; path++) { /* unfused, fused tiled, fused streaming, strided */
+            const bool direct = path == 2, strided = path == 3;
+            const int64_t d_v = 40, n = direct ? 8 : strided ? 128 : 820;
+            const int64_t heads = (0x10000 + n * d_v - 1) / (n * d_v);
+            const size_t n_o = (size_t)(heads * n * d_v);
+            tu_problem p;
+            tu_problem_init(&p, 1, heads, heads, n, n, 16, d_v, 1, 2, 3, 0);
+            tu_fill_value(p.q, (size_t)tu_count(&p.tq), 0.0f);
+            tu_fill_value(p.k, (size_t)tu_count(&p.tk), 0.0f);
+            uint16_t *v16 = malloc(2 * n_o * sizeof *v16);
+            double *want = malloc(n_o * sizeof *want);
+            for (size_t i = 0; i < n_o; i++) {
+                const uint16_t h = (uint16_t)(i * 40503u); /* a permutation of the patterns */
+                v16[strided ? 2 * i : i] = h;
+                if (strided)
+                    v16[2 * i + 1] = f->inf | 0x200u; /* a NaN between the elements */
+                want[i] = widen16(f, h);
+                if (want[i] == 0.0)
+                    want[i] = 0.0; /* 1·(−0) + 0 is +0 */
+            }
+            clattn_tensor tv = p.tv;
+            tv.host = v16;
+            tv.dtype = f->dtype;
+            if (strided) {
+                tv.strides[3] = 2;
+                tv.strides[2] = 2 * d_v;
+                tv.strides[1] = 2 * d_v * n;
+                tv.strides[0] = 2 * d_v * n * heads;
+            }
+            float *o = tu_alloc(n_o, 12345.0f);
+            clattn_tensor to = tu_problem_o(&p, o);
+            clattn_attention_desc d = clattn_attention_desc_default();
+            d.algorithm = path == 0 ? CLATTN_ALGORITHM_UNFUSED : CLATTN_ALGORITHM_FUSED;
+            d.window = 1;
+            d.window_left = d.window_right = 0;
+            char what[128];
+            snprintf(what, sizeof what, "%s V loads (%s)", f->name,
+                     path == 0   ? "unfused"
+                     : path == 1 ? "fused tiled"
+                     : path == 2 ? "fused streaming"
+                                 : "fused, stride 2");
+            TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p.tq, &p.tk, &tv, &to), "%s", what);
+            check_exact(what, o, want, n_o);
+            if (strided) { /* the unfused weighted sum's element-wise loads too */
+                d.algorithm = CLATTN_ALGORITHM_UNFUSED;
+                tu_fill_value(o, n_o, 12345.0f);
+                TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p.tq, &p.tk, &tv, &to), "%s", what);
+                check_exact(what, o, want, n_o);
+            }
+            free(v16);
+            free(want);
+            free(o);
+            tu_problem_free(&p);
+        }
+    }
+}
+END_TEST
+
+/* Every finite pattern of `f` (no float32 subnormals) as Q or as K: row i sees key i alone
+ * (window (0, 0)), the other operand is a unit vector e_c, scale 1, so the LSE of row i is
+ * the value itself, exactly; through the tiled scores, the fused kernel (tiled and
+ * streaming) and the softmax's LSE. */
+START_TEST(attention_16bit_qk_loads_exact)
+{
+    small_blocking(false);
+    const fmt16 *fmts[2] = {&F16, &BF16};
+    for (int k = 0; k < 2; k++) {
+        const fmt16 *f = fmts[k];
+        vlist vals = {0};
+        for (uint32_t h = 0; h < 0x10000u; h++) {
+            const double x = widen16(f, (uint16_t)h);
+            if (isfinite(x) && (x == 0.0 || isnormal((float)x)))
+                push(&vals, (float)x);
+        }
+        for (int path = 0; path < 6; path++) { /* {unfused, fused tiled, streaming} × {Q, K} */
+            const bool in_q = path < 3, direct = path % 3 == 2;
+            const int64_t d_k = 40, n = direct ? 8 : 1024;
+            const int64_t heads = ((int64_t)vals.n + n - 1) / n;
+            tu_problem p;
+            tu_problem_init(&p, 1, heads, heads, n, n, d_k, 16, 1, 2, 3, 0);
+            const size_t nq = (size_t)tu_count(&p.tq);
+            uint16_t *x16 = calloc(nq, sizeof *x16);
+            float *unit = tu_alloc(nq, 0.0f);
+            double *want = malloc(sizeof(double) * (size_t)(heads * n));
+            for (int64_t r = 0; r < heads * n; r++) {
+                const size_t at = (size_t)r < vals.n ? (size_t)r : 0;
+                const int64_t c = (r * 7) % d_k;
+                x16[r * d_k + c] =
+                    k == 0 ? clattn_f32_to_f16(vals.v[at]) : clattn_f32_to_bf16(vals.v[at]);
+                unit[r * d_k + c] = 1.0f;
+                want[r] = vals.v[at] == 0.0f ? 0.0 : (double)vals.v[at];
+            }
+            clattn_tensor t16 = p.tq, tunit = p.tq;
+            t16.host = x16;
+            t16.dtype = f->dtype;
+            tunit.host = unit;
+            float *o = tu_alloc((size_t)(heads * n * 16), 0.0f),
+                  *lse = tu_alloc((size_t)(heads * n), 7.0f);
+            clattn_tensor to = tu_problem_o(&p, o);
+            clattn_tensor tl = clattn_tensor_host(lse, 1, heads, n, 1);
+            clattn_attention_desc d = clattn_attention_desc_default();
+            d.algorithm = path % 3 == 0 ? CLATTN_ALGORITHM_UNFUSED : CLATTN_ALGORITHM_FUSED;
+            d.scale = 1.0f;
+            d.window = 1;
+            d.window_left = d.window_right = 0;
+            d.lse = &tl;
+            char what[128];
+            snprintf(what, sizeof what, "%s %s loads (%s): LSE", f->name, in_q ? "Q" : "K",
+                     path % 3 == 0 ? "unfused"
+                     : direct      ? "fused streaming"
+                                   : "fused tiled");
+            TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, in_q ? &t16 : &tunit, in_q ? &tunit : &t16,
+                                          &p.tv, &to),
+                         "%s", what);
+            check_exact(what, lse, want, (size_t)(heads * n));
+            free(x16);
+            free(unit);
+            free(want);
+            free(o);
+            free(lse);
+            tu_problem_free(&p);
+        }
+        free(vals.v);
+    }
+}
+END_TEST
+
+/* ---- 4. merge: parts with LSE −∞ ---------------------------------------------------------- */
+
+/* One row per scenario, 3 parts, d_v 4: O and LSE of each part per row. */
+#define MR 9
+#define MD 4
+static const float M_LSE[MR][3] = {
+    {0.0f, -INFINITY, -INFINITY}, /* first part only */
+    {-INFINITY, 0.0f, -INFINITY}, /* middle part only (the first has NaN) */
+    {-INFINITY, -INFINITY, 0.5f}, /* last part only */
+    {-INFINITY, -INFINITY, -INFINITY},
+    {0.0f, 0.0f, -INFINITY},  /* equal weights: O the mean, LSE log 2 */
+    {1.0f, -INFINITY, 2.0f},  /* a −∞ part between two */
+    {-INFINITY, 3.0f, -1.0f}, /* a −∞ first part then two */
+    {0.25f, 0.25f, 0.25f},    /* three equal */
+    {-2.0f, 1.5f, 0.0f},
+};
+
+static float m_value(int r, int part, int c)
+{
+    if (M_LSE[r][part] == -INFINITY) /* poison: NaN, +inf, −inf, NaN */
+        return c % 2 == 0 ? NAN : c == 1 ? INFINITY : -INFINITY;
+    return (float)(part + 1) * (c % 2 ? -0.75f : 1.25f) + (float)r * 0.5f + (float)c;
+}
+
+/* The header's formula in double over the parts' stored values pv: LSE = log Σ exp(LSE_p),
+ * O = Σ exp(LSE_p − LSE) O_p over the parts with LSE_p > −∞; zeros and −∞ when none. */
+static void merge_expect(int r, int n_parts, const double pv[3][MR][MD], double *o, double *lse)
+{
+    double mx = -INFINITY;
+    for (int p = 0; p < n_parts; p++)
+        mx = fmax(mx, (double)M_LSE[r][p]);
+    *lse = -INFINITY;
+    for (int c = 0; c < MD; c++)
+        o[c] = 0.0;
+    if (mx == -INFINITY)
+        return;
+    double s = 0.0;
+    for (int p = 0; p < n_parts; p++)
+        if (M_LSE[r][p] > -INFINITY)
+            s += exp((double)M_LSE[r][p] - mx);
+    *lse = mx + log(s);
+    for (int p = 0; p < n_parts; p++)
+        if (M_LSE[r][p] > -INFINITY)
+            for (int c = 0; c < MD; c++)
+                o[c] += exp((double)M_LSE[r][p] - *lse) * pv[p][r][c];
+}
+
+static const char *dt_name(clattn_dtype dt)
+{
+    return dt == CLATTN_FLOAT32 ? "f32" : dt == CLATTN_FLOAT16 ? "f16" : "bf16";
+}
+
+START_TEST(merge_minus_inf_parts_contribute_nothing)
+{
+    small_blocking(false);
+    /* the issue's case: part 0 O = 2, LSE 0; part 1 O = NaN, LSE −∞ → O = 2 */
+    {
+        float o0[1] = {2.0f}, l0[1] = {0.0f}, o1[1] = {NAN}, l1[1] = {-INFINITY};
+        float out[1] = {7.0f}, lout[1] = {7.0f};
+        clattn_tensor po[2] = {clattn_tensor_host(o0, 1, 1, 1, 1),
+                               clattn_tensor_host(o1, 1, 1, 1, 1)};
+        clattn_tensor pl[2] = {clattn_tensor_host(l0, 1, 1, 1, 1),
+                               clattn_tensor_host(l1, 1, 1, 1, 1)};
+        clattn_tensor to = clattn_tensor_host(out, 1, 1, 1, 1),
+                      tl = clattn_tensor_host(lout, 1, 1, 1, 1);
+        TU_ASSERT_OK(clattn_merge(tu_ctx(), 2, po, pl, &to, &tl), "merge 1x1");
+        ck_assert_msg(out[0] == 2.0f && lout[0] == 0.0f,
+                      "merge of (O 2, LSE 0) and (O NaN, LSE -inf): O %g LSE %g, expected 2 and 0",
+                      (double)out[0], (double)lout[0]);
+    }
+    const clattn_dtype dts[3] = {CLATTN_FLOAT32, CLATTN_FLOAT16, CLATTN_BFLOAT16};
+    static float o32[3][MR * MD], l32[3][MR], out32[MR * MD], lout[MR];
+    static uint16_t o16[3][MR * MD], out16[MR * MD];
+    static double pv[3][MR][MD];
+    for (int n_parts = 1; n_parts <= 3; n_parts++)
+        for (int pdt = 0; pdt < 3; pdt++)
+            for (int odt = 0; odt < 3; odt++) {
+                const fmt16 *pf = pdt == 1 ? &F16 : &BF16, *of = odt == 1 ? &F16 : &BF16;
+                clattn_tensor po[3], pl[3];
+                for (int p = 0; p < 3; p++) {
+                    for (int r = 0; r < MR; r++) {
+                        l32[p][r] = M_LSE[r][p];
+                        for (int c = 0; c < MD; c++) {
+                            const float x = m_value(r, p, c);
+                            o32[p][r * MD + c] = x;
+                            o16[p][r * MD + c] =
+                                pdt == 1 ? clattn_f32_to_f16(x) : clattn_f32_to_bf16(x);
+                            pv[p][r][c] = pdt ? widen16(pf, o16[p][r * MD + c]) : (double)x;
+                        }
+                    }
+                    po[p] = clattn_tensor_host(pdt ? (void *)o16[p] : (void *)o32[p], 1, 1, MR, MD);
+                    po[p].dtype = dts[pdt];
+                    pl[p] = clattn_tensor_host(l32[p], 1, 1, MR, 1);
+                }
+                clattn_tensor to =
+                    clattn_tensor_host(odt ? (void *)out16 : (void *)out32, 1, 1, MR, MD);
+                to.dtype = dts[odt];
+                clattn_tensor tl = clattn_tensor_host(lout, 1, 1, MR, 1);
+                char what[128];
+                snprintf(what, sizeof what, "merge of %d parts (%s parts, %s O)", n_parts,
+                         dt_name(dts[pdt]), dt_name(dts[odt]));
+                TU_ASSERT_OK(clattn_merge(tu_ctx(), (size_t)n_parts, po, pl, &to, &tl), "%s", what);
+                for (int r = 0; r < MR; r++) {
+                    double want[MD], wl;
+                    merge_expect(r, n_parts, (const double(*)[MR][MD])pv, want, &wl);
+                    ck_assert_msg(tu_within(lout[r], wl, (tu_tol){1e-6, 1e-6}),
+                                  "%s: row %d LSE %.9g, expected %.9g", what, r, (double)lout[r],
+                                  wl);
+                    for (int c = 0; c < MD; c++) {
+                        /* a 16-bit O: within half an ulp of the float64 result */
+                        const double got = odt ? widen16(of, out16[r * MD + c]) : out32[r * MD + c];
+                        const tu_tol tol = {1e-6, odt == 0 ? 1e-6 : odt == 1 ? 0x1p-11 : 0x1p-8};
+                        ck_assert_msg(tu_within(got, want[c], tol),
+                                      "%s: row %d (LSEs %g, %g, %g) column %d: O %.9g, expected "
+                                      "%.9g",
+                                      what, r, (double)M_LSE[r][0], (double)M_LSE[r][1],
+                                      (double)M_LSE[r][2], c, got, want[c]);
+                    }
+                }
+            }
+    /* in place on part 0 (float32) */
+    float o[2][MR * MD], l[2][MR];
+    clattn_tensor po[2], pl[2];
+    for (int p = 0; p < 2; p++) {
+        for (int r = 0; r < MR; r++) {
+            l[p][r] = M_LSE[r][p];
+            for (int c = 0; c < MD; c++) {
+                o[p][r * MD + c] = m_value(r, p, c);
+                pv[p][r][c] = o[p][r * MD + c];
+            }
+        }
+        po[p] = clattn_tensor_host(o[p], 1, 1, MR, MD);
+        pl[p] = clattn_tensor_host(l[p], 1, 1, MR, 1);
+    }
+    TU_ASSERT_OK(clattn_merge(tu_ctx(), 2, po, pl, &po[0], &pl[0]), "in-place merge");
+    for (int r = 0; r < MR; r++) {
+        double want[MD], wl;
+        merge_expect(r, 2, (const double(*)[MR][MD])pv, want, &wl);
+        ck_assert_msg(tu_within(l[0][r], wl, (tu_tol){1e-6, 1e-6}),
+                      "in-place merge: row %d LSE %.9g, expected %.9g", r, (double)l[0][r], wl);
+        for (int c = 0; c < MD; c++)
+            ck_assert_msg(tu_within(o[0][r * MD + c], want[c], (tu_tol){1e-6, 1e-6}),
+                          "in-place merge: row %d column %d: O %.9g, expected %.9g", r, c,
+                          (double)o[0][r * MD + c], want[c]);
+    }
+}
+END_TEST
+
+/* Whether the device has cl_khr_fp64 (float64 LSEs need it). */
+static bool device_has_fp64(void)
+{
+    cl_device_id dev;
+    cl_device_fp_config fp64 = 0;
+    return clattn_context_get_cl(tu_ctx(), NULL, &dev, NULL) == CLATTN_SUCCESS &&
+           clGetDeviceInfo(dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL) ==
+               CL_SUCCESS &&
+           fp64 != 0;
+}
+
+/* The same scenarios with float64 LSEs: every part float64, or float64 and float32 mixed,
+ * into a float32 or a float64 output LSE (each written in its own type: a float64 value
+ * stored into a float32 view would garble it and run past it). */
+START_TEST(merge_float64_lse)
+{
+    small_blocking(false);
+    if (!device_has_fp64()) {
+        printf("merge_float64_lse: skipped, the device has no cl_khr_fp64\n");
+        return;
+    }
+    static float o32[3][MR * MD];
+    static double pv[3][MR][MD];
+    static float l32[3][MR], lout32[MR + 4];
+    static double l64[3][MR], lout64[MR + 4];
+    float out[MR * MD];
+    for (int p = 0; p < 3; p++)
+        for (int r = 0; r < MR; r++) {
+            l32[p][r] = M_LSE[r][p];
+            l64[p][r] = M_LSE[r][p];
+            for (int c = 0; c < MD; c++)
+                pv[p][r][c] = o32[p][r * MD + c] = m_value(r, p, c);
+        }
+    for (int n_parts = 1; n_parts <= 3; n_parts++)
+        for (int mix = 0; mix < 2; mix++)
+            for (int o64 = 0; o64 < 2; o64++) {
+                clattn_tensor po[3], pl[3];
+                for (int p = 0; p < 3; p++) {
+                    const bool f64 = !mix || p % 2 == 0; /* mixed: parts 0 and 2 float64 */
+                    po[p] = clattn_tensor_host(o32[p], 1, 1, MR, MD);
+                    pl[p] = clattn_tensor_host(f64 ? (void *)l64[p] : (void *)l32[p], 1, 1, MR, 1);
+                    pl[p].dtype = f64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
+                }
+                for (int r = 0; r < MR + 4; r++)
+                    lout32[r] = -7.0f, lout64[r] = -7.0;
+                clattn_tensor to = clattn_tensor_host(out, 1, 1, MR, MD);
+                clattn_tensor tl =
+                    clattn_tensor_host(o64 ? (void *)lout64 : (void *)lout32, 1, 1, MR, 1);
+                tl.dtype = o64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
+                char what[128];
+                snprintf(what, sizeof what, "merge of %d parts (%s LSEs into a %s LSE)", n_parts,
+                         mix ? "float64 and float32" : "float64", o64 ? "float64" : "float32");
+                TU_ASSERT_OK(clattn_merge(tu_ctx(), (size_t)n_parts, po, pl, &to, &tl), "%s", what);
+                for (int r = 0; r < MR; r++) {
+                    double want[MD], wl;
+                    merge_expect(r, n_parts, (const double(*)[MR][MD])pv, want, &wl);
+                    const double got_l = o64 ? lout64[r] : (double)lout32[r];
+                    ck_assert_msg(tu_within(got_l, wl, (tu_tol){1e-6, o64 ? 1e-12 : 1e-6}),
+                                  "%s: row %d LSE %.12g, expected %.12g", what, r, got_l, wl);
+                    for (int c = 0; c < MD; c++)
+                        ck_assert_msg(tu_within(out[r * MD + c], want[c], (tu_tol){1e-6, 1e-6}),
+                                      "%s: row %d column %d: O %.9g, expected %.9g", what, r, c,
+                                      (double)out[r * MD + c], want[c]);
+                }
+                for (int r = MR; r < MR + 4; r++)
+                    ck_assert_msg(o64 ? lout64[r] == -7.0 : lout32[r] == -7.0f,
+                                  "%s: the LSE written past its view (element %d)", what, r);
+            }
+}
+END_TEST
+
+/* ---- 5. the public stages with every score term -------------------------------------- */
+
+/* A configuration of score terms over one problem shape. */
+typedef struct sconf {
+    const char *name;
+    float scale, softcap;
+    clattn_mask mask;
+    bool alibi, lens, window;
+    int mask_kind; /* 0 none, 1 bool [1,1,n_q,n_kv], 2 float [b,h_q,n_q,n_kv], 3 float [1,h_q,..] */
+    int64_t wl, wr, q_start, kv_start;
+} sconf;
+
+#define SB 2
+#define SHQ 4
+#define SHK 2
+#define SNQ 21
+#define SNKV 37
+#define SDK 24
+#define SDV 20
+
+static const sconf SCONFS[] = {
+    {"plain", 0.7f, 0, CLATTN_MASK_NONE, false, false, false, 0, 0, 0, 0, 0},
+    {"softcap", 4.0f, 1.5f, CLATTN_MASK_NONE, false, false, false, 0, 0, 0, 0, 0},
+    {"ALiBi with positions", 0, 0, CLATTN_MASK_NONE, true, false, false, 0, 0, 0, 5, 2},
+    {"ALiBi, row's own key invisible (lengths, window)", 0, 0, CLATTN_MASK_NONE, true, true, true,
+     0, 2, 1, 20, 0},
+    {"float mask", 0, 0, CLATTN_MASK_NONE, false, false, false, 2, 0, 0, 0, 0},
+    {"bool mask (broadcast)", 0, 0, CLATTN_MASK_NONE, false, false, false, 1, 0, 0, 0, 0},
+    {"float mask (broadcast over batch)", 0, 0, CLATTN_MASK_NONE, false, false, false, 3, 0, 0, 0,
+     0},
+    {"window (3, 2)", 0, 0, CLATTN_MASK_NONE, false, false, true, 0, 3, 2, 0, 0},
+    {"window (unbounded, 0) with positions", 0, 0, CLATTN_MASK_NONE, false, false, true, 0, -1, 0,
+     9, 4},
+    {"causal top-left with positions", 0, 0, CLATTN_MASK_CAUSAL_TOP_LEFT, false, false, false, 0, 0,
+     0, 3, 0},
+    {"causal bottom-right with lengths", 0, 0, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, false, true, false,
+     0, 0, 0, 0, 0},
+    {"no-self with positions", 0, 0, CLATTN_MASK_NO_SELF, false, false, false, 0, 0, 0, 4, 1},
+    {"lengths", 0, 0, CLATTN_MASK_NONE, false, true, false, 0, 0, 0, 0, 0},
+    {"everything", 1.3f, 2.5f, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, true, true, true, 3, 6, 4, 7, 3},
+    {"everything, no-self and a bool mask", 0, 3.0f, CLATTN_MASK_NO_SELF, true, true, true, 1, 8, 8,
+     2, 5},
+};
+#define N_SCONFS ((int)(sizeof SCONFS / sizeof SCONFS[0]))
+
+typedef struct sprob {
+    tu_problem p;
+    clattn_attention_desc d;
+    int32_t q_lens[SB], kv_lens[SB];
+    float slopes[SHQ];
+    uint8_t *keep;
+    float *add;
+    clattn_tensor mt;
+} sprob;
+
+static void sprob_init(sprob *s, const sconf *c, uint32_t seed)
+{
+    memset(s, 0, sizeof *s);
+    tu_problem_init(&s->p, SB, SHQ, SHK, SNQ, SNKV, SDK, SDV, seed, seed + 1, seed + 2, 0);
+    s->d = clattn_attention_desc_default();
+    s->d.scale = c->scale;
+    s->d.softcap = c->softcap;
+    s->d.mask = c->mask;
+    s->d.q_start = c->q_start;
+    s->d.kv_start = c->kv_start;
+    if (c->window) {
+        s->d.window = 1;
+        s->d.window_left = c->wl;
+        s->d.window_right = c->wr;
+    }
+    if (c->lens) {
+        s->q_lens[0] = SNQ, s->q_lens[1] = 13;
+        s->kv_lens[0] = 30, s->kv_lens[1] = SNKV;
+        s->d.q_lens = s->q_lens;
+        s->d.kv_lens = s->kv_lens;
+    }
+    if (c->alibi) {
+        const float sl[SHQ] = {0.5f, 1.0f, 0.0625f, 0.25f};
+        memcpy(s->slopes, sl, sizeof sl);
+        s->d.alibi_slopes = s->slopes;
+    }
+    if (c->mask_kind) {
+        const int64_t mb = c->mask_kind == 2 ? SB : 1, mh = c->mask_kind == 1 ? 1 : SHQ;
+        const size_t n = (size_t)(mb * mh * SNQ * SNKV);
+        s->mt = clattn_tensor_host(NULL, mb, mh, SNQ, SNKV);
+        if (c->mask_kind == 1) {
+            s->keep = malloc(n);
+            for (size_t i = 0; i < n; i++)
+                s->keep[i] = tu_lowbias32((uint32_t)i + seed) % 4 != 0;
+            s->mt.host = s->keep;
+            s->mt.dtype = CLATTN_BOOL;
+        } else {
+            s->add = malloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) {
+                const uint32_t r = tu_lowbias32((uint32_t)i * 7 + seed);
+                s->add[i] = r % 5 == 0 ? -INFINITY : (float)((int)(r % 200) - 100) / 40.0f;
+            }
+            s->mt.host = s->add;
+        }
+        s->d.mask_tensor = &s->mt;
+    }
+}
+
+static void sprob_free(sprob *s)
+{
+    tu_problem_free(&s->p);
+    free(s->keep);
+    free(s->add);
+}
+
+/* The scores in float64, written from the header: visibility from clattn_visible_keys and
+ * the mask tensor, s = softcap(scale·q·k) − slope·|a_i − j| + float mask, −∞ if hidden. */
+static double *oracle_scores(const sprob *s)
+{
+    const tu_problem *p = &s->p;
+    double *out = malloc(sizeof(double) * (size_t)(p->b * p->h_q * p->n_q * p->n_kv));
+    const double scale = s->d.scale > 0.0f ? s->d.scale : 1.0 / sqrt((double)p->d_k);
+    size_t x = 0;
+    for (int64_t b = 0; b < p->b; b++)
+        for (int64_t h = 0; h < p->h_q; h++)
+            for (int64_t i = 0; i < p->n_q; i++) {
+                clattn_key_range kr;
+                TU_ASSERT_OK(clattn_visible_keys(&s->d, p->n_q, p->n_kv, b, i, &kr),
+                             "clattn_visible_keys");
+                for (int64_t j = 0; j < p->n_kv; j++, x++) {
+                    bool vis = kr.valid && j >= kr.lo && j < kr.hi && j != kr.self;
+                    double add = 0.0;
+                    if (s->d.mask_tensor) {
+                        const clattn_tensor *m = s->d.mask_tensor;
+                        const int64_t mb = m->shape[0] == 1 ? 0 : b, mh = m->shape[1] == 1 ? 0 : h;
+                        const size_t at =
+                            (size_t)(((mb * m->shape[1] + mh) * p->n_q + i) * p->n_kv + j);
+                        if (m->dtype == CLATTN_BOOL)
+                            vis = vis && ((const uint8_t *)m->host)[at] != 0;
+                        else
+                            add = ((const float *)m->host)[at];
+                        vis = vis && add != -INFINITY;
+                    }
+                    if (!vis) {
+                        out[x] = -INFINITY;
+                        continue;
+                    }
+                    double dot = 0.0;
+                    for (int64_t c = 0; c < p->d_k; c++)
+                        dot += (double)p->q[((b * p->h_q + h) * p->n_q + i) * p->d_k + c] *
+                               (double)p->k[((b * p->h_kv + h / (p->h_q / p->h_kv)) * p->n_kv + j) *
+                                                p->d_k +
+                                            c];
+                    double v = scale * dot;
+                    if (s->d.softcap > 0.0f)
+                        v = s->d.softcap * tanh(v / s->d.softcap);
+                    if (s->d.alibi_slopes)
+                        v -= (double)s->d.alibi_slopes[h] * fabs((double)(kr.diag - j));
+                    out[x] = v + add;
+                }
+            }
+    return out;
+}
+
+static const tu_tol TOL = {1e-5, 1e-5};
+
+/* clattn_scores against the oracle; softmax (work-group size `wgs`) and weighted sum of it
+ * against the reference's weights and O; both algorithms against the reference's O, LSE
+ * and weights. */
+static void stages_case(const sconf *c, uint32_t seed, size_t wgs)
+{
+    sprob s;
+    sprob_init(&s, c, seed);
+    tu_problem *p = &s.p;
+    const size_t n_s = (size_t)(p->b * p->h_q * p->n_q * p->n_kv),
+                 n_o = (size_t)(p->b * p->h_q * p->n_q * p->d_v),
+                 rows = (size_t)(p->b * p->h_q * p->n_q);
+    double *want_s = oracle_scores(&s);
+    float *sc = tu_alloc(n_s, 12345.0f), *w = tu_alloc(n_s, 12345.0f), *o = tu_alloc(n_o, 12345.0f);
+    clattn_tensor ts = clattn_tensor_host(sc, p->b, p->h_q, p->n_q, p->n_kv);
+    clattn_tensor tw = clattn_tensor_host(w, p->b, p->h_q, p->n_q, p->n_kv);
+    clattn_tensor to = tu_problem_o(p, o);
+    char what[200];
+    snprintf(what, sizeof what, "%s: clattn_scores", c->name);
+    TU_ASSERT_OK(clattn_scores(tu_ctx(), &s.d, &p->tq, &p->tk, &ts), "%s", what);
+    TU_ASSERT_CLOSE(what, &ts, want_s, NULL, TOL);
+
+    /* the reference: O, weights, LSE */
+    float *ro = tu_alloc(n_o, NAN), *rw = tu_alloc(n_s, NAN), *rl = tu_alloc(rows, NAN);
+    clattn_tensor tro = tu_problem_o(p, ro),
+                  trw = clattn_tensor_host(rw, p->b, p->h_q, p->n_q, p->n_kv);
+    clattn_tensor trl = clattn_tensor_host(rl, p->b, p->h_q, p->n_q, 1);
+    clattn_attention_desc rd = s.d;
+    rd.weights = &trw;
+    rd.lse = &trl;
+    ck_assert_int_eq(clattn_reference_attention(&rd, &p->tq, &p->tk, &p->tv, &tro), CLATTN_SUCCESS);
+
+    clattn_attention_desc sd = clattn_attention_desc_default();
+    sd.work_group_size = wgs;
+    snprintf(what, sizeof what, "%s: clattn_softmax (work_group_size %zu) of the scores", c->name,
+             wgs);
+    TU_ASSERT_OK(clattn_softmax(tu_ctx(), &sd, &ts, &tw), "%s", what);
+    TU_ASSERT_CLOSE(what, &tw, NULL, rw, TOL);
+    snprintf(what, sizeof what, "%s: clattn_weighted_sum of those weights", c->name);
+    TU_ASSERT_OK(clattn_weighted_sum(tu_ctx(), NULL, &tw, &p->tv, &to), "%s", what);
+    TU_ASSERT_CLOSE(what, &to, NULL, ro, TOL);
+
+    float *l = tu_alloc(rows, 12345.0f);
+    clattn_tensor tl = clattn_tensor_host(l, p->b, p->h_q, p->n_q, 1);
+    for (int a = 0; a < 2; a++) {
+        clattn_attention_desc d = s.d;
+        d.algorithm = tu_algorithms[a];
+        d.weights = &tw;
+        d.lse = &tl;
+        snprintf(what, sizeof what, "%s: attention [%s]", c->name,
+                 tu_algorithm_name(tu_algorithms[a]));
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to), "%s", what);
+        char name[240];
+        snprintf(name, sizeof name, "%s O", what);
+        TU_ASSERT_CLOSE(name, &to, NULL, ro, TOL);
+        snprintf(name, sizeof name, "%s weights", what);
+        TU_ASSERT_CLOSE(name, &tw, NULL, rw, TOL);
+        snprintf(name, sizeof name, "%s LSE", what);
+        TU_ASSERT_CLOSE(name, &tl, NULL, rl, TOL);
+        /* without weights: the unfused pipeline's sparse workspace (tiles no row of a
+         * group sees are neither computed nor read) */
+        d.weights = NULL;
+        snprintf(name, sizeof name, "%s O without weights", what);
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to), "%s", name);
+        TU_ASSERT_CLOSE(name, &to, NULL, ro, TOL);
+    }
+    free(want_s);
+    free(sc);
+    free(w);
+    free(o);
+    free(ro);
+    free(rw);
+    free(rl);
+    free(l);
+    sprob_free(&s);
+}
+
+START_TEST(public_stages_every_score_term)
+{
+    /* the issue's 1x1 case: q = k = [[1]], scale 1, slope 1, q_start 1: S = 1 − 1·|1 − 0| = 0 */
+    small_blocking(false);
+    {
+        float one[1] = {1.0f}, s[1] = {7.0f}, slope[1] = {1.0f};
+        clattn_tensor t1 = clattn_tensor_host(one, 1, 1, 1, 1),
+                      ts = clattn_tensor_host(s, 1, 1, 1, 1);
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.scale = 1.0f;
+        d.alibi_slopes = slope;
+        d.q_start = 1;
+        TU_ASSERT_OK(clattn_scores(tu_ctx(), &d, &t1, &t1, &ts), "clattn_scores 1x1");
+        ck_assert_msg(s[0] == 0.0f,
+                      "clattn_scores(q = k = [[1]], scale 1, ALiBi slope 1, q_start 1) = %g, "
+                      "expected 0",
+                      (double)s[0]);
+    }
+    static const size_t wgs[6] = {0, 1, 3, 7, 16, 64};
+    const uint32_t seed = tu_seed() ^ 0x5c04e5u;
+    for (int c = 0; c < N_SCONFS; c++) {
+        small_blocking(true);
+        stages_case(&SCONFS[c], seed + (uint32_t)c, wgs[c % 6]);
+    }
+    small_blocking(false);
+    printf("public stages: %d configurations, base seed 0x%08x\n", N_SCONFS, seed);
+}
+END_TEST
+
+/* The public softmax on rows with NaN, +inf, all −∞, a single finite entry, at several
+ * work-group sizes, against a float64 softmax (NaN in a row → the row NaN; +inf → NaN, as
+ * IEEE arithmetic gives; all −∞ → zeros). */
+START_TEST(public_softmax_special_rows)
+{
+    small_blocking(false);
+    const int64_t rows = 9, width = 83;
+    float *x = tu_alloc((size_t)(rows * width), 0.0f), *y = tu_alloc((size_t)(rows * width), 7.0f);
+    double *want = malloc(sizeof(double) * (size_t)(rows * width));
+    tu_fill_gen(x, (size_t)(rows * width), tu_seed() ^ 0x50f7u, 8.0f);
+    for (int64_t j = 0; j < width; j++) {
+        x[0 * width + j] = j == 3 ? NAN : -INFINITY;                /* NaN among −∞: NaN */
+        x[1 * width + j] = j == width - 1 ? NAN : x[1 * width + j]; /* NaN in the tail */
+        x[2 * width + j] = -INFINITY;                               /* all masked: zeros */
+        x[3 * width + j] = j == 70 ? 2.5f : -INFINITY;              /* one finite entry: 1 there */
+        if (j == 17)
+            x[4 * width + j] = INFINITY;           /* +inf: NaN */
+        x[5 * width + j] = -100.0f - (float)j;     /* far below 0 */
+        x[6 * width + j] = 80.0f + (float)(j % 7); /* near exp's overflow */
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *in = x + r * width;
+        double m = -INFINITY, l = 0.0;
+        bool nan = false;
+        for (int64_t j = 0; j < width; j++) {
+            nan = nan || isnan(in[j]);
+            m = fmax(m, (double)in[j]);
+        }
+        for (int64_t j = 0; j < width; j++)
+            l += m == -INFINITY ? 0.0 : exp((double)in[j] - m);
+        for (int64_t j = 0; j < width; j++)
+            want[r * width + j] = nan ? NAN : m == -INFINITY ? 0.0 : exp((double)in[j] - m) / l;
+    }
+    const size_t sizes[5] = {0, 1, 5, 32, 100};
+    clattn_tensor tx = clattn_tensor_host(x, 1, 1, rows, width),
+                  ty = clattn_tensor_host(y, 1, 1, rows, width);
+    for (int s = 0; s < 5; s++) {
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.work_group_size = sizes[s];
+        char what[96];
+        snprintf(what, sizeof what, "clattn_softmax of special rows (work_group_size %zu)",
+                 sizes[s]);
+        clattn_status st = clattn_softmax(tu_ctx(), &d, &tx, &ty);
+        if (st == CLATTN_ERROR_UNSUPPORTED) /* a size above this device's limit */
+            continue;
+        TU_ASSERT_OK(st, "%s", what);
+        TU_ASSERT_CLOSE(what, &ty, want, NULL, TOL);
+    }
+    free(x);
+    free(y);
+    free(want);
+}
+END_TEST
+
+/* ---- 6. NaN, masked rows, online softmax, far positions, head mean ---------------------- */
+
+/* Runs both algorithms (with weights and LSE) and compares O, LSE and weights with the
+ * reference; returns nothing, fails the test on a mismatch. */
+static void against_reference(const char *label, const tu_problem *p,
+                              const clattn_attention_desc *desc, bool weights)
+{
+    const size_t n_o = (size_t)(p->b * p->h_q * p->n_q * p->d_v),
+                 n_w = (size_t)(p->b * (desc->weights_head_mean ? 1 : p->h_q) * p->n_q * p->n_kv),
+                 rows = (size_t)(p->b * p->h_q * p->n_q);
+    const int64_t wh = desc->weights_head_mean ? 1 : p->h_q;
+    float *ro = tu_alloc(n_o, NAN), *rw = tu_alloc(n_w, NAN), *rl = tu_alloc(rows, NAN);
+    clattn_tensor tro = tu_problem_o(p, ro),
+                  trw = clattn_tensor_host(rw, p->b, wh, p->n_q, p->n_kv),
+                  trl = clattn_tensor_host(rl, p->b, p->h_q, p->n_q, 1);
+    clattn_attention_desc rd = *desc;
+    rd.weights = weights ? &trw : NULL;
+    rd.lse = &trl;
+    ck_assert_int_eq(clattn_reference_attention(&rd, &p->tq, &p->tk, &p->tv, &tro), CLATTN_SUCCESS);
+    for (int a = 0; a < 2; a++) {
+        float *o = tu_alloc(n_o, 12345.0f), *w = tu_alloc(n_w, 12345.0f),
+              *l = tu_alloc(rows, 12345.0f);
+        clattn_tensor to = tu_problem_o(p, o),
+                      tw = clattn_tensor_host(w, p->b, wh, p->n_q, p->n_kv),
+                      tl = clattn_tensor_host(l, p->b, p->h_q, p->n_q, 1);
+        clattn_attention_desc d = *desc;
+        d.algorithm = tu_algorithms[a];
+        d.weights = weights ? &tw : NULL;
+        d.lse = &tl;
+        char what[300];
+        snprintf(what, sizeof what, "%s [%s, n_q %lld, n_kv %lld%s]", label,
+                 tu_algorithm_name(tu_algorithms[a]), (long long)p->n_q, (long long)p->n_kv,
+                 weights ? ", weights" : "");
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to), "%s", what);
+        char name[340];
+        snprintf(name, sizeof name, "%s O", what);
+        TU_ASSERT_CLOSE(name, &to, NULL, ro, TOL);
+        snprintf(name, sizeof name, "%s LSE", what);
+        TU_ASSERT_CLOSE(name, &tl, NULL, rl, TOL);
+        if (weights) {
+            snprintf(name, sizeof name, "%s weights", what);
+            TU_ASSERT_CLOSE(name, &tw, NULL, rw, TOL);
+        }
+        free(o);
+        free(w);
+        free(l);
+    }
+    free(ro);
+    free(rw);
+    free(rl);
+}
+
+/* A NaN score poisons its own row only: a NaN query row, and a float mask with NaN at one
+ * key of a row whose other keys are −∞ (a max that drops NaN would call that row empty). */
+START_TEST(nan_scores_poison_their_row)
+{
+    const int64_t nqs[2] = {5, 23};
+    for (int s = 0; s < 2; s++) {
+        small_blocking(true);
+        tu_problem p;
+        tu_problem_init(&p, 1, 2, 1, nqs[s], 40, SDK, SDV, 61, 62, 63, 0);
+        tu_fill_value(p.q + 3 * SDK, SDK, NAN); /* head 0, row 3 */
+        float *add = tu_alloc((size_t)(nqs[s] * 40), 0.0f);
+        for (int64_t j = 0; j < 40; j++) {
+            add[4 * 40 + j] = j == 21 ? NAN : -INFINITY; /* row 4: NaN among −∞ */
+            add[2 * 40 + j] = -INFINITY;                 /* row 2: no visible key */
+        }
+        clattn_tensor mt = clattn_tensor_host(add, 1, 1, nqs[s], 40);
+        clattn_attention_desc d = clattn_attention_desc_default();
+        for (int m = 0; m < 2; m++) {
+            d.mask_tensor = m ? &mt : NULL;
+            against_reference(m ? "NaN in a float mask among -inf" : "NaN query row", &p, &d, true);
+            /* and explicitly: the poisoned row is NaN (not zeros), no other row is (row 4
+             * of both heads has the broadcast NaN mask entry) */
+            for (int a = 0; a < 2; a++) {
+                float *o = tu_run(&p, &d, tu_algorithms[a]);
+                for (int64_t h = 0; h < 2; h++)
+                    for (int64_t i = 0; i < nqs[s]; i++) {
+                        const bool nan_row = (h == 0 && i == 3) || (m && i == 4);
+                        for (int64_t c = 0; c < SDV; c++) {
+                            const float x = o[(h * nqs[s] + i) * SDV + c];
+                            ck_assert_msg(nan_row ? isnan(x) : isfinite(x),
+                                          "%s [%s, n_q %lld]: O(h %lld, i %lld, c %lld) is %g, "
+                                          "expected %s",
+                                          m ? "NaN in a float mask among -inf" : "NaN query row",
+                                          tu_algorithm_name(tu_algorithms[a]), (long long)nqs[s],
+                                          (long long)h, (long long)i, (long long)c, (double)x,
+                                          nan_row ? "NaN" : "a finite value");
+                        }
+                    }
+                free(o);
+            }
+        }
+        free(add);
+        tu_problem_free(&p);
+    }
+    small_blocking(false);
+}
+END_TEST
+
+/* Rows with no visible key and padding rows under both policies: O zeros or NaN, padding
+ * rows zeros, LSE −∞, weights likewise; both algorithms, streaming and tiled, default and
+ * small blockings, softmax with several work-items. */
+START_TEST(masked_rows_policies)
+{
+    const int64_t nqs[2] = {5, 23};
+    for (int s = 0; s < 2; s++)
+        for (int cfg = 0; cfg < 4; cfg++)
+            for (int pol = 0; pol < 2; pol++) {
+                small_blocking(true);
+                tu_problem p;
+                tu_problem_init(&p, 2, 2, 1, nqs[s], 29, SDK, SDV, 71, 72, 73, 0);
+                clattn_attention_desc d = clattn_attention_desc_default();
+                int32_t kv_lens[2] = {0, 29}, q_lens[2] = {(int32_t)nqs[s], 3};
+                uint8_t *keep = malloc((size_t)(nqs[s] * 29));
+                for (int64_t x = 0; x < nqs[s] * 29; x++)
+                    keep[x] = x / 29 >= 1 && x / 29 <= 3 ? 0 : (uint8_t)(x % 3 != 0);
+                clattn_tensor mt = clattn_tensor_host(keep, 1, 1, nqs[s], 29);
+                mt.dtype = CLATTN_BOOL;
+                const char *label = "";
+                switch (cfg) {
+                case 0: /* batch 0 sees no key; batch 1 has 3 valid rows */
+                    d.kv_lens = kv_lens;
+                    d.q_lens = q_lens;
+                    label = "kv_lens 0 and q_lens";
+                    break;
+                case 1: /* the window lies past every key */
+                    d.window = 1;
+                    d.window_left = d.window_right = 0;
+                    d.q_start = 100;
+                    label = "window past the keys";
+                    break;
+                case 2: /* rows 1..3 masked by a bool mask */
+                    d.mask_tensor = &mt;
+                    label = "bool mask rows";
+                    break;
+                default: /* causal with the queries before the keys: the first rows see none */
+                    d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+                    d.kv_start = 3;
+                    d.q_lens = q_lens;
+                    label = "causal, queries before the keys, q_lens";
+                    break;
+                }
+                d.masked_rows = pol ? CLATTN_MASKED_ROWS_NAN : CLATTN_MASKED_ROWS_ZERO;
+                char what[128];
+                snprintf(what, sizeof what, "%s, masked_rows %s", label, pol ? "NaN" : "zero");
+                against_reference(what, &p, &d, true);
+                against_reference(what, &p, &d, false);
+                free(keep);
+                tu_problem_free(&p);
+            }
+    small_blocking(false);
+}
+END_TEST
+
+/* Scores far below 0 (a running max started at 0 underflows every exp) and rising from
+ * tile to tile (every new tile rescales the accumulator), or falling; several tiles. The
+ * scores are exact in float32 (one nonzero column of few bits in Q and K), so float32
+ * rounding of scores near −150 does not eat the tolerance. */
+START_TEST(online_softmax_rescale)
+{
+    const int64_t nqs[2] = {6, 30};
+    for (int s = 0; s < 2; s++)
+        for (int order = 0; order < 3; order++) {
+            small_blocking(true);
+            const int64_t n_kv = 150;
+            tu_problem p;
+            tu_problem_init(&p, 1, 2, 2, nqs[s], n_kv, SDK, SDV, 81, 82, 83, 0);
+            tu_fill_value(p.q, (size_t)tu_count(&p.tq), 0.0f);
+            tu_fill_value(p.k, (size_t)tu_count(&p.tk), 0.0f);
+            for (int64_t h = 0; h < 2; h++) {
+                for (int64_t i = 0; i < nqs[s]; i++)
+                    p.q[(h * nqs[s] + i) * SDK] = 15.0f + 0.125f * (float)(i % 8);
+                for (int64_t j = 0; j < n_kv; j++) {
+                    const float t = 0.0625f * (float)(j / 4);
+                    /* rising, falling, or high in the fifth 16-key tile */
+                    float k0 = order == 0   ? -10.0f + 0.25f * t
+                               : order == 1 ? -7.0f - 0.25f * t
+                                            : -10.0f + 3.0f * (float)(j / 16 == 4);
+                    if (order == 2 && j % 16 == 3)
+                        k0 = 2.0f; /* and some large positive scores */
+                    p.k[(h * n_kv + j) * SDK] = k0;
+                }
+            }
+            clattn_attention_desc d = clattn_attention_desc_default();
+            d.scale = 1.0f;
+            against_reference(order == 0   ? "scores near -150, rising"
+                              : order == 1 ? "scores near -120, falling"
+                                           : "scores near -150 with peaks",
+                              &p, &d, s == 1);
+            tu_problem_free(&p);
+        }
+    small_blocking(false);
+}
+END_TEST
+
+/* ALiBi at far positions with realistic slopes: each key's bias relative to the row's
+ * nearest visible key keeps the differences between keys exact, so O and the weights
+ * match the float64 reference at q_start 1e5 and 1e8. */
+START_TEST(alibi_far_positions_realistic_slopes)
+{
+    /* the issue's case: Q = 0, K = [0, 0], V = [0, 1], slope 1, q_start 1e8 */
+    for (int a = 0; a < 2; a++) {
+        small_blocking(false);
+        float q[1] = {0.0f}, k[2] = {0.0f, 0.0f}, v[2] = {0.0f, 1.0f}, o[1] = {7.0f},
+              slope[1] = {1.0f};
+        clattn_tensor tq = clattn_tensor_host(q, 1, 1, 1, 1),
+                      tk = clattn_tensor_host(k, 1, 1, 2, 1),
+                      tv = clattn_tensor_host(v, 1, 1, 2, 1),
+                      to = clattn_tensor_host(o, 1, 1, 1, 1);
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.algorithm = tu_algorithms[a];
+        d.alibi_slopes = slope;
+        d.q_start = 100000000;
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &tq, &tk, &tv, &to), "ALiBi 1e8");
+        const double want = 1.0 / (1.0 + exp(-1.0)); /* 0.7310585786 */
+        ck_assert_msg(fabs(o[0] - want) < 1e-6,
+                      "ALiBi slope 1 at q_start 1e8 [%s]: O %.10f, expected %.10f",
+                      tu_algorithm_name(tu_algorithms[a]), (double)o[0], want);
+    }
+    const int64_t starts[2] = {100000, 100000000};
+    float slopes[4] = {0.5f, 1.0f, 0.0625f, 0.25f};
+    for (int s = 0; s < 2; s++)
+        for (int cfg = 0; cfg < 4; cfg++) {
+            small_blocking(true);
+            const int64_t n_q = cfg < 2 ? 12 : 5;
+            tu_problem p;
+            tu_problem_init(&p, 1, 4, 2, n_q, 40, SDK, SDV, 91, 92, 93, 0);
+            clattn_attention_desc d = clattn_attention_desc_default();
+            d.alibi_slopes = slopes;
+            d.q_start = starts[s];
+            if (cfg == 1 || cfg == 3) { /* keys just behind the queries, causal, a window */
+                d.kv_start = starts[s] - 30;
+                d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+                d.window = 1;
+                d.window_left = 25;
+                d.window_right = -1;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "ALiBi slopes 0.5, 1, 1/16, 1/4 at q_start %lld%s",
+                     (long long)starts[s], cfg % 2 ? ", kv_start behind, causal, window" : "");
+            against_reference(what, &p, &d, true);
+            tu_problem_free(&p);
+        }
+    small_blocking(false);
+}
+END_TEST
+
+/* Weights averaged over three query heads (not a power of two) against the reference. */
+START_TEST(weights_head_mean_three_heads)
+{
+    small_blocking(true);
+    tu_problem p;
+    tu_problem_init(&p, 2, 3, 1, 19, 33, SDK, SDV, 101, 102, 103, 0);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+    d.weights_head_mean = 1;
+    against_reference("weights averaged over 3 heads", &p, &d, true);
+    tu_problem_free(&p);
+}
+END_TEST
+
+int main(void)
+{
+    tu_seed_init(0xe8ac7u);
+    Suite *s = suite_create("exact");
+    /* one test case per area: CK_RUN_CASE=convert (etc.) runs one alone */
+    static const char *const names[5] = {"convert", "merge", "semantics", "store16", "load16"};
+    TCase *tc[5];
+    for (int a = 0; a < 5; a++) {
+        tc[a] = tcase_create(names[a]);
+        tcase_set_timeout(tc[a], 900);
+        suite_add_tcase(s, tc[a]);
+    }
+    tcase_add_test(tc[0], host_conversions_round_to_nearest_even);
+    tcase_add_test(tc[1], merge_minus_inf_parts_contribute_nothing);
+    tcase_add_test(tc[1], merge_float64_lse);
+    tcase_add_test(tc[2], public_stages_every_score_term);
+    tcase_add_test(tc[2], public_softmax_special_rows);
+    tcase_add_test(tc[2], nan_scores_poison_their_row);
+    tcase_add_test(tc[2], masked_rows_policies);
+    tcase_add_test(tc[2], online_softmax_rescale);
+    tcase_add_test(tc[2], alibi_far_positions_realistic_slopes);
+    tcase_add_test(tc[2], weights_head_mean_three_heads);
+    tcase_add_test(tc[3], merge_16bit_output_exact);
+    tcase_add_test(tc[3], attention_16bit_output_exact);
+    tcase_add_test(tc[3], weighted_sum_16bit_output_exact);
+    tcase_add_test(tc[4], attention_16bit_v_loads_exact);
+    tcase_add_test(tc[4], attention_16bit_qk_loads_exact);
+    return tu_run_suite(s);
+}
