@@ -242,17 +242,20 @@ START_TEST(random_feature_sweep)
 }
 END_TEST
 
-/* Every masked key contributes nothing, whatever its K and V (NaN, 1e30): the features
- * that mask (lengths, window, bool and −∞ float masks) with poisoned keys. */
+/* Every masked key contributes nothing, whatever its K and V (NaN, ±inf): the features
+ * that mask (lengths, window, bool and −∞ float masks) with poisoned keys. NaN and inf,
+ * not merely large values: 0·NaN and 0·inf are NaN, so a masked key that enters the sum
+ * with weight 0 shows (0·1e30 = 0 would hide it). */
 START_TEST(masked_keys_contribute_nothing)
 {
     for (int variant = 0; variant < 4; variant++) {
         tu_problem p;
         tu_problem_init(&p, 1, 2, 1, 9, 12, 16, 16, 71, 72, 73, 0);
-        /* keys 8..11 are poisoned; each variant masks them a different way */
+        /* keys 8..11 are poisoned (K NaN; V NaN, +inf, −inf, NaN); each variant masks
+         * them a different way */
         for (int64_t j = 8; j < 12; j++) {
             tu_fill_value(p.k + j * 16, 16, NAN);
-            tu_fill_value(p.v + j * 16, 16, 1e30f);
+            tu_fill_value(p.v + j * 16, 16, j == 9 ? INFINITY : j == 10 ? -INFINITY : NAN);
         }
         clattn_attention_desc d = clattn_attention_desc_default();
         int32_t kv_lens[1] = {8};
