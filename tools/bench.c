@@ -357,39 +357,34 @@ static double measure_peak(clattn_context *ctx)
     return runs ? summarize(gflops, runs).median : 0.0;
 }
 
+int bench_count(const char *command, const char *option, const char *text, long lo, long hi,
+                int *out)
+{
+    char *end;
+    const long n = strtol(text, &end, 10);
+    if (end == text || *end || n < lo || n > hi)
+        return usage_error(command, "%s '%s' is not an integer within %ld..%ld", option, text, lo,
+                           hi);
+    *out = (int)n;
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    const char *shapes = default_shapes, *device = NULL;
+    const char *shapes = default_shapes, *device = NULL, *reps_text = NULL, *warmup_text = NULL;
     int reps = 5, warmup = 1, json = 0, peak = 0, quiet = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const int has_value = i + 1 < argc;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(bench_usage, stdout);
-            return 0;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (strcmp(a, "--peak") == 0) {
-            peak = 1;
-        } else if (strcmp(a, "--quiet") == 0) {
-            quiet = 1;
-        } else if (strcmp(a, "--shapes") == 0 && has_value) {
-            shapes = argv[++i];
-        } else if (strcmp(a, "--device") == 0 && has_value) {
-            device = argv[++i];
-        } else if ((strcmp(a, "--reps") == 0 || strcmp(a, "--warmup") == 0) && has_value) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < (a[2] == 'r' ? 1 : 0) || n > 1000) {
-                fprintf(stderr, "clattn bench: bad %s '%s'\n", a, argv[i]);
-                return 2;
-            }
-            *(a[2] == 'r' ? &reps : &warmup) = (int)n;
-        } else {
-            fprintf(stderr, "clattn bench: unknown or incomplete option '%s'\n%s", a, bench_usage);
-            return 2;
-        }
-    }
+    const option options[] = {
+        {"--shapes", &shapes, NULL},      {"--device", &device, NULL}, {"--reps", &reps_text, NULL},
+        {"--warmup", &warmup_text, NULL}, {"--json", NULL, &json},     {"--peak", NULL, &peak},
+        {"--quiet", NULL, &quiet},
+    };
+    int rc = parse_command_line("clattn bench", bench_usage, argc, argv, options,
+                                sizeof options / sizeof options[0]);
+    if (rc >= 0)
+        return rc;
+    if ((reps_text && bench_count("clattn bench", "--reps", reps_text, 1, 1000, &reps)) ||
+        (warmup_text && bench_count("clattn bench", "--warmup", warmup_text, 0, 1000, &warmup)))
+        return 2;
     bench_case cases[64];
     const int n_cases = parse_shapes(shapes, cases, 64);
     if (n_cases < 0)
@@ -419,7 +414,7 @@ int cmd_bench(int argc, char **argv)
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace", peak ? "  of peak" : "");
     }
-    int rc = 0;
+    rc = 0;
     progress pr;
     progress_start(&pr, "clattn bench", n_cases, quiet);
     for (int i = 0; i < n_cases; i++) {

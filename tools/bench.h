@@ -42,4 +42,8 @@ int parse_shapes(const char *list, bench_case *cases, int max);
 int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, result *res,
               char *plan_reason, size_t reason_len);
 
+/* An integer option value within lo..hi into *out; else a usage error (exit status 2). */
+int bench_count(const char *command, const char *option, const char *text, long lo, long hi,
+                int *out);
+
 #endif

@@ -2,6 +2,7 @@
 /* `clattn tune`: a search of the tiled kernels' blocking on one device, timed with
  * `clattn bench`'s code (bench.h), the fastest stored in the device's tuning file. */
 #include "bench.h"
+#include "cli.h"
 #include "commands.h"
 #include "progress.h"
 
@@ -89,34 +90,18 @@ static int store(clattn_context *ctx, const bench_case *c, candidate best, doubl
 int cmd_tune(int argc, char **argv)
 {
     const char *shapes = "1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128", *device = NULL;
+    const char *reps_text = NULL;
     int reps = 3, dry = 0, quiet = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const int has_value = i + 1 < argc;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(tune_usage, stdout);
-            return 0;
-        } else if (strcmp(a, "--dry-run") == 0) {
-            dry = 1;
-        } else if (strcmp(a, "--quiet") == 0) {
-            quiet = 1;
-        } else if (strcmp(a, "--shapes") == 0 && has_value) {
-            shapes = argv[++i];
-        } else if (strcmp(a, "--device") == 0 && has_value) {
-            device = argv[++i];
-        } else if (strcmp(a, "--reps") == 0 && has_value) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 100) {
-                fprintf(stderr, "clattn tune: bad --reps '%s'\n", argv[i]);
-                return 2;
-            }
-            reps = (int)n;
-        } else {
-            fprintf(stderr, "clattn tune: unknown or incomplete option '%s'\n%s", a, tune_usage);
-            return 2;
-        }
-    }
+    const option options[] = {
+        {"--shapes", &shapes, NULL}, {"--device", &device, NULL}, {"--reps", &reps_text, NULL},
+        {"--dry-run", NULL, &dry},   {"--quiet", NULL, &quiet},
+    };
+    const int prc = parse_command_line("clattn tune", tune_usage, argc, argv, options,
+                                       sizeof options / sizeof options[0]);
+    if (prc >= 0)
+        return prc;
+    if (reps_text && bench_count("clattn tune", "--reps", reps_text, 1, 100, &reps))
+        return 2;
     bench_case cases[32];
     const int n_cases = parse_shapes(shapes, cases, 32);
     if (n_cases < 0)
