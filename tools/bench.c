@@ -319,7 +319,7 @@ static double measure_peak(clattn_context *ctx)
     cl_int err;
     cl_program prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, &err);
     if (err == CL_SUCCESS)
-        err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
+        err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -w", NULL, NULL);
     cl_kernel kern = err == CL_SUCCESS ? clCreateKernel(prog, "fma_peak", &err) : NULL;
     cl_mem out = err == CL_SUCCESS
                      ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
