@@ -60,5 +60,9 @@ if [ -n "${CLATTN_FEATURES_BIN:-}" ]; then
     check "merge" "$CLATTN_FEATURES_BIN"
     unset CK_RUN_CASE
 fi
+# float64 LSEs: the kernels' LSE_DT=4 stores, the merge's float64 running LSE (case R17)
+if [ -n "${CLATTN_SPLIT_BIN:-}" ]; then
+    check "float64 LSE (test_split)" "$CLATTN_SPLIT_BIN"
+fi
 echo "test_oclgrind: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
