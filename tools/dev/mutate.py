@@ -244,7 +244,7 @@ def run_test(cmd, env, ignore, timeout, stop_early=True):
         except ProcessLookupError:
             pass
 
-    failures, first, tail, timed_out = [], None, [], False
+    failures, first, first_line, tail, timed_out = [], None, "", [], False
     deadline = t0 + timeout
     while True:
         try:
@@ -263,6 +263,7 @@ def run_test(cmd, env, ignore, timeout, stop_early=True):
                 failures.append(test)
             if test not in ignore and first is None:
                 first = test
+                first_line = line.strip()
                 if stop_early:
                     stop()
                     break
@@ -273,7 +274,7 @@ def run_test(cmd, env, ignore, timeout, stop_early=True):
         rc = proc.wait()
     secs = time.monotonic() - t0
     if first:
-        return True, first, secs, failures, tail
+        return True, first, secs, failures, [first_line]
     if timed_out:
         return True, f"timeout after {timeout:.0f} s", secs, failures, tail
     if rc != 0 and (not failures or any(f not in ignore for f in failures)):
@@ -309,6 +310,8 @@ def main():
                     help="skip the unmutated run (then no failure is treated as pre-existing)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="seconds per test program (a mutant that hangs is killed by timeout)")
+    ap.add_argument("--verbose", "-v", action="store_true",
+                    help="print the failure that killed each mutant")
     ap.add_argument("--check", action="store_true", help="validate the list and exit")
     ap.add_argument("--list", action="store_true", help="print the mutants and exit")
     ap.add_argument("--mutants", default=LIST, help="the list (default tools/dev/mutants.txt)")
@@ -319,7 +322,19 @@ def main():
     except ListError as e:
         print(f"mutate.py: {args.mutants}: {e}", file=sys.stderr)
         return 2
-    errors = validate(mutants, CL_DIR)
+    # one snapshot of cl/ for the whole run (the baseline included), so an edit of cl/
+    # during a run cannot mix sources
+    snapshot = tempfile.mkdtemp(prefix="clattn-mut-cl-")
+    for path in glob.glob(os.path.join(CL_DIR, "*.cl")):
+        shutil.copy(path, snapshot)
+    try:
+        return run(args, mutants, snapshot)
+    finally:
+        shutil.rmtree(snapshot, ignore_errors=True)
+
+
+def run(args, mutants, cl_dir):
+    errors = validate(mutants, cl_dir)
     if errors:
         print(f"mutate.py: {len(errors)} problem(s) in {os.path.relpath(args.mutants, ROOT)} "
               "(fix the list before running):", file=sys.stderr)
@@ -365,8 +380,13 @@ def main():
                          capture_output=True, text=True)
     device = next((ln.strip() for ln in dev.stdout.splitlines() if "default" in ln),
                   dev.stdout.strip().split("\n")[0] if dev.stdout else "?")
+    rev = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %cd", "--date=short"],
+                         capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "cl"],
+                           capture_output=True, text=True).stdout.strip()
     print(f"runtime {runtime}" + (f" ({intel})" if runtime == "intel" else "") +
-          f"; device {device}; build {build}")
+          f"; device {device}; build {build}; cl/ at {rev or '?'}" +
+          (" with local changes" if dirty else ""))
 
     tests = [(n, k, e) for n, k, e in FAST + ([] if args.fast_only else SLOW)]
     cmds = {}
@@ -385,7 +405,8 @@ def main():
         print("baseline (unmutated kernels):")
         for name in fast_names + slow_names:
             cmd, extra = cmds[name]
-            failed, why, secs, failures, tail = run_test(cmd, {**env0, **extra}, set(),
+            failed, why, secs, failures, tail = run_test(cmd, {**env0, **extra,
+                                                               "CLATTN_KERNEL_DIR": cl_dir}, set(),
                                                          args.timeout, stop_early=False)
             baseline[name] = set(failures)
             state = "passes" if not failed else (
@@ -401,9 +422,9 @@ def main():
     results = []
     for m in mutants:
         t0 = time.monotonic()
-        killer, log = None, []
+        killer, log, message = None, [], ""
         with tempfile.TemporaryDirectory(prefix=f"clattn-mut-{m['id']}-") as kdir:
-            plant(m, CL_DIR, kdir)
+            plant(m, cl_dir, kdir)
             env = {**env0, "CLATTN_KERNEL_DIR": kdir}
             for name in fast_names + slow_names:
                 cmd, extra = cmds[name]
@@ -412,6 +433,7 @@ def main():
                 log.append(f"{name} {fmt_secs(secs)}")
                 if failed:
                     killer = f"{name}: {why}"
+                    message = tail[-1] if tail else ""
                     break
         secs = time.monotonic() - t0
         status = "killed" if killer else "SURVIVED"
@@ -419,6 +441,8 @@ def main():
         eq = " (marked equivalent)" if m["equivalent"] else ""
         print(f"{m['id']:5} {status:8} {fmt_secs(secs):>8}  {killer or 'ran: ' + ', '.join(log)}"
               f"{eq}", flush=True)
+        if args.verbose and message:
+            print(f"      {message[:400]}", flush=True)
 
     total = time.monotonic() - t_start
     print()
