@@ -290,6 +290,36 @@ DEFINE_LOAD_ROW16(2)
                 (acc)[r_][a_] = fma((float16)((p)[r_][jj_]), vv_, (acc)[r_][a_]);        \
         }
 
+/* The same sum when no staged V value is inf or NaN (then a weight of 0 adds exactly
+ * nothing and needs no test): GEMM micro-kernel order — for each 16-column slice a of V,
+ * RQ float16 accumulators stay in registers over the whole tile while each V vector
+ * feeds RQ FMAs with broadcast weights (RQ·2 + 2 AVX2 registers, whatever d_v is). */
+#define ACCUMULATE_PV_DENSE(acc, p, v_tile)                                              \
+    for (int a_ = 0; a_ < N_AV; a_++) {                                                  \
+        float16 o_[RQ];                                                                  \
+        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) o_[r_] = (acc)[r_][a_];        \
+        _Pragma("unroll 4") for (int jj_ = 0; jj_ < TILE_KV; jj_++)                      \
+        {                                                                                \
+            const float16 vv_ = vload16(a_, (v_tile) + jj_ * D_V_PAD);                   \
+            _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++)                            \
+                o_[r_] = fma((float16)((p)[r_][jj_]), vv_, o_[r_]);                      \
+        }                                                                                \
+        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) (acc)[r_][a_] = o_[r_];        \
+    }
+
+/* Whether any row this work-item staged into a row-major local tile (rows t, t + wg, …
+ * of `tile`, each d_pad floats) holds inf or NaN. */
+int rows_nonfinite(__local const float *t, int tile, int d_pad, int wg)
+{
+    int16 bad = 0;
+    for (int jj = get_local_id(0); jj < tile; jj += wg)
+        for (int a = 0; a < d_pad / 16; a++) {
+            const float16 x = vload16(a, t + jj * d_pad);
+            bad |= isnan(x) | isinf(x);
+        }
+    return any(bad);
+}
+
 /* d rounded up to whole float16 vectors */
 #define PAD16(d) (((d) + 15) / 16 * 16)
 

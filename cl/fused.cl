@@ -28,13 +28,18 @@
  * the group can see.
  *
  * Register blocking (what CPU OpenCL compilers vectorise without fast-math, and plain
- * registers on GPUs): the scores of RQ queries × 16 keys are RQ float16 values built by
- * broadcasting q[r][c] against row c of the transposed K tile — each K vector feeds RQ
- * FMAs and no dot product needs a horizontal sum; each V row vector feeds RQ
- * accumulators.
- * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
- * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
- * and runs 2x slower.
+ * registers on GPUs), both products in the broadcast form of a GEMM micro-kernel:
+ * - scores: for each 16 keys, RQ float16 accumulators (one per query) built by
+ *   broadcasting q[r][c] against row c of the transposed K tile — each K vector feeds
+ *   RQ FMAs and no dot product needs a horizontal sum;
+ * - weighted sum: for each 16 columns of V, RQ float16 accumulators held over the whole
+ *   tile, each V row vector feeding RQ FMAs with broadcast weights.
+ * Either way RQ·2 + 2 AVX2 registers whatever d and the tile are (RQ 4: 10 of 16), so
+ * nothing spills. A weight of 0 must add nothing even when V holds inf or NaN: the
+ * work-items flag staged V rows holding either, and only such tiles take the summation
+ * that tests each weight.
+ * `#pragma unroll` on the loops over r (and partly c, keys) keeps the register blocks
+ * in registers: without it PoCL's LLVM keeps them in memory and runs 2x slower.
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K (compile-time: private arrays, unrolled loops) */
@@ -160,6 +165,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
 {
     __local float k_t[D_K * TILE_KV];        /* K tile transposed: k_t[c·TILE_KV + key] */
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
+    __local int tile_bad[WG];                /* work-item t staged a row holding inf/NaN */
     const long g0 = get_group_id(0) * (WG * RQ);      /* first query of the group */
     const long i0 = g0 + get_local_id(0) * RQ;        /* first query of this work-item */
     const long bh = get_global_id(1);
@@ -196,24 +202,35 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         STAGE_ROWS(K_DT, k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
         STAGE_ROWS(V_DT, v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false,
                    v_tile);
+        /* keys of weight 0 must add nothing even when V holds inf or NaN: one test per
+         * tile (each work-item checks the rows it staged), not one per product */
+        tile_bad[get_local_id(0)] = rows_nonfinite(v_tile, TILE_KV, D_V_PAD, WG);
         barrier(CLK_LOCAL_MEM_FENCE); /* K and V tiles staged before anyone reads them */
+        bool v_finite = true;
+        for (int t = 0; t < WG; t++)
+            v_finite &= !tile_bad[t];
 
         if (j0 < wi_hi && j0 + TILE_KV > wi_lo) {
-            float16 s[RQ][N_SV];
-            #pragma unroll
-            for (int r = 0; r < RQ; r++)
+            /* the raw scores of RQ rows × TILE_KV keys, 16 keys at a time: RQ float16
+             * accumulators, each K vector feeding RQ FMAs (a GEMM micro-kernel in
+             * broadcast form; the accumulators and one K vector fit 16 AVX2 registers) */
+            float p[RQ][TILE_KV];
+            for (int sv = 0; sv < N_SV; sv++) {
+                float16 s[RQ];
                 #pragma unroll
-                for (int sv = 0; sv < N_SV; sv++)
-                    s[r][sv] = 0.0f;
-            for (int c = 0; c < D_K; c++)
-                #pragma unroll
-                for (int sv = 0; sv < N_SV; sv++) {
+                for (int r = 0; r < RQ; r++)
+                    s[r] = 0.0f;
+                #pragma unroll 4
+                for (int c = 0; c < D_K; c++) {
                     const float16 kc = vload16(sv, k_t + c * TILE_KV);
                     #pragma unroll
                     for (int r = 0; r < RQ; r++)
-                        s[r][sv] = fma((float16)(q_rows[r][c]), kc, s[r][sv]);
+                        s[r] = fma((float16)(q_rows[r][c]), kc, s[r]);
                 }
-            float p[RQ][TILE_KV];
+                #pragma unroll
+                for (int r = 0; r < RQ; r++)
+                    vstore16(s[r], sv, p[r]);
+            }
             #pragma unroll
             for (int r = 0; r < RQ; r++) {
                 const long i = i0 + r;
@@ -224,10 +241,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 float16 m16 = (float16)(-INFINITY);
                 #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++) {
-                    s[r][sv] = score_terms16(s[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0,
+                    const float16 x = score_terms16(vload16(sv, p[r]) * scale, lane + 16 * sv, lo, hi, self, j0,
                                              n_kv, mt, mt_off, mt_st, alibi, softcap, mbase,
                                              rule[r].diag, slope, ALIBI ? alibi_ref(rule[r]) : 0);
-                    m16 = max_nan16(m16, s[r][sv]);
+                    vstore16(x, sv, p[r]);
+                    m16 = max_nan16(m16, x);
                 }
                 const float m_new = max_nan(m[r], hmax_nan(m16));
                 if (m_new == -INFINITY) { /* nothing visible yet: p = 0 */
@@ -243,13 +261,17 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                     acc[r][a] *= alpha;
                 #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++) {
-                    const float16 pv = exp(s[r][sv] - m_new);
+                    const float16 pv = exp(vload16(sv, p[r]) - m_new);
                     l[r] += hsum(pv);
                     vstore16(pv, sv, p[r]);
                 }
                 m[r] = m_new;
             }
-            ACCUMULATE_PV(acc, p, v_tile);
+            if (v_finite) {
+                ACCUMULATE_PV_DENSE(acc, p, v_tile);
+            } else {
+                ACCUMULATE_PV(acc, p, v_tile);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }

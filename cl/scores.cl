@@ -8,7 +8,7 @@
  * (WG, 1, 1). Group (x, y) stages keys [y·TILE_KV, (y+1)·TILE_KV) of K transposed in
  * local memory; its work-item t owns S[i][j] for the RQ queries i = (x·WG + t)·RQ + r
  * and those keys. Query head h reads key head h / group (grouped-query attention).
- * Register blocking as in fused.cl: RQ × TILE_KV/16 float16 accumulators, each K
+ * Register blocking as in fused.cl: per 16 keys, RQ float16 accumulators, each K
  * vector feeding RQ FMAs.
  * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
  * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
@@ -58,27 +58,31 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
     if (skip)
         return;
 
-    float16 acc[RQ][N_SV];
-    #pragma unroll
-    for (int r = 0; r < RQ; r++)
-        #pragma unroll
-        for (int sv = 0; sv < N_SV; sv++)
-            acc[r][sv] = 0.0f;
     /* keys outside every row's visible range only get −∞, no products */
     const long2 kr = group_key_range(RULE_ARGS, b, i0, min(i0 + RQ, n_q) - 1, n_q, n_kv);
     const bool work = j0 < kr.y && j0 + TILE_KV > kr.x;
-    for (int c = 0; c < D_K && work; c++) {
-        float qc[RQ];
+    float q_rows[RQ][D_K];
+    #pragma unroll
+    for (int r = 0; r < RQ; r++)
+        for (int c = 0; c < D_K; c++)
+            q_rows[r][c] = work && i0 + r < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i0 + r, c))
+                                                : 0.0f;
+    float16 acc[RQ][N_SV];
+    for (int sv = 0; sv < N_SV; sv++) {
+        float16 s_[RQ];
         #pragma unroll
         for (int r = 0; r < RQ; r++)
-            qc[r] = i0 + r < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i0 + r, c)) : 0.0f;
-        #pragma unroll
-        for (int sv = 0; sv < N_SV; sv++) {
+            s_[r] = 0.0f;
+        #pragma unroll 4
+        for (int c = 0; c < D_K && work; c++) {
             const float16 kc = vload16(sv, k_t + c * TILE_KV);
             #pragma unroll
             for (int r = 0; r < RQ; r++)
-                acc[r][sv] = fma((float16)(qc[r]), kc, acc[r][sv]);
+                s_[r] = fma((float16)(q_rows[r][c]), kc, s_[r]);
         }
+        #pragma unroll
+        for (int r = 0; r < RQ; r++)
+            acc[r][sv] = s_[r];
     }
     const int n_keys = (int)min(n_kv - j0, (long)TILE_KV);
     #pragma unroll

@@ -8,8 +8,9 @@
  * of group g owns the RQ rows i = (g·WG + t)·RQ + r of O. The group stages TILE_KV
  * rows of V in local memory per step. `mask` only lets causal masks stop at the last
  * key the group's rows can see (their weights past it are zero anyway).
- * Register blocking as in fused.cl: RQ × d_v/16 float16 accumulators, each V vector
- * feeding RQ FMAs.
+ * Register blocking as in fused.cl: per 16 columns of V, RQ float16 accumulators, each
+ * V vector feeding RQ FMAs (ACCUMULATE_PV_DENSE; the per-weight test of
+ * ACCUMULATE_PV only for tiles holding inf or NaN).
  * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
  * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
  * and runs 2x slower.
@@ -36,6 +37,7 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
                     int h_q, int group, long n_q, long n_kv, int sparse, RULE_PARAMS)
 {
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
+    __local int tile_bad[WG];                /* work-item t staged a row holding inf/NaN */
     const long g0 = get_group_id(0) * (WG * RQ), i0 = g0 + get_local_id(0) * RQ;
     const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
@@ -60,7 +62,11 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
         STAGE_ROWS(V_DT, v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false,
                    v_tile);
+        tile_bad[get_local_id(0)] = rows_nonfinite(v_tile, TILE_KV, D_V_PAD, WG);
         barrier(CLK_LOCAL_MEM_FENCE); /* V tile staged before anyone reads it */
+        bool v_finite = true; /* then weights of 0 need no test (fused.cl) */
+        for (int t = 0; t < WG; t++)
+            v_finite &= !tile_bad[t];
 
         if (i0 < n_q) { /* work-items past the last row only help stage V */
             float p[RQ][TILE_KV];
@@ -74,7 +80,11 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
                 for (int jj = 0; jj < TILE_KV; jj++)
                     p[r][jj] = jj >= jlo && jj < jhi ? w[row + (j0 + jj) * w_st.s3] : 0.0f;
             }
-            ACCUMULATE_PV(acc, p, v_tile);
+            if (v_finite) {
+                ACCUMULATE_PV_DENSE(acc, p, v_tile);
+            } else {
+                ACCUMULATE_PV(acc, p, v_tile);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }

@@ -143,6 +143,7 @@ static void push_specials(vlist *l)
     push(l, -INFINITY);
     push(l, FLT_MAX);
     push(l, -FLT_MAX);
+    push(l, 1.000732421875f); /* the case: float16 0x3c01, toward zero 0x3c00 */
 }
 
 /* For every `step`-th finite positive pattern p (and the last few): its value, the
@@ -977,11 +978,14 @@ static void stages_case(const sconf *c, uint32_t seed, size_t wgs)
         snprintf(name, sizeof name, "%s LSE", what);
         TU_ASSERT_CLOSE(name, &tl, NULL, rl, TOL);
         /* without weights: the unfused pipeline's sparse workspace (tiles no row of a
-         * group sees are neither computed nor read) */
+         * group sees are neither computed nor read), the fused kernel's own LSE */
         d.weights = NULL;
-        snprintf(name, sizeof name, "%s O without weights", what);
+        snprintf(name, sizeof name, "%s without weights", what);
         TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to), "%s", name);
+        snprintf(name, sizeof name, "%s without weights: O", what);
         TU_ASSERT_CLOSE(name, &to, NULL, ro, TOL);
+        snprintf(name, sizeof name, "%s without weights: LSE", what);
+        TU_ASSERT_CLOSE(name, &tl, NULL, rl, TOL);
     }
     free(want_s);
     free(sc);
@@ -1319,6 +1323,7 @@ START_TEST(alibi_far_positions_realistic_slopes)
             snprintf(what, sizeof what, "ALiBi slopes 0.5, 1, 1/16, 1/4 at q_start %lld%s",
                      (long long)starts[s], cfg % 2 ? ", kv_start behind, causal, window" : "");
             against_reference(what, &p, &d, true);
+            against_reference(what, &p, &d, false);
             tu_problem_free(&p);
         }
     small_blocking(false);

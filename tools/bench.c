@@ -17,6 +17,62 @@
 #include <time.h>
 #include <unistd.h>
 
+/* This machine's CPU as /proc/cpuinfo gives it (machines differ from run to run, so
+ * every result carries it): model name, x86 family/model or ARM implementer/part,
+ * the vector extensions that bound the FMA peak, and the logical CPU count. Empty
+ * where /proc/cpuinfo is absent. */
+static void host_cpu(char *out, size_t len)
+{
+    out[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[4096], model[128] = "", fam[16] = "", mod[16] = "", impl[16] = "", part[16] = "";
+    char ext[96] = "";
+    int cpus = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        char *val = colon + 1;
+        while (*val == ' ' || *val == '\t')
+            val++;
+        val[strcspn(val, "\n")] = '\0';
+        if (strncmp(line, "processor", 9) == 0)
+            cpus++;
+        else if (!model[0] && strncmp(line, "model name", 10) == 0)
+            snprintf(model, sizeof model, "%s", val);
+        else if (!fam[0] && strncmp(line, "cpu family", 10) == 0)
+            snprintf(fam, sizeof fam, "%s", val);
+        else if (!mod[0] && strncmp(line, "model\t", 6) == 0)
+            snprintf(mod, sizeof mod, "%s", val);
+        else if (!impl[0] && strncmp(line, "CPU implementer", 15) == 0)
+            snprintf(impl, sizeof impl, "%s", val);
+        else if (!part[0] && strncmp(line, "CPU part", 8) == 0)
+            snprintf(part, sizeof part, "%s", val);
+        else if (!ext[0] && (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0)) {
+            static const char *const wanted[] = {"avx512f", "avx512_bf16", "amx_tile", "avx2",
+                                                 "fma", "asimd", "sve", "sve2"};
+            for (size_t w = 0; w < sizeof wanted / sizeof wanted[0]; w++) {
+                const size_t n = strlen(wanted[w]);
+                for (const char *p = strstr(val, wanted[w]); p; p = strstr(p + 1, wanted[w]))
+                    if ((p == val || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) {
+                        const size_t at = strlen(ext);
+                        snprintf(ext + at, sizeof ext - at, "%s%s", at ? " " : "", wanted[w]);
+                        break;
+                    }
+            }
+        }
+    }
+    fclose(f);
+    if (fam[0])
+        snprintf(out, len, "%s (family %s model %s; %s; %d CPUs)", model[0] ? model : "?", fam,
+                 mod, ext[0] ? ext : "no avx2", cpus);
+    else
+        snprintf(out, len, "%s (implementer %s part %s; %s; %d CPUs)", model[0] ? model : "?",
+                 impl[0] ? impl : "?", part[0] ? part : "?", ext[0] ? ext : "-", cpus);
+}
+
 static const char bench_usage[] =
     "Usage: clattn bench [--shapes LIST] [--reps N] [--warmup N] [--json] [--peak]\n"
     "                    [--quiet] [--device SPEC]\n"
@@ -402,12 +458,15 @@ int cmd_bench(int argc, char **argv)
     clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
     clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof version - 1, version, NULL);
     const double peak_gflops = peak ? measure_peak(ctx) : 0.0;
+    char cpu[320];
+    host_cpu(cpu, sizeof cpu);
 
     if (json)
         printf("[\n");
     else {
         printf("device: %s (driver %s), clattn %s, %d timed runs after %d warm-up\n", name, version,
                clattn_version(), reps, warmup);
+        printf("host CPU: %s\n", cpu[0] ? cpu : "unknown (no /proc/cpuinfo)");
         if (peak)
             printf("f32 FMA peak (float16 x 8 accumulators): %.1f GFLOP/s\n", peak_gflops);
         printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %-5s %10s %17s %10s %8s %7s %10s%s\n",
@@ -437,14 +496,14 @@ int cmd_bench(int argc, char **argv)
                                                        : "f32";
         if (json) {
             printf(
-                "  {\"device\": \"%s\", \"b\": %lld, \"h_q\": %lld, \"h_kv\": %lld, \"n_q\": %lld, "
+                "  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, \"h_kv\": %lld, \"n_q\": %lld, "
                 "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
                 "\"algorithm\": \"%s\", \"dtype\": \"%s\", \"device_ms\": {\"median\": %.6g, "
                 "\"min\": %.6g, "
                 "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
                 "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
                 "\"peak_gflops\": %.6g, \"plan\": \"%s\"}%s\n",
-                name, (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
+                name, cpu, (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                 (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask), alg,
                 dt, r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
                 r.wall_ms.min, r.wall_ms.max, r.gflops, r.gbytes_per_s, r.workspace_bytes,
