@@ -44,6 +44,9 @@
 #define LD16_0(p, i) vload16(0, (p) + (i))
 #define LD16_1(p, i) vload_half16(0, (p) + (i))
 #define LD16_2(p, i) as_float16(convert_uint16(vload16(0, (p) + (i))) << 16)
+#define LD8_0(p, i) vload8(0, (p) + (i))
+#define LD8_1(p, i) vload_half8(0, (p) + (i))
+#define LD8_2(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)
 #define ST(dt, p, i, x) ST_(dt, p, i, x)
 #define ST_(dt, p, i, x) ST_##dt(p, i, x)
 #define ST_0(p, i, x) ((p)[i] = (x))
@@ -323,45 +326,84 @@ int rows_nonfinite(__local const float *t, int tile, int d_pad, int wg)
 /* d rounded up to whole float16 vectors */
 #define PAD16(d) (((d) + 15) / 16 * 16)
 
+/* The 8×8 block of rows r0…r7 transposed in registers (three rounds of shuffles, the
+ * unpack / shuffle / permute of a SIMD transpose) and stored as 8 columns of 8
+ * consecutive keys: t[c·tile + k] = r_k[c]. */
+void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, float8 r5,
+                       float8 r6, float8 r7, __local float *t, int tile)
+{
+    const uint8 even = (uint8)(0, 8, 2, 10, 4, 12, 6, 14), odd = (uint8)(1, 9, 3, 11, 5, 13, 7, 15);
+    const uint8 lo2 = (uint8)(0, 1, 8, 9, 4, 5, 12, 13), hi2 = (uint8)(2, 3, 10, 11, 6, 7, 14, 15);
+    const uint8 lo4 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11), hi4 = (uint8)(4, 5, 6, 7, 12, 13, 14, 15);
+    const float8 a0 = shuffle2(r0, r1, even), a1 = shuffle2(r0, r1, odd);
+    const float8 a2 = shuffle2(r2, r3, even), a3 = shuffle2(r2, r3, odd);
+    const float8 a4 = shuffle2(r4, r5, even), a5 = shuffle2(r4, r5, odd);
+    const float8 a6 = shuffle2(r6, r7, even), a7 = shuffle2(r6, r7, odd);
+    const float8 b0 = shuffle2(a0, a2, lo2), b1 = shuffle2(a0, a2, hi2); /* cols 0|4, 2|6 */
+    const float8 b2 = shuffle2(a1, a3, lo2), b3 = shuffle2(a1, a3, hi2); /* cols 1|5, 3|7 */
+    const float8 b4 = shuffle2(a4, a6, lo2), b5 = shuffle2(a4, a6, hi2);
+    const float8 b6 = shuffle2(a5, a7, lo2), b7 = shuffle2(a5, a7, hi2);
+    vstore8(shuffle2(b0, b4, lo4), 0, t);
+    vstore8(shuffle2(b2, b6, lo4), 0, t + tile);
+    vstore8(shuffle2(b1, b5, lo4), 0, t + 2 * tile);
+    vstore8(shuffle2(b3, b7, lo4), 0, t + 3 * tile);
+    vstore8(shuffle2(b0, b4, hi4), 0, t + 4 * tile);
+    vstore8(shuffle2(b2, b6, hi4), 0, t + 5 * tile);
+    vstore8(shuffle2(b1, b5, hi4), 0, t + 6 * tile);
+    vstore8(shuffle2(b3, b7, hi4), 0, t + 7 * tile);
+}
+
 /* Stages rows [j0, j0 + tile) of head (b, h) of a view into local memory: transposed,
  * dst[c·tile + jj] (K for the scores), or row-major with rows padded to d_pad,
  * dst[jj·d_pad + c] (V for the weighted sum). Rows past n and columns past d are
- * zeros. Work-item t copies rows t, t + wg, …; rows dense along d move as float16
- * vectors. Callers pass compile-time constants for d, d_pad, tile, wg and transpose,
- * so the compiler specialises this after inlining. One function per storage type:
+ * zeros. Row-major: work-item t copies rows t, t + wg, …, rows dense along d as float16
+ * vectors. Transposed: work-item t takes blocks of 8 keys t, t + wg, … and moves 8×8
+ * blocks through store_transposed8 where the 8 rows are present and dense along d,
+ * elements one at a time elsewhere (a tile's partial end, strided views, d % 8).
+ * Callers pass compile-time constants for d, d_pad, tile, wg and transpose, so the
+ * compiler specialises this after inlining. One function per storage type:
  * stage_rows_0 (float), _1 (half), _2 (bf16); STAGE_ROWS(dt, …) picks one. */
 #define DEFINE_STAGE_ROWS(dt)                                                               \
     void stage_rows_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h, \
                          long j0, long n, int d, int d_pad, int tile, int wg, bool transpose, \
                          __local float *dst)                                                \
     {                                                                                       \
+        if (transpose) {                                                                    \
+            for (int kb = get_local_id(0); kb < tile / 8; kb += wg) {                       \
+                const int jj0 = 8 * kb;                                                     \
+                int c = 0;                                                                  \
+                if (st.s3 == 1 && j0 + jj0 + 8 <= n) {                                      \
+                    const long base = view_at(off, st, b, h, j0 + jj0, 0);                  \
+                    for (; c + 8 <= d; c += 8) {                                            \
+                        const __global const ELEM_T_##dt *p_ = src + base + c;              \
+                        store_transposed8(LD8_##dt(p_, 0), LD8_##dt(p_, st.s2),             \
+                                          LD8_##dt(p_, 2 * st.s2), LD8_##dt(p_, 3 * st.s2), \
+                                          LD8_##dt(p_, 4 * st.s2), LD8_##dt(p_, 5 * st.s2), \
+                                          LD8_##dt(p_, 6 * st.s2), LD8_##dt(p_, 7 * st.s2), \
+                                          dst + c * tile + jj0, tile);                      \
+                    }                                                                       \
+                }                                                                           \
+                for (int k = 0; k < 8; k++) { /* what the blocks did not cover */          \
+                    const long j = j0 + jj0 + k;                                            \
+                    const long base = view_at(off, st, b, h, j < n ? j : 0, 0);             \
+                    for (int cc = c; cc < d; cc++)                                          \
+                        dst[cc * tile + jj0 + k] =                                          \
+                            j < n ? LD_##dt(src, base + cc * st.s3) : 0.0f;                 \
+                }                                                                           \
+            }                                                                               \
+        } else {                                                                            \
         for (int jj = get_local_id(0); jj < tile; jj += wg) {                               \
             const long j = j0 + jj;                                                         \
             const bool in = j < n;                                                          \
             const long base = view_at(off, st, b, h, in ? j : 0, 0);                        \
             int c = 0;                                                                      \
             if (in && st.s3 == 1) {                                                         \
-                for (; c + 16 <= d; c += 16) {                                              \
-                    const float16 r = LD16_##dt(src, base + c);                             \
-                    if (transpose) {                                                        \
-                        __local float *t = dst + c * tile + jj;                             \
-                        t[0] = r.s0, t[tile] = r.s1, t[2 * tile] = r.s2, t[3 * tile] = r.s3; \
-                        t[4 * tile] = r.s4, t[5 * tile] = r.s5, t[6 * tile] = r.s6;         \
-                        t[7 * tile] = r.s7, t[8 * tile] = r.s8, t[9 * tile] = r.s9;         \
-                        t[10 * tile] = r.sa, t[11 * tile] = r.sb, t[12 * tile] = r.sc;      \
-                        t[13 * tile] = r.sd, t[14 * tile] = r.se, t[15 * tile] = r.sf;      \
-                    } else {                                                                \
-                        vstore16(r, 0, dst + jj * d_pad + c);                               \
-                    }                                                                       \
-                }                                                                           \
+                for (; c + 16 <= d; c += 16)                                                \
+                    vstore16(LD16_##dt(src, base + c), 0, dst + jj * d_pad + c);            \
             }                                                                               \
-            for (; c < d_pad; c++) {                                                        \
-                const float x = (in && c < d) ? LD_##dt(src, base + c * st.s3) : 0.0f;      \
-                if (!transpose)                                                             \
-                    dst[jj * d_pad + c] = x;                                                \
-                else if (c < d)                                                             \
-                    dst[c * tile + jj] = x;                                                 \
-            }                                                                               \
+            for (; c < d_pad; c++)                                                          \
+                dst[jj * d_pad + c] = (in && c < d) ? LD_##dt(src, base + c * st.s3) : 0.0f; \
+        }                                                                                   \
         }                                                                                   \
     }
 #if READS_DT(0)

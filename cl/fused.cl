@@ -231,40 +231,46 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 for (int r = 0; r < RQ; r++)
                     vstore16(s[r], sv, p[r]);
             }
-            #pragma unroll
+            /* the online softmax of each row over the tile (not unrolled: p, m, l and acc
+             * live in memory here anyway, and the unrolled code was 4x the size) */
             for (int r = 0; r < RQ; r++) {
                 const long i = i0 + r;
                 const int lo = rel_bound(rule[r].lo, j0, TILE_KV);
                 const int hi = rel_bound(rule[r].hi, j0, TILE_KV);
                 const int self = rel_key(rule[r].self, j0, TILE_KV);
                 const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+                /* every key of the tile visible and no score term: only the scale */
+                const bool plain =
+                    !MASK_T && !ALIBI && !SOFTCAP && lo == 0 && hi == TILE_KV && self < 0;
                 float16 m16 = (float16)(-INFINITY);
-                #pragma unroll
                 for (int sv = 0; sv < N_SV; sv++) {
-                    const float16 x = score_terms16(vload16(sv, p[r]) * scale, lane + 16 * sv, lo, hi, self, j0,
-                                             n_kv, mt, mt_off, mt_st, alibi, softcap, mbase,
-                                             rule[r].diag, slope, ALIBI ? alibi_ref(rule[r]) : 0);
+                    float16 x = vload16(sv, p[r]) * scale;
+                    if (!plain)
+                        x = score_terms16(x, lane + 16 * sv, lo, hi, self, j0, n_kv, mt, mt_off,
+                                          mt_st, alibi, softcap, mbase, rule[r].diag, slope,
+                                          ALIBI ? alibi_ref(rule[r]) : 0);
                     vstore16(x, sv, p[r]);
                     m16 = max_nan16(m16, x);
                 }
                 const float m_new = max_nan(m[r], hmax_nan(m16));
                 if (m_new == -INFINITY) { /* nothing visible yet: p = 0 */
-                    #pragma unroll
                     for (int sv = 0; sv < N_SV; sv++)
                         vstore16((float16)(0.0f), sv, p[r]);
                     continue;
                 }
-                const float alpha = exp(m[r] - m_new);
-                l[r] *= alpha;
-                #pragma unroll
-                for (int a = 0; a < N_AV; a++)
-                    acc[r][a] *= alpha;
-                #pragma unroll
+                if (m_new != m[r]) { /* rescale to the new max (alpha = 1 otherwise) */
+                    const float alpha = exp(m[r] - m_new);
+                    l[r] *= alpha;
+                    for (int a = 0; a < N_AV; a++)
+                        acc[r][a] *= alpha;
+                }
+                float16 l16 = 0.0f;
                 for (int sv = 0; sv < N_SV; sv++) {
                     const float16 pv = exp(vload16(sv, p[r]) - m_new);
-                    l[r] += hsum(pv);
+                    l16 += pv;
                     vstore16(pv, sv, p[r]);
                 }
+                l[r] += hsum(l16);
                 m[r] = m_new;
             }
             if (v_finite) {

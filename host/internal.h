@@ -257,7 +257,6 @@ typedef struct clattn_blocking_request {
     clattn_kernel kernel;
     int64_t d_k, d_v;        /* head dims (0 where the kernel has none) */
     int64_t n_q;             /* queries: small problems keep the built-in class */
-    int64_t acc_floats;      /* per-query accumulator floats (register blocking) */
     int64_t private_floats;  /* per-query private floats besides the tile's (CPU stack) */
     int64_t private_per_key; /* … plus this many per key of the tile */
     int64_t local_per_key;   /* local-memory floats per key of a tile */

@@ -82,12 +82,10 @@ static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kerne
             (unsigned long long)clattn_local_tile_budget(ctx), (unsigned long long)ctx->local_mem);
     char dims[200];
     snprintf(dims, sizeof dims, "-D%s=%lld %s", scores ? "D_K" : "D_V", (long long)d, feat);
-    /* per-query accumulators: a tile of scores, or the padded O row */
-    const int64_t acc = scores ? (int64_t)t : per_key;
     /* private floats per query: 16 + 2 per key (scores), d_v + 16 + 1 per key (sum) */
     const int64_t priv = scores ? 16 : per_key + 16, priv_key = scores ? 2 : 1;
     const clattn_blocking_request r = {
-        kernel, scores ? d : 0, scores ? 0 : d, n_q, acc, priv, priv_key, per_key, t, 0, false};
+        kernel, scores ? d : 0, scores ? 0 : d, n_q, priv, priv_key, per_key, t, 0, false};
     return build_blocked(ctx, scores ? "scores.cl" : "weighted_sum.cl", dims, &r, out);
 }
 
@@ -298,7 +296,6 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                                            d_k,
                                            d_v,
                                            n_q,
-                                           d_v_pad,
                                            d_k + d_v_pad + 8,
                                            2,
                                            d_k + d_v_pad,

@@ -21,11 +21,18 @@
 
 /* The built-in table. */
 #define GPU_TILE_KV 64                   /* blocked kernels on GPUs: keys per step (x16) */
-#define CPU_TILE_KV 64                   /* scores / weighted sum on CPUs: keys per step */
+#define CPU_TILE_KV 128                  /* scores / weighted sum on CPUs: keys per step */
 #define CPU_FUSED_TILE_KV 128            /* fused on CPUs: at most this many keys per step, */
 #define CPU_FUSED_TILE_BYTES (64 * 1024) /* with K and V tiles within this (cache-sized) */
 #define GPU_WG 64                        /* blocked kernels on GPUs: work-items per group */
-#define CPU_WG 16                        /* on CPUs: work-items per work-group (WG·RQ rows) */
+#define CPU_WG 32                        /* on CPUs: work-items per work-group (WG·RQ rows), */
+#define CPU_RQ 4                         /* queries per work-item (RQ·2 + 2 AVX2 registers) */
+/* … halved until the group's working set (every work-item's private arrays and the
+ * local tiles) is within this. Measured on a Zen 3 (512 KiB L2 per core; PoCL reports
+ * the L3 as CL_DEVICE_GLOBAL_MEM_CACHE_SIZE and Intel's runtime half the L2, so the
+ * reported size cannot serve): d 64 and 128 fastest at WG 32 (264 KiB), d 256 at WG 32
+ * (363 KiB) 1.5x slower than at WG 16 (214 KiB). */
+#define CPU_GROUP_WORKING_BYTES (320 * 1024)
 /* PoCL's CPU device runs a work-group on one thread's stack, private arrays of every
  * work-item included; beyond about this many bytes in all it crashes (and it reports
  * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
@@ -189,14 +196,21 @@ static size_t group_limit(const clattn_context *ctx, const clattn_blocking_reque
     return limit;
 }
 
+/* Bytes a CPU work-group touches per tile: its work-items' private arrays and the
+ * local tiles. */
+static int64_t group_working_bytes(const clattn_blocking_request *r, size_t rq, size_t wg,
+                                   size_t tile_kv)
+{
+    const int64_t item = (int64_t)rq * (r->private_floats + r->private_per_key * (int64_t)tile_kv);
+    return ((int64_t)wg * item + r->local_per_key * (int64_t)tile_kv) * (int64_t)sizeof(float);
+}
+
 void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed)
 {
     const bool cpu = is_cpu(ctx);
-    *rq = !cpu || r->one_query_per_item ? 1
-          : r->acc_floats <= 128        ? 4
-          : r->acc_floats <= 256        ? 2
-                                        : 1;
+    /* the micro-kernels' registers do not depend on d: RQ 4 on every CPU */
+    *rq = !cpu || r->one_query_per_item ? 1 : CPU_RQ;
     *tile_kv = r->tile_cap;
     size_t wg_request = r->wg_request;
     const clattn_tune_entry *o =
@@ -232,6 +246,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
         *wg = cpu ? CPU_WG : GPU_WG;
         if (cpu && r->n_q < (int64_t)(*wg * *rq)) /* fewer queries than one group holds */
             *rq = *wg = 1;
+        while (cpu && *wg > 1 && group_working_bytes(r, *rq, *wg, *tile_kv) > CPU_GROUP_WORKING_BYTES)
+            *wg /= 2;
         while (*wg > *limit)
             *wg /= 2;
     }

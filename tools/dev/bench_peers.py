@@ -27,6 +27,12 @@ DEFAULT_SHAPES = "1,8,1024,1024,64; 1,8,4096,4096,64; 1,1,4096,4096,128; " \
                  "1,8,4096,4096,64,causal; 1,32,1,8192,128"
 
 
+# After a peer's call its thread pool (OpenMP in torch, OpenBLAS in numpy) keeps spinning
+# for a while; on a 2-core machine that spinning halves the next timed run (clattn's,
+# in a subprocess). Each peer gets this long to go idle before anything else is timed.
+SETTLE_S = 1.0
+
+
 def parse_shapes(text):
     shapes = []
     for spec in text.split(";"):
@@ -87,6 +93,10 @@ def main():
     print(f"numpy {np.__version__} (BLAS: {blas}), torch {torch.__version__ if torch else '-'}"
           f" ({torch.get_num_threads() if torch else 0} threads), cores {os.cpu_count()}")
 
+    dev = run_json([clattn, "bench", "--json", "--reps", "1", "--warmup", "0", "--shapes",
+                    "1,1,1,16,16,16,16,none,fused"])[0]
+    print(f"clattn device: {dev['device']}; host CPU: {dev.get('host_cpu', '?')}")
+
     rows = []
     tmp = tempfile.mkdtemp(prefix="clattn-peers-")
     rng = np.random.default_rng(0)
@@ -124,11 +134,13 @@ def main():
             for case in run_json([clattn, "bench", "--json", "--reps", "3", "--shapes", shape_arg]):
                 times[case["algorithm"]].append(case["device_ms"]["median"])
             times["numpy"].append(timed(lambda: numpy_attention(q, k, v, causal))[1])
+            time.sleep(SETTLE_S)
             if torch is not None:
                 with torch.no_grad():
                     times["torch-sdpa"].append(timed(
                         lambda: torch.nn.functional.scaled_dot_product_attention(
                             tq, tk, tv, is_causal=causal))[1])
+                time.sleep(SETTLE_S)
             if have_clblast and not causal:
                 r = run_json([peer, str(b), str(h), str(n_q), str(n_kv), str(d), str(d), "3"])
                 if r["max_abs_diff_vs_clattn"] > 1e-4:
