@@ -34,7 +34,7 @@
  *   RQ FMAs and no dot product needs a horizontal sum;
  * - weighted sum: for each 16 columns of V, RQ float16 accumulators held over the whole
  *   tile, each V row vector feeding RQ FMAs with broadcast weights.
- * Either way RQ·2 + 2 AVX2 registers whatever d and the tile are (RQ 4: 10 of 16), so
+ * Either way RQ·2 + 2 AVX2 registers whatever d and the tile are (RQ 6: 12 + 2 + a broadcast of 16), so
  * nothing spills. A weight of 0 must add nothing even when V holds inf or NaN: the
  * work-items flag staged V rows holding either, and only such tiles take the summation
  * that tests each weight.
@@ -178,12 +178,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     float m[RQ], l[RQ];
     row_rule rule[RQ]; /* visible keys of each row (none for rows past n_q) */
     long wi_lo = n_kv, wi_hi = 0; /* keys any of this work-item's rows may see */
-    #pragma unroll
-    for (int r = 0; r < RQ; r++) {
+    for (int r = 0; r < RQ; r++) { /* (setup and stores not unrolled: compile time) */
         const long i = i0 + r;
         for (int c = 0; c < D_K; c++)
             q_rows[r][c] = i < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c)) : 0.0f;
-        #pragma unroll
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         m[r] = -INFINITY;
@@ -281,7 +279,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
-    #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         if (i >= n_q)

@@ -10,9 +10,9 @@
  * and those keys. Query head h reads key head h / group (grouped-query attention).
  * Register blocking as in fused.cl: per 16 keys, RQ float16 accumulators, each K
  * vector feeding RQ FMAs.
- * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
+ * `#pragma unroll` on the micro-kernel's loops over r (small compile-time trip counts)
  * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
- * and runs 2x slower.
+ * and runs 2x slower. Setup and stores are not unrolled (compile time).
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K */
@@ -62,7 +62,6 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
     const long2 kr = group_key_range(RULE_ARGS, b, i0, min(i0 + RQ, n_q) - 1, n_q, n_kv);
     const bool work = j0 < kr.y && j0 + TILE_KV > kr.x;
     float q_rows[RQ][D_K];
-    #pragma unroll
     for (int r = 0; r < RQ; r++)
         for (int c = 0; c < D_K; c++)
             q_rows[r][c] = work && i0 + r < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i0 + r, c))
@@ -85,7 +84,6 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
             acc[r][sv] = s_[r];
     }
     const int n_keys = (int)min(n_kv - j0, (long)TILE_KV);
-    #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         if (i >= n_q)
@@ -95,7 +93,6 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
         const int self = rel_key(rr.self, j0, n_keys);
         const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
         const long row = view_at(s_off, s_st, b, h, i, j0);
-        #pragma unroll
         for (int sv = 0; sv < N_SV; sv++) {
             const float16 out =
                 score_terms16(acc[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0, n_kv, mt,

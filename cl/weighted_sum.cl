@@ -11,9 +11,9 @@
  * Register blocking as in fused.cl: per 16 columns of V, RQ float16 accumulators, each
  * V vector feeding RQ FMAs (ACCUMULATE_PV_DENSE; the per-weight test of
  * ACCUMULATE_PV only for tiles holding inf or NaN).
- * `#pragma unroll` on the loops over r, sv and a (small compile-time trip counts)
+ * `#pragma unroll` on the micro-kernel's loops over r (small compile-time trip counts)
  * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
- * and runs 2x slower.
+ * and runs 2x slower. Setup and stores are not unrolled (compile time).
  */
 #ifndef D_V
 #define D_V 64 /* head dim of V and O */
@@ -44,9 +44,7 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
 
     float16 acc[RQ][N_AV];
     long lo[RQ], hi[RQ]; /* keys each row may read: sparse workspaces hold only these */
-    #pragma unroll
     for (int r = 0; r < RQ; r++) {
-        #pragma unroll
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         const row_rule rr = rule_at(RULE_ARGS, b, min(i0 + r, n_q - 1), n_q, n_kv);
@@ -70,7 +68,6 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
 
         if (i0 < n_q) { /* work-items past the last row only help stage V */
             float p[RQ][TILE_KV];
-            #pragma unroll
             for (int r = 0; r < RQ; r++) {
                 const long i = i0 + r;
                 const long row = view_at(w_off, w_st, b, h, i < n_q ? i : 0, 0);
@@ -88,13 +85,11 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile overwrites */
     }
-    #pragma unroll
     for (int r = 0; r < RQ; r++) {
         const long i = i0 + r;
         if (i >= n_q)
             break;
         float out[D_V_PAD];
-        #pragma unroll
         for (int a = 0; a < N_AV; a++)
             vstore16(acc[r][a], a, out);
         for (int c = 0; c < D_V; c++)

@@ -205,7 +205,7 @@ typedef enum clattn_kernel {
 
 /** The blocking of one tiled kernel: compile-time constants of its program. */
 typedef struct clattn_blocking {
-    unsigned queries_per_work_item; /**< RQ: query rows each work-item holds, 1..4 */
+    unsigned queries_per_work_item; /**< RQ: query rows each work-item holds, 1..6 */
     unsigned work_group_size;       /**< WG: work-items per work-group, 1..1024 */
     unsigned tile_kv; /**< TILE_KV: keys per local-memory tile, 16..512, multiple of 16 */
 } clattn_blocking;

@@ -751,7 +751,7 @@ run_clattn tune --dry-run --shapes "1,1,1,16,16,8,8,none,fused" --reps 1
 expect_rc "tune --dry-run" 0
 expect_text "tune (table)" "$tmp/out" "candidates ran"
 expect_text "tune (progress)" "$tmp/err" "clattn tune: [1/41] case 1/1"
-expect_text "tune (progress, a candidate)" "$tmp/err" "candidate 36/36, RQ,WG,TILE 4,32,128"
+expect_text "tune (progress, a candidate)" "$tmp/err" "candidate 48/48, RQ,WG,TILE 6,32,128"
 if grep -q "clattn tune: \[" "$tmp/out"; then fail "tune: progress on standard output"; else pass; fi
 
 echo "test_cli: $passed passed, $failed failed"

@@ -19,7 +19,7 @@ static const char tune_usage[] =
     "Searches the blocking of the tiled kernels (RQ queries per work-item, WG\n"
     "work-items per work-group, TILE_KV keys per local-memory tile) on one device:\n"
     "for every shape and algorithm it times the built-in choice and each candidate\n"
-    "(RQ 1,2,4 x WG 4,8,16,32 x TILE_KV 32,64,128; a candidate the device refuses is\n"
+    "(RQ 1,2,4,6 x WG 4,8,16,32 x TILE_KV 32,64,128; a candidate the device refuses is\n"
     "skipped), prints the best per case, and stores it per kernel and head dims in the\n"
     "device's tuning file (clattn_context_tuning_file(): in the program-binary cache\n"
     "folder). Later contexts on the same device, driver and clattn version use it for\n"
@@ -119,13 +119,13 @@ int cmd_tune(int argc, char **argv)
         return bench_fail("the program-binary cache is disabled (CLATTN_CACHE_DIR=off), so there "
                           "is no tuning file; use --dry-run");
     }
-    static const unsigned rqs[] = {1, 2, 4}, wgs[] = {4, 8, 16, 32}, tiles[] = {32, 64, 128};
+    static const unsigned rqs[] = {1, 2, 4, 6}, wgs[] = {4, 8, 16, 32}, tiles[] = {32, 64, 128};
     int n_stored = 0, rc = 0;
     const candidate builtin = {0, 0, 0};
     printf("%-28s %8s %12s %-12s %10s %8s\n", "case", "alg", "built-in ms", "best RQ,WG,T",
            "best ms", "speed-up");
-    /* per case: the built-in choice, 36 candidates, then 2 x 2 re-timings of the winner */
-    enum { STEPS_PER_CASE = 1 + 36 + 4 };
+    /* per case: the built-in choice, 48 candidates, then 2 x 2 re-timings of the winner */
+    enum { STEPS_PER_CASE = 1 + 48 + 4 };
     progress pr;
     progress_start(&pr, "clattn tune", (long)n_cases * STEPS_PER_CASE, quiet);
     for (int i = 0; i < n_cases; i++) {
@@ -146,12 +146,12 @@ int cmd_tune(int argc, char **argv)
         double best = base;
         unsigned brq = 0, bwg = 0, btile = 0;
         int tried = 0;
-        for (size_t a = 0; a < 3; a++)
+        for (size_t a = 0; a < sizeof rqs / sizeof rqs[0]; a++)
             for (size_t w = 0; w < 4; w++)
                 for (size_t t = 0; t < 3; t++) {
                     char spec[48];
                     snprintf(spec, sizeof spec, "%u,%u,%u", rqs[a], wgs[w], tiles[t]);
-                    progress_step(&pr, "%s: candidate %zu/36, RQ,WG,TILE %u,%u,%u", what,
+                    progress_step(&pr, "%s: candidate %zu/48, RQ,WG,TILE %u,%u,%u", what,
                                   a * 12 + w * 3 + t + 1, rqs[a], wgs[w], tiles[t]);
                     const candidate cand = {rqs[a], wgs[w], tiles[t]};
                     const double ms = time_blocking(ctx, c, reps, cand);
