@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +98,10 @@ static const char bench_usage[] =
     "  --warmup N      untimed runs first (default 1; the first also builds programs)\n"
     "  --json          one JSON object per case on stdout, in a JSON array\n"
     "  --peak          also measure the device's f32 FMA peak (independent float16\n"
-    "                  accumulators) and print each case as a fraction of it\n"
+    "                  accumulators) and its streaming read bandwidth (float16 loads\n"
+    "                  over 256 MiB, summed), and print each case as a fraction of\n"
+    "                  both (the FMA peak bounds large problems, the bandwidth\n"
+    "                  decoding)\n"
     "  --quiet         no progress on standard error (by default: the case being timed,\n"
     "                  of how many, elapsed time and an estimate of what is left; one\n"
     "                  line rewritten in place on a terminal, plain lines otherwise)\n"
@@ -358,6 +362,98 @@ static const char peak_source[] =
     "                            s.s8 + s.s9 + s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
     "}\n";
 
+/* Streaming read: work-item g sums the float16 vectors of its own contiguous chunk (CPU:
+ * each thread streams one range, which the prefetchers follow) or every global-size-th
+ * vector from g (GPU: neighbouring work-items read neighbouring vectors). */
+static const char stream_source[] =
+    "__kernel void stream_read(__global const float16 *x, long n, int chunked,\n"
+    "                          __global float *out)\n"
+    "{\n"
+    "    const long g = get_global_id(0), G = get_global_size(0);\n"
+    "    const long per = n / G, lo = chunked ? g * per : g, step = chunked ? 1 : G;\n"
+    "    const long hi = chunked ? lo + per : n;\n"
+    "    float16 s0 = 0.0f, s1 = 0.0f;\n"
+    "    long i = lo;\n"
+    "    for (; i + step < hi; i += 2 * step) {\n"
+    "        s0 += x[i];\n"
+    "        s1 += x[i + step];\n"
+    "    }\n"
+    "    for (; i < hi; i += step)\n"
+    "        s0 += x[i];\n"
+    "    const float16 s = s0 + s1;\n"
+    "    out[g] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 + s.s8 + s.s9 +\n"
+    "             s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
+    "}\n";
+
+/* GB/s of the streaming read over 256 MiB (less where the device's allocation limit is
+ * lower): the median of 5 runs; 0 on failure. */
+static double measure_bandwidth(clattn_context *ctx)
+{
+    cl_context cl_ctx;
+    cl_device_id dev;
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
+    cl_uint units = 1;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    cl_ulong max_alloc = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    size_t bytes = (size_t)256 << 20;
+    while (bytes > ((size_t)1 << 20) && bytes > max_alloc)
+        bytes /= 2;
+    const size_t local = gpu ? 256 : 1, global = gpu ? (size_t)units * 2048 : (size_t)units;
+    const cl_long n = (cl_long)(bytes / (16 * sizeof(float)));
+    const cl_int chunked = gpu ? 0 : 1;
+    const char *src = stream_source;
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, &err);
+    if (err == CL_SUCCESS)
+        err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -w", NULL, NULL);
+    cl_kernel kern = err == CL_SUCCESS ? clCreateKernel(prog, "stream_read", &err) : NULL;
+    cl_mem x = err == CL_SUCCESS ? clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err)
+                                 : NULL;
+    cl_mem out = err == CL_SUCCESS
+                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
+                     : NULL;
+    const cl_float one = 1.0f;
+    if (err == CL_SUCCESS) /* touch every page before timing */
+        err = clEnqueueFillBuffer(queue, x, &one, sizeof one, 0, bytes, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 0, sizeof x, &x);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 1, sizeof n, &n);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 2, sizeof chunked, &chunked);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 3, sizeof out, &out);
+    double gbs[5];
+    int runs = 0;
+    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
+        cl_event e;
+        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
+        if (err == CL_SUCCESS)
+            err = clWaitForEvents(1, &e);
+        if (err == CL_SUCCESS && r > 0) {
+            double ns =
+                event_ns(e, CL_PROFILING_COMMAND_END) - event_ns(e, CL_PROFILING_COMMAND_START);
+            gbs[runs++] = (double)bytes / ns;
+        }
+        if (err == CL_SUCCESS)
+            clReleaseEvent(e);
+    }
+    if (x)
+        clReleaseMemObject(x);
+    if (out)
+        clReleaseMemObject(out);
+    if (kern)
+        clReleaseKernel(kern);
+    if (prog)
+        clReleaseProgram(prog);
+    return runs ? summarize(gbs, runs).median : 0.0;
+}
+
 /* GFLOP/s of the FMA kernel: the median of 5 runs; 0 on failure. */
 static double measure_peak(clattn_context *ctx)
 {
@@ -458,6 +554,7 @@ int cmd_bench(int argc, char **argv)
     clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
     clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof version - 1, version, NULL);
     const double peak_gflops = peak ? measure_peak(ctx) : 0.0;
+    const double peak_gbs = peak ? measure_bandwidth(ctx) : 0.0;
     char cpu[320];
     host_cpu(cpu, sizeof cpu);
 
@@ -468,10 +565,13 @@ int cmd_bench(int argc, char **argv)
                clattn_version(), reps, warmup);
         printf("host CPU: %s\n", cpu[0] ? cpu : "unknown (no /proc/cpuinfo)");
         if (peak)
-            printf("f32 FMA peak (float16 x 8 accumulators): %.1f GFLOP/s\n", peak_gflops);
+            printf("f32 FMA peak (float16 x 8 accumulators): %.1f GFLOP/s; streaming read: "
+                   "%.1f GB/s\n",
+                   peak_gflops, peak_gbs);
         printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %-5s %10s %17s %10s %8s %7s %10s%s\n",
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
-               "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace", peak ? "  of peak" : "");
+               "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace",
+               peak ? "  of peak    of bw" : "");
     }
     rc = 0;
     progress pr;
@@ -502,12 +602,12 @@ int cmd_bench(int argc, char **argv)
                 "\"min\": %.6g, "
                 "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
                 "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
-                "\"peak_gflops\": %.6g, \"plan\": \"%s\"}%s\n",
+                "\"peak_gflops\": %.6g, \"peak_gbytes_per_s\": %.6g, \"plan\": \"%s\"}%s\n",
                 name, cpu, (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                 (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask), alg,
                 dt, r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
                 r.wall_ms.min, r.wall_ms.max, r.gflops, r.gbytes_per_s, r.workspace_bytes,
-                peak_gflops, reason, i + 1 < n_cases ? "," : "");
+                peak_gflops, peak_gbs, reason, i + 1 < n_cases ? "," : "");
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
@@ -520,6 +620,8 @@ int cmd_bench(int argc, char **argv)
                    r.workspace_bytes);
             if (peak && peak_gflops > 0)
                 printf("  %7.1f%%", 100.0 * r.gflops / peak_gflops);
+            if (peak && peak_gbs > 0)
+                printf("  %7.1f%%", 100.0 * r.gbytes_per_s / peak_gbs);
             printf("\n");
         }
         fflush(stdout);
