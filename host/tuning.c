@@ -26,8 +26,9 @@
 #define CPU_FUSED_TILE_BYTES (64 * 1024) /* with K and V tiles within this (cache-sized) */
 #define GPU_WG 64                        /* blocked kernels on GPUs: work-items per group */
 #define CPU_WG 32                        /* on CPUs: work-items per work-group (WG·RQ rows), */
-#define CPU_RQ 6                         /* queries per work-item: RQ·2 accumulators + 2 + 1 of
-                                            16 AVX2 registers (4: 8 % slower) */
+#define CPU_RQ                                                                                     \
+    6 /* queries per work-item: RQ·2 accumulators + 2 + 1 of                                      \
+         16 AVX2 registers (4: 8 % slower) */
 /* … halved until the group's working set (every work-item's private arrays and the
  * local tiles) is within this. Measured on a Zen 3 (512 KiB L2 per core; PoCL reports
  * the L3 as CL_DEVICE_GLOBAL_MEM_CACHE_SIZE and Intel's runtime half the L2, so the
@@ -247,7 +248,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
         *wg = cpu ? CPU_WG : GPU_WG;
         if (cpu && r->n_q < (int64_t)(*wg * *rq)) /* fewer queries than one group holds */
             *rq = *wg = 1;
-        while (cpu && *wg > 1 && group_working_bytes(r, *rq, *wg, *tile_kv) > CPU_GROUP_WORKING_BYTES)
+        while (cpu && *wg > 1 &&
+               group_working_bytes(r, *rq, *wg, *tile_kv) > CPU_GROUP_WORKING_BYTES)
             *wg /= 2;
         while (*wg > *limit)
             *wg /= 2;

@@ -53,7 +53,7 @@ static void host_cpu(char *out, size_t len)
             snprintf(part, sizeof part, "%s", val);
         else if (!ext[0] && (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0)) {
             static const char *const wanted[] = {"avx512f", "avx512_bf16", "amx_tile", "avx2",
-                                                 "fma", "asimd", "sve", "sve2"};
+                                                 "fma",     "asimd",       "sve",      "sve2"};
             for (size_t w = 0; w < sizeof wanted / sizeof wanted[0]; w++) {
                 const size_t n = strlen(wanted[w]);
                 for (const char *p = strstr(val, wanted[w]); p; p = strstr(p + 1, wanted[w]))
@@ -67,8 +67,8 @@ static void host_cpu(char *out, size_t len)
     }
     fclose(f);
     if (fam[0])
-        snprintf(out, len, "%s (family %s model %s; %s; %d CPUs)", model[0] ? model : "?", fam,
-                 mod, ext[0] ? ext : "no avx2", cpus);
+        snprintf(out, len, "%s (family %s model %s; %s; %d CPUs)", model[0] ? model : "?", fam, mod,
+                 ext[0] ? ext : "no avx2", cpus);
     else
         snprintf(out, len, "%s (implementer %s part %s; %s; %d CPUs)", model[0] ? model : "?",
                  impl[0] ? impl : "?", part[0] ? part : "?", ext[0] ? ext : "-", cpus);
@@ -412,8 +412,8 @@ static double measure_bandwidth(clattn_context *ctx)
     if (err == CL_SUCCESS)
         err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -w", NULL, NULL);
     cl_kernel kern = err == CL_SUCCESS ? clCreateKernel(prog, "stream_read", &err) : NULL;
-    cl_mem x = err == CL_SUCCESS ? clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err)
-                                 : NULL;
+    cl_mem x =
+        err == CL_SUCCESS ? clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err) : NULL;
     cl_mem out = err == CL_SUCCESS
                      ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
                      : NULL;
@@ -595,19 +595,20 @@ int cmd_bench(int argc, char **argv)
                          : c->dtype == CLATTN_BFLOAT16 ? "bf16"
                                                        : "f32";
         if (json) {
-            printf(
-                "  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, \"h_kv\": %lld, \"n_q\": %lld, "
-                "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
-                "\"algorithm\": \"%s\", \"dtype\": \"%s\", \"device_ms\": {\"median\": %.6g, "
-                "\"min\": %.6g, "
-                "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
-                "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
-                "\"peak_gflops\": %.6g, \"peak_gbytes_per_s\": %.6g, \"plan\": \"%s\"}%s\n",
-                name, cpu, (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
-                (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask), alg,
-                dt, r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
-                r.wall_ms.min, r.wall_ms.max, r.gflops, r.gbytes_per_s, r.workspace_bytes,
-                peak_gflops, peak_gbs, reason, i + 1 < n_cases ? "," : "");
+            printf("  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
+                   "\"h_kv\": %lld, \"n_q\": %lld, "
+                   "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
+                   "\"algorithm\": \"%s\", \"dtype\": \"%s\", \"device_ms\": {\"median\": %.6g, "
+                   "\"min\": %.6g, "
+                   "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
+                   "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
+                   "\"peak_gflops\": %.6g, \"peak_gbytes_per_s\": %.6g, \"plan\": \"%s\"}%s\n",
+                   name, cpu, (long long)c->b, (long long)c->h_q, (long long)c->h_kv,
+                   (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
+                   mask_name(c->mask), alg, dt, r.device_ms.median, r.device_ms.min,
+                   r.device_ms.max, r.wall_ms.median, r.wall_ms.min, r.wall_ms.max, r.gflops,
+                   r.gbytes_per_s, r.workspace_bytes, peak_gflops, peak_gbs, reason,
+                   i + 1 < n_cases ? "," : "");
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
