@@ -747,11 +747,17 @@ expect_rc "bench --json --quiet" 0
 if [ -s "$tmp/err" ]; then fail "bench --quiet: standard error is not empty"; else pass; fi
 if head -1 "$tmp/out" | grep -q '^\[$' && tail -1 "$tmp/out" | grep -q '^\]$'; then pass; else
     fail "bench --json: standard output is not one JSON array"; fi
-run_clattn tune --dry-run --shapes "1,1,1,16,16,8,8,none,fused" --reps 1
+# two candidates, not the default 48 (each is a program build: minutes on PoCL)
+run_clattn tune --dry-run --shapes "1,1,1,16,16,8,8,none,fused" --reps 1 --rq 2,6 --wg 4 --tile 32
 expect_rc "tune --dry-run" 0
-expect_text "tune (table)" "$tmp/out" "candidates ran"
-expect_text "tune (progress)" "$tmp/err" "clattn tune: [1/41] case 1/1"
-expect_text "tune (progress, a candidate)" "$tmp/err" "candidate 48/48, RQ,WG,TILE 6,32,128"
+expect_text "tune (table)" "$tmp/out" "(2 candidates ran)"
+expect_text "tune (progress)" "$tmp/err" "clattn tune: [1/7] case 1/1"
+expect_text "tune (progress, a candidate)" "$tmp/err" "candidate 2/2, RQ,WG,TILE 6,4,32"
+for bad in "--rq 7" "--rq 0" "--wg 4," "--wg ,4" "--tile 24" "--tile 32,,64" "--tile 528" "--rq 1,2,3,4,5,6,1,2,3"; do
+    # shellcheck disable=SC2086 # the option and its value are two words
+    run_clattn tune --dry-run $bad
+    expect_rc "tune $bad" 2
+done
 if grep -q "clattn tune: \[" "$tmp/out"; then fail "tune: progress on standard output"; else pass; fi
 
 echo "test_cli: $passed passed, $failed failed"

@@ -14,12 +14,13 @@
 #include <unistd.h>
 
 static const char tune_usage[] =
-    "Usage: clattn tune [--shapes LIST] [--reps N] [--dry-run] [--quiet] [--device SPEC]\n"
+    "Usage: clattn tune [--shapes LIST] [--reps N] [--rq LIST] [--wg LIST] [--tile LIST]\n"
+    "                   [--dry-run] [--quiet] [--device SPEC]\n"
     "\n"
     "Searches the blocking of the tiled kernels (RQ queries per work-item, WG\n"
     "work-items per work-group, TILE_KV keys per local-memory tile) on one device:\n"
     "for every shape and algorithm it times the built-in choice and each candidate\n"
-    "(RQ 1,2,4,6 x WG 4,8,16,32 x TILE_KV 32,64,128; a candidate the device refuses is\n"
+    "(by default RQ 1,2,4,6 x WG 4,8,16,32 x TILE_KV 32,64,128; a candidate the device refuses is\n"
     "skipped), prints the best per case, and stores it per kernel and head dims in the\n"
     "device's tuning file (clattn_context_tuning_file(): in the program-binary cache\n"
     "folder). Later contexts on the same device, driver and clattn version use it for\n"
@@ -30,6 +31,10 @@ static const char tune_usage[] =
     "  --shapes LIST   as for `clattn bench` (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg]]);\n"
     "                  default 1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128\n"
     "  --reps N        timed runs per candidate (default 3, after one warm-up)\n"
+    "  --rq LIST       the RQ values to try, comma-separated, each 1..6 (default 1,2,4,6)\n"
+    "  --wg LIST       the WG values, each 1..1024 (default 4,8,16,32)\n"
+    "  --tile LIST     the TILE_KV values, multiples of 16 within 16..512 (default\n"
+    "                  32,64,128)\n"
     "  --dry-run       print the results but do not write the tuning file\n"
     "  --quiet         no progress on standard error (by default: the case and candidate\n"
     "                  being timed, of how many, elapsed time and an estimate of what is\n"
@@ -87,14 +92,40 @@ static int store(clattn_context *ctx, const bench_case *c, candidate best, doubl
     return 0;
 }
 
+/* A comma-separated list of at most `max` integers within lo..hi (and multiples of
+ * `multiple`) into out[]; the count, or -1 after a usage message. */
+static int parse_list(const char *option, const char *text, unsigned lo, unsigned hi,
+                      unsigned multiple, unsigned *out, int max)
+{
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || (*end && (*end != ',' || !end[1])) || v < (long)lo || v > (long)hi ||
+            v % (long)multiple != 0 || n == max)
+            return usage_error("clattn tune",
+                               "%s '%s': expected up to %d comma-separated integers within "
+                               "%u..%u%s",
+                               option, text, max, lo, hi, multiple > 1 ? ", multiples of 16" : ""),
+                   -1;
+        out[n++] = (unsigned)v;
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0)
+        return usage_error("clattn tune", "%s is empty", option), -1;
+    return n;
+}
+
 int cmd_tune(int argc, char **argv)
 {
     const char *shapes = "1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128", *device = NULL;
-    const char *reps_text = NULL;
+    const char *reps_text = NULL, *rq_text = NULL, *wg_text = NULL, *tile_text = NULL;
     int reps = 3, dry = 0, quiet = 0;
     const option options[] = {
-        {"--shapes", &shapes, NULL}, {"--device", &device, NULL}, {"--reps", &reps_text, NULL},
-        {"--dry-run", NULL, &dry},   {"--quiet", NULL, &quiet},
+        {"--shapes", &shapes, NULL}, {"--device", &device, NULL},  {"--reps", &reps_text, NULL},
+        {"--dry-run", NULL, &dry},   {"--quiet", NULL, &quiet},    {"--rq", &rq_text, NULL},
+        {"--wg", &wg_text, NULL},    {"--tile", &tile_text, NULL},
     };
     const int prc = parse_command_line("clattn tune", tune_usage, argc, argv, options,
                                        sizeof options / sizeof options[0]);
@@ -102,6 +133,13 @@ int cmd_tune(int argc, char **argv)
         return prc;
     if (reps_text && bench_count("clattn tune", "--reps", reps_text, 1, 100, &reps))
         return 2;
+    unsigned rqs[8] = {1, 2, 4, 6}, wgs[8] = {4, 8, 16, 32}, tiles[8] = {32, 64, 128};
+    int n_rq = 4, n_wg = 4, n_tile = 3;
+    if ((rq_text && (n_rq = parse_list("--rq", rq_text, 1, 6, 1, rqs, 8)) < 0) ||
+        (wg_text && (n_wg = parse_list("--wg", wg_text, 1, 1024, 1, wgs, 8)) < 0) ||
+        (tile_text && (n_tile = parse_list("--tile", tile_text, 16, 512, 16, tiles, 8)) < 0))
+        return 2;
+    const int n_cand = n_rq * n_wg * n_tile;
     bench_case cases[32];
     const int n_cases = parse_shapes(shapes, cases, 32);
     if (n_cases < 0)
@@ -119,15 +157,14 @@ int cmd_tune(int argc, char **argv)
         return bench_fail("the program-binary cache is disabled (CLATTN_CACHE_DIR=off), so there "
                           "is no tuning file; use --dry-run");
     }
-    static const unsigned rqs[] = {1, 2, 4, 6}, wgs[] = {4, 8, 16, 32}, tiles[] = {32, 64, 128};
     int n_stored = 0, rc = 0;
     const candidate builtin = {0, 0, 0};
     printf("%-28s %8s %12s %-12s %10s %8s\n", "case", "alg", "built-in ms", "best RQ,WG,T",
            "best ms", "speed-up");
-    /* per case: the built-in choice, 48 candidates, then 2 x 2 re-timings of the winner */
-    enum { STEPS_PER_CASE = 1 + 48 + 4 };
+    /* per case: the built-in choice, the candidates, then 2 x 2 re-timings of the winner */
+    const int steps_per_case = 1 + n_cand + 4;
     progress pr;
-    progress_start(&pr, "clattn tune", (long)n_cases * STEPS_PER_CASE, quiet);
+    progress_start(&pr, "clattn tune", (long)n_cases * steps_per_case, quiet);
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
         const int fused = c->algorithm == CLATTN_ALGORITHM_FUSED;
@@ -138,7 +175,7 @@ int cmd_tune(int argc, char **argv)
         progress_step(&pr, "%s: the built-in blocking", what);
         double base = time_blocking(ctx, c, reps, builtin);
         if (base < 0) {
-            progress_skip(&pr, STEPS_PER_CASE - 1);
+            progress_skip(&pr, steps_per_case - 1);
             progress_clear(&pr);
             rc = bench_fail("case %d: the built-in blocking fails", i + 1);
             continue;
@@ -146,13 +183,14 @@ int cmd_tune(int argc, char **argv)
         double best = base;
         unsigned brq = 0, bwg = 0, btile = 0;
         int tried = 0;
-        for (size_t a = 0; a < sizeof rqs / sizeof rqs[0]; a++)
-            for (size_t w = 0; w < 4; w++)
-                for (size_t t = 0; t < 3; t++) {
+        for (int a = 0; a < n_rq; a++)
+            for (int w = 0; w < n_wg; w++)
+                for (int t = 0; t < n_tile; t++) {
                     char spec[48];
                     snprintf(spec, sizeof spec, "%u,%u,%u", rqs[a], wgs[w], tiles[t]);
-                    progress_step(&pr, "%s: candidate %zu/48, RQ,WG,TILE %u,%u,%u", what,
-                                  a * 12 + w * 3 + t + 1, rqs[a], wgs[w], tiles[t]);
+                    progress_step(&pr, "%s: candidate %d/%d, RQ,WG,TILE %u,%u,%u", what,
+                                  (a * n_wg + w) * n_tile + t + 1, n_cand, rqs[a], wgs[w],
+                                  tiles[t]);
                     const candidate cand = {rqs[a], wgs[w], tiles[t]};
                     const double ms = time_blocking(ctx, c, reps, cand);
                     tried += ms >= 0;
