@@ -636,5 +636,8 @@ int main(void)
     tcase_add_test(tc[3], merge_rejects_bad_parts);
     tcase_add_test(tc[3], merge_split_keys);
     tcase_add_test(tc[4], random_feature_sweep);
+    /* the sweep builds a program per random feature combination: ctest runs it apart,
+     * labelled slow (test_features_sweep, CK_INCLUDE_TAGS=slow) */
+    tcase_set_tags(tc[4], "slow");
     return tu_run_suite(s);
 }
