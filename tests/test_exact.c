@@ -1133,6 +1133,35 @@ static void against_reference(const char *label, const tu_problem *p,
     free(rl);
 }
 
+/* Keys no row sees contribute nothing even when their V rows hold one kind of non-finite
+ * value alone: +inf, −inf or NaN, at column 0, 17 (past the first 16) or d_v − 1 of one
+ * masked key. The tiled kernels test each staged V tile once for inf and NaN and take a
+ * path without per-weight tests when there is none; a test that mixes the kinds, or puts
+ * them only in the first 16 columns, cannot see a check that misses one kind or some
+ * columns (mutants C37–C39, F18, W07). Causal (top-left), n_q 60 < n_kv 64: keys 60–63
+ * are masked for every row, and rows 48–59 see part of the 16-key tile that holds them. */
+START_TEST(masked_v_one_nonfinite_kind)
+{
+    small_blocking(true);
+    const float kinds[3] = {INFINITY, -INFINITY, NAN};
+    const int64_t d_v = 40, cols[3] = {0, 17, 39};
+    for (int k = 0; k < 3; k++)
+        for (int c = 0; c < 3; c++) {
+            tu_problem p;
+            tu_problem_init(&p, 1, 1, 1, 60, 64, SDK, d_v, 71, 72, 73, 0);
+            p.v[62 * d_v + cols[c]] = kinds[k];
+            clattn_attention_desc d = clattn_attention_desc_default();
+            d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+            char what[96];
+            snprintf(what, sizeof what, "masked key 62 with V[62][%lld] = %g alone",
+                     (long long)cols[c], (double)kinds[k]);
+            against_reference(what, &p, &d, false);
+            tu_problem_free(&p);
+        }
+    small_blocking(false);
+}
+END_TEST
+
 /* A NaN score poisons its own row only: a NaN query row, and a float mask with NaN at one
  * key of a row whose other keys are −∞ (a max that drops NaN would call that row empty). */
 START_TEST(nan_scores_poison_their_row)
@@ -1362,6 +1391,7 @@ int main(void)
     tcase_add_test(tc[2], public_stages_every_score_term);
     tcase_add_test(tc[2], public_softmax_special_rows);
     tcase_add_test(tc[2], nan_scores_poison_their_row);
+    tcase_add_test(tc[2], masked_v_one_nonfinite_kind);
     tcase_add_test(tc[2], masked_rows_policies);
     tcase_add_test(tc[2], online_softmax_rescale);
     tcase_add_test(tc[2], alibi_far_positions_realistic_slopes);
