@@ -1162,6 +1162,45 @@ START_TEST(masked_v_one_nonfinite_kind)
 }
 END_TEST
 
+/* K as a view with a stride of 2 along d (every other float of its buffer, NaN between)
+ * and with d_k 20 (not a multiple of 8) or 24: the tiled kernels stage K transposed in
+ * 8×8 register blocks only for rows dense along d, element by element otherwise and for
+ * the columns past the last whole 8 (mutants C45, C46). Both algorithms against the
+ * float64 reference on the same views, n_q 40 (tiled, several 16-key tiles). */
+START_TEST(strided_k_transposed_staging)
+{
+    small_blocking(true);
+    const int64_t dks[2] = {20, 24};
+    for (int s = 0; s < 2; s++)
+        for (int strided = 0; strided < 2; strided++) {
+            const int64_t d_k = dks[s], n_q = 40, n_kv = 53;
+            tu_problem p;
+            tu_problem_init(&p, 1, 2, 1, n_q, n_kv, d_k, SDV, 81, 82, 83, 0);
+            float *k2 = tu_alloc((size_t)(2 * n_kv * d_k), NAN);
+            for (int64_t i = 0; i < n_kv * d_k; i++)
+                k2[strided ? 2 * i : i] = p.k[i];
+            clattn_tensor tk = p.tk;
+            tk.host = k2;
+            if (strided) {
+                tk.strides[3] = 2;
+                tk.strides[2] = 2 * d_k;
+                tk.strides[1] = tk.strides[0] = 2 * d_k * n_kv;
+            }
+            tu_problem q = p;
+            q.tk = tk;
+            clattn_attention_desc d = clattn_attention_desc_default();
+            d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+            char what[96];
+            snprintf(what, sizeof what, "K %s, d_k %lld",
+                     strided ? "with stride 2 along d" : "dense", (long long)d_k);
+            against_reference(what, &q, &d, false);
+            free(k2);
+            tu_problem_free(&p);
+        }
+    small_blocking(false);
+}
+END_TEST
+
 /* A NaN score poisons its own row only: a NaN query row, and a float mask with NaN at one
  * key of a row whose other keys are −∞ (a max that drops NaN would call that row empty). */
 START_TEST(nan_scores_poison_their_row)
@@ -1392,6 +1431,7 @@ int main(void)
     tcase_add_test(tc[2], public_softmax_special_rows);
     tcase_add_test(tc[2], nan_scores_poison_their_row);
     tcase_add_test(tc[2], masked_v_one_nonfinite_kind);
+    tcase_add_test(tc[2], strided_k_transposed_staging);
     tcase_add_test(tc[2], masked_rows_policies);
     tcase_add_test(tc[2], online_softmax_rescale);
     tcase_add_test(tc[2], alibi_far_positions_realistic_slopes);
