@@ -385,6 +385,40 @@ static const char stream_source[] =
     "             s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
     "}\n";
 
+/* The probes' program and kernel (built from source, uncached); *prog is NULL or to be
+ * released, and the kernel NULL when *err is not CL_SUCCESS. */
+static cl_kernel probe_kernel(cl_context cl_ctx, cl_device_id dev, const char *src,
+                              const char *name, cl_program *prog, cl_int *err)
+{
+    *prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, err);
+    if (*err == CL_SUCCESS)
+        *err = clBuildProgram(*prog, 1, &dev, "-cl-std=CL1.2 -w", NULL, NULL);
+    return *err == CL_SUCCESS ? clCreateKernel(*prog, name, err) : NULL;
+}
+
+/* `work` per nanosecond of device time (events) over 5 runs of a probe kernel whose
+ * arguments are set, the median; 0 on failure. The first of 6 runs is not counted: it
+ * compiles for this local size. */
+static double median_rate(cl_command_queue queue, cl_kernel kern, size_t global, size_t local,
+                          double work)
+{
+    double rate[5];
+    int runs = 0;
+    cl_int err = CL_SUCCESS;
+    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
+        cl_event e;
+        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
+        if (err == CL_SUCCESS)
+            err = clWaitForEvents(1, &e);
+        if (err == CL_SUCCESS && r > 0)
+            rate[runs++] = work / (event_ns(e, CL_PROFILING_COMMAND_END) -
+                                   event_ns(e, CL_PROFILING_COMMAND_START));
+        if (err == CL_SUCCESS)
+            clReleaseEvent(e);
+    }
+    return err == CL_SUCCESS && runs ? summarize(rate, runs).median : 0.0;
+}
+
 /* GB/s of the streaming read over 256 MiB (less where the device's allocation limit is
  * lower): the median of 5 runs; 0 on failure. */
 static double measure_bandwidth(clattn_context *ctx)
@@ -407,11 +441,9 @@ static double measure_bandwidth(clattn_context *ctx)
     const cl_long n = (cl_long)(bytes / (16 * sizeof(float)));
     const cl_int chunked = gpu ? 0 : 1;
     const char *src = stream_source;
+    cl_program prog;
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, &err);
-    if (err == CL_SUCCESS)
-        err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -w", NULL, NULL);
-    cl_kernel kern = err == CL_SUCCESS ? clCreateKernel(prog, "stream_read", &err) : NULL;
+    cl_kernel kern = probe_kernel(cl_ctx, dev, src, "stream_read", &prog, &err);
     cl_mem x =
         err == CL_SUCCESS ? clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err) : NULL;
     cl_mem out = err == CL_SUCCESS
@@ -428,21 +460,8 @@ static double measure_bandwidth(clattn_context *ctx)
         err = clSetKernelArg(kern, 2, sizeof chunked, &chunked);
     if (err == CL_SUCCESS)
         err = clSetKernelArg(kern, 3, sizeof out, &out);
-    double gbs[5];
-    int runs = 0;
-    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
-        cl_event e;
-        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
-        if (err == CL_SUCCESS)
-            err = clWaitForEvents(1, &e);
-        if (err == CL_SUCCESS && r > 0) {
-            double ns =
-                event_ns(e, CL_PROFILING_COMMAND_END) - event_ns(e, CL_PROFILING_COMMAND_START);
-            gbs[runs++] = (double)bytes / ns;
-        }
-        if (err == CL_SUCCESS)
-            clReleaseEvent(e);
-    }
+    const double gbs =
+        err == CL_SUCCESS ? median_rate(queue, kern, global, local, (double)bytes) : 0;
     if (x)
         clReleaseMemObject(x);
     if (out)
@@ -451,7 +470,7 @@ static double measure_bandwidth(clattn_context *ctx)
         clReleaseKernel(kern);
     if (prog)
         clReleaseProgram(prog);
-    return runs ? summarize(gbs, runs).median : 0.0;
+    return gbs;
 }
 
 /* GFLOP/s of the FMA kernel: the median of 5 runs; 0 on failure. */
@@ -468,11 +487,9 @@ static double measure_peak(clattn_context *ctx)
     const size_t local = 8, global = local * units * ((type & CL_DEVICE_TYPE_GPU) ? 2048 : 16);
     const cl_int iters = (type & CL_DEVICE_TYPE_GPU) ? 4096 : 65536;
     const char *src = peak_source;
+    cl_program prog;
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, &err);
-    if (err == CL_SUCCESS)
-        err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -w", NULL, NULL);
-    cl_kernel kern = err == CL_SUCCESS ? clCreateKernel(prog, "fma_peak", &err) : NULL;
+    cl_kernel kern = probe_kernel(cl_ctx, dev, src, "fma_peak", &prog, &err);
     cl_mem out = err == CL_SUCCESS
                      ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
                      : NULL;
@@ -485,28 +502,16 @@ static double measure_peak(clattn_context *ctx)
         err = clSetKernelArg(kern, 2, sizeof a, &a);
     if (err == CL_SUCCESS)
         err = clSetKernelArg(kern, 3, sizeof b, &b);
-    double gflops[5];
-    int runs = 0;
-    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
-        cl_event e;
-        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
-        if (err == CL_SUCCESS)
-            err = clWaitForEvents(1, &e);
-        if (err == CL_SUCCESS && r > 0) { /* the first run compiles for this local size */
-            double ns =
-                event_ns(e, CL_PROFILING_COMMAND_END) - event_ns(e, CL_PROFILING_COMMAND_START);
-            gflops[runs++] = (double)global * iters * 8 * 16 * 2 / ns;
-        }
-        if (err == CL_SUCCESS)
-            clReleaseEvent(e);
-    }
+    const double gflops = err == CL_SUCCESS ? median_rate(queue, kern, global, local,
+                                                          (double)global * iters * 8 * 16 * 2)
+                                            : 0;
     if (out)
         clReleaseMemObject(out);
     if (kern)
         clReleaseKernel(kern);
     if (prog)
         clReleaseProgram(prog);
-    return runs ? summarize(gflops, runs).median : 0.0;
+    return gflops;
 }
 
 int bench_count(const char *command, const char *option, const char *text, long lo, long hi,

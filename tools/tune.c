@@ -188,8 +188,6 @@ int cmd_tune(int argc, char **argv)
         for (int a = 0; a < n_rq; a++)
             for (int w = 0; w < n_wg; w++)
                 for (int t = 0; t < n_tile; t++) {
-                    char spec[48];
-                    snprintf(spec, sizeof spec, "%u,%u,%u", rqs[a], wgs[w], tiles[t]);
                     progress_step(&pr, "%s: candidate %d/%d, RQ,WG,TILE %u,%u,%u", what,
                                   (a * n_wg + w) * n_tile + t + 1, n_cand, rqs[a], wgs[w],
                                   tiles[t]);
