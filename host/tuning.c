@@ -184,13 +184,18 @@ void clattn_tuning_release(clattn_context *ctx)
 
 /* The work-group ceiling: the device's, and on CPUs what the group's private arrays
  * (rq queries of the request's floats and tile) leave of one thread's stack. */
+/* Private floats of one work-item holding rq queries with a tile of tile_kv keys. */
+static int64_t item_floats(const clattn_blocking_request *r, size_t rq, size_t tile_kv)
+{
+    return (int64_t)rq * (r->private_floats + r->private_per_key * (int64_t)tile_kv);
+}
+
 static size_t group_limit(const clattn_context *ctx, const clattn_blocking_request *r, size_t rq,
                           size_t tile_kv)
 {
     size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
     if (is_cpu(ctx)) {
-        const int64_t floats = r->private_floats + r->private_per_key * (int64_t)tile_kv;
-        const int64_t per_item = ((int64_t)rq * floats + 64) * (int64_t)sizeof(float);
+        const int64_t per_item = (item_floats(r, rq, tile_kv) + 64) * (int64_t)sizeof(float);
         const int64_t fits = CPU_GROUP_PRIVATE_BYTES / per_item;
         if ((int64_t)limit > fits)
             limit = fits > 1 ? (size_t)fits : 1;
@@ -203,8 +208,8 @@ static size_t group_limit(const clattn_context *ctx, const clattn_blocking_reque
 static int64_t group_working_bytes(const clattn_blocking_request *r, size_t rq, size_t wg,
                                    size_t tile_kv)
 {
-    const int64_t item = (int64_t)rq * (r->private_floats + r->private_per_key * (int64_t)tile_kv);
-    return ((int64_t)wg * item + r->local_per_key * (int64_t)tile_kv) * (int64_t)sizeof(float);
+    return ((int64_t)wg * item_floats(r, rq, tile_kv) + r->local_per_key * (int64_t)tile_kv) *
+           (int64_t)sizeof(float);
 }
 
 void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
