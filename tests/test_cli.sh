@@ -753,7 +753,7 @@ expect_rc "tune --dry-run" 0
 expect_text "tune (table)" "$tmp/out" "(2 candidates ran)"
 expect_text "tune (progress)" "$tmp/err" "clattn tune: [1/7] case 1/1"
 expect_text "tune (progress, a candidate)" "$tmp/err" "candidate 2/2, RQ,WG,TILE 6,4,32"
-for bad in "--rq 7" "--rq 0" "--wg 4," "--wg ,4" "--tile 24" "--tile 32,,64" "--tile 528" "--rq 1,2,3,4,5,6,1,2,3"; do
+for bad in "--rq 7" "--rq 0" "--wg 4," "--wg ,4" "--tile 24" "--tile 32,,64" "--tile 528" "--rq 1,2,3,4,5,6,1,2,3" "--rq +4" "--wg 4,-8"; do
     # shellcheck disable=SC2086 # the option and its value are two words
     run_clattn tune --dry-run $bad
     expect_rc "tune $bad" 2

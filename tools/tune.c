@@ -8,6 +8,7 @@
 
 #include <clattn.h>
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,8 +105,8 @@ static int parse_list(const char *option, const char *text, unsigned lo, unsigne
     while (*p) {
         char *end;
         const long v = strtol(p, &end, 10);
-        if (end == p || (*end && (*end != ',' || !end[1])) || v < (long)lo || v > (long)hi ||
-            v % (long)multiple != 0 || n == max)
+        if (!isdigit((unsigned char)*p) || end == p || (*end && (*end != ',' || !end[1])) ||
+            v < (long)lo || v > (long)hi || v % (long)multiple != 0 || n == max)
             return usage_error("clattn tune",
                                "%s '%s': expected up to %d comma-separated integers within "
                                "%u..%u%s",
