@@ -417,3 +417,35 @@ DEFINE_STAGE_ROWS(2)
 #endif
 #define STAGE_ROWS(dt, ...) STAGE_ROWS_(dt, __VA_ARGS__)
 #define STAGE_ROWS_(dt, ...) stage_rows_##dt(__VA_ARGS__)
+
+/* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
+ * The arguments; lse may be NULL (not written). */
+#define FUSED_PARAMS                                                                        \
+    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
+        long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
+        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
+        long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
+        int lse_relative, \
+        RULE_PARAMS, TERM_PARAMS
+
+/* Row i of head h, batch entry b (variables at the use; D_V, D_V_PAD and N_AV from the
+ * kernel file): acc / l, acc / l, or for a row with no visible
+ * key zeros (NaN with masked_nan, but zeros for padding rows); LSE = m + log l (−∞ for no visible key). */
+#define STORE_ROW(acc_row, m_row, l_row, slope_row, ref_row)                                \
+    do {                                                                                    \
+        float out_[D_V_PAD];                                                                \
+        const bool empty_ = (m_row == -INFINITY);                                           \
+        const float fill_ = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;          \
+        _Pragma("unroll") for (int a_ = 0; a_ < N_AV; a_++)                                 \
+            vstore16(empty_ ? (float16)(fill_) : (acc_row)[a_] / (l_row), a_, out_);        \
+        for (int c_ = 0; c_ < D_V; c_++)                                                    \
+            ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
+        const long lat_ = view_at(lse_off, lse_st, b, h, i, 0);                             \
+        if (lse && lse_relative) { /* the weights pass: the row max and log l apart */     \
+            lse[lat_] = empty_ ? (lse_t)(-INFINITY) : (lse_t)(m_row);                       \
+            lse[lat_ + lse_st.s3] = empty_ ? (lse_t)0.0f : (lse_t)log(l_row);               \
+        } else if (lse) {                                                                   \
+            lse[lat_] = empty_ ? (lse_t)(-INFINITY)                                         \
+                               : LSE_ABS((m_row) + log(l_row), (slope_row), (ref_row));     \
+        }                                                                                   \
+    } while (0)

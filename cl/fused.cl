@@ -56,111 +56,11 @@
 #ifndef RQ
 #define RQ 4 /* queries per work-item */
 #endif
-#ifndef DIRECT
-#define DIRECT 0 /* 1: stream K and V from global memory, for a few queries (decoding) */
-#endif
 
 #define N_SV (TILE_KV / 16)              /* float16 score vectors per query and tile */
 #define D_V_PAD PAD16(D_V)              /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)              /* float16 accumulator vectors per query */
 
-/* The fused kernel's arguments (both variants). lse may be NULL (not written). */
-#define FUSED_PARAMS                                                                        \
-    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
-        long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
-        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
-        long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
-        int lse_relative, \
-        RULE_PARAMS, TERM_PARAMS
-
-/* Row i's result: acc / l, or for a row with no visible key zeros (NaN with masked_nan,
- * but zeros for padding rows); LSE = m + log l (−∞ for no visible key). */
-#define STORE_ROW(acc_row, m_row, l_row, slope_row, ref_row)                                \
-    do {                                                                                    \
-        float out_[D_V_PAD];                                                                \
-        const bool empty_ = (m_row == -INFINITY);                                           \
-        const float fill_ = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;          \
-        _Pragma("unroll") for (int a_ = 0; a_ < N_AV; a_++)                                 \
-            vstore16(empty_ ? (float16)(fill_) : (acc_row)[a_] / (l_row), a_, out_);        \
-        for (int c_ = 0; c_ < D_V; c_++)                                                    \
-            ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
-        const long lat_ = view_at(lse_off, lse_st, b, h, i, 0);                             \
-        if (lse && lse_relative) { /* the weights pass: the row max and log l apart */     \
-            lse[lat_] = empty_ ? (lse_t)(-INFINITY) : (lse_t)(m_row);                       \
-            lse[lat_ + lse_st.s3] = empty_ ? (lse_t)0.0f : (lse_t)log(l_row);               \
-        } else if (lse) {                                                                   \
-            lse[lat_] = empty_ ? (lse_t)(-INFINITY)                                         \
-                               : LSE_ABS((m_row) + log(l_row), (slope_row), (ref_row));     \
-        }                                                                                   \
-    } while (0)
-
-#if DIRECT
-/* Few queries (decoding): nothing to share between work-items, so each one streams K
- * and V rows straight from global memory, 16 keys per step, one query per work-item
- * (the host sets RQ = 1). Same online softmax as below. */
-#define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
-{
-    const long i = get_global_id(0), bh = get_global_id(1);
-    if (i >= n_q)
-        return; /* no barriers in this kernel */
-    const long b = bh / h_q, h = bh % h_q, hk = h / group;
-    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    float16 q16[N_QV], acc[N_AV];
-    const long qb = view_at(q_off, q_st, b, h, i, 0);
-#pragma unroll
-    for (int cv = 0; cv < N_QV; cv++)
-        q16[cv] = LOAD_ROW16(Q_DT, q, qb, q_st.s3, 16 * cv, D_K);
-#pragma unroll
-    for (int a = 0; a < N_AV; a++)
-        acc[a] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    const row_rule rr = rule_at(RULE_ARGS, b, i, n_q, n_kv);
-    const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
-    const float slope = ALIBI ? alibi[h] : 0.0f;
-    const long ref = ALIBI ? alibi_ref(rr) : 0;
-    for (long j0 = rr.lo / 16 * 16; j0 < rr.hi; j0 += 16) {
-        const int lo = rel_bound(rr.lo, j0, 16), hi = rel_bound(rr.hi, j0, 16);
-        const int self = rel_key(rr.self, j0, 16);
-        float s[16];
-        for (int t = 0; t < 16; t++) {
-            s[t] = 0.0f;
-            if (t >= lo && t < hi && t != self) {
-                const long kb = view_at(k_off, k_st, b, hk, j0 + t, 0);
-                float16 d16 = 0.0f;
-#pragma unroll
-                for (int cv = 0; cv < N_QV; cv++)
-                    d16 = fma(q16[cv], LOAD_ROW16(K_DT, k, kb, k_st.s3, 16 * cv, D_K), d16);
-                s[t] = hsum(d16) * scale;
-            }
-        }
-        const float16 s16 = score_terms16(vload16(0, s), lane, lo, hi, self, j0, n_kv, mt, mt_off,
-                                          mt_st, alibi, softcap, mbase, rr.diag, slope, ref);
-        const float m_new = max_nan(m, hmax_nan(s16));
-        if (m_new == -INFINITY)
-            continue; /* nothing visible yet */
-        const float alpha = exp(m - m_new);
-        l *= alpha;
-#pragma unroll
-        for (int a = 0; a < N_AV; a++)
-            acc[a] *= alpha;
-        const float16 p16 = exp(s16 - m_new);
-        l += hsum(p16);
-        float p[16];
-        vstore16(p16, 0, p);
-        for (int t = 0; t < 16; t++)
-            if (p[t] != 0.0f) { /* masked keys contribute nothing, even NaN V */
-                const long vb = view_at(v_off, v_st, b, hk, j0 + t, 0);
-#pragma unroll
-                for (int a = 0; a < N_AV; a++)
-                    acc[a] = fma((float16)(p[t]), LOAD_ROW16(V_DT, v, vb, v_st.s3, 16 * a, D_V),
-                                 acc[a]);
-            }
-        m = m_new;
-    }
-    STORE_ROW(acc, m, l, slope, ref);
-}
-#else
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
 {
     __local float k_t[D_K * TILE_KV];        /* K tile transposed: k_t[c·TILE_KV + key] */
@@ -286,4 +186,3 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         STORE_ROW(acc[r], m[r], l[r], slope, ALIBI ? alibi_ref(rule[r]) : 0);
     }
 }
-#endif /* DIRECT */

@@ -154,6 +154,7 @@ clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const 
  * group, TILE_KV keys per step (compile-time constants of the program). */
 typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
+    bool decode; /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
     clattn_program_entry *entry;
 } clattn_blocked;
 typedef struct clattn_exec_plan {
@@ -262,7 +263,6 @@ typedef struct clattn_blocking_request {
     int64_t local_per_key;   /* local-memory floats per key of a tile */
     size_t tile_cap;         /* the largest tile the kernel's local memory allows */
     size_t wg_request;       /* 0 = choose; else exactly this many work-items */
-    bool one_query_per_item; /* streaming (decode) variant */
 } clattn_blocking_request;
 /* RQ, WG and TILE_KV for a request: overrides first, then stored tuning, then the
  * built-in table; *limit gets the work-group ceiling of the device (and, on CPUs, of
@@ -270,6 +270,10 @@ typedef struct clattn_blocking_request {
  * rather than chosen within *limit. */
 void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed);
+/* decode.cl: how many of the `rows` query rows of a KV head (query heads x queries)
+ * one work-item takes, so that they share each K/V read: all of them up to a cap on
+ * CPUs (private arrays), in blocks as even as possible; 1 on other devices. */
+size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v);
 /* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
  * local_floats_per_key floats per key fit the device's local memory; 0 if none. */
 size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap);

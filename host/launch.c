@@ -199,10 +199,13 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_int(&a, lse_relative);
     arg_rule(&a, x);
     arg_terms(&a, x);
-    const size_t global[2] = {round_up(clattn_ceil_div(q->n[2], (int64_t)bk->rq), bk->wg),
-                              (size_t)(q->n[0] * q->n[1])};
+    /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
+     * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
+    const int64_t rows = bk->decode ? q->n[2] * (q->n[1] / k->n[1]) : q->n[2];
+    const size_t global[2] = {round_up(clattn_ceil_div(rows, (int64_t)bk->rq), bk->wg),
+                              (size_t)(q->n[0] * (bk->decode ? k->n[1] : q->n[1]))};
     const size_t local[2] = {bk->wg, 1};
-    return launch(ctx, "fused", &a, 2, global, local, n_wait, wait, done);
+    return launch(ctx, bk->decode ? "decode" : "fused", &a, 2, global, local, n_wait, wait, done);
 }
 
 /* W = exp(S − LSE) from the relative scores and the fused kernel's relative LSE; the

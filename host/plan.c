@@ -8,7 +8,7 @@
 #include <string.h>
 
 #define CL_STD "-cl-std=CL1.2 -w" /* -w: PoCL prints warning counts to stderr */
-#define DIRECT_MAX_N_Q 8          /* fused: up to this many queries stream K and V (decoding) */
+#define DECODE_MAX_N_Q 16         /* fused: up to this many queries stream K and V (decode.cl) */
 #define MAX_SOFTMAX_WG 256        /* softmax: work-items per row */
 #define MAX_HEAD_DIM 4096         /* beyond this, private arrays and tiles make no sense */
 
@@ -85,7 +85,7 @@ static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kerne
     /* private floats per query: 16 + 2 per key (scores), d_v + 16 + 1 per key (sum) */
     const int64_t priv = scores ? 16 : per_key + 16, priv_key = scores ? 2 : 1;
     const clattn_blocking_request r = {
-        kernel, scores ? d : 0, scores ? 0 : d, n_q, priv, priv_key, per_key, t, 0, false};
+        kernel, scores ? d : 0, scores ? 0 : d, n_q, priv, priv_key, per_key, t, 0};
     return build_blocked(ctx, scores ? "scores.cl" : "weighted_sum.cl", dims, &r, out);
 }
 
@@ -200,6 +200,39 @@ static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int6
     return true;
 }
 
+/* decode.cl: NR rows (query heads x queries of one KV head) per work-item, one
+ * work-item per work-group. */
+static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n_q, int64_t d_k,
+                                   int64_t d_v, const char *feat, clattn_blocked *out)
+{
+    const size_t nr = clattn_decode_rows(ctx, group * n_q, d_k, d_v);
+    char opts[320];
+    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DWG=1 %s",
+             (long long)d_k, (long long)d_v, nr, feat);
+    clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &out->entry);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    out->rq = nr;
+    out->wg = 1;
+    out->tile_kv = 16;
+    out->decode = true;
+    return CLATTN_SUCCESS;
+}
+
+/* fused.cl with the blocking tuning.c chooses (tile: what local memory allows) */
+static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, int64_t d_v,
+                                  size_t tile, size_t wg_request, const char *feat,
+                                  clattn_blocked *out)
+{
+    char dims[240];
+    snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld %s", (long long)d_k, (long long)d_v, feat);
+    /* private floats per query: q row, accumulator, scores and weights of a tile */
+    const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
+    const clattn_blocking_request r = {
+        CLATTN_KERNEL_FUSED, d_k, d_v, n_q, d_k + d_v_pad + 8, 2, d_k + d_v_pad, tile, wg_request};
+    return build_blocked(ctx, "fused.cl", dims, &r, out);
+}
+
 clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *pr,
                                     clattn_exec_plan *p)
 {
@@ -283,28 +316,26 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
                  f->head_mean ? ", head_mean" : "");
     } else {
-        /* a few queries (decoding) share nothing: stream K and V instead of staging tiles;
-         * with no keys at all the streaming kernel just writes the empty rows */
-        const bool direct = p->no_keys || (n_q <= DIRECT_MAX_N_Q && desc->work_group_size == 0);
-        char dims[240];
-        snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld -DDIRECT=%d %s", (long long)d_k,
-                 (long long)d_v, direct ? 1 : 0, f->opts);
-        /* private floats per query: q row, accumulator, scores and weights of a tile */
-        const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
-        const size_t tile = fused_tile ? fused_tile : 16;
-        const clattn_blocking_request r = {CLATTN_KERNEL_FUSED,
-                                           d_k,
-                                           d_v,
-                                           n_q,
-                                           d_k + d_v_pad + 8,
-                                           2,
-                                           d_k + d_v_pad,
-                                           tile,
-                                           p->no_keys ? 0 : desc->work_group_size,
-                                           direct};
-        if ((st = build_blocked(ctx, "fused.cl", dims, &r, &p->fused)) != CLATTN_SUCCESS)
+        /* a few queries (decoding) share nothing between queries: decode.cl streams K and V
+         * once per KV head for all its query heads; with no keys at all it just writes the
+         * empty rows */
+        const bool decode = p->no_keys || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
+        if (decode)
+            st = decode_kernel(ctx, h_q / k->n[1], n_q, d_k, d_v, f->opts, &p->fused);
+        else
+            st = fused_kernel(ctx, n_q, d_k, d_v, fused_tile, desc->work_group_size, f->opts,
+                              &p->fused);
+        if (st != CLATTN_SUCCESS)
             return st;
-        snprintf(p->kernels, sizeof p->kernels, "fused%s%s",
+        if (decode && !p->no_keys) {
+            const size_t at = strlen(p->reason);
+            snprintf(p->reason + at, sizeof p->reason - at,
+                     "; decode kernel (n_q %lld <= %d): %zu query rows per K/V read (%lld query "
+                     "heads x %lld queries per KV head)",
+                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(h_q / k->n[1]),
+                     (long long)n_q);
+        }
+        snprintf(p->kernels, sizeof p->kernels, "%s%s%s", decode ? "decode" : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
                  f->head_mean && !p->no_keys ? ", head_mean" : "");
         if (f->weights && !p->no_keys) {

@@ -39,6 +39,10 @@
  * work-item included; beyond about this many bytes in all it crashes (and it reports
  * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
 #define CPU_GROUP_PRIVATE_BYTES (512 * 1024)
+/* decode.cl on CPUs: up to this many query rows of a KV head share each K/V read, with
+ * their private arrays (q row, accumulator, weights) within this */
+#define CPU_DECODE_ROWS 16
+#define CPU_DECODE_PRIVATE_BYTES (256 * 1024)
 
 #define MAX_TUNE_ENTRIES 256
 #define ANY_KERNEL ((clattn_kernel)-1) /* CLATTN_BLOCKING: every kernel */
@@ -75,6 +79,20 @@ size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per
     while (cap > 16 && (int64_t)cap * per_key * (int64_t)sizeof(float) > CPU_FUSED_TILE_BYTES)
         cap /= 2;
     return cap;
+}
+
+size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v)
+{
+    if (!is_cpu(ctx) || rows <= 1)
+        return 1;
+    const int64_t per_row =
+        (clattn_ceil_div(d_k, 16) * 16 + clattn_ceil_div(d_v, 16) * 16 + 48) * (int64_t)sizeof(float);
+    int64_t nr = rows < CPU_DECODE_ROWS ? rows : CPU_DECODE_ROWS;
+    if (nr > CPU_DECODE_PRIVATE_BYTES / per_row)
+        nr = CPU_DECODE_PRIVATE_BYTES / per_row;
+    if (nr < 1)
+        nr = 1;
+    return (size_t)clattn_ceil_div(rows, clattn_ceil_div(rows, nr)); /* 20 rows: 10 + 10 */
 }
 
 static bool blocking_ok(const clattn_blocking *b)
@@ -217,18 +235,17 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
 {
     const bool cpu = is_cpu(ctx);
     /* the micro-kernels' registers do not depend on d: RQ 4 on every CPU */
-    *rq = !cpu || r->one_query_per_item ? 1 : CPU_RQ;
+    *rq = cpu ? CPU_RQ : 1;
     *tile_kv = r->tile_cap;
     size_t wg_request = r->wg_request;
     const clattn_tune_entry *o =
         find(ctx->override, ctx->n_override, r->kernel, r->d_k, r->d_v, true);
     const clattn_tune_entry *t =
-        o || r->one_query_per_item || wg_request != 0 || !ctx->use_stored_tuning
+        o || wg_request != 0 || !ctx->use_stored_tuning
             ? NULL
             : find(ctx->tune, ctx->n_tune, r->kernel, r->d_k, r->d_v, false);
     if (o) {
-        if (!r->one_query_per_item) /* the streaming decode variant keeps one row per item */
-            *rq = o->blocking.queries_per_work_item;
+        *rq = o->blocking.queries_per_work_item;
         *tile_kv = o->blocking.tile_kv;
         if (wg_request == 0)
             wg_request = o->blocking.work_group_size;

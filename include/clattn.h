@@ -567,12 +567,14 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
 typedef struct clattn_plan {
     clattn_algorithm algorithm;   /**< UNFUSED or FUSED: what will run */
     size_t workspace_bytes;       /**< device memory clattn allocates besides the operands */
-    size_t work_group_size;       /**< softmax (unfused) or fused work-group size */
-    size_t queries_per_work_item; /**< scores (unfused) or fused: query rows per work-item */
-    size_t tile_kv;               /**< scores (unfused) or fused: keys per local-memory tile */
+    size_t work_group_size;       /**< softmax (unfused), fused or decode work-group size */
+    /** scores (unfused) or fused: query rows per work-item; decode (n_q <= 16): query
+     *  rows of one KV head (its query heads x queries) that share each K/V read */
+    size_t queries_per_work_item;
+    size_t tile_kv; /**< scores (unfused) or fused: keys per local-memory tile; decode 16 */
     char reason[256];             /**< one line: why this algorithm */
-    /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum" or
-     *  "fused, scores, weights_from_lse". */
+    /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum",
+     *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16). */
     char kernels[128];
     /** For each algorithm not chosen, why ("unfused: ...; fused: ..."); "" if the other
      *  algorithm could run too but was not preferred, as stated in `reason`. */

@@ -267,7 +267,7 @@ START_TEST(both_algorithms_return_weights)
                   "kernels \"%s\", rejected \"%s\"", p.kernels, p.rejected);
     d.algorithm = CLATTN_ALGORITHM_FUSED;
     ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
-    ck_assert_str_eq(p.kernels, "fused, scores, weights_from_lse");
+    ck_assert_str_eq(p.kernels, "decode, scores, weights_from_lse"); /* 6 queries: decode */
 }
 END_TEST
 
@@ -461,11 +461,14 @@ START_TEST(build_failure_reports_log)
           "long view_at(long o, long4 s, long b, long h, long x, long d) { return o; }\n",
           f);
     fclose(f);
-    snprintf(path, sizeof path, "%s/fused.cl", dir);
-    f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("__kernel void clattn_fused(__global float *o) { o[0] = this_is_not_defined; }\n", f);
-    fclose(f);
+    for (int k = 0; k < 2; k++) { /* 6 queries run decode.cl; longer ones fused.cl */
+        snprintf(path, sizeof path, "%s/%s.cl", dir, k ? "decode" : "fused");
+        f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "__kernel void clattn_%s(__global float *o) { o[0] = this_is_not_defined; }\n",
+                k ? "decode" : "fused");
+        fclose(f);
+    }
 
     clattn_context_options opt = {0};
     opt.kernel_dir = dir;
@@ -528,7 +531,7 @@ START_TEST(stored_tuning_is_used)
     ck_assert_msg(strncmp(path, dir, strlen(dir)) == 0, "tuning file %s outside %s", path, dir);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
-    fputs("# test\nfused 16 16 2 8 32\nfused garbage\nscores 16 0 1 4 48\n", f);
+    fputs("# test\nfused 16 16 4 8 32\nfused garbage\nscores 16 0 1 4 48\n", f);
     fclose(f);
     clattn_context_release(c2);
 
@@ -545,20 +548,22 @@ START_TEST(stored_tuning_is_used)
         clattn_plan p;
         ck_assert_int_eq(clattn_attention_plan(c2, &d, &tq, &tq, &tq, &to, &p), CLATTN_SUCCESS);
         if (!off) {
-            ck_assert_uint_eq(p.queries_per_work_item, 2);
+            ck_assert_uint_eq(p.queries_per_work_item, 4);
             ck_assert_uint_eq(p.work_group_size, 8);
             ck_assert_uint_eq(p.tile_kv, 32);
             /* and it computes the same thing */
             ck_assert_int_eq(clattn_attention(c2, &d, &tq, &tq, &tq, &to), CLATTN_SUCCESS);
         } else {
-            ck_assert_msg(p.queries_per_work_item != 2 || p.work_group_size != 8 || p.tile_kv != 32,
+            ck_assert_msg(p.queries_per_work_item != 4 || p.work_group_size != 8 || p.tile_kv != 32,
                           "CLATTN_TUNE=off still uses the tuning file");
         }
-        /* a tiny problem keeps the built-in small-problem blocking */
-        clattn_tensor small = clattn_tensor_host(q, 1, 1, 5, 16);
-        clattn_tensor small_o = clattn_tensor_host(o, 1, 1, 5, 16);
+        /* a problem smaller than the stored blocking's 4 x 8 queries keeps the built-in
+         * small-problem blocking (20 queries: fused.cl, not the decode kernel) */
+        clattn_tensor small = clattn_tensor_host(q, 1, 1, 20, 16);
+        clattn_tensor small_o = clattn_tensor_host(o, 1, 1, 20, 16);
         ck_assert_int_eq(clattn_attention_plan(c2, &d, &small, &small, &small, &small_o, &p),
                          CLATTN_SUCCESS);
+        ck_assert_str_eq(p.kernels, "fused");
         ck_assert_uint_eq(p.queries_per_work_item, 1);
         clattn_context_release(c2);
     }

@@ -47,8 +47,9 @@ static void fproblem_free(fproblem *f)
     free(f->slopes);
 }
 
-/* A random configuration: every feature on or off independently. */
-static void fproblem_random(fproblem *f, uint32_t seed)
+/* A random configuration: every feature on or off independently. group, n_q > 0 fix
+ * the query heads per KV head and the queries (the decode sweep); 0 draws them. */
+static void fproblem_random_shape(fproblem *f, uint32_t seed, int64_t group, int64_t n_q_fixed)
 {
     memset(f, 0, sizeof *f);
     rng_state = seed;
@@ -63,8 +64,8 @@ static void fproblem_random(fproblem *f, uint32_t seed)
                     {64, 64, 0, true, true},  {3, 33, 1, false, false}, {64, 16, 2, true, false},
                     {40, 40, 0, false, true}, {17, 1, 1, true, true}};
     const uint32_t cls = rnd(8);
-    const int64_t b = 1 + rnd(2), h_kv = 1 + rnd(2), h_q = h_kv * (1 + rnd(2));
-    const int64_t n_q = rnd(5) == 0 ? 1 + rnd(4) : 1 + rnd(70);
+    const int64_t b = 1 + rnd(2), h_kv = 1 + rnd(2), h_q = h_kv * (group ? group : 1 + rnd(2));
+    const int64_t n_q = n_q_fixed ? n_q_fixed : rnd(5) == 0 ? 1 + rnd(4) : 1 + rnd(70);
     const int64_t n_kv = rnd(8) == 0 ? rnd(3) : 1 + rnd(90);
     const int64_t d_k = CLASSES[cls].d_k, d_v = CLASSES[cls].d_v;
     tu_problem_init(&f->p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, seed * 3 + 1, seed * 3 + 2,
@@ -145,6 +146,11 @@ static void fproblem_random(fproblem *f, uint32_t seed)
         pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " q_start %lld kv_start %lld",
                         (long long)d->q_start, (long long)d->kv_start);
     }
+}
+
+static void fproblem_random(fproblem *f, uint32_t seed)
+{
+    fproblem_random_shape(f, seed, 0, 0);
 }
 
 /* Runs the device (blocking or enqueue) with O, LSE and optionally weights and compares
@@ -239,6 +245,84 @@ START_TEST(random_feature_sweep)
     }
     printf("random_feature_sweep: %d configurations x 2 algorithms, base seed 0x%08x\n", N_RANDOM,
            base);
+}
+END_TEST
+
+/* The decode kernel (fused, n_q <= 16) takes all query heads of a KV head and all their
+ * queries in one work-item, up to 16 rows, in blocks as even as possible beyond: rows
+ * that differ in head (ALiBi slope, mask tensor, head-mean) and in query (causal
+ * diagonal, window, query length) share each K/V step. Group sizes and query counts
+ * that give 1, 3, 4, 8, 15 and 16 rows per work-item, one and several blocks. */
+START_TEST(decode_grouped_sweep)
+{
+    static const int64_t shapes[][2] = {{4, 1}, {8, 1}, {3, 5}, {4, 5}, {8, 16}, {1, 16}, {5, 3}};
+    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    const uint32_t base = tu_seed() ^ 0x5eed0005u;
+    for (int c = 0; c < 3 * n_shapes; c++) {
+        fproblem f;
+        fproblem_random_shape(&f, base + (uint32_t)c, shapes[c % n_shapes][0],
+                              shapes[c % n_shapes][1]);
+        const bool weights = c % 4 == 0, head_mean = weights && c % 8 == 0;
+        check_against_reference(&f, CLATTN_ALGORITHM_FUSED, weights, head_mean, c % 5 == 4);
+        fproblem_free(&f);
+    }
+    printf("decode_grouped_sweep: %d configurations, base seed 0x%08x\n", 3 * n_shapes, base);
+}
+END_TEST
+
+/* The same with every term at once, a fixed configuration in the quick tests: 4 query
+ * heads per KV head x 5 queries = 20 rows (two work-items of 10), per-head ALiBi slopes
+ * and a per-head bool mask, softcap, bottom-right causal diagonal and window (rows of
+ * one work-item see different keys), key and query lengths (padding rows), NaN rows. */
+START_TEST(decode_grouped_all_terms)
+{
+    fproblem f;
+    memset(&f, 0, sizeof f);
+    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 5, n_kv = 77, d = 64;
+    tu_problem_init(&f.p, b, h_q, h_kv, n_q, n_kv, d, d, 71, 72, 73, 8);
+    clattn_attention_desc *ds = &f.desc;
+    *ds = clattn_attention_desc_default();
+    ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    ds->window = 1;
+    ds->window_left = 30;
+    ds->window_right = 2;
+    ds->softcap = 2.5f;
+    ds->masked_rows = CLATTN_MASKED_ROWS_NAN;
+    f.kv_lens = malloc(sizeof(int32_t) * 2);
+    f.q_lens = malloc(sizeof(int32_t) * 2);
+    f.kv_lens[0] = 77;
+    f.kv_lens[1] = 40;
+    f.q_lens[0] = 5;
+    f.q_lens[1] = 3;
+    ds->kv_lens = f.kv_lens;
+    ds->q_lens = f.q_lens;
+    f.slopes = malloc(sizeof(float) * (size_t)h_q);
+    for (int64_t h = 0; h < h_q; h++)
+        f.slopes[h] = exp2f(-(float)(h + 1));
+    ds->alibi_slopes = f.slopes;
+    const size_t n_mask = (size_t)(b * h_q * n_q * n_kv);
+    f.keep = malloc(n_mask);
+    rng_state = 0x5eed0006u;
+    for (size_t i = 0; i < n_mask; i++)
+        f.keep[i] = rnd(5) != 0;
+    f.mt = clattn_tensor_host(f.keep, b, h_q, n_q, n_kv);
+    f.mt.dtype = CLATTN_BOOL;
+    ds->mask_tensor = &f.mt;
+    snprintf(f.text, sizeof f.text,
+             "decode b 2 h_q 8 h_kv 2 n_q 5 n_kv 77 d 64, causal-bottom-right window(30,2) "
+             "softcap 2.5 alibi bool-mask kv_lens {77,40} q_lens {5,3} masked_rows nan");
+    clattn_plan plan;
+    float *o = tu_alloc((size_t)(b * h_q * n_q * d), 0.0f);
+    clattn_tensor to = tu_problem_o(&f.p, o);
+    ds->algorithm = CLATTN_ALGORITHM_FUSED;
+    ck_assert_int_eq(clattn_attention_plan(tu_ctx(), ds, &f.p.tq, &f.p.tk, &f.p.tv, &to, &plan),
+                     CLATTN_SUCCESS);
+    ck_assert_msg(strcmp(plan.kernels, "decode") == 0, "kernels \"%s\"", plan.kernels);
+    free(o);
+    check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false, false);
+    check_against_reference(&f, CLATTN_ALGORITHM_FUSED, true, false, false);
+    check_against_reference(&f, CLATTN_ALGORITHM_FUSED, true, true, false);
+    fproblem_free(&f);
 }
 END_TEST
 
@@ -632,10 +716,12 @@ int main(void)
     tcase_add_test(tc[1], float16_and_bfloat16_storage);
     tcase_add_test(tc[2], masked_keys_contribute_nothing);
     tcase_add_test(tc[2], head_dim_512);
+    tcase_add_test(tc[2], decode_grouped_all_terms);
     tcase_add_test(tc[2], alibi_far_positions);
     tcase_add_test(tc[3], merge_rejects_bad_parts);
     tcase_add_test(tc[3], merge_split_keys);
     tcase_add_test(tc[4], random_feature_sweep);
+    tcase_add_test(tc[4], decode_grouped_sweep);
     /* the sweep builds a program per random feature combination: ctest runs it apart,
      * labelled slow (test_features_sweep, CK_INCLUDE_TAGS=slow) */
     tcase_set_tags(tc[4], "slow");

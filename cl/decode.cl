@@ -1,0 +1,176 @@
+/* decode.cl — the fused attention of fused.cl for a few queries (decoding): K and V are
+ * streamed from global memory once per KV head, whatever the number of query heads
+ * that share it.
+ *
+ * Decoding is a stream over the KV cache; its limit is the memory's read bandwidth.
+ * With grouped-query attention (GQA; `group` = h_q / h_kv query heads per KV head) the
+ * query heads of a group read the same K and V rows, so one work-item takes all rows of
+ * a KV head: the `group` query heads × n_q queries, up to NR of them, and each K and V
+ * row it loads feeds every one of those rows while it is in registers. With NR ≥
+ * group · n_q each K/V byte is read from memory once per call.
+ *
+ * Same arithmetic as fused.cl's reference loop (online softmax; Milakov & Gimelshein
+ * 2018, Dao et al. 2022), 16 keys per step. Rows ρ of KV head hk (batch entry b) are
+ * ρ = g·n_q + i for query head h = hk·group + g and query i; work-item x of NDRange
+ * (⌈group·n_q / NR⌉ rounded up to WG, batch·h_kv) takes rows x·NR … x·NR + NR − 1.
+ * Per step of 16 keys:
+ * - scores: for each key, NR dot products against the K row (its 16-float vectors each
+ *   feed up to SB rows' FMAs, then one horizontal sum per row and key);
+ * - the online softmax of each row over the 16 keys (score terms and the visibility
+ *   rule per row: rows differ in i and h);
+ * - weighted sum, GEMM micro-kernel order: for each 16 columns of V, SB rows' float16
+ *   accumulators take every V vector of the step with broadcast weights. A weight of 0
+ *   must add nothing even for inf or NaN values: steps where any weight is 0 (masked
+ *   or underflowed) take the sum that tests each weight.
+ * No local memory and no barriers: on GPUs this is a placeholder (NR 1, a row per
+ * work-item) until the GPU decode kernels exist.
+ */
+#ifndef D_K
+#define D_K 64 /* head dim of Q and K */
+#endif
+#ifndef D_V
+#define D_V 64 /* head dim of V and O */
+#endif
+#ifndef WG
+#define WG 1 /* work-items per work-group */
+#endif
+#ifndef NR
+#define NR 1 /* query rows (query heads of a KV head × queries) per work-item */
+#endif
+#define SB (NR < 4 ? NR : 4)  /* rows per register block: SB·2 + 2 AVX2 registers */
+#define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
+#define D_V_PAD PAD16(D_V)     /* d_v rounded up to whole float16 vectors */
+#define N_AV (D_V_PAD / 16)    /* float16 accumulator vectors per row */
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSED_PARAMS)
+{
+    const long rows = (long)group * n_q, x = get_global_id(0);
+    if (x * NR >= rows)
+        return; /* no barriers in this kernel */
+    const long h_kv = h_q / group, bhk = get_global_id(1);
+    const long b = bhk / h_kv, hk = bhk % h_kv;
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+
+    float16 q16[NR][N_QV], acc[NR][N_AV];
+    float m[NR], l[NR], slope[NR];
+    row_rule rule[NR]; /* visible keys of each row (none for rows past group·n_q) */
+    long mbase[NR], ref[NR];
+    long klo = n_kv, khi = 0; /* keys any row of this work-item may see */
+    for (int r = 0; r < NR; r++) { /* (setup and stores not unrolled: compile time) */
+        const long rho = x * NR + r, h = hk * group + rho / n_q, i = rho % n_q;
+        const bool real = rho < rows;
+        const long qb = real ? view_at(q_off, q_st, b, h, i, 0) : 0;
+        for (int cv = 0; cv < N_QV; cv++)
+            q16[r][cv] = real ? LOAD_ROW16(Q_DT, q, qb, q_st.s3, 16 * cv, D_K) : 0.0f;
+        for (int a = 0; a < N_AV; a++)
+            acc[r][a] = 0.0f;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        rule[r] = rule_at(RULE_ARGS, b, real ? i : 0, n_q, n_kv);
+        if (!real)
+            rule[r].lo = rule[r].hi = 0;
+        if (rule[r].hi > rule[r].lo) {
+            klo = min(klo, rule[r].lo);
+            khi = max(khi, rule[r].hi);
+        }
+        mbase[r] = MASK_T && real ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+        slope[r] = ALIBI && real ? alibi[h] : 0.0f;
+        ref[r] = ALIBI ? alibi_ref(rule[r]) : 0;
+    }
+
+    float p[NR][16];           /* scores, then weights, of the step's 16 keys */
+    float v_rows[16 * D_V_PAD]; /* the step's V rows, as float, copied in memory order */
+    for (long j0 = klo / 16 * 16; j0 < khi; j0 += 16) {
+        const int tlo = rel_bound(klo, j0, 16), thi = rel_bound(khi, j0, 16);
+        /* raw scores: each K vector feeds SB rows' FMAs, one horizontal sum per row */
+        for (int t = 0; t < 16; t++) {
+            const bool in = t >= tlo && t < thi; /* keys outside are masked below */
+            const long kb = view_at(k_off, k_st, b, hk, in ? j0 + t : 0, 0);
+            if (in) { /* V row t, read next to K row t (two sequential streams) */
+                const long vb = view_at(v_off, v_st, b, hk, j0 + t, 0);
+                for (int a = 0; a < N_AV; a++)
+                    vstore16(LOAD_ROW16(V_DT, v, vb, v_st.s3, 16 * a, D_V), a, v_rows + t * D_V_PAD);
+            }
+            for (int r0 = 0; r0 < NR; r0 += SB) {
+                float16 d[SB];
+#pragma unroll
+                for (int r = 0; r < SB; r++)
+                    d[r] = 0.0f;
+                if (in) {
+#pragma unroll
+                    for (int cv = 0; cv < N_QV; cv++) {
+                        const float16 kv = LOAD_ROW16(K_DT, k, kb, k_st.s3, 16 * cv, D_K);
+#pragma unroll
+                        for (int r = 0; r < SB; r++)
+                            if (r0 + r < NR)
+                                d[r] = fma(q16[r0 + r][cv], kv, d[r]);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < SB; r++)
+                    if (r0 + r < NR)
+                        p[r0 + r][t] = hsum(d[r]);
+            }
+        }
+        /* the online softmax of each row over the 16 keys */
+        bool zero = false; /* some weight of the step is 0: test each in the sum */
+        for (int r = 0; r < NR; r++) {
+            const int lo = rel_bound(rule[r].lo, j0, 16), hi = rel_bound(rule[r].hi, j0, 16);
+            const int self = rel_key(rule[r].self, j0, 16);
+            float16 s = vload16(0, p[r]) * scale;
+            if (MASK_T || ALIBI || SOFTCAP || lo > 0 || hi < 16 || self >= 0)
+                s = score_terms16(s, lane, lo, hi, self, j0, n_kv, mt, mt_off, mt_st, alibi,
+                                  softcap, mbase[r], rule[r].diag, slope[r], ref[r]);
+            const float m_new = max_nan(m[r], hmax_nan(s));
+            if (m_new == -INFINITY) { /* nothing visible yet: weights 0 */
+                vstore16((float16)(0.0f), 0, p[r]);
+                zero = true;
+                continue;
+            }
+            if (m_new != m[r]) { /* rescale to the new max (alpha = 1 otherwise) */
+                const float alpha = exp(m[r] - m_new);
+                l[r] *= alpha;
+                for (int a = 0; a < N_AV; a++)
+                    acc[r][a] *= alpha;
+                m[r] = m_new;
+            }
+            const float16 w = exp(s - m_new);
+            l[r] += hsum(w);
+            zero |= any(w == 0.0f);
+            vstore16(w, 0, p[r]);
+        }
+        /* the weighted sum: for each 16 columns of V, SB rows' accumulators in registers
+         * over the step's keys, each V vector feeding SB FMAs */
+        for (int a = 0; a < N_AV; a++)
+            for (int r0 = 0; r0 < NR; r0 += SB) {
+                float16 o_[SB];
+#pragma unroll
+                for (int r = 0; r < SB; r++)
+                    o_[r] = r0 + r < NR ? acc[r0 + r][a] : 0.0f;
+                for (int t = tlo; t < thi; t++) {
+                    const float16 vv = vload16(a, v_rows + t * D_V_PAD);
+                    if (!zero) {
+#pragma unroll
+                        for (int r = 0; r < SB; r++)
+                            if (r0 + r < NR)
+                                o_[r] = fma((float16)(p[r0 + r][t]), vv, o_[r]);
+                    } else {
+#pragma unroll
+                        for (int r = 0; r < SB; r++)
+                            if (r0 + r < NR && p[r0 + r][t] != 0.0f)
+                                o_[r] = fma((float16)(p[r0 + r][t]), vv, o_[r]);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < SB; r++)
+                    if (r0 + r < NR)
+                        acc[r0 + r][a] = o_[r];
+            }
+    }
+    for (int r = 0; r < NR; r++) {
+        const long rho = x * NR + r, h = hk * group + rho / n_q, i = rho % n_q;
+        if (rho >= rows)
+            break;
+        STORE_ROW(acc[r], m[r], l[r], slope[r], ref[r]);
+    }
+}
