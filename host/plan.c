@@ -159,16 +159,17 @@ static void make_features(const clattn_problem *p, features *f)
     }
 }
 
-/* Why the fused kernel cannot run this shape here ("" when it can); picks its tile. */
-static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, char *why,
-                        size_t why_len)
+/* Why the fused algorithm cannot run this shape here ("" when it can); picks the tiled
+ * kernel's tile (decode.cl stages nothing in local memory: only the head dims count). */
+static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, bool decode,
+                        char *why, size_t why_len)
 {
     why[0] = '\0';
     const int64_t per_key = d_k + clattn_ceil_div(d_v, 16) * 16; /* K, V floats per key */
     const size_t t = clattn_fit_tile_kv(ctx, per_key, clattn_default_tile_kv(ctx, true, per_key));
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
-    else if (t == 0)
+    else if (t == 0 && !decode)
         snprintf(why, why_len,
                  "fused: 16 key rows of K and V (%llu bytes) exceed the %llu bytes of local "
                  "memory the tiles may use (CL_DEVICE_LOCAL_MEM_SIZE %llu, less 1024 for the "
@@ -207,8 +208,8 @@ static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n
 {
     const size_t nr = clattn_decode_rows(ctx, group * n_q, d_k, d_v);
     char opts[320];
-    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DWG=1 %s",
-             (long long)d_k, (long long)d_v, nr, feat);
+    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DWG=1 %s", (long long)d_k,
+             (long long)d_v, nr, feat);
     clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &out->entry);
     if (st != CLATTN_SUCCESS)
         return st;
@@ -254,8 +255,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
 
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
      * caller's weights), the per-head weights before averaging, the fused LSE */
+    /* a few queries (decoding) share nothing between queries: decode.cl streams K and V
+     * once per KV head for all its query heads; with no keys at all it just writes the
+     * empty rows */
+    const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
     char fused_why[200], unfused_why[200] = "";
-    const size_t fused_tile = fused_fit(ctx, d_k, d_v, fused_why, sizeof fused_why);
+    const size_t fused_tile = fused_fit(ctx, d_k, d_v, decode, fused_why, sizeof fused_why);
     int64_t ws_scores = 0, ws_lse = 0, ws_fused = 0;
     if ((!f->weights || f->head_mean) &&
         !workspace_fits(ctx, batch, h_q, n_q, n_kv, "unfused: score matrix", &ws_scores,
@@ -316,10 +321,6 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
                  f->head_mean ? ", head_mean" : "");
     } else {
-        /* a few queries (decoding) share nothing between queries: decode.cl streams K and V
-         * once per KV head for all its query heads; with no keys at all it just writes the
-         * empty rows */
-        const bool decode = p->no_keys || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
         if (decode)
             st = decode_kernel(ctx, h_q / k->n[1], n_q, d_k, d_v, f->opts, &p->fused);
         else

@@ -40,9 +40,10 @@
  * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
 #define CPU_GROUP_PRIVATE_BYTES (512 * 1024)
 /* decode.cl on CPUs: up to this many query rows of a KV head share each K/V read, with
- * their private arrays (q row, accumulator, weights) within this */
+ * the work-item's private arrays (per row: q row, accumulator, weights; and the step's
+ * 16 V rows) within this, well inside PoCL's stack (CPU_GROUP_PRIVATE_BYTES) */
 #define CPU_DECODE_ROWS 16
-#define CPU_DECODE_PRIVATE_BYTES (256 * 1024)
+#define CPU_DECODE_PRIVATE_BYTES (320 * 1024)
 
 #define MAX_TUNE_ENTRIES 256
 #define ANY_KERNEL ((clattn_kernel)-1) /* CLATTN_BLOCKING: every kernel */
@@ -85,11 +86,12 @@ size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, 
 {
     if (!is_cpu(ctx) || rows <= 1)
         return 1;
-    const int64_t per_row =
-        (clattn_ceil_div(d_k, 16) * 16 + clattn_ceil_div(d_v, 16) * 16 + 48) * (int64_t)sizeof(float);
+    const int64_t d_k_pad = clattn_ceil_div(d_k, 16) * 16, d_v_pad = clattn_ceil_div(d_v, 16) * 16;
+    const int64_t per_row = (d_k_pad + d_v_pad + 48) * (int64_t)sizeof(float);
+    const int64_t fixed = 17 * d_v_pad * (int64_t)sizeof(float); /* V rows, row store */
     int64_t nr = rows < CPU_DECODE_ROWS ? rows : CPU_DECODE_ROWS;
-    if (nr > CPU_DECODE_PRIVATE_BYTES / per_row)
-        nr = CPU_DECODE_PRIVATE_BYTES / per_row;
+    if (nr > (CPU_DECODE_PRIVATE_BYTES - fixed) / per_row)
+        nr = (CPU_DECODE_PRIVATE_BYTES - fixed) / per_row;
     if (nr < 1)
         nr = 1;
     return (size_t)clattn_ceil_div(rows, clattn_ceil_div(rows, nr)); /* 20 rows: 10 + 10 */

@@ -218,8 +218,8 @@ typedef struct clattn_blocking {
  * (kernel, d_k, d_v). The CLATTN_BLOCKING="RQ,WG,TILE_KV" environment variable, read
  * once when a context is created, sets such an override for every kernel and dims.
  * A blocking the device cannot run makes the later call fail with
- * CLATTN_ERROR_UNSUPPORTED naming the limit; the streaming decode variant of the
- * fused kernel (n_q ≤ 8) keeps one query per work-item whatever is set.
+ * CLATTN_ERROR_UNSUPPORTED naming the limit. The decode kernel (decode.cl: the fused
+ * algorithm for n_q ≤ 16) takes no blocking: it ignores what is set here.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT for a NULL ctx, an unknown
  *         kernel, negative dims or values outside the ranges above;
  *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.
@@ -378,8 +378,9 @@ typedef struct clattn_attention_desc {
     const clattn_tensor *weights;
     /** Work-group size for the row-reduction (softmax) kernel and the number of
      *  queries per work-group of the fused kernel. 0 = chosen from the device and
-     *  kernel limits. A size above CL_KERNEL_WORK_GROUP_SIZE returns
-     *  CLATTN_ERROR_UNSUPPORTED naming the limit. */
+     *  kernel limits; set, the fused algorithm runs the tiled kernel even for n_q ≤ 16
+     *  (not the decode kernel, whose work-groups are single work-items). A size above
+     * CL_KERNEL_WORK_GROUP_SIZE returns CLATTN_ERROR_UNSUPPORTED naming the limit. */
     size_t work_group_size;
 
     /* ---- Fields below were added in 0.2. Every term combines with every other: a key
@@ -565,14 +566,14 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
 
 /** What clattn_attention would run, and why. */
 typedef struct clattn_plan {
-    clattn_algorithm algorithm;   /**< UNFUSED or FUSED: what will run */
-    size_t workspace_bytes;       /**< device memory clattn allocates besides the operands */
-    size_t work_group_size;       /**< softmax (unfused), fused or decode work-group size */
+    clattn_algorithm algorithm; /**< UNFUSED or FUSED: what will run */
+    size_t workspace_bytes;     /**< device memory clattn allocates besides the operands */
+    size_t work_group_size;     /**< softmax (unfused), fused or decode work-group size */
     /** scores (unfused) or fused: query rows per work-item; decode (n_q <= 16): query
      *  rows of one KV head (its query heads x queries) that share each K/V read */
     size_t queries_per_work_item;
-    size_t tile_kv; /**< scores (unfused) or fused: keys per local-memory tile; decode 16 */
-    char reason[256];             /**< one line: why this algorithm */
+    size_t tile_kv;   /**< scores (unfused) or fused: keys per local-memory tile; decode 16 */
+    char reason[256]; /**< one line: why this algorithm */
     /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum",
      *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16). */
     char kernels[128];
