@@ -161,8 +161,8 @@ static void make_features(const clattn_problem *p, features *f)
 
 /* Why the fused algorithm cannot run this shape here ("" when it can); picks the tiled
  * kernel's tile (decode.cl stages nothing in local memory: only the head dims count). */
-static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, bool decode,
-                        char *why, size_t why_len)
+static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, bool decode, char *why,
+                        size_t why_len)
 {
     why[0] = '\0';
     const int64_t per_key = d_k + clattn_ceil_div(d_v, 16) * 16; /* K, V floats per key */
