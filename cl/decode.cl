@@ -140,21 +140,26 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             vstore16(w, 0, p[r]);
         }
         /* the weighted sum: for each 16 columns of V, SB rows' accumulators in registers
-         * over the step's keys, each V vector feeding SB FMAs */
+         * over the step's keys, each V vector feeding SB FMAs. Without a weight of 0 the
+         * step is whole (keys outside [tlo, thi) weigh 0) and needs no test. */
         for (int a = 0; a < N_AV; a++)
             for (int r0 = 0; r0 < NR; r0 += SB) {
                 float16 o_[SB];
 #pragma unroll
                 for (int r = 0; r < SB; r++)
                     o_[r] = r0 + r < NR ? acc[r0 + r][a] : 0.0f;
-                for (int t = tlo; t < thi; t++) {
-                    const float16 vv = vload16(a, v_rows + t * D_V_PAD);
-                    if (!zero) {
+                if (!zero) {
+#pragma unroll 4
+                    for (int t = 0; t < 16; t++) {
+                        const float16 vv = vload16(a, v_rows + t * D_V_PAD);
 #pragma unroll
                         for (int r = 0; r < SB; r++)
                             if (r0 + r < NR)
                                 o_[r] = fma((float16)(p[r0 + r][t]), vv, o_[r]);
-                    } else {
+                    }
+                } else {
+                    for (int t = tlo; t < thi; t++) {
+                        const float16 vv = vload16(a, v_rows + t * D_V_PAD);
 #pragma unroll
                         for (int r = 0; r < SB; r++)
                             if (r0 + r < NR && p[r0 + r][t] != 0.0f)
