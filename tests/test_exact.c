@@ -9,7 +9,7 @@
  *    every finite 16-bit value, the midpoints (ties), one float32 ulp either side of them
  *    (near-ties), subnormals, overflow, infinities and NaN payloads;
  *  - 16-bit stores on the device, bit for bit against the same oracle: clattn_merge's
- *    output, and O of both algorithms (fused streaming, fused tiled, unfused) routed
+ *    output, and O of both algorithms (fused decode, fused tiled, unfused) routed
  *    exactly (Q = K = 0 and a window (0, 0): each row sees one key, so O = V in float32
  *    before the store), and the public weighted sum;
  *  - 16-bit loads on the device: every float16 and bfloat16 pattern as V (O float32 must
@@ -303,7 +303,7 @@ END_TEST
 
 /* Attention whose O equals V exactly in float32: Q = K = 0, a window (0, 0) with n_q = n_kv
  * (row i sees key i alone: weight 1, LSE 0). O is stored as `f`; with `direct` the
- * problem has 8 queries per head (the fused kernel's streaming variant), else `n_rows`
+ * problem has 8 queries per head (the fused algorithm's decode kernel), else `n_rows`
  * rows per head over as many heads as the values need. Checks O bit for bit, and the LSE
  * and weights exactly. */
 static void route_values(const fmt16 *f, const float *vals, size_t n_vals, clattn_algorithm alg,
@@ -334,7 +334,7 @@ static void route_values(const fmt16 *f, const float *vals, size_t n_vals, clatt
     d.weights = weights ? &tw : NULL;
     char what[160];
     snprintf(what, sizeof what, "%s O of %s attention (%s, %lld rows, d_v %lld%s)", f->name,
-             tu_algorithm_name(alg), direct ? "streaming" : "tiled", (long long)n, (long long)d_v,
+             tu_algorithm_name(alg), direct ? "decode" : "tiled", (long long)n, (long long)d_v,
              weights ? ", weights" : "");
     TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p.tq, &p.tk, &p.tv, &to), "%s", what);
     check_bits(what, f, p.v, o, n_o);
@@ -412,7 +412,7 @@ START_TEST(attention_16bit_v_loads_exact)
     const fmt16 *fmts[2] = {&F16, &BF16};
     for (int k = 0; k < 2; k++) {
         const fmt16 *f = fmts[k];
-        for (int path = 0; path < 4; path++) { /* unfused, fused tiled, fused streaming, strided */
+        for (int path = 0; path < 4; path++) { /* unfused, fused tiled, fused decode, strided */
             const bool direct = path == 2, strided = path == 3;
             const int64_t d_v = 40, n = direct ? 8 : strided ? 128 : 820;
             const int64_t heads = (0x10000 + n * d_v - 1) / (n * d_v);
@@ -451,7 +451,7 @@ START_TEST(attention_16bit_v_loads_exact)
             snprintf(what, sizeof what, "%s V loads (%s)", f->name,
                      path == 0   ? "unfused"
                      : path == 1 ? "fused tiled"
-                     : path == 2 ? "fused streaming"
+                     : path == 2 ? "fused decode"
                                  : "fused, stride 2");
             TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &p.tq, &p.tk, &tv, &to), "%s", what);
             check_exact(what, o, want, n_o);
@@ -473,7 +473,7 @@ END_TEST
 /* Every finite pattern of `f` (no float32 subnormals) as Q or as K: row i sees key i alone
  * (window (0, 0)), the other operand is a unit vector e_c, scale 1, so the LSE of row i is
  * the value itself, exactly; through the tiled scores, the fused kernel (tiled and
- * streaming) and the softmax's LSE. */
+ * decode) and the softmax's LSE. */
 START_TEST(attention_16bit_qk_loads_exact)
 {
     small_blocking(false);
@@ -486,7 +486,7 @@ START_TEST(attention_16bit_qk_loads_exact)
             if (isfinite(x) && (x == 0.0 || isnormal((float)x)))
                 push(&vals, (float)x);
         }
-        for (int path = 0; path < 6; path++) { /* {unfused, fused tiled, streaming} × {Q, K} */
+        for (int path = 0; path < 6; path++) { /* {unfused, fused tiled, decode} × {Q, K} */
             const bool in_q = path < 3, direct = path % 3 == 2;
             const int64_t d_k = 40, n = direct ? 8 : 1024;
             const int64_t heads = ((int64_t)vals.n + n - 1) / n;
@@ -521,7 +521,7 @@ START_TEST(attention_16bit_qk_loads_exact)
             char what[128];
             snprintf(what, sizeof what, "%s %s loads (%s): LSE", f->name, in_q ? "Q" : "K",
                      path % 3 == 0 ? "unfused"
-                     : direct      ? "fused streaming"
+                     : direct      ? "fused decode"
                                    : "fused tiled");
             TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, in_q ? &t16 : &tunit, in_q ? &tunit : &t16,
                                           &p.tv, &to),
@@ -1250,7 +1250,7 @@ START_TEST(nan_scores_poison_their_row)
 END_TEST
 
 /* Rows with no visible key and padding rows under both policies: O zeros or NaN, padding
- * rows zeros, LSE −∞, weights likewise; both algorithms, streaming and tiled, default and
+ * rows zeros, LSE −∞, weights likewise; both algorithms, decode and tiled, default and
  * small blockings, softmax with several work-items. */
 START_TEST(masked_rows_policies)
 {

@@ -67,7 +67,7 @@ typedef struct shape {
 } shape;
 
 /* On CPUs the tiled kernels take 64 keys per step (fused up to 128) and up to 16·4
- * queries per work-group; fused streams K and V for n_q ≤ 8. Every size here is off
+ * queries per work-group; fused streams K and V for n_q ≤ 16 (decode.cl). Every size here is off
  * those blocks somewhere. Head dims and query-count classes (which select the compiled
  * programs) come from few combinations, so that a cold OpenCL compiler cache costs
  * about 25 builds, not one per shape: (d_k, d_v) ∈ {(16,16), (33,17), (64,64)}, n_q ∈
@@ -77,7 +77,7 @@ static const shape SHAPES[] = {
     {1, 2, 2, 17, 65, 16, 16},   /* one query and one key past a block */
     {2, 4, 2, 33, 129, 33, 17},  /* GQA 2:1, head dims off 16 */
     {1, 4, 1, 65, 70, 64, 64},   /* MQA */
-    {1, 2, 1, 7, 200, 33, 17},   /* decode-like: fused streams K and V */
+    {1, 2, 1, 7, 200, 33, 17},   /* decode: decode.cl streams K and V */
     {2, 1, 1, 100, 37, 33, 17},  /* n_kv inside one block */
     {1, 8, 2, 20, 20, 64, 64},   /* GQA 4:1 */
     {1, 3, 3, 129, 129, 16, 16}, /* odd head count, n one past two blocks */
