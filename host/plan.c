@@ -328,14 +328,18 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                               &p->fused);
         if (st != CLATTN_SUCCESS)
             return st;
-        if (decode && !p->no_keys) {
-            const size_t at = strlen(p->reason);
+        const size_t at = strlen(p->reason);
+        if (p->no_keys) /* whatever the algorithm: nothing to compute */
             snprintf(p->reason + at, sizeof p->reason - at,
-                     "; decode kernel (n_q %lld <= %d): %zu query rows per K/V read (%lld query "
-                     "heads x %lld queries per KV head)",
-                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(h_q / k->n[1]),
-                     (long long)n_q);
-        }
+                     "; n_kv 0: the decode kernel writes every row (zeros, or NaN for "
+                     "masked_rows NaN; LSE -inf), whatever the algorithm and work-group size");
+        else if (decode)
+            snprintf(p->reason + at, sizeof p->reason - at,
+                     "; decode kernel (n_q %lld <= %d): each work-item takes %zu of the %lld query "
+                     "rows of a KV head (%lld query heads x %lld queries), which share its K/V "
+                     "reads",
+                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(h_q / k->n[1] * n_q),
+                     (long long)(h_q / k->n[1]), (long long)n_q);
         snprintf(p->kernels, sizeof p->kernels, "%s%s%s", decode ? "decode" : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
                  f->head_mean && !p->no_keys ? ", head_mean" : "");
