@@ -272,7 +272,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed);
 /* decode.cl: how many of the `rows` query rows of a KV head (query heads x queries)
  * one work-item takes, so that they share each K/V read: all of them up to a cap on
- * CPUs (private arrays), in blocks as even as possible; 1 on other devices. */
+ * CPUs (private arrays), in blocks as even as possible; 1 on other devices; an
+ * override of the fused kernel's blocking sets it (its RQ, at most the rows). */
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v);
 /* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
  * local_floats_per_key floats per key fit the device's local memory; 0 if none. */

@@ -82,21 +82,6 @@ size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per
     return cap;
 }
 
-size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v)
-{
-    if (!is_cpu(ctx) || rows <= 1)
-        return 1;
-    const int64_t d_k_pad = clattn_ceil_div(d_k, 16) * 16, d_v_pad = clattn_ceil_div(d_v, 16) * 16;
-    const int64_t per_row = (d_k_pad + d_v_pad + 48) * (int64_t)sizeof(float);
-    const int64_t fixed = 17 * d_v_pad * (int64_t)sizeof(float); /* V rows, row store */
-    int64_t nr = rows < CPU_DECODE_ROWS ? rows : CPU_DECODE_ROWS;
-    if (nr > (CPU_DECODE_PRIVATE_BYTES - fixed) / per_row)
-        nr = (CPU_DECODE_PRIVATE_BYTES - fixed) / per_row;
-    if (nr < 1)
-        nr = 1;
-    return (size_t)clattn_ceil_div(rows, clattn_ceil_div(rows, nr)); /* 20 rows: 10 + 10 */
-}
-
 static bool blocking_ok(const clattn_blocking *b)
 {
     /* RQ 8 makes PoCL's work-group compiler run for many minutes: 1..6 */
@@ -117,6 +102,32 @@ static const clattn_tune_entry *find(const clattn_tune_entry *list, int n, clatt
             return e;
     }
     return NULL;
+}
+
+size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v)
+{
+    /* on CPUs: as many rows as the private-array budget allows, up to CPU_DECODE_ROWS */
+    int64_t cap = CPU_DECODE_ROWS;
+    if (is_cpu(ctx)) {
+        const int64_t d_k_pad = clattn_ceil_div(d_k, 16) * 16;
+        const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
+        const int64_t per_row = (d_k_pad + d_v_pad + 48) * (int64_t)sizeof(float);
+        const int64_t fixed = 17 * d_v_pad * (int64_t)sizeof(float); /* V rows, row store */
+        cap = (CPU_DECODE_PRIVATE_BYTES - fixed) / per_row;
+        cap = cap < 1 ? 1 : cap > CPU_DECODE_ROWS ? CPU_DECODE_ROWS : cap;
+    }
+    /* an override of the fused kernel sets the rows (its WG and TILE_KV do not apply);
+     * otherwise GPUs take one row per work-item */
+    const clattn_tune_entry *o =
+        find(ctx->override, ctx->n_override, CLATTN_KERNEL_FUSED, d_k, d_v, true);
+    int64_t nr = o ? (int64_t)o->blocking.queries_per_work_item : is_cpu(ctx) ? cap : 1;
+    if (nr > cap)
+        nr = cap;
+    if (nr > rows)
+        nr = rows;
+    if (nr < 1)
+        return 1;
+    return (size_t)clattn_ceil_div(rows, clattn_ceil_div(rows, nr)); /* 20 rows: 10 + 10 */
 }
 
 /* Adds or replaces (same kernel and dims) an entry of a heap list. */

@@ -219,7 +219,9 @@ typedef struct clattn_blocking {
  * once when a context is created, sets such an override for every kernel and dims.
  * A blocking the device cannot run makes the later call fail with
  * CLATTN_ERROR_UNSUPPORTED naming the limit. The decode kernel (decode.cl: the fused
- * algorithm for n_q ≤ 16) takes no blocking: it ignores what is set here.
+ * algorithm for n_q ≤ 16) takes only RQ from a CLATTN_KERNEL_FUSED override, as the
+ * query rows of a KV head each work-item takes (at most the rows there are); it
+ * ignores WG and TILE_KV, and stored tuning.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT for a NULL ctx, an unknown
  *         kernel, negative dims or values outside the ranges above;
  *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.

@@ -723,9 +723,10 @@ int main(void)
     tu_seed_init(0x0f3a7u);
     Suite *s = suite_create("features");
     /* one test case per area, so CK_RUN_CASE=merge (etc.) runs one alone (oclgrind) */
-    TCase *tc[5];
-    static const char *const names[5] = {"validation", "storage", "masks", "merge", "sweep"};
-    for (int a = 0; a < 5; a++) {
+    TCase *tc[6];
+    static const char *const names[6] = {"validation", "storage", "masks",
+                                         "merge",      "sweep",   "decode"};
+    for (int a = 0; a < 6; a++) {
         tc[a] = tcase_create(names[a]);
         tcase_set_timeout(tc[a], 900);
         suite_add_tcase(s, tc[a]);
@@ -735,7 +736,7 @@ int main(void)
     tcase_add_test(tc[1], float16_and_bfloat16_storage);
     tcase_add_test(tc[2], masked_keys_contribute_nothing);
     tcase_add_test(tc[2], head_dim_512);
-    tcase_add_test(tc[2], decode_grouped_all_terms);
+    tcase_add_test(tc[5], decode_grouped_all_terms); /* alone: test_oclgrind.sh runs it */
     tcase_add_test(tc[2], alibi_far_positions);
     tcase_add_test(tc[3], merge_rejects_bad_parts);
     tcase_add_test(tc[3], merge_split_keys);

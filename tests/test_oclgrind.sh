@@ -4,7 +4,8 @@
 # logs to a file and a non-empty log fails the test. Small shapes with tails off every
 # tile (n_q 19, n_kv 37, d_k 20, d_v 9, grouped heads 2:1), all masks, both algorithms,
 # the GPU blocking oclgrind's device gets by default and the CPU blocking (4 queries per
-# work-item), plus the demo (the decoding path and the three stages on their own).
+# work-item), plus the demo (the decoding path and the three stages on their own) and the
+# decode kernel's test with all terms, with one and with several rows per work-item.
 # Usage: CLATTN_BIN=build/clattn [CLATTN_FEATURES_BIN=build/tests/test_features]
 #        sh tests/test_oclgrind.sh   (run from anywhere)
 set -u
@@ -58,7 +59,15 @@ done
 if [ -n "${CLATTN_FEATURES_BIN:-}" ]; then
     export CK_RUN_CASE=merge
     check "merge" "$CLATTN_FEATURES_BIN"
-    unset CK_RUN_CASE
+    # the decode kernel with every term, GQA 4:1 x 5 queries: one row per work-item (the
+    # GPU default oclgrind's device gets), and the CPU's blocks of rows: 5 rows (a
+    # register block of 4 and one of 1), 4 rows
+    export CK_RUN_CASE=decode
+    for blocking in default 6,1,16 4,1,16; do
+        if [ "$blocking" = default ]; then unset CLATTN_BLOCKING; else export CLATTN_BLOCKING=$blocking; fi
+        check "decode $blocking" "$CLATTN_FEATURES_BIN"
+    done
+    unset CK_RUN_CASE CLATTN_BLOCKING
 fi
 # float64 LSEs: the kernels' LSE_DT=4 stores, the merge's float64 running LSE (case R17)
 if [ -n "${CLATTN_SPLIT_BIN:-}" ]; then
