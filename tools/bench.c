@@ -93,7 +93,8 @@ static const char bench_usage[] =
     "                  default f32); default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
-    "                  1,32,32,1,8192,128,128 (decode)\n"
+    "                  1,32,32,1,8192,128,128 (decode);\n"
+    "                  1,32,8,1,32768,128,128 (grouped-query decode)\n"
     "  --reps N        timed runs per case (default 5)\n"
     "  --warmup N      untimed runs first (default 1; the first also builds programs)\n"
     "  --json          one JSON object per case on stdout, in a JSON array\n"
@@ -111,7 +112,7 @@ static const char bench_usage[] =
 
 static const char default_shapes[] = "1,8,8,1024,1024,64,64;1,8,8,4096,4096,64,64;"
                                      "1,1,1,4096,4096,128,128;1,8,8,4096,4096,64,64,causal;"
-                                     "1,32,32,1,8192,128,128";
+                                     "1,32,32,1,8192,128,128;1,32,8,1,32768,128,128";
 
 int bench_quiet; /* tune: candidates the device refuses are expected, not reported */
 
