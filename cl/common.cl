@@ -248,6 +248,20 @@ float hsum(float16 v)
     return c.x + c.y;
 }
 
+/* The online softmax's step to a new running max m_new of a row (Milakov & Gimelshein
+ * 2018): its accumulator (n_av float16 vectors) and running sum *l times exp(m − m_new);
+ * nothing when the max did not change (the factor would be 1). NaN maxima rescale (to
+ * NaN). */
+void rescale_row(float16 *acc, int n_av, float *l, float m, float m_new)
+{
+    if (m_new == m)
+        return;
+    const float alpha = exp(m - m_new);
+    *l *= alpha;
+    for (int a = 0; a < n_av; a++)
+        acc[a] *= alpha;
+}
+
 /* Element offset of row s, column d of head (b, h) of a view. */
 long view_at(long off, long4 st, long b, long h, long s, long d)
 {

@@ -130,13 +130,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                 zero = true;
                 continue;
             }
-            if (m_new != m[r]) { /* rescale to the new max (alpha = 1 otherwise) */
-                const float alpha = exp(m[r] - m_new);
-                l[r] *= alpha;
-                for (int a = 0; a < N_AV; a++)
-                    acc[r][a] *= alpha;
-                m[r] = m_new;
-            }
+            rescale_row(acc[r], N_AV, &l[r], m[r], m_new);
+            m[r] = m_new;
             const float16 w = exp(s - m_new);
             l[r] += hsum(w);
             zero |= any(w == 0.0f);

@@ -156,12 +156,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                         vstore16((float16)(0.0f), sv, p[r]);
                     continue;
                 }
-                if (m_new != m[r]) { /* rescale to the new max (alpha = 1 otherwise) */
-                    const float alpha = exp(m[r] - m_new);
-                    l[r] *= alpha;
-                    for (int a = 0; a < N_AV; a++)
-                        acc[r][a] *= alpha;
-                }
+                rescale_row(acc[r], N_AV, &l[r], m[r], m_new);
                 float16 l16 = 0.0f;
                 for (int sv = 0; sv < N_SV; sv++) {
                     const float16 pv = exp(vload16(sv, p[r]) - m_new);

@@ -253,12 +253,13 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                            "float32 LSE)",
                            ctx->device_name);
 
-    /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
-     * caller's weights), the per-head weights before averaging, the fused LSE */
     /* a few queries (decoding) share nothing between queries: decode.cl streams K and V
      * once per KV head for all its query heads; with no keys at all it just writes the
      * empty rows */
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
+    const int64_t group = h_q / k->n[1]; /* query heads per KV head */
+    /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
+     * caller's weights), the per-head weights before averaging, the fused LSE */
     char fused_why[200], unfused_why[200] = "";
     const size_t fused_tile = fused_fit(ctx, d_k, d_v, decode, fused_why, sizeof fused_why);
     int64_t ws_scores = 0, ws_lse = 0, ws_fused = 0;
@@ -322,7 +323,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                  f->head_mean ? ", head_mean" : "");
     } else {
         if (decode)
-            st = decode_kernel(ctx, h_q / k->n[1], n_q, d_k, d_v, f->opts, &p->fused);
+            st = decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, &p->fused);
         else
             st = fused_kernel(ctx, n_q, d_k, d_v, fused_tile, desc->work_group_size, f->opts,
                               &p->fused);
@@ -338,8 +339,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      "; decode kernel (n_q %lld <= %d): each work-item takes %zu of the %lld query "
                      "rows of a KV head (%lld query heads x %lld queries), which share its K/V "
                      "reads",
-                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(h_q / k->n[1] * n_q),
-                     (long long)(h_q / k->n[1]), (long long)n_q);
+                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(group * n_q),
+                     (long long)group, (long long)n_q);
         snprintf(p->kernels, sizeof p->kernels, "%s%s%s", decode ? "decode" : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
                  f->head_mean && !p->no_keys ? ", head_mean" : "");

@@ -213,14 +213,14 @@ void clattn_tuning_release(clattn_context *ctx)
     ctx->n_tune = ctx->n_override = 0;
 }
 
-/* The work-group ceiling: the device's, and on CPUs what the group's private arrays
- * (rq queries of the request's floats and tile) leave of one thread's stack. */
 /* Private floats of one work-item holding rq queries with a tile of tile_kv keys. */
 static int64_t item_floats(const clattn_blocking_request *r, size_t rq, size_t tile_kv)
 {
     return (int64_t)rq * (r->private_floats + r->private_per_key * (int64_t)tile_kv);
 }
 
+/* The work-group ceiling: the device's, and on CPUs what the group's private arrays
+ * (rq queries of the request's floats and tile) leave of one thread's stack. */
 static size_t group_limit(const clattn_context *ctx, const clattn_blocking_request *r, size_t rq,
                           size_t tile_kv)
 {

@@ -218,10 +218,8 @@ typedef struct clattn_blocking {
  * (kernel, d_k, d_v). The CLATTN_BLOCKING="RQ,WG,TILE_KV" environment variable, read
  * once when a context is created, sets such an override for every kernel and dims.
  * A blocking the device cannot run makes the later call fail with
- * CLATTN_ERROR_UNSUPPORTED naming the limit. The decode kernel (decode.cl: the fused
- * algorithm for n_q ≤ 16) takes only RQ from a CLATTN_KERNEL_FUSED override, as the
- * query rows of a KV head each work-item takes (at most the rows there are); it
- * ignores WG and TILE_KV, and stored tuning.
+ * CLATTN_ERROR_UNSUPPORTED naming the limit. The decode kernel (n_q ≤ 16) takes only
+ * RQ of a CLATTN_KERNEL_FUSED override, as its query rows (of a KV head) per work-item.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT for a NULL ctx, an unknown
  *         kernel, negative dims or values outside the ranges above;
  *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.
@@ -378,11 +376,10 @@ typedef struct clattn_attention_desc {
      *  keeps its softmax output; FUSED runs a second pass W = exp(S − LSE) from its
      *  LSE. NULL: not computed. */
     const clattn_tensor *weights;
-    /** Work-group size for the row-reduction (softmax) kernel and the number of
-     *  queries per work-group of the fused kernel. 0 = chosen from the device and
-     *  kernel limits; set, the fused algorithm runs the tiled kernel even for n_q ≤ 16
-     *  (not the decode kernel, whose work-groups are single work-items). A size above
-     * CL_KERNEL_WORK_GROUP_SIZE returns CLATTN_ERROR_UNSUPPORTED naming the limit. */
+    /** Work-group size for the row-reduction (softmax) kernel and the number of queries
+     *  per work-group of the fused kernel (its tiled kernel then runs even for n_q ≤ 16).
+     *  0 = chosen from the device and kernel limits. A size above
+     *  CL_KERNEL_WORK_GROUP_SIZE returns CLATTN_ERROR_UNSUPPORTED naming the limit. */
     size_t work_group_size;
 
     /* ---- Fields below were added in 0.2. Every term combines with every other: a key
@@ -568,14 +565,12 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
 
 /** What clattn_attention would run, and why. */
 typedef struct clattn_plan {
-    clattn_algorithm algorithm; /**< UNFUSED or FUSED: what will run */
-    size_t workspace_bytes;     /**< device memory clattn allocates besides the operands */
-    size_t work_group_size;     /**< softmax (unfused), fused or decode work-group size */
-    /** scores (unfused) or fused: query rows per work-item; decode (n_q <= 16): query
-     *  rows of one KV head (its query heads x queries) that share each K/V read */
-    size_t queries_per_work_item;
-    size_t tile_kv;   /**< scores (unfused) or fused: keys per local-memory tile; decode 16 */
-    char reason[256]; /**< one line: why this algorithm */
+    clattn_algorithm algorithm;   /**< UNFUSED or FUSED: what will run */
+    size_t workspace_bytes;       /**< device memory clattn allocates besides the operands */
+    size_t work_group_size;       /**< softmax (unfused), fused or decode work-group size */
+    size_t queries_per_work_item; /**< rows per work-item (unfused: scores; decode: of a KV head) */
+    size_t tile_kv;               /**< keys per tile (unfused: scores; decode: per step, 16) */
+    char reason[256];             /**< one line: why this algorithm */
     /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum",
      *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16). */
     char kernels[128];

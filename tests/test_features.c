@@ -678,24 +678,35 @@ START_TEST(alibi_far_positions)
 }
 END_TEST
 
-/* Head dims up to 512 on both algorithms (the fused kernel's local tiles shrink). */
-START_TEST(head_dim_512)
+/* One problem (batch 1, d_k = d_v = d, Q/K/V from seeds seed, seed + 1, seed + 2)
+ * against the reference with each of the n_algs algorithms. */
+static void large_head_dims(int64_t h_q, int64_t h_kv, int64_t n_q, int64_t n_kv, int64_t d,
+                            clattn_mask mask, const clattn_algorithm *algs, int n_algs,
+                            uint32_t seed)
 {
     tu_problem p;
-    tu_problem_init(&p, 1, 1, 1, 21, 35, 512, 512, 91, 92, 93, 4);
-    clattn_attention_desc d = clattn_attention_desc_default();
-    d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
-    float *r = tu_reference(&p, &d, NULL);
-    for (int a = 0; a < 2; a++) {
-        float *o = tu_run(&p, &d, tu_algorithms[a]);
+    tu_problem_init(&p, 1, h_q, h_kv, n_q, n_kv, d, d, seed, seed + 1, seed + 2, 4);
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.mask = mask;
+    float *r = tu_reference(&p, &desc, NULL);
+    for (int a = 0; a < n_algs; a++) {
+        float *o = tu_run(&p, &desc, algs[a]);
         clattn_tensor to = tu_problem_o(&p, o);
-        char what[64];
-        snprintf(what, sizeof what, "d_k = d_v = 512 [%s]", tu_algorithm_name(tu_algorithms[a]));
+        char what[128];
+        snprintf(what, sizeof what, "h_q %lld h_kv %lld n_q %lld n_kv %lld d_k = d_v = %lld [%s]",
+                 (long long)h_q, (long long)h_kv, (long long)n_q, (long long)n_kv, (long long)d,
+                 tu_algorithm_name(algs[a]));
         TU_ASSERT_CLOSE(what, &to, NULL, r, TU_TOL_DEFAULT);
         free(o);
     }
     free(r);
     tu_problem_free(&p);
+}
+
+/* Head dims up to 512 on both algorithms (the fused kernel's local tiles shrink). */
+START_TEST(head_dim_512)
+{
+    large_head_dims(1, 1, 21, 35, 512, CLATTN_MASK_CAUSAL_TOP_LEFT, tu_algorithms, 2, 91);
 }
 END_TEST
 
@@ -704,17 +715,8 @@ END_TEST
  * program takes about 40 s to build on PoCL. */
 START_TEST(decode_head_dim_4096)
 {
-    tu_problem p;
-    tu_problem_init(&p, 1, 4, 2, 3, 40, 4096, 4096, 94, 95, 96, 4);
-    clattn_attention_desc d = clattn_attention_desc_default();
-    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-    float *r = tu_reference(&p, &d, NULL);
-    float *o = tu_run(&p, &d, CLATTN_ALGORITHM_FUSED);
-    clattn_tensor to = tu_problem_o(&p, o);
-    TU_ASSERT_CLOSE("d_k = d_v = 4096 [fused: decode]", &to, NULL, r, TU_TOL_DEFAULT);
-    free(o);
-    free(r);
-    tu_problem_free(&p);
+    const clattn_algorithm fused = CLATTN_ALGORITHM_FUSED;
+    large_head_dims(4, 2, 3, 40, 4096, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, &fused, 1, 94);
 }
 END_TEST
 

@@ -15,8 +15,6 @@ Usage: python3 tools/dev/bench_decode.py [--build build] [--rounds 3]
            [--shapes "b,h_q,h_kv,n_q,n_kv,d[,f16]; ..."]
 Needs numpy and torch: pip install numpy torch
 """
-import argparse
-import json
 import os
 import subprocess
 import sys
@@ -25,9 +23,10 @@ import time
 
 import numpy as np
 
+from bench_peers import SETTLE_S, parse_args, run_json  # the same script folder
+
 DEFAULT_SHAPES = ("1,32,32,1,8192,128; 1,32,8,1,32768,128; 1,32,8,1,32768,128,f16; "
                   "8,32,8,1,8192,128,f16")
-SETTLE_S = 1.0  # let the peer's thread pool go idle before the next timing (2 cores)
 
 
 def parse_shapes(text):
@@ -54,17 +53,8 @@ def reference(q, k, v):
     return np.matmul(w, v)
 
 
-def run_json(cmd):
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build", help="CMake build folder (default: build)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
-    args = ap.parse_args()
-    clattn = os.path.join(args.build, "clattn")
+    args, clattn = parse_args(__doc__, DEFAULT_SHAPES)
     import torch
     torch.set_num_threads(os.cpu_count())
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy "

@@ -73,13 +73,19 @@ def run_json(cmd):
     return json.loads(out)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(doc, default_shapes):
+    """The options every peers script takes (--build, --rounds, --shapes) and the path
+    of the clattn program in the build folder."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--build", default="build", help="CMake build folder (default: build)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
+    ap.add_argument("--shapes", default=default_shapes)
     args = ap.parse_args()
-    clattn = os.path.join(args.build, "clattn")
+    return args, os.path.join(args.build, "clattn")
+
+
+def main():
+    args, clattn = parse_args(__doc__, DEFAULT_SHAPES)
     peer = os.path.join(args.build, "clattn_peer_clblast")
     try:
         import torch
