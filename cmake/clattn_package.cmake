@@ -49,14 +49,23 @@ if(CLATTN_BUILD_SHARED)
     target_link_options(clattn_shared PRIVATE "LINKER:--no-undefined")
   endif()
   set_target_properties(clattn_shared PROPERTIES
-    OUTPUT_NAME clattn EXPORT_NAME clattn LINK_DEPENDS "${_clattn_map}"
-    VERSION ${PROJECT_VERSION} SOVERSION ${CLATTN_SOVERSION})
+    OUTPUT_NAME clattn EXPORT_NAME clattn LINK_DEPENDS "${_clattn_map}")
+  if(NOT SKBUILD) # a wheel holds one plain libclattn.so (zip files have no symlinks)
+    set_target_properties(clattn_shared PROPERTIES
+      VERSION ${PROJECT_VERSION} SOVERSION ${CLATTN_SOVERSION})
+  endif()
   add_library(clattn::clattn ALIAS clattn_shared)
   list(APPEND _clattn_targets clattn_shared)
 else()
   add_library(clattn::clattn ALIAS clattn)
 endif()
 
+if(SKBUILD)
+  # the wheel: libclattn.so inside the package folder, where
+  # python/src/clattn/_lib.py loads it; no headers, CMake or pkg-config files
+  install(TARGETS clattn_shared LIBRARY DESTINATION clattn)
+  return()
+endif()
 if(NOT CLATTN_INSTALL)
   return()
 endif()

@@ -1,0 +1,229 @@
+"""Array adapters: NumPy arrays, PyTorch CPU tensors, PyOpenCL arrays and other DLPack
+producers as clattn_tensor views, without copies where the layout allows."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _lib
+
+HOST, DEVICE = "host", "device"
+
+
+def _module(x: Any) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def is_torch(x: Any) -> bool:
+    return _module(x) == "torch" and hasattr(x, "data_ptr")
+
+
+def is_pyopencl(x: Any) -> bool:
+    return _module(x) == "pyopencl" and hasattr(x, "base_data") and hasattr(x, "queue")
+
+
+def kind_of(x: Any) -> str:
+    return DEVICE if is_pyopencl(x) else HOST
+
+
+def _torch_dtype_code(x: Any) -> Optional[int]:
+    import torch
+
+    return {torch.float32: _lib.FLOAT32, torch.float16: _lib.FLOAT16,
+            torch.bfloat16: _lib.BFLOAT16, torch.bool: _lib.BOOL}.get(x.dtype)
+
+
+def _np_dtype_code(dt: np.dtype) -> Optional[int]:
+    if dt == np.float32:
+        return _lib.FLOAT32
+    if dt == np.float16:
+        return _lib.FLOAT16
+    if dt == np.bool_:
+        return _lib.BOOL
+    if dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16
+        return _lib.BFLOAT16
+    return None
+
+
+_DTYPE_NAMES = {_lib.FLOAT32: "float32", _lib.FLOAT16: "float16",
+                _lib.BFLOAT16: "bfloat16", _lib.BOOL: "bool"}
+
+
+class View:
+    """One tensor as a clattn_tensor, with what keeps its storage alive. ``shape`` is the
+    caller's shape; ``tensor`` the 4-D view [batch, heads, seq, dim]."""
+
+    def __init__(self, obj: Any, kind: str, dtype: int, shape4: Sequence[int],
+                 strides4: Sequence[int], offset: int, ptr: int, broadcast: int = 0) -> None:
+        self.obj = obj
+        self.kind = kind
+        self.dtype = dtype
+        t = _lib.Tensor()
+        t.shape[:] = list(shape4)
+        t.strides[:] = list(strides4)
+        t.offset = offset
+        t.dtype = dtype
+        if kind == HOST:
+            t.host = ptr
+        else:
+            t.buffer = ptr
+        t.broadcast = broadcast
+        self.tensor = t
+
+    @property
+    def events(self) -> List[Any]:
+        return list(getattr(self.obj, "events", [])) if self.kind == DEVICE else []
+
+
+def _fold(shape: Sequence[int], strides: Sequence[int], name: str,
+          batch_dims: int) -> Optional[Tuple[int, int]]:
+    """Folds the leading ``batch_dims`` dims into one (extent, stride), or None when
+    their strides do not allow it without a copy."""
+    if batch_dims == 0:
+        return 1, 0
+    ext, stride = 1, 0
+    for n, s in zip(reversed(shape[:batch_dims]), reversed(strides[:batch_dims])):
+        if n == 1:
+            continue
+        if ext == 1:
+            ext, stride = n, s
+        elif s == stride * ext:
+            ext *= n
+        else:
+            return None
+    return ext, stride
+
+
+def to_numpy_like(x: Any, name: str) -> Any:
+    """Inputs that are neither NumPy, PyTorch nor PyOpenCL: DLPack producers through
+    np.from_dlpack (zero-copy), anything else through np.asarray."""
+    if isinstance(x, np.ndarray) or is_torch(x) or is_pyopencl(x):
+        return x
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, RuntimeError, BufferError) as e:
+            raise TypeError(f"{name}: cannot read this array through DLPack ({e})") from None
+    return np.asarray(x)
+
+
+def dtype_code(x: Any, name: str) -> int:
+    if is_torch(x):
+        code = _torch_dtype_code(x)
+        dt = str(x.dtype)
+    else:
+        code = _np_dtype_code(np.dtype(x.dtype))
+        dt = str(np.dtype(x.dtype))
+    if code is None:
+        raise TypeError(f"{name} has dtype {dt}; clattn stores float32, float16 or bfloat16 "
+                        "(bool for masks) and computes in float32: cast it first "
+                        "(float64 would be rounded to float32 anyway)")
+    return code
+
+
+def element_layout(x: Any, name: str) -> Tuple[List[int], List[int], int, int, str]:
+    """(shape, strides in elements, element offset, pointer, kind) of x as it is."""
+    if is_torch(x):
+        if x.device.type != "cpu":
+            raise TypeError(f"{name} is on {x.device}; clattn reads host memory (NumPy, "
+                            "PyTorch CPU tensors) or PyOpenCL arrays")
+        return list(x.shape), list(x.stride()), 0, x.data_ptr(), HOST
+    item = np.dtype(x.dtype).itemsize
+    if is_pyopencl(x):
+        strides = list(x.strides)
+        if any(s % item for s in strides) or x.offset % item:
+            raise ValueError(f"{name}: strides and offset must be whole elements")
+        return (list(x.shape), [s // item for s in strides], x.offset // item,
+                x.base_data.int_ptr, DEVICE)
+    strides = list(x.strides)
+    if any(s % item for s in strides):
+        raise ValueError(f"{name}: strides {tuple(strides)} bytes are not whole elements")
+    ptr = x.ctypes.data if x.size else 0
+    return list(x.shape), [s // item for s in strides], 0, ptr, HOST
+
+
+def contiguous_copy(x: Any) -> Any:
+    if is_torch(x):
+        return x.contiguous()
+    if is_pyopencl(x):
+        return x.copy() if not x.flags.forc else x
+    return np.ascontiguousarray(x)
+
+
+def view4(x: Any, name: str, *, allow_broadcast: bool = False,
+          target4: Optional[Sequence[int]] = None, batch_dims: int = 0) -> View:
+    """x as a 4-D view. x has ``batch_dims`` leading dims folded into the batch, then
+    [heads, seq, dim] (missing ones are 1). With ``target4`` (masks), extent-1 dims
+    broadcast to it (stride 0 and the CLATTN_BROADCAST bit)."""
+    code = dtype_code(x, name)
+    shape, strides, offset, ptr, kind = element_layout(x, name)
+    if any(s < 0 for s in strides):
+        if kind == DEVICE:
+            raise ValueError(f"{name}: negative strides are not supported on PyOpenCL arrays")
+        x = contiguous_copy(x)
+        shape, strides, offset, ptr, kind = element_layout(x, name)
+    tail = min(3, len(shape) - batch_dims)
+    lead = _fold(shape, strides, name, batch_dims)
+    if lead is None:
+        if kind == DEVICE:
+            raise ValueError(f"{name}: its leading dims cannot be folded into one batch "
+                             "dimension without a copy; pass a contiguous array")
+        x = contiguous_copy(x)
+        shape, strides, offset, ptr, kind = element_layout(x, name)
+        lead = _fold(shape, strides, name, batch_dims)
+        assert lead is not None
+    s3 = [1] * (3 - tail) + shape[batch_dims:]
+    st3 = [0] * (3 - tail) + strides[batch_dims:]
+    shape4, strides4 = [lead[0]] + s3, [lead[1]] + st3
+    bits = 0
+    if target4 is not None:
+        for d in range(4):
+            if shape4[d] == target4[d]:
+                continue
+            if shape4[d] != 1:
+                raise ValueError(f"{name} has shape {tuple(shape)}, which does not broadcast "
+                                 f"to [batch, heads, n_q, n_kv] = {tuple(target4)}")
+            shape4[d], strides4[d] = target4[d], 0
+    for d in range(4):
+        if strides4[d] == 0 and shape4[d] > 1:
+            if not allow_broadcast:
+                raise ValueError(f"{name} has stride 0 on a dimension of extent "
+                                 f"{shape4[d]}: an output cannot broadcast")
+            bits |= 1 << d
+    if shape4 and 0 in shape4:
+        ptr = ptr or 0
+    return View(x, kind, code, shape4, strides4, offset, ptr, bits)
+
+
+def dtype_name(code: int) -> str:
+    return _DTYPE_NAMES[code]
+
+
+def host_int32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
+    """A host int32 array of n entries (lengths): (array, ctypes pointer)."""
+    if is_torch(x):
+        x = x.detach().cpu().numpy()
+    elif is_pyopencl(x):
+        x = x.get()
+    a = np.asarray(x)
+    if a.shape != (n,):
+        raise ValueError(f"{name} must have {n} entries (one per batch entry), not shape "
+                         f"{a.shape}")
+    if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.round(a))):
+        raise TypeError(f"{name} must hold integers, not {a.dtype}")
+    if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
+        raise ValueError(f"{name} does not fit int32")
+    a = np.ascontiguousarray(a, dtype=np.int32)
+    return a, a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+
+
+def host_float32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
+    if is_torch(x):
+        x = x.detach().cpu().float().numpy()
+    a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    if a.shape != (n,):
+        raise ValueError(f"{name} must have {n} entries, not shape {a.shape}")
+    return a, a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))

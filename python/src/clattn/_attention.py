@@ -1,0 +1,399 @@
+"""scaled_dot_product_attention, plan and the float64 reference."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _arrays, _lib
+from ._arrays import DEVICE, HOST, View
+from ._context import Context, context_for_queue, default_context, raise_status
+
+_ALGORITHMS = {"auto": _lib.ALGORITHM_AUTO, "fused": _lib.ALGORITHM_FUSED,
+               "unfused": _lib.ALGORITHM_UNFUSED}
+_ALGORITHM_NAMES = {v: k for k, v in _ALGORITHMS.items()}
+_MASKED_ROWS = {"zero": _lib.MASKED_ROWS_ZERO, "nan": _lib.MASKED_ROWS_NAN}
+_ALIGNMENTS = {"top_left": _lib.MASK_CAUSAL_TOP_LEFT,
+               "bottom_right": _lib.MASK_CAUSAL_BOTTOM_RIGHT}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call would run (``clattn_plan``): ``algorithm`` ("fused" or "unfused"),
+    ``kernels`` in order (e.g. "decode", "fused", "scores, softmax, weighted_sum"),
+    ``reason`` (why this algorithm), ``rejected`` (why not the other; "" if it could run
+    too), ``workspace_bytes`` (device memory clattn allocates besides the operands), and
+    the blocking: ``work_group_size``, ``queries_per_work_item``, ``tile_kv``."""
+
+    algorithm: str
+    kernels: str
+    reason: str
+    rejected: str
+    workspace_bytes: int
+    work_group_size: int
+    queries_per_work_item: int
+    tile_kv: int
+
+
+def _empty(like: Any, shape: Sequence[int], dtype_code: int, kind: str,
+           np_only: bool = False) -> Any:
+    """A new array of the caller's type (``like``'s), shape and clattn dtype."""
+    if _arrays.is_torch(like) and not np_only:
+        import torch
+
+        tdt = {_lib.FLOAT32: torch.float32, _lib.FLOAT16: torch.float16,
+               _lib.BFLOAT16: torch.bfloat16}[dtype_code]
+        return torch.empty(tuple(shape), dtype=tdt)
+    if kind == DEVICE:
+        import pyopencl.array as cl_array
+
+        return cl_array.empty(like.queue, tuple(shape), _np_dtype(like, dtype_code))
+    return np.empty(tuple(shape), dtype=_np_dtype(like, dtype_code))
+
+
+def _np_dtype(like: Any, code: int) -> np.dtype:
+    if code == _lib.FLOAT32:
+        return np.dtype(np.float32)
+    if code == _lib.FLOAT16:
+        return np.dtype(np.float16)
+    if code == _lib.BFLOAT16 and not _arrays.is_torch(like):
+        return np.dtype(like.dtype)  # ml_dtypes.bfloat16
+    raise TypeError("a bfloat16 output needs PyTorch or ml_dtypes")
+
+
+class _Call:
+    """One call's views and desc, built from the Python arguments."""
+
+    def __init__(self, query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float,
+                 is_causal: bool, scale: Optional[float], enable_gqa: bool,
+                 opts: Dict[str, Any], for_plan: bool = False) -> None:
+        unknown = set(opts) - _OPTION_NAMES
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        o = dict(_OPTION_DEFAULTS, **opts)
+        if dropout_p != 0.0:
+            raise NotImplementedError("dropout_p must be 0: clattn has no dropout yet")
+        q, k, v = (_arrays.to_numpy_like(x, n) for x, n in
+                   ((query, "query"), (key, "key"), (value, "value")))
+        for x, n in ((q, "query"), (k, "key"), (v, "value")):
+            _arrays.dtype_code(x, n)
+        self.like = query if _arrays.is_torch(query) else q
+        _check_no_grad(q, k, v)
+        kinds = {_arrays.kind_of(x) for x in (q, k, v)}
+        if len(kinds) != 1:
+            raise TypeError("query, key and value must all be host arrays (NumPy, PyTorch "
+                            "CPU) or all PyOpenCL arrays")
+        self.kind = kinds.pop()
+        if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+            raise ValueError(f"query, key and value need the same number of dims (≥ 2): "
+                             f"(..., heads, seq, dim); got {q.ndim}, {k.ndim}, {v.ndim}")
+        nb = max(0, q.ndim - 3)
+        if tuple(q.shape[:nb]) != tuple(k.shape[:nb]) or tuple(k.shape[:nb]) != tuple(v.shape[:nb]):
+            raise ValueError(f"batch dims differ: query {tuple(q.shape)}, key {tuple(k.shape)}, "
+                             f"value {tuple(v.shape)}")
+        if q.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
+            raise ValueError(f"query has {q.shape[-3]} heads and key {k.shape[-3]}: pass "
+                             "enable_gqa=True for grouped-query attention (as in PyTorch)")
+        self.q = _arrays.view4(q, "query", allow_broadcast=True, batch_dims=nb)
+        self.k = _arrays.view4(k, "key", allow_broadcast=True, batch_dims=nb)
+        self.v = _arrays.view4(v, "value", allow_broadcast=True, batch_dims=nb)
+        b, hq, n_q, _ = self.q.tensor.shape
+        n_kv, d_v = self.k.tensor.shape[2], self.v.tensor.shape[3]
+        self.lead = tuple(q.shape[:-1])  # the caller's shape without the head dim
+
+        d = _lib.Desc()
+        self.desc = d
+        self.keep: List[Any] = []
+        if scale is not None:
+            if scale == 0.0:
+                raise ValueError("scale=0 is not supported (clattn reads 0 as the default "
+                                 "1/sqrt(d_k)); pass None for the default")
+            d.scale = float(scale)
+        d.algorithm = _lookup(_ALGORITHMS, o["algorithm"], "algorithm")
+        d.masked_rows = _lookup(_MASKED_ROWS, o["masked_rows"], "masked_rows")
+        if is_causal and o["no_self"]:
+            raise ValueError("is_causal and no_self cannot be combined")
+        if is_causal:
+            d.mask = _lookup(_ALIGNMENTS, o["causal_alignment"], "causal_alignment")
+        elif o["no_self"]:
+            d.mask = _lib.MASK_NO_SELF
+        if o["window"] is not None:
+            left, right = _window(o["window"])
+            d.window, d.window_left, d.window_right = 1, left, right
+        if o["softcap"]:
+            d.softcap = float(o["softcap"])
+        d.q_start, d.kv_start = _int64(o["q_start"], "q_start"), _int64(o["kv_start"], "kv_start")
+        if o["kv_lens"] is not None:
+            arr, d.kv_lens = _arrays.host_int32(o["kv_lens"], "kv_lens", b)
+            self.keep.append(arr)
+        if o["q_lens"] is not None:
+            arr, d.q_lens = _arrays.host_int32(o["q_lens"], "q_lens", b)
+            self.keep.append(arr)
+        if o["alibi_slopes"] is not None:
+            arr, d.alibi_slopes = _arrays.host_float32(o["alibi_slopes"], "alibi_slopes", hq)
+            self.keep.append(arr)
+        self.mask: Optional[View] = None
+        if attn_mask is not None:
+            self.mask = self._mask(attn_mask, q, (b, hq, n_q, n_kv), nb)
+            d.mask_tensor = ctypes.pointer(self.mask.tensor)
+
+        # outputs: the caller's array type (NumPy for a plan on host views)
+        np_only = for_plan and self.kind == HOST
+        out = o["out"]
+        if out is not None:
+            out = _arrays.to_numpy_like(out, "out")
+            if tuple(out.shape) != self.lead + (d_v,):
+                raise ValueError(f"out has shape {tuple(out.shape)}, expected "
+                                 f"{self.lead + (d_v,)}")
+            if _arrays.kind_of(out) != self.kind:
+                raise TypeError("out must be the same kind of array as query")
+            self.out_obj = out
+        else:
+            self.out_obj = _empty(self.like, self.lead + (d_v,), self.q.dtype, self.kind, np_only)
+        self.o = _arrays.view4(self.out_obj, "out", batch_dims=nb)
+        self.lse_obj = self.weights_obj = None
+        self.lse = self.weights = None
+        if o["return_lse"]:
+            self.lse_obj = _empty(self.like, self.lead + (1,), _lib.FLOAT32, self.kind, np_only)
+            self.lse = _arrays.view4(self.lse_obj, "lse", batch_dims=nb)
+            d.lse = ctypes.pointer(self.lse.tensor)
+        if o["return_weights"]:
+            wshape = (self.lead[:-2] + (1, n_q, n_kv) if o["weights_head_mean"] and q.ndim >= 3
+                      else self.lead + (n_kv,))
+            self.weights_obj = _empty(self.like, wshape, _lib.FLOAT32, self.kind, np_only)
+            self.weights = _arrays.view4(self.weights_obj, "weights", batch_dims=nb)
+            d.weights = ctypes.pointer(self.weights.tensor)
+            d.weights_head_mean = 1 if o["weights_head_mean"] else 0
+        elif o["weights_head_mean"]:
+            raise ValueError("weights_head_mean needs return_weights=True")
+        self.return_lse, self.return_weights = o["return_lse"], o["return_weights"]
+
+    def _mask(self, attn_mask: Any, q: Any, target4: Tuple[int, ...], nb: int) -> View:
+        m = _arrays.to_numpy_like(attn_mask, "attn_mask")
+        if _arrays.kind_of(m) != self.kind:
+            raise TypeError("attn_mask must be the same kind of array as query")
+        code = _arrays.dtype_code(m, "attn_mask") if not _is_float_mask(m) else None
+        if code is None:  # float masks are float32 on the device; other widths converted
+            if _arrays.is_torch(m):
+                import torch
+
+                m = m if m.dtype == torch.float32 else m.float()
+            elif str(np.dtype(m.dtype)) != "float32":
+                m = m.astype(np.float32)
+        if m.ndim > q.ndim:
+            raise ValueError(f"attn_mask has {m.ndim} dims, more than query's {q.ndim}")
+        mb = max(0, m.ndim - 3)
+        m_lead, q_lead = tuple(m.shape[:mb]), tuple(q.shape[:nb])
+        if not (all(n == 1 for n in m_lead) or m_lead == q_lead):
+            if self.kind == DEVICE:
+                raise ValueError(f"attn_mask's batch dims {m_lead} must be 1 or equal query's "
+                                 f"{q_lead} for PyOpenCL arrays")
+            last3 = tuple(m.shape[mb:])
+            full = q_lead + last3
+            try:
+                m = m.expand(full) if _arrays.is_torch(m) else np.broadcast_to(m, full)
+            except (ValueError, RuntimeError):
+                raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not "
+                                 f"broadcast to {q_lead + target4[1:]}") from None
+            mb = nb
+        return _arrays.view4(m, "attn_mask", allow_broadcast=True, target4=target4,
+                             batch_dims=mb)
+
+    def context(self, ctx: Optional[Context]) -> Context:
+        if ctx is not None:
+            return ctx
+        if self.kind == DEVICE:
+            return context_for_queue(self.q.obj.queue)
+        return default_context()
+
+    def tensors(self) -> Tuple[Any, ...]:
+        return tuple(ctypes.byref(x.tensor) for x in (self.q, self.k, self.v, self.o))
+
+    def result(self) -> Any:
+        if not (self.return_lse or self.return_weights):
+            return self.out_obj
+        res = [self.out_obj]
+        if self.return_lse:
+            res.append(self.lse_obj[..., 0])
+        if self.return_weights:
+            res.append(self.weights_obj)
+        return tuple(res)
+
+
+def _is_float_mask(m: Any) -> bool:
+    if _arrays.is_torch(m):
+        return bool(m.dtype.is_floating_point)
+    return np.dtype(m.dtype).kind == "f" or np.dtype(m.dtype).name == "bfloat16"
+
+
+def _lookup(table: Dict[str, int], value: str, name: str) -> int:
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, table))}, not "
+                         f"{value!r}") from None
+
+
+def _int64(x: Any, name: str) -> int:
+    if isinstance(x, bool) or int(x) != x:
+        raise TypeError(f"{name} must be an integer, not {x!r}")
+    if not -(2**63) <= int(x) < 2**63:
+        raise ValueError(f"{name} = {x} does not fit int64")
+    return int(x)
+
+
+def _window(w: Any) -> Tuple[int, int]:
+    try:
+        left, right = w
+    except (TypeError, ValueError):
+        raise ValueError(f"window must be (left, right), FlashAttention's window_size "
+                         f"(None or -1 = unbounded), not {w!r}") from None
+    left = -1 if left is None else _int64(left, "window[0]")
+    right = -1 if right is None else _int64(right, "window[1]")
+    return left, right
+
+
+def _check_no_grad(*xs: Any) -> None:
+    if not any(_arrays.is_torch(x) for x in xs):
+        return
+    import torch
+
+    if torch.is_grad_enabled() and any(x.requires_grad for x in xs if _arrays.is_torch(x)):
+        raise NotImplementedError(
+            "clattn has no backward pass yet: inputs that require grad would silently get "
+            "no gradient. Call under torch.no_grad() or pass detached tensors")
+
+
+_OPTION_DEFAULTS: Dict[str, Any] = dict(
+    causal_alignment="top_left", no_self=False, window=None, alibi_slopes=None, softcap=None,
+    kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False, return_weights=False,
+    weights_head_mean=False, masked_rows="zero", algorithm="auto", out=None)
+_OPTION_NAMES = set(_OPTION_DEFAULTS)
+
+Result = Union[Any, Tuple[Any, ...]]
+
+
+def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: Optional[float] = None, enable_gqa: bool = False, *,
+                                 context: Optional[Context] = None, **options: Any) -> Result:
+    """``softmax(scale · Q·Kᵀ + mask) · V`` on an OpenCL device, with the arguments and
+    semantics of ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Shapes (PyTorch's): query ``(..., H_q, L, E)``, key ``(..., H_kv, S, E)``, value
+    ``(..., H_kv, S, E_v)``; leading dims (any number, equal in all three) form the batch,
+    and 2-D inputs are one head. Returns ``(..., H_q, L, E_v)``, the same array type as
+    query (NumPy array, PyTorch CPU tensor or ``pyopencl.array.Array``; other DLPack
+    producers give NumPy) and its dtype. dtypes: float32, float16, bfloat16 (PyTorch, or
+    ``ml_dtypes`` for NumPy); arithmetic is float32. Any strides are passed through
+    (stride 0 broadcasts an input); a copy is made only for negative strides or leading
+    dims that cannot fold into one batch dim.
+
+    ``attn_mask``: bool (True = attend) or float (added to the scores; converted to
+    float32), broadcastable to ``(..., H_q, L, S)``. ``is_causal``: keys ``j ≤ i``
+    (PyTorch's top-left alignment; ``causal_alignment="bottom_right"`` for
+    FlashAttention's). Unlike PyTorch, ``attn_mask`` and ``is_causal`` combine (a key
+    must pass both). ``scale``: None = ``1/sqrt(E)``. ``enable_gqa``: H_q a multiple of
+    H_kv; query head h reads key head ``h // (H_q/H_kv)``. ``dropout_p`` must be 0.
+
+    A query row that sees no key outputs zeros (PyTorch's math backend gives NaN);
+    ``masked_rows="nan"`` gives NaN.
+
+    Keyword options (clattn's additions; docs/SEMANTICS.md states each):
+      ``window=(left, right)``: sliding window around the diagonal, FlashAttention's
+      ``window_size`` (-1 or None = unbounded); ``alibi_slopes`` (H_q floats);
+      ``softcap`` (logit softcap, Gemma 2); ``kv_lens`` / ``q_lens`` (valid key / query
+      counts per batch entry, batch = the leading dims flattened); ``no_self`` (no query
+      sees its own position); ``q_start`` / ``kv_start`` (absolute positions of the first
+      query and key); ``return_lse`` (also return the log-sum-exp, float32
+      ``(..., H_q, L)``, natural log, FlashAttention's ``softmax_lse``);
+      ``return_weights`` (also return the attention weights, float32
+      ``(..., H_q, L, S)``; with ``weights_head_mean=True`` averaged over heads,
+      ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused"); ``out`` (write
+      the result into this array, any strides); ``context`` (a :class:`Context`;
+      default: this thread's, or the one kept for a PyOpenCL array's queue).
+    With ``return_lse`` and/or ``return_weights`` the result is a tuple
+    ``(out, lse?, weights?)`` in that order.
+
+    Host arrays: blocks until the result is in host memory (the GIL is released during
+    the call). PyOpenCL arrays: enqueues on query's queue (or the context's), after the
+    events of the inputs, and adds its completion event to the outputs; returns at once.
+
+    Raises ``TypeError`` / ``ValueError`` for arguments that are wrong before clattn
+    sees them (dtype, dims, mixed array kinds), :class:`InvalidArgumentError` (also a
+    ValueError) for what the library refuses (its message names the argument and
+    sizes), :class:`UnsupportedError` and :class:`DeviceError`.
+    """
+    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options)
+    ctx = call.context(context)
+    with ctx._lock:
+        h = ctx.handle
+        if call.kind == HOST:
+            status = _lib.lib.clattn_attention(h, ctypes.byref(call.desc), *call.tensors())
+            raise_status(status, h)
+        else:
+            _enqueue(call, h)
+    return call.result()
+
+
+def _enqueue(call: _Call, handle: int) -> None:
+    import pyopencl as cl
+
+    views = [call.q, call.k, call.v, call.mask, call.o, call.lse, call.weights]
+    events = [e for view in views if view is not None for e in view.events]
+    wait = (ctypes.c_void_p * max(1, len(events)))(*[e.int_ptr for e in events])
+    done = ctypes.c_void_p()
+    status = _lib.lib.clattn_attention_enqueue(handle, ctypes.byref(call.desc), *call.tensors(),
+                                               len(events), wait if events else None,
+                                               ctypes.byref(done))
+    raise_status(status, handle)
+    if done.value:
+        event = cl.Event.from_int_ptr(done.value, retain=False)
+        for view in (call.o, call.lse, call.weights):
+            if view is not None:
+                view.obj.add_event(event)
+
+
+def plan(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+         is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False, *,
+         context: Optional[Context] = None, **options: Any) -> Plan:
+    """What :func:`scaled_dot_product_attention` with these arguments would run, and why
+    (``clattn_attention_plan``). Builds, or finds cached, every program the call needs, so
+    the call that follows starts without a build; computes nothing. Raises as the call."""
+    options = dict(options, out=None)
+    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                 options, for_plan=True)
+    ctx = call.context(context)
+    p = _lib.Plan()
+    with ctx._lock:
+        status = _lib.lib.clattn_attention_plan(ctx.handle, ctypes.byref(call.desc),
+                                                *call.tensors(), ctypes.byref(p))
+        raise_status(status, ctx.handle)
+    return Plan(algorithm=_ALGORITHM_NAMES.get(p.algorithm, str(p.algorithm)),
+                kernels=p.kernels.decode(), reason=p.reason.decode(),
+                rejected=p.rejected.decode(), workspace_bytes=p.workspace_bytes,
+                work_group_size=p.work_group_size,
+                queries_per_work_item=p.queries_per_work_item, tile_kv=p.tile_kv)
+
+
+def reference_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
+                        dropout_p: float = 0.0, is_causal: bool = False,
+                        scale: Optional[float] = None, enable_gqa: bool = False,
+                        **options: Any) -> Result:
+    """The CPU reference (``clattn_reference_attention``): the same arguments, semantics
+    and results as :func:`scaled_dot_product_attention`, on host arrays only, every sum
+    in float64 and only the stored results rounded to their dtype. Single-threaded; needs
+    no OpenCL device. ``algorithm`` is ignored."""
+    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options)
+    if call.kind != HOST:
+        raise TypeError("reference_attention takes host arrays (NumPy, PyTorch CPU)")
+    status = _lib.lib.clattn_reference_attention(ctypes.byref(call.desc), *call.tensors())
+    raise_status(status, None)
+    return call.result()
+
+
+__all__ = ["Plan", "plan", "reference_attention", "scaled_dot_product_attention"]
+

@@ -1,0 +1,107 @@
+"""Bad input gives an exception with a clear message and writes nothing; the process
+never crashes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clattn
+
+Q = np.ones((1, 2, 3, 4), np.float32)
+
+
+def sdpa(*a, **kw):
+    return clattn.scaled_dot_product_attention(*a, **kw)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.complex64])
+def test_unsupported_dtypes(dtype):
+    with pytest.raises(TypeError, match=r"query has dtype .*float32, float16 or bfloat16"):
+        sdpa(Q.astype(dtype), Q, Q)
+
+
+def test_shape_errors():
+    with pytest.raises(ValueError, match="same number of dims"):
+        sdpa(Q, Q[0], Q)
+    with pytest.raises(ValueError, match="same number of dims"):
+        sdpa(Q[0, 0, 0], Q[0, 0, 0], Q[0, 0, 0])
+    with pytest.raises(ValueError, match="batch dims differ"):
+        sdpa(np.ones((2, 2, 3, 4), np.float32), Q, Q)
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        sdpa(Q, Q[:, :1], Q[:, :1])
+    # heads not a multiple: the library's own message, as a ValueError subclass
+    q3 = np.ones((1, 3, 3, 4), np.float32)
+    with pytest.raises(clattn.InvalidArgumentError, match="head") as e:
+        sdpa(q3, Q, Q, enable_gqa=True)
+    assert e.value.status == 2 and e.value.status_name == "invalid shape"
+    with pytest.raises(clattn.InvalidArgumentError, match=r"(?i)d_k|dim"):
+        sdpa(Q, Q[..., :3], Q)
+
+
+def test_mask_errors():
+    with pytest.raises(ValueError, match="does not broadcast"):
+        sdpa(Q, Q, Q, attn_mask=np.ones((2, 3), bool))
+    with pytest.raises(TypeError, match="attn_mask has dtype int64"):
+        sdpa(Q, Q, Q, attn_mask=np.ones((3, 3), np.int64))
+    with pytest.raises(ValueError, match="more than query"):
+        sdpa(Q, Q, Q, attn_mask=np.ones((1, 1, 1, 3, 3), bool))
+
+
+def test_option_errors():
+    with pytest.raises(ValueError, match="scale=0"):
+        sdpa(Q, Q, Q, scale=0.0)
+    with pytest.raises(clattn.InvalidArgumentError, match="scale"):
+        sdpa(Q, Q, Q, scale=float("nan"))
+    with pytest.raises(NotImplementedError, match="dropout"):
+        sdpa(Q, Q, Q, dropout_p=0.1)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        sdpa(Q, Q, Q, algorithm="fast")
+    with pytest.raises(ValueError, match="masked_rows"):
+        sdpa(Q, Q, Q, masked_rows="inf")
+    with pytest.raises(TypeError, match="unexpected keyword argument.*windw"):
+        sdpa(Q, Q, Q, windw=(1, 1))
+    with pytest.raises(ValueError, match="window must be"):
+        sdpa(Q, Q, Q, window=3)
+    with pytest.raises(ValueError, match="kv_lens must have 1 entries"):
+        sdpa(Q, Q, Q, kv_lens=[1, 2])
+    with pytest.raises(clattn.InvalidArgumentError, match="kv_lens"):
+        sdpa(Q, Q, Q, kv_lens=[4])
+    with pytest.raises(TypeError, match="kv_lens must hold integers"):
+        sdpa(Q, Q, Q, kv_lens=[1.5])
+    with pytest.raises(ValueError, match="alibi_slopes must have 2 entries"):
+        sdpa(Q, Q, Q, alibi_slopes=[1.0])
+    with pytest.raises(clattn.InvalidArgumentError, match="softcap"):
+        sdpa(Q, Q, Q, softcap=-1.0)
+    with pytest.raises(ValueError, match="cannot be combined"):
+        sdpa(Q, Q, Q, is_causal=True, no_self=True)
+    with pytest.raises(ValueError, match="weights_head_mean needs return_weights"):
+        sdpa(Q, Q, Q, weights_head_mean=True)
+    with pytest.raises(TypeError, match="q_start must be an integer"):
+        sdpa(Q, Q, Q, q_start=1.5)
+
+
+def test_out_errors_write_nothing():
+    out = np.full((1, 2, 3, 4), 5.0, np.float32)
+    with pytest.raises(ValueError, match="out has shape"):
+        sdpa(Q, Q, Q, out=out[..., :2])
+    with pytest.raises(ValueError, match="an output cannot broadcast"):
+        sdpa(Q, Q, Q, out=np.broadcast_to(out[:, :1], out.shape))
+    # rejected by the library (kv_lens out of range) after the views were made: O untouched
+    with pytest.raises(clattn.InvalidArgumentError):
+        sdpa(Q, Q, Q, out=out, kv_lens=[-1])
+    assert np.all(out == 5.0)
+
+
+def test_bad_device():
+    with pytest.raises(clattn.DeviceError, match="no-such-device") as e:
+        clattn.Context("no-such-device")
+    assert e.value.status == 7  # CLATTN_ERROR_NO_DEVICE
+
+
+def test_not_arrays():
+    with pytest.raises(TypeError, match="dtype"):
+        sdpa("abc", Q, Q)
+    # nested lists are fine (read through np.asarray, float64 → refused, float32 fine)
+    with pytest.raises(TypeError, match="float64"):
+        sdpa([[1.0, 2.0]], [[1.0, 2.0]], [[1.0, 2.0]])

@@ -1,0 +1,183 @@
+"""clattn.scaled_dot_product_attention on NumPy arrays: the worked examples, every
+option against the float64 oracle in conftest.py, layouts and dtypes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import clattn
+from conftest import F16_TOL, F32_TOL, assert_close, oracle, randn, rng
+
+CASES = Path(__file__).resolve().parents[2] / "tests" / "cases" / "seed_examples.json"
+
+X000 = np.array([[0.43, 0.15, 0.89], [0.55, 0.87, 0.66], [0.57, 0.85, 0.64],
+                 [0.22, 0.58, 0.33], [0.77, 0.25, 0.10], [0.05, 0.80, 0.55]], np.float32)
+
+
+def _examples():
+    return json.loads(CASES.read_text())["examples"]
+
+
+@pytest.mark.parametrize("algorithm", ["fused", "unfused"])
+def test_seed_000_journey(ctx, algorithm):
+    """"Your journey starts with one step": Q = K = V = X (6×3), scale 1; W and Z as the
+    seed's JSON gives them (10 decimals)."""
+    ex = _examples()["6x3_unscaled"]
+    o, w = clattn.scaled_dot_product_attention(X000, X000, X000, scale=1.0,
+                                               return_weights=True, algorithm=algorithm)
+    assert o.dtype == np.float32 and o.shape == (6, 3)
+    assert_close(w, ex["W"], atol=1e-6, rtol=1e-6, what="W")
+    assert_close(o, ex["Z"], atol=1e-6, rtol=1e-6, what="Z")
+
+
+def test_seed_003_sat_bank_river(ctx):
+    """"sat bank river": scale 1/2, no query attends itself; bank attends river 0.7027."""
+    ex = _examples()["sat_bank_river_scale_half_self_excluded"]
+    x = np.array([[0.1, 0.2, 0.3, 0.4], [0.3, -0.4, 0.0, 1.3], [0.4, -0.3, 0.1, 1.5]],
+                 np.float32)
+    o, lse, w = clattn.scaled_dot_product_attention(x, x, x, scale=0.5, no_self=True,
+                                                    return_lse=True, return_weights=True)
+    assert_close(w, ex["W"], atol=1e-6, rtol=1e-6, what="W")
+    assert_close(o, ex["O"], atol=1e-6, rtol=1e-6, what="O")
+    assert w[1, 2] == pytest.approx(0.7027, abs=5e-5)
+    assert_close(lse, oracle(x[None, None], x[None, None], x[None, None], scale=0.5,
+                             no_self=True)[1][0, 0], **F32_TOL, what="LSE")
+
+
+# Options that each select a kernel variant; one problem per row keeps the number of
+# programs PoCL builds small (about a second each, cold).
+FEATURES = [
+    ("plain", {}, {}),
+    ("causal", {"is_causal": True}, {"causal": "top_left"}),
+    ("causal_br", {"is_causal": True, "causal_alignment": "bottom_right"},
+     {"causal": "bottom_right"}),
+    ("window_alibi_softcap", {"window": (3, 1), "alibi_slopes": [0.5, 0.25, 0.125, 0.0625],
+                              "softcap": 2.0},
+     {"window": (3, 1), "alibi": [0.5, 0.25, 0.125, 0.0625], "softcap": 2.0}),
+    ("lengths", {"kv_lens": [9, 0], "q_lens": [5, 2]}, {"kv_lens": [9, 0], "q_lens": [5, 2]}),
+    ("no_self_positions", {"no_self": True, "q_start": 4, "kv_start": 2},
+     {"no_self": True, "q_start": 4, "kv_start": 2}),
+]
+
+
+@pytest.mark.parametrize("name,kw,okw", FEATURES, ids=[f[0] for f in FEATURES])
+@pytest.mark.parametrize("n_q", [5, 37], ids=["decode", "tiled"])
+def test_features_against_oracle(ctx, name, kw, okw, n_q):
+    """GQA (4 query heads on 2 KV heads), d_k 8 ≠ d_v 5, with each option; O, LSE and
+    the weights against the oracle."""
+    r = rng(1 + n_q)
+    q, k, v = randn(r, 2, 4, n_q, 8), randn(r, 2, 2, 11, 8), randn(r, 2, 2, 11, 5)
+    o, lse, w = clattn.scaled_dot_product_attention(q, k, v, enable_gqa=True,
+                                                    return_lse=True, return_weights=True, **kw)
+    eo, else_, ew = oracle(q, k, v, **okw)
+    assert_close(o, eo, **F32_TOL, what=f"{name} O")
+    assert_close(lse, else_, **F32_TOL, what=f"{name} LSE")
+    assert_close(w, ew, **F32_TOL, what=f"{name} weights")
+
+
+@pytest.mark.parametrize("mask_shape", [(37, 11), (2, 1, 37, 11), (1, 4, 1, 11)],
+                         ids=["LS", "B1LS", "1H1S"])
+def test_masks_broadcast(ctx, mask_shape):
+    """Boolean (True = attend) and float (added) masks, broadcast as PyTorch does."""
+    r = rng(10)
+    q, k, v = randn(r, 2, 4, 37, 8), randn(r, 2, 4, 11, 8), randn(r, 2, 4, 11, 8)
+    keep = r.random(mask_shape) < 0.7
+    add = np.where(keep, r.standard_normal(mask_shape), -np.inf).astype(np.float32)
+    for m in (keep, add):
+        got = clattn.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        assert_close(got, oracle(q, k, v, mask=m)[0], **F32_TOL, what=f"mask {m.dtype}")
+    # float64 masks are converted to float32
+    got = clattn.scaled_dot_product_attention(q, k, v, attn_mask=add.astype(np.float64))
+    assert_close(got, oracle(q, k, v, mask=add)[0], **F32_TOL, what="float64 mask")
+
+
+def test_masked_rows_nan_and_zero(ctx):
+    r = rng(11)
+    q, k, v = randn(r, 1, 2, 4, 8), randn(r, 1, 2, 6, 8), randn(r, 1, 2, 6, 8)
+    m = np.ones((4, 6), bool)
+    m[2] = False
+    z = clattn.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    n = clattn.scaled_dot_product_attention(q, k, v, attn_mask=m, masked_rows="nan")
+    assert np.all(z[:, :, 2] == 0) and np.all(np.isnan(n[:, :, 2]))
+    assert_close(n, oracle(q, k, v, mask=m, masked_rows="nan")[0], **F32_TOL)
+
+
+def test_layouts_without_copies(ctx):
+    """(B, L, H, E) memory viewed as (B, H, L, E) by a transpose, a slice with a step,
+    and K/V shared by every batch entry through stride 0 are read in place."""
+    r = rng(12)
+    qb = randn(r, 2, 37, 4, 16)
+    q = qb.transpose(0, 2, 1, 3)  # (2, 4, 37, 16), non-contiguous
+    kb = randn(r, 4, 22, 8)
+    k = np.broadcast_to(kb[:, ::2, :], (2, 4, 11, 8))  # stride 0 on batch, step 2 on seq
+    v = np.broadcast_to(randn(r, 4, 11, 8), (2, 4, 11, 8))
+    got = clattn.scaled_dot_product_attention(q[..., :8], k, v)
+    assert_close(got, oracle(q[..., :8], k, v)[0], **F32_TOL, what="strided")
+    # negative strides are copied first
+    got = clattn.scaled_dot_product_attention(q[:, :, ::-1, :8], k, v)
+    assert_close(got, oracle(q[:, :, ::-1, :8], k, v)[0], **F32_TOL, what="reversed")
+
+
+@pytest.mark.parametrize("shape", [(7, 8), (3, 7, 8), (2, 3, 2, 7, 8)], ids=["2d", "3d", "5d"])
+def test_any_number_of_leading_dims(ctx, shape):
+    r = rng(13)
+    q, k, v = randn(r, *shape), randn(r, *shape), randn(r, *shape)
+    got = clattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert got.shape == shape
+    q4, k4, v4 = (x.reshape((-1,) + shape[-3:]) if len(shape) > 3 else
+                  x.reshape((1,) * (4 - len(shape)) + shape) for x in (q, k, v))
+    assert_close(got.reshape(q4.shape), oracle(q4, k4, v4, causal="top_left")[0], **F32_TOL)
+
+
+def test_float16_and_out_argument(ctx):
+    """float16 storage in and out; out= receives the result in place (here a strided
+    slice of a bigger array, whose other elements stay untouched)."""
+    r = rng(14)
+    q, k, v = (randn(r, 1, 2, 9, 16, dtype=np.float16) for _ in range(3))
+    got = clattn.scaled_dot_product_attention(q, k, v)
+    assert got.dtype == np.float16
+    assert_close(got, oracle(q, k, v)[0], **F16_TOL, what="float16")
+    big = np.full((1, 2, 9, 32), 7.0, np.float16)
+    res = clattn.scaled_dot_product_attention(q, k, v, out=big[..., ::2])
+    assert res.base is big or res is big[..., ::2] or np.shares_memory(res, big)
+    assert_close(big[..., ::2], got, atol=0, rtol=0, what="out=")
+    assert np.all(big[..., 1::2] == 7.0)
+
+
+def test_weights_head_mean_and_reference(ctx):
+    r = rng(15)
+    q, k, v = randn(r, 2, 4, 6, 8), randn(r, 2, 4, 10, 8), randn(r, 2, 4, 10, 8)
+    o, w = clattn.scaled_dot_product_attention(q, k, v, return_weights=True,
+                                               weights_head_mean=True)
+    assert w.shape == (2, 1, 6, 10)
+    assert_close(w, oracle(q, k, v)[2].mean(axis=1, keepdims=True), **F32_TOL)
+    ro = clattn.reference_attention(q, k, v)
+    assert_close(o, ro, **F32_TOL, what="device vs reference")
+
+
+def test_plan(ctx):
+    r = rng(16)
+    q, k, v = randn(r, 1, 32, 1, 64), randn(r, 1, 8, 128, 64), randn(r, 1, 8, 128, 64)
+    p = clattn.plan(q, k, v, enable_gqa=True)
+    assert p.algorithm == "fused" and p.kernels == "decode"
+    assert "decode" in p.reason and p.queries_per_work_item == 4
+    p = clattn.plan(q, k, v, enable_gqa=True, return_weights=True)
+    assert p.algorithm == "unfused" and "softmax" in p.kernels
+
+
+def test_devices_and_context():
+    ds = clattn.devices()
+    assert ds and sum(d.is_default for d in ds) == 1
+    d = next(d for d in ds if d.is_default)
+    with clattn.Context(d.spec) as c:
+        assert c.device.spec == d.spec
+        q = np.ones((1, 1, 2, 4), np.float32)
+        out = clattn.scaled_dot_product_attention(q, q, q, context=c)
+        assert_close(out, q, atol=0, rtol=0)
+    assert "closed" in repr(c)
+    with pytest.raises(ValueError, match="closed"):
+        clattn.scaled_dot_product_attention(q, q, q, context=c)

@@ -1,0 +1,100 @@
+"""Against torch.nn.functional.scaled_dot_product_attention (math backend, float64) on
+PyTorch CPU tensors; runs where torch is installed (.ci/run installs it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clattn
+from conftest import BF16_TOL, F16_TOL, F32_TOL, assert_close, rng
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def t(r, *shape, dtype=None):
+    return torch.from_numpy(r.standard_normal(shape).astype(np.float32)).to(
+        dtype or torch.float32)
+
+
+def torch_ref(q, k, v, **kw):
+    """PyTorch's math backend in float64 (NaN rows of a fully masked row → 0, clattn's
+    convention, which PyTorch's fused CPU kernel follows too)."""
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kw)
+    return torch.nan_to_num(o, nan=0.0)
+
+
+CASES = [
+    ("plain", {}),
+    ("causal", {"is_causal": True}),
+    ("scale", {"scale": 0.3}),
+    ("gqa", {"enable_gqa": True}),
+    ("bool_mask", {"attn_mask": "bool"}),
+    ("float_mask", {"attn_mask": "float"}),
+]
+
+
+@pytest.mark.parametrize("name,kw", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("n_q", [1, 40], ids=["decode", "tiled"])
+def test_matches_torch_float64(ctx, name, kw, n_q):
+    r = rng(100 + n_q)
+    hkv = 2 if name == "gqa" else 4
+    q, k, v = t(r, 2, 4, n_q, 16), t(r, 2, hkv, 29, 16), t(r, 2, hkv, 29, 12)
+    kw = dict(kw)
+    if kw.get("attn_mask") == "bool":
+        kw["attn_mask"] = torch.from_numpy(r.random((n_q, 29)) < 0.6)
+    elif kw.get("attn_mask") == "float":
+        kw["attn_mask"] = torch.from_numpy(r.standard_normal((2, 1, n_q, 29)).astype(np.float32))
+    got = clattn.scaled_dot_product_attention(q, k, v, **kw)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    assert got.shape == (2, 4, n_q, 12)
+    assert_close(got.numpy(), torch_ref(q, k, v, **kw).numpy(), **F32_TOL, what=name)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", F16_TOL), ("bfloat16", BF16_TOL)])
+def test_16bit_tensors(ctx, dtype, tol):
+    r = rng(110)
+    dt = getattr(torch, dtype)
+    q, k, v = (t(r, 1, 2, 7, 32, dtype=dt) for _ in range(3))
+    got = clattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert got.dtype == dt
+    assert_close(got.float().numpy(), torch_ref(q, k, v, is_causal=True).numpy(), **tol,
+                 what=dtype)
+
+
+def test_non_contiguous_zero_copy(ctx):
+    """(B, L, H, E) tensors transposed to (B, H, L, E): strides passed through."""
+    r = rng(111)
+    q, k, v = (t(r, 2, 9, 4, 16).transpose(1, 2) for _ in range(3))
+    assert not q.is_contiguous()
+    got = clattn.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert_close(got.numpy(), torch_ref(q, k, v, is_causal=True).numpy(), **F32_TOL)
+
+
+def test_out_lse_and_expand(ctx):
+    r = rng(112)
+    q = t(r, 2, 4, 6, 8)
+    k = t(r, 1, 4, 10, 8).expand(2, 4, 10, 8)  # stride 0 on batch: broadcast, no copy
+    v = t(r, 1, 4, 10, 8).expand(2, 4, 10, 8)
+    out = torch.empty(2, 4, 6, 8)
+    res, lse = clattn.scaled_dot_product_attention(q, k, v, out=out, return_lse=True)
+    assert res is out
+    assert_close(out.numpy(), torch_ref(q, k, v).numpy(), **F32_TOL)
+    s = (q.double() @ k.double().transpose(-1, -2)) / 8 ** 0.5
+    assert_close(lse.numpy(), torch.logsumexp(s, -1).numpy(), **F32_TOL, what="LSE")
+
+
+def test_requires_grad_refused(ctx):
+    q = torch.ones(1, 1, 2, 4, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="no backward pass"):
+        clattn.scaled_dot_product_attention(q, q, q)
+    with torch.no_grad():
+        clattn.scaled_dot_product_attention(q, q, q)
+
+
+def test_float64_refused(ctx):
+    q = torch.ones(1, 1, 2, 4, dtype=torch.float64)
+    with pytest.raises(TypeError, match="torch.float64"):
+        clattn.scaled_dot_product_attention(q, q, q)
