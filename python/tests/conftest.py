@@ -99,7 +99,7 @@ def oracle(q, k, v, mask=None, causal=None, scale=None, softcap=None, alibi=None
         else:
             s = s + m.astype(np.float64)
     s = np.where(keep, s, -np.inf)
-    mx = s.max(axis=-1, keepdims=True)
+    mx = s.max(axis=-1, keepdims=True, initial=-np.inf)
     empty = ~np.isfinite(mx)
     p = np.where(keep, np.exp(s - np.where(empty, 0, mx)), 0.0)
     l = p.sum(axis=-1, keepdims=True)

@@ -12,6 +12,11 @@ from . import _lib
 
 HOST, DEVICE = "host", "device"
 
+# An empty array may have no storage (PyTorch: data_ptr() 0); clattn reads nothing of it
+# but needs a host pointer, so empty views point here.
+_EMPTY_BUF = ctypes.create_string_buffer(16)
+_EMPTY = ctypes.addressof(_EMPTY_BUF)
+
 
 def _module(x: Any) -> str:
     return type(x).__module__.split(".")[0]
@@ -130,7 +135,7 @@ def element_layout(x: Any, name: str) -> Tuple[List[int], List[int], int, int, s
         if x.device.type != "cpu":
             raise TypeError(f"{name} is on {x.device}; clattn reads host memory (NumPy, "
                             "PyTorch CPU tensors) or PyOpenCL arrays")
-        return list(x.shape), list(x.stride()), 0, x.data_ptr(), HOST
+        return list(x.shape), list(x.stride()), 0, x.data_ptr() or _EMPTY, HOST
     item = np.dtype(x.dtype).itemsize
     if is_pyopencl(x):
         strides = list(x.strides)
@@ -141,8 +146,7 @@ def element_layout(x: Any, name: str) -> Tuple[List[int], List[int], int, int, s
     strides = list(x.strides)
     if any(s % item for s in strides):
         raise ValueError(f"{name}: strides {tuple(strides)} bytes are not whole elements")
-    ptr = x.ctypes.data if x.size else 0
-    return list(x.shape), [s // item for s in strides], 0, ptr, HOST
+    return list(x.shape), [s // item for s in strides], 0, x.ctypes.data or _EMPTY, HOST
 
 
 def contiguous_copy(x: Any) -> Any:
@@ -193,8 +197,6 @@ def view4(x: Any, name: str, *, allow_broadcast: bool = False,
                 raise ValueError(f"{name} has stride 0 on a dimension of extent "
                                  f"{shape4[d]}: an output cannot broadcast")
             bits |= 1 << d
-    if shape4 and 0 in shape4:
-        ptr = ptr or 0
     return View(x, kind, code, shape4, strides4, offset, ptr, bits)
 
 
