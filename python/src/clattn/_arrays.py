@@ -4,7 +4,7 @@ producers as clattn_tensor views, without copies where the layout allows."""
 from __future__ import annotations
 
 import ctypes
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,38 +19,43 @@ _EMPTY = ctypes.addressof(_EMPTY_BUF)
 
 
 def _module(x: Any) -> str:
-    return type(x).__module__.split(".")[0]
+    return type(x).__module__.partition(".")[0]
 
 
 def is_torch(x: Any) -> bool:
-    return _module(x) == "torch" and hasattr(x, "data_ptr")
+    return not isinstance(x, np.ndarray) and _module(x) == "torch" and hasattr(x, "data_ptr")
 
 
 def is_pyopencl(x: Any) -> bool:
-    return _module(x) == "pyopencl" and hasattr(x, "base_data") and hasattr(x, "queue")
+    return (not isinstance(x, np.ndarray) and _module(x) == "pyopencl"
+            and hasattr(x, "base_data") and hasattr(x, "queue"))
 
 
 def kind_of(x: Any) -> str:
     return DEVICE if is_pyopencl(x) else HOST
 
 
-def _torch_dtype_code(x: Any) -> Optional[int]:
-    import torch
+_TORCH_CODES: Dict[Any, int] = {}
 
-    return {torch.float32: _lib.FLOAT32, torch.float16: _lib.FLOAT16,
-            torch.bfloat16: _lib.BFLOAT16, torch.bool: _lib.BOOL}.get(x.dtype)
+
+def _torch_dtype_code(x: Any) -> Optional[int]:
+    if not _TORCH_CODES:
+        import torch
+
+        _TORCH_CODES.update({torch.float32: _lib.FLOAT32, torch.float16: _lib.FLOAT16,
+                             torch.bfloat16: _lib.BFLOAT16, torch.bool: _lib.BOOL})
+    return _TORCH_CODES.get(x.dtype)
+
+
+_NP_CODES = {np.dtype(np.float32): _lib.FLOAT32, np.dtype(np.float16): _lib.FLOAT16,
+             np.dtype(np.bool_): _lib.BOOL}
 
 
 def _np_dtype_code(dt: np.dtype) -> Optional[int]:
-    if dt == np.float32:
-        return _lib.FLOAT32
-    if dt == np.float16:
-        return _lib.FLOAT16
-    if dt == np.bool_:
-        return _lib.BOOL
-    if dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16
-        return _lib.BFLOAT16
-    return None
+    code = _NP_CODES.get(dt)
+    if code is None and dt.itemsize == 2 and dt.name == "bfloat16":  # ml_dtypes.bfloat16
+        code = _lib.BFLOAT16
+    return code
 
 
 _DTYPE_NAMES = {_lib.FLOAT32: "float32", _lib.FLOAT16: "float16",
@@ -116,14 +121,9 @@ def to_numpy_like(x: Any, name: str) -> Any:
 
 
 def dtype_code(x: Any, name: str) -> int:
-    if is_torch(x):
-        code = _torch_dtype_code(x)
-        dt = str(x.dtype)
-    else:
-        code = _np_dtype_code(np.dtype(x.dtype))
-        dt = str(np.dtype(x.dtype))
+    code = _torch_dtype_code(x) if is_torch(x) else _np_dtype_code(np.dtype(x.dtype))
     if code is None:
-        raise TypeError(f"{name} has dtype {dt}; clattn stores float32, float16 or bfloat16 "
+        raise TypeError(f"{name} has dtype {x.dtype}; clattn stores float32, float16 or bfloat16 "
                         "(bool for masks) and computes in float32: cast it first "
                         "(float64 would be rounded to float32 anyway)")
     return code
@@ -158,11 +158,13 @@ def contiguous_copy(x: Any) -> Any:
 
 
 def view4(x: Any, name: str, *, allow_broadcast: bool = False,
-          target4: Optional[Sequence[int]] = None, batch_dims: int = 0) -> View:
+          target4: Optional[Sequence[int]] = None, batch_dims: int = 0,
+          code: Optional[int] = None) -> View:
     """x as a 4-D view. x has ``batch_dims`` leading dims folded into the batch, then
     [heads, seq, dim] (missing ones are 1). With ``target4`` (masks), extent-1 dims
     broadcast to it (stride 0 and the CLATTN_BROADCAST bit)."""
-    code = dtype_code(x, name)
+    if code is None:
+        code = dtype_code(x, name)
     shape, strides, offset, ptr, kind = element_layout(x, name)
     if any(s < 0 for s in strides):
         if kind == DEVICE:

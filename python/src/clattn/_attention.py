@@ -60,7 +60,8 @@ def _np_dtype(like: Any, code: int) -> np.dtype:
     if code == _lib.FLOAT16:
         return np.dtype(np.float16)
     if code == _lib.BFLOAT16 and not _arrays.is_torch(like):
-        return np.dtype(like.dtype)  # ml_dtypes.bfloat16
+        dt: np.dtype = np.dtype(like.dtype)  # ml_dtypes.bfloat16
+        return dt
     raise TypeError("a bfloat16 output needs PyTorch or ml_dtypes")
 
 
@@ -78,8 +79,7 @@ class _Call:
             raise NotImplementedError("dropout_p must be 0: clattn has no dropout yet")
         q, k, v = (_arrays.to_numpy_like(x, n) for x, n in
                    ((query, "query"), (key, "key"), (value, "value")))
-        for x, n in ((q, "query"), (k, "key"), (v, "value")):
-            _arrays.dtype_code(x, n)
+        codes = [_arrays.dtype_code(x, n) for x, n in ((q, "query"), (k, "key"), (v, "value"))]
         self.like = query if _arrays.is_torch(query) else q
         _check_no_grad(q, k, v)
         kinds = {_arrays.kind_of(x) for x in (q, k, v)}
@@ -97,9 +97,9 @@ class _Call:
         if q.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
             raise ValueError(f"query has {q.shape[-3]} heads and key {k.shape[-3]}: pass "
                              "enable_gqa=True for grouped-query attention (as in PyTorch)")
-        self.q = _arrays.view4(q, "query", allow_broadcast=True, batch_dims=nb)
-        self.k = _arrays.view4(k, "key", allow_broadcast=True, batch_dims=nb)
-        self.v = _arrays.view4(v, "value", allow_broadcast=True, batch_dims=nb)
+        self.q = _arrays.view4(q, "query", allow_broadcast=True, batch_dims=nb, code=codes[0])
+        self.k = _arrays.view4(k, "key", allow_broadcast=True, batch_dims=nb, code=codes[1])
+        self.v = _arrays.view4(v, "value", allow_broadcast=True, batch_dims=nb, code=codes[2])
         b, hq, n_q, _ = self.q.tensor.shape
         n_kv, d_v = self.k.tensor.shape[2], self.v.tensor.shape[3]
         self.lead = tuple(q.shape[:-1])  # the caller's shape without the head dim
@@ -154,7 +154,8 @@ class _Call:
         else:
             self.out_obj = _empty(self.like, self.lead + (d_v,), self.q.dtype, self.kind, np_only)
         self.o = _arrays.view4(self.out_obj, "out", batch_dims=nb)
-        self.lse_obj = self.weights_obj = None
+        self.lse_obj: Any = None
+        self.weights_obj: Any = None
         self.lse = self.weights = None
         if o["return_lse"]:
             self.lse_obj = _empty(self.like, self.lead + (1,), _lib.FLOAT32, self.kind, np_only)
@@ -216,9 +217,9 @@ class _Call:
         if not (self.return_lse or self.return_weights):
             return self.out_obj
         res = [self.out_obj]
-        if self.return_lse:
+        if self.lse_obj is not None:
             res.append(self.lse_obj[..., 0])
-        if self.return_weights:
+        if self.weights_obj is not None:
             res.append(self.weights_obj)
         return tuple(res)
 
@@ -226,7 +227,8 @@ class _Call:
 def _is_float_mask(m: Any) -> bool:
     if _arrays.is_torch(m):
         return bool(m.dtype.is_floating_point)
-    return np.dtype(m.dtype).kind == "f" or np.dtype(m.dtype).name == "bfloat16"
+    dt = np.dtype(m.dtype)
+    return bool(dt.kind == "f" or dt.name == "bfloat16")
 
 
 def _lookup(table: Dict[str, int], value: str, name: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._lib import lib
@@ -126,7 +126,7 @@ class Context:
             raise ValueError("clattn.Context is closed")
         return self._handle
 
-    def _cl_objects(self) -> tuple:
+    def _cl_objects(self) -> Tuple[Optional[int], Optional[int], Optional[int]]:
         cl_ctx, dev, queue = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
         raise_status(lib.clattn_context_get_cl(self.handle, ctypes.byref(cl_ctx),
                                                ctypes.byref(dev), ctypes.byref(queue)),
@@ -174,7 +174,7 @@ def default_context() -> Context:
     return ctx
 
 
-_pyopencl_contexts: dict = {}
+_pyopencl_contexts: Dict[Tuple[int, int], Context] = {}
 _pyopencl_lock = threading.Lock()
 
 
