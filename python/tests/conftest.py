@@ -22,7 +22,10 @@ BF16_TOL = dict(atol=1.6e-2, rtol=1.6e-2)  # bfloat16 stores 8
 
 
 def pytest_report_header(config):
-    return f"clattn python tests: SEED={SEED} (CLATTN_PY_SEED to change)"
+    import clattn
+
+    return (f"clattn python tests: SEED={SEED} (CLATTN_PY_SEED to change); clattn "
+            f"{clattn.__version__} from {clattn.__file__}")
 
 
 def rng(offset: int) -> np.random.Generator:

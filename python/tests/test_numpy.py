@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import clattn
-from conftest import F16_TOL, F32_TOL, assert_close, oracle, randn, rng
+from conftest import BF16_TOL, F16_TOL, F32_TOL, assert_close, oracle, randn, rng
 
 CASES = Path(__file__).resolve().parents[2] / "tests" / "cases" / "seed_examples.json"
 
@@ -180,3 +180,14 @@ def test_devices_and_context():
     assert "closed" in repr(c)
     with pytest.raises(ValueError, match="closed"):
         clattn.scaled_dot_product_attention(q, q, q, context=c)
+
+
+def test_bfloat16_numpy(ctx):
+    """bfloat16 NumPy arrays through ml_dtypes (where installed)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    r = rng(17)
+    q, k, v = (randn(r, 1, 2, 7, 8).astype(ml_dtypes.bfloat16) for _ in range(3))
+    got = clattn.scaled_dot_product_attention(q, k, v)
+    assert got.dtype == q.dtype
+    f = [x.astype(np.float32) for x in (q, k, v)]
+    assert_close(got.astype(np.float32), oracle(*f)[0], **BF16_TOL, what="bfloat16")
