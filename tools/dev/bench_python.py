@@ -3,15 +3,20 @@
 from C, in one run (wall time per call, median).
 
 For each case, interleaved round by round so drift hits every column alike:
-  C            `clattn bench --json` wall_ms: clattn_attention_enqueue on device buffers,
-               then clWaitForEvents (the C program's own loop)
+  C program    `clattn bench --json` wall_ms: clattn_attention_enqueue on device buffers,
+               then clWaitForEvents (the C program's own loop, its own process)
+  raw C call   in this process, on the same queue and buffers as the next column: one
+               ctypes call of clattn_attention_enqueue with views built once, then
+               clWaitForEvents (what any binding costs at least)
   PyOpenCL     clattn.scaled_dot_product_attention(..., out=O) on pyopencl arrays of
                the same shape (O allocated once, as the C loop does), then waiting for
                the output's event: the C call plus the package's argument handling,
                ctypes and the event wrapping
   NumPy        the same call on NumPy arrays (the blocking API: it also copies Q, K, V
                to the device and O back, so it is not overhead alone; shown for scale)
-The PyOpenCL column minus the C column is the package's cost per call.
+The PyOpenCL column minus the raw C call is the package's cost per call (same process,
+context, queue and buffers; the C program's column shows the process makes no other
+difference).
 
 Usage: python3 tools/dev/bench_python.py [--build build] [--rounds 3]
            [--shapes "b,h_q,h_kv,n_q,n_kv,d; ..."]
@@ -50,6 +55,29 @@ def time_calls(fn, reps):
     return statistics.median(ts)
 
 
+def raw_call(clattn, dq, dk, dv, dout, gqa):
+    """A function making the bare C call: views and desc built once by the package."""
+    import ctypes
+
+    from clattn import _attention, _lib
+
+    call = _attention._Call(dq, dk, dv, None, 0.0, False, None, gqa, {"out": dout})
+    handle = call.context(None).handle
+    args = (handle, ctypes.byref(call.desc)) + call.tensors()
+    enqueue, wait = _lib.lib.clattn_attention_enqueue, _lib.opencl.clWaitForEvents
+    release = _lib.opencl.clReleaseEvent
+    done = ctypes.c_void_p()
+    ref = ctypes.byref(done)
+
+    def run():
+        if enqueue(*args, 0, None, ref) != 0 or wait(1, ref) != 0:
+            raise RuntimeError("clattn_attention_enqueue failed")
+        release(done)
+        call.keep  # the views' arrays stay alive with `call`
+
+    return run
+
+
 def main():
     args, clattn_bin = parse_args(__doc__, DEFAULT_SHAPES)
     import clattn
@@ -76,13 +104,15 @@ def main():
         ref = clattn.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
         got = clattn.scaled_dot_product_attention(dq, dk, dv, enable_gqa=gqa).get()
         assert np.allclose(got, ref, atol=1e-5, rtol=1e-5), "PyOpenCL and NumPy paths differ"
-        cols = {"C": [], "PyOpenCL": [], "NumPy": []}
+        cols = {"C": [], "raw": [], "PyOpenCL": [], "NumPy": []}
+        raw = raw_call(clattn, dq, dk, dv, dout, gqa)
         reps = REPS if nq * nkv <= 1 << 20 else 5
         for _ in range(args.rounds):
             res = run_json([clattn_bin, "bench", "--json", "--quiet", "--reps", str(reps),
                             "--shapes", f"{b},{hq},{hkv},{nq},{nkv},{dd},{dd},none,fused"])
             cols["C"].append(res[0]["wall_ms"]["median"])
             time.sleep(SETTLE_S)
+            cols["raw"].append(time_calls(raw, reps))
             cols["PyOpenCL"].append(time_calls(
                 lambda: clattn.scaled_dot_product_attention(dq, dk, dv, enable_gqa=gqa,
                                                             out=dout).finish(), reps))
@@ -90,12 +120,13 @@ def main():
                 lambda: clattn.scaled_dot_product_attention(q, k, v, enable_gqa=gqa), reps))
         med = {c: statistics.median(v) for c, v in cols.items()}
         rows.append(((b, hq, hkv, nq, nkv, dd), med))
-    print("\n| b, h_q, h_kv, n_q, n_kv, d | C enqueue+wait ms | Python, PyOpenCL arrays ms |"
-          " package cost per call | Python, NumPy arrays ms (with copies) |")
-    print("|---|---|---|---|---|")
+    print("\n| b, h_q, h_kv, n_q, n_kv, d | C program ms | raw C call ms | package, PyOpenCL "
+          "arrays ms | package cost per call | package, NumPy arrays ms (with copies) |")
+    print("|---|---|---|---|---|---|")
     for shape, m in rows:
-        print(f"| {', '.join(map(str, shape))} | {m['C']:.3f} | {m['PyOpenCL']:.3f} | "
-              f"{1e3 * (m['PyOpenCL'] - m['C']):+.0f} µs | {m['NumPy']:.3f} |")
+        print(f"| {', '.join(map(str, shape))} | {m['C']:.3f} | {m['raw']:.3f} | "
+              f"{m['PyOpenCL']:.3f} | {1e3 * (m['PyOpenCL'] - m['raw']):+.0f} µs | "
+              f"{m['NumPy']:.3f} |")
 
 
 if __name__ == "__main__":

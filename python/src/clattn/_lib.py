@@ -165,7 +165,10 @@ def _opencl() -> ctypes.CDLL:
                                   _P(ctypes.c_uint32)]
     cl.clGetDeviceInfo.argtypes = [c_void_p, ctypes.c_uint32, ctypes.c_size_t, c_void_p,
                                    _P(ctypes.c_size_t)]
-    for fn in ("clGetPlatformIDs", "clGetPlatformInfo", "clGetDeviceIDs", "clGetDeviceInfo"):
+    cl.clWaitForEvents.argtypes = [ctypes.c_uint32, _P(c_void_p)]
+    cl.clReleaseEvent.argtypes = [c_void_p]
+    for fn in ("clGetPlatformIDs", "clGetPlatformInfo", "clGetDeviceIDs", "clGetDeviceInfo",
+               "clWaitForEvents", "clReleaseEvent"):
         getattr(cl, fn).restype = ctypes.c_int32
     return cl
 
