@@ -85,8 +85,20 @@ def test_out_errors_write_nothing():
     out = np.full((1, 2, 3, 4), 5.0, np.float32)
     with pytest.raises(ValueError, match="out has shape"):
         sdpa(Q, Q, Q, out=out[..., :2])
+    bc = np.lib.stride_tricks.as_strided(out, shape=out.shape,
+                                         strides=(out.strides[0], 0) + out.strides[2:])
     with pytest.raises(ValueError, match="an output cannot broadcast"):
-        sdpa(Q, Q, Q, out=np.broadcast_to(out[:, :1], out.shape))
+        sdpa(Q, Q, Q, out=bc)
+    with pytest.raises(ValueError, match="out is read-only"):
+        sdpa(Q, Q, Q, out=np.frombuffer(bytes(out.nbytes), np.float32).reshape(out.shape))
+    # an output is never copied: one that would need a copy is refused, not left unwritten
+    with pytest.raises(ValueError, match="out has negative strides"):
+        sdpa(Q, Q, Q, out=out[..., ::-1])
+    q5 = np.ones((3, 2, 1, 3, 4), np.float32)
+    out5 = np.full((2, 3, 1, 3, 4), 5.0, np.float32).transpose(1, 0, 2, 3, 4)
+    with pytest.raises(ValueError, match="cannot be folded"):
+        sdpa(q5, q5, q5, out=out5)
+    assert np.all(out5 == 5.0)
     # rejected by the library (kv_lens out of range) after the views were made: O untouched
     with pytest.raises(clattn.InvalidArgumentError):
         sdpa(Q, Q, Q, out=out, kv_lens=[-1])
@@ -102,6 +114,62 @@ def test_bad_device():
 def test_not_arrays():
     with pytest.raises(TypeError, match="dtype"):
         sdpa("abc", Q, Q)
-    # nested lists are fine (read through np.asarray, float64 → refused, float32 fine)
-    with pytest.raises(TypeError, match="float64"):
-        sdpa([[1.0, 2.0]], [[1.0, 2.0]], [[1.0, 2.0]])
+    # nested lists are read through np.asarray, their float64 as float32
+    assert sdpa([[1.0, 2.0]], [[1.0, 2.0]], [[3.0, 4.0]]).tolist() == [[3.0, 4.0]]
+
+
+def test_argument_types():
+    with pytest.raises(TypeError, match="query has dtype bool"):
+        sdpa(Q > 0, Q, Q)
+    with pytest.raises(TypeError, match="context must be a clattn.Context"):
+        sdpa(Q, Q, Q, context="0:0")
+    with pytest.raises(TypeError, match="device must be a string"):
+        clattn.Context(0)
+    with pytest.raises(ValueError, match="scale = .* does not fit"):
+        sdpa(Q, Q, Q, scale=10**400)
+    with pytest.raises(ValueError, match="softcap = .* does not fit float32"):
+        sdpa(Q, Q, Q, softcap=1e300)
+    with pytest.raises(TypeError, match="softcap must be a number"):
+        sdpa(Q, Q, Q, softcap="1")
+    with pytest.raises(TypeError, match="q_start must be an integer"):
+        sdpa(Q, Q, Q, q_start=float("inf"))
+    with pytest.raises(TypeError, match=r"window\[0\] must be an integer"):
+        sdpa(Q, Q, Q, window="ab")
+    with pytest.raises(TypeError, match="is_causal must be True or False"):
+        sdpa(Q, Q, Q, is_causal="no")
+    with pytest.raises(TypeError, match="return_lse must be True or False"):
+        sdpa(Q, Q, Q, return_lse=1)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (1, 0, 3, 4), (2, 3, 0, 4)],
+                         ids=["L0_2d", "H0", "L0"])
+def test_empty_arrays(shape):
+    """Empty inputs give empty outputs (NumPy gives empty arrays all-zero strides)."""
+    q = np.zeros(shape, np.float32)
+    kv = np.ones(shape[:-2] + (3, shape[-1]), np.float32)
+    out = sdpa(q, kv, kv)
+    assert out.shape == shape
+    # no keys: every row sees nothing and outputs zeros, LSE -inf
+    o, lse = sdpa(np.ones((2, 4), np.float32), np.ones((0, 4), np.float32),
+                  np.ones((0, 3), np.float32), return_lse=True)
+    assert np.all(o == 0) and o.shape == (2, 3) and np.all(lse == -np.inf)
+
+
+def test_zero_head_dims_refused():
+    """Head dims must be at least 1 (the library's rule), also for empty arrays."""
+    with pytest.raises(clattn.InvalidArgumentError, match="d_k is 0"):
+        sdpa(np.zeros((1, 2, 5, 0), np.float32), np.zeros((1, 2, 5, 0), np.float32),
+             np.zeros((1, 2, 5, 1), np.float32))
+    with pytest.raises(clattn.InvalidArgumentError, match="d_v is 0"):
+        sdpa(Q, Q, np.zeros((1, 2, 3, 0), np.float32))
+
+
+def test_plan_uses_out():
+    out = np.zeros((1, 2, 3, 4), np.float32)
+    with pytest.raises(ValueError, match="out is read-only"):
+        out.flags.writeable = False
+        clattn.plan(Q, Q, Q, out=out)
+
+
+def test_default_context_is_default_device():
+    assert clattn.default_context().device.is_default

@@ -65,3 +65,13 @@ def test_explicit_context_and_mixed_kinds(queue):
     with pytest.raises(clattn.InvalidArgumentError, match="context"):
         clattn.scaled_dot_product_attention(dq, dq, dq, context=clattn.Context.from_pyopencl(other))
     c.close()
+
+
+def test_empty_device_arrays(queue):
+    """Empty PyOpenCL arrays (which have no buffer): no batch, no keys."""
+    q = cl_array.to_device(queue, np.ones((2, 3, 4, 8), np.float32))
+    kv0 = cl_array.empty(queue, (2, 3, 0, 8), np.float32)
+    o, lse = clattn.scaled_dot_product_attention(q, kv0, kv0, return_lse=True)
+    assert np.all(o.get() == 0) and np.all(lse.get() == -np.inf)
+    e = cl_array.empty(queue, (0, 3, 4, 8), np.float32)
+    assert clattn.scaled_dot_product_attention(e, e, e).shape == (0, 3, 4, 8)

@@ -94,6 +94,28 @@ def test_requires_grad_refused(ctx):
         clattn.scaled_dot_product_attention(q, q, q)
 
 
+def test_grad_through_mask_or_out_refused(ctx):
+    q = torch.ones(1, 1, 2, 4)
+    m = torch.zeros(2, 2, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="attn_mask or out"):
+        clattn.scaled_dot_product_attention(q, q, q, attn_mask=m)
+    with pytest.raises(NotImplementedError, match="no backward pass"):
+        clattn.scaled_dot_product_attention(q, q, q, out=torch.zeros(1, 1, 2, 4,
+                                                                      requires_grad=True))
+
+
+def test_empty_and_sparse(ctx):
+    q = torch.zeros(2, 3, 0, 8)
+    assert clattn.scaled_dot_product_attention(q, torch.ones(2, 3, 5, 8),
+                                               torch.ones(2, 3, 5, 8)).shape == (2, 3, 0, 8)
+    with pytest.raises(TypeError, match="bool"):
+        b = torch.ones(1, 1, 2, 4, dtype=torch.bool)
+        clattn.scaled_dot_product_attention(b, b, b)
+    s = torch.eye(4).to_sparse()
+    with pytest.raises(TypeError, match="sparse"):
+        clattn.scaled_dot_product_attention(s, s, s)
+
+
 def test_float64_refused(ctx):
     q = torch.ones(1, 1, 2, 4, dtype=torch.float64)
     with pytest.raises(TypeError, match="torch.float64"):

@@ -47,6 +47,12 @@ def _torch_dtype_code(x: Any) -> Optional[int]:
     return _TORCH_CODES.get(x.dtype)
 
 
+def _torch_strided() -> Any:
+    import torch
+
+    return torch.strided
+
+
 _NP_CODES = {np.dtype(np.float32): _lib.FLOAT32, np.dtype(np.float16): _lib.FLOAT16,
              np.dtype(np.bool_): _lib.BOOL}
 
@@ -109,7 +115,8 @@ def _fold(shape: Sequence[int], strides: Sequence[int], name: str,
 
 def to_numpy_like(x: Any, name: str) -> Any:
     """Inputs that are neither NumPy, PyTorch nor PyOpenCL: DLPack producers through
-    np.from_dlpack (zero-copy), anything else through np.asarray."""
+    np.from_dlpack (zero-copy), anything else (lists) through np.asarray, float64 as
+    float32."""
     if isinstance(x, np.ndarray) or is_torch(x) or is_pyopencl(x):
         return x
     if hasattr(x, "__dlpack__"):
@@ -117,11 +124,17 @@ def to_numpy_like(x: Any, name: str) -> Any:
             return np.from_dlpack(x)
         except (TypeError, RuntimeError, BufferError) as e:
             raise TypeError(f"{name}: cannot read this array through DLPack ({e})") from None
-    return np.asarray(x)
+    a = np.asarray(x)
+    # Python numbers become float64 by default; nobody chose that precision for a list
+    return a.astype(np.float32) if a.dtype == np.float64 else a
 
 
-def dtype_code(x: Any, name: str) -> int:
+def dtype_code(x: Any, name: str, allow_bool: bool = False) -> int:
+    if is_torch(x) and x.layout != _torch_strided():
+        raise TypeError(f"{name} is a {x.layout} tensor; clattn reads strided (dense) tensors")
     code = _torch_dtype_code(x) if is_torch(x) else _np_dtype_code(np.dtype(x.dtype))
+    if code == _lib.BOOL and not allow_bool:
+        code = None
     if code is None:
         raise TypeError(f"{name} has dtype {x.dtype}; clattn stores float32, float16 or bfloat16 "
                         "(bool for masks) and computes in float32: cast it first "
@@ -141,12 +154,27 @@ def element_layout(x: Any, name: str) -> Tuple[List[int], List[int], int, int, s
         strides = list(x.strides)
         if any(s % item for s in strides) or x.offset % item:
             raise ValueError(f"{name}: strides and offset must be whole elements")
-        return (list(x.shape), [s // item for s in strides], x.offset // item,
-                x.base_data.int_ptr, DEVICE)
+        buf = x.base_data if x.base_data is not None else _empty_buffer(x.context)
+        return (list(x.shape), [s // item for s in strides], x.offset // item, buf.int_ptr,
+                DEVICE)
     strides = list(x.strides)
     if any(s % item for s in strides):
         raise ValueError(f"{name}: strides {tuple(strides)} bytes are not whole elements")
     return list(x.shape), [s // item for s in strides], 0, x.ctypes.data or _EMPTY, HOST
+
+
+_EMPTY_CL: Dict[int, Any] = {}
+
+
+def _empty_buffer(context: Any) -> Any:
+    """A small buffer for empty PyOpenCL arrays (which have none): clattn reads nothing
+    of an empty view but needs a cl_mem of the right context. One per context."""
+    key = context.int_ptr
+    if key not in _EMPTY_CL:
+        import pyopencl as cl
+
+        _EMPTY_CL[key] = (context, cl.Buffer(context, cl.mem_flags.READ_WRITE, 16))
+    return _EMPTY_CL[key][1]
 
 
 def contiguous_copy(x: Any) -> Any:
@@ -157,30 +185,37 @@ def contiguous_copy(x: Any) -> Any:
     return np.ascontiguousarray(x)
 
 
-def view4(x: Any, name: str, *, allow_broadcast: bool = False,
+def view4(x: Any, name: str, *, output: bool = False,
           target4: Optional[Sequence[int]] = None, batch_dims: int = 0,
           code: Optional[int] = None) -> View:
     """x as a 4-D view. x has ``batch_dims`` leading dims folded into the batch, then
     [heads, seq, dim] (missing ones are 1). With ``target4`` (masks), extent-1 dims
-    broadcast to it (stride 0 and the CLATTN_BROADCAST bit)."""
+    broadcast to it (stride 0 and the CLATTN_BROADCAST bit). An input that needs a copy
+    (negative strides, leading dims that do not fold) is copied; an ``output`` never is:
+    it must be writeable and foldable as it is."""
     if code is None:
-        code = dtype_code(x, name)
+        code = dtype_code(x, name, allow_bool=target4 is not None)
+    if output and isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name} is read-only")
     shape, strides, offset, ptr, kind = element_layout(x, name)
-    if any(s < 0 for s in strides):
-        if kind == DEVICE:
-            raise ValueError(f"{name}: negative strides are not supported on PyOpenCL arrays")
+    if any(s < 0 for s in strides) and 0 not in shape:
+        if kind == DEVICE or output:
+            raise ValueError(f"{name} has negative strides {tuple(strides)}: clattn writes "
+                             "and reads views with strides >= 0 only" if output else
+                             f"{name}: negative strides are not supported on PyOpenCL arrays")
         x = contiguous_copy(x)
         shape, strides, offset, ptr, kind = element_layout(x, name)
     tail = min(3, len(shape) - batch_dims)
     lead = _fold(shape, strides, name, batch_dims)
-    if lead is None:
-        if kind == DEVICE:
+    if lead is None and 0 not in shape:
+        if kind == DEVICE or output:
             raise ValueError(f"{name}: its leading dims cannot be folded into one batch "
                              "dimension without a copy; pass a contiguous array")
         x = contiguous_copy(x)
         shape, strides, offset, ptr, kind = element_layout(x, name)
         lead = _fold(shape, strides, name, batch_dims)
-        assert lead is not None
+    if lead is None:  # an empty array: nothing is read or written
+        lead = (int(np.prod(shape[:batch_dims])), 0)
     s3 = [1] * (3 - tail) + shape[batch_dims:]
     st3 = [0] * (3 - tail) + strides[batch_dims:]
     shape4, strides4 = [lead[0]] + s3, [lead[1]] + st3
@@ -193,9 +228,11 @@ def view4(x: Any, name: str, *, allow_broadcast: bool = False,
                 raise ValueError(f"{name} has shape {tuple(shape)}, which does not broadcast "
                                  f"to [batch, heads, n_q, n_kv] = {tuple(target4)}")
             shape4[d], strides4[d] = target4[d], 0
+    if 0 in shape4:  # empty: any valid layout (NumPy gives such arrays zero strides)
+        strides4 = [int(np.prod([max(n, 1) for n in shape4[d + 1:]])) for d in range(4)]
     for d in range(4):
         if strides4[d] == 0 and shape4[d] > 1:
-            if not allow_broadcast:
+            if output:
                 raise ValueError(f"{name} has stride 0 on a dimension of extent "
                                  f"{shape4[d]}: an output cannot broadcast")
             bits |= 1 << d

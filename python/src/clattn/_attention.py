@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -75,13 +77,17 @@ class _Call:
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         o = dict(_OPTION_DEFAULTS, **opts)
+        for flag, val in (("is_causal", is_causal), ("enable_gqa", enable_gqa),
+                          *((f, o[f]) for f in _FLAGS)):
+            if not isinstance(val, (bool, np.bool_)):
+                raise TypeError(f"{flag} must be True or False, not {val!r}")
         if dropout_p != 0.0:
             raise NotImplementedError("dropout_p must be 0: clattn has no dropout yet")
         q, k, v = (_arrays.to_numpy_like(x, n) for x, n in
                    ((query, "query"), (key, "key"), (value, "value")))
         codes = [_arrays.dtype_code(x, n) for x, n in ((q, "query"), (k, "key"), (v, "value"))]
         self.like = query if _arrays.is_torch(query) else q
-        _check_no_grad(q, k, v)
+        _check_no_grad(q, k, v, attn_mask, o["out"])
         kinds = {_arrays.kind_of(x) for x in (q, k, v)}
         if len(kinds) != 1:
             raise TypeError("query, key and value must all be host arrays (NumPy, PyTorch "
@@ -97,9 +103,9 @@ class _Call:
         if q.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
             raise ValueError(f"query has {q.shape[-3]} heads and key {k.shape[-3]}: pass "
                              "enable_gqa=True for grouped-query attention (as in PyTorch)")
-        self.q = _arrays.view4(q, "query", allow_broadcast=True, batch_dims=nb, code=codes[0])
-        self.k = _arrays.view4(k, "key", allow_broadcast=True, batch_dims=nb, code=codes[1])
-        self.v = _arrays.view4(v, "value", allow_broadcast=True, batch_dims=nb, code=codes[2])
+        self.q = _arrays.view4(q, "query", batch_dims=nb, code=codes[0])
+        self.k = _arrays.view4(k, "key", batch_dims=nb, code=codes[1])
+        self.v = _arrays.view4(v, "value", batch_dims=nb, code=codes[2])
         b, hq, n_q, _ = self.q.tensor.shape
         n_kv, d_v = self.k.tensor.shape[2], self.v.tensor.shape[3]
         self.lead = tuple(q.shape[:-1])  # the caller's shape without the head dim
@@ -111,7 +117,7 @@ class _Call:
             if scale == 0.0:
                 raise ValueError("scale=0 is not supported (clattn reads 0 as the default "
                                  "1/sqrt(d_k)); pass None for the default")
-            d.scale = float(scale)
+            d.scale = _float(scale, "scale")
         d.algorithm = _lookup(_ALGORITHMS, o["algorithm"], "algorithm")
         d.masked_rows = _lookup(_MASKED_ROWS, o["masked_rows"], "masked_rows")
         if is_causal and o["no_self"]:
@@ -124,7 +130,7 @@ class _Call:
             left, right = _window(o["window"])
             d.window, d.window_left, d.window_right = 1, left, right
         if o["softcap"]:
-            d.softcap = float(o["softcap"])
+            d.softcap = _float(o["softcap"], "softcap")
         d.q_start, d.kv_start = _int64(o["q_start"], "q_start"), _int64(o["kv_start"], "kv_start")
         if o["kv_lens"] is not None:
             arr, d.kv_lens = _arrays.host_int32(o["kv_lens"], "kv_lens", b)
@@ -153,19 +159,20 @@ class _Call:
             self.out_obj = out
         else:
             self.out_obj = _empty(self.like, self.lead + (d_v,), self.q.dtype, self.kind, np_only)
-        self.o = _arrays.view4(self.out_obj, "out", batch_dims=nb)
+        self.o = _arrays.view4(self.out_obj, "out", output=True, batch_dims=nb)
         self.lse_obj: Any = None
         self.weights_obj: Any = None
         self.lse = self.weights = None
         if o["return_lse"]:
             self.lse_obj = _empty(self.like, self.lead + (1,), _lib.FLOAT32, self.kind, np_only)
-            self.lse = _arrays.view4(self.lse_obj, "lse", batch_dims=nb)
+            self.lse = _arrays.view4(self.lse_obj, "lse", output=True, batch_dims=nb)
             d.lse = ctypes.pointer(self.lse.tensor)
         if o["return_weights"]:
             wshape = (self.lead[:-2] + (1, n_q, n_kv) if o["weights_head_mean"] and q.ndim >= 3
                       else self.lead + (n_kv,))
             self.weights_obj = _empty(self.like, wshape, _lib.FLOAT32, self.kind, np_only)
-            self.weights = _arrays.view4(self.weights_obj, "weights", batch_dims=nb)
+            self.weights = _arrays.view4(self.weights_obj, "weights", output=True,
+                                         batch_dims=nb)
             d.weights = ctypes.pointer(self.weights.tensor)
             d.weights_head_mean = 1 if o["weights_head_mean"] else 0
         elif o["weights_head_mean"]:
@@ -176,7 +183,8 @@ class _Call:
         m = _arrays.to_numpy_like(attn_mask, "attn_mask")
         if _arrays.kind_of(m) != self.kind:
             raise TypeError("attn_mask must be the same kind of array as query")
-        code = _arrays.dtype_code(m, "attn_mask") if not _is_float_mask(m) else None
+        code = (_arrays.dtype_code(m, "attn_mask", allow_bool=True) if not _is_float_mask(m)
+                else None)
         if code is None:  # float masks are float32 on the device; other widths converted
             if _arrays.is_torch(m):
                 import torch
@@ -200,11 +208,13 @@ class _Call:
                 raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not "
                                  f"broadcast to {q_lead + target4[1:]}") from None
             mb = nb
-        return _arrays.view4(m, "attn_mask", allow_broadcast=True, target4=target4,
-                             batch_dims=mb)
+        return _arrays.view4(m, "attn_mask", target4=target4, batch_dims=mb)
 
     def context(self, ctx: Optional[Context]) -> Context:
         if ctx is not None:
+            if not isinstance(ctx, Context):
+                raise TypeError(f"context must be a clattn.Context (e.g. clattn.Context("
+                                f"{ctx!r}) for a device spec), not {type(ctx).__name__}")
             return ctx
         if self.kind == DEVICE:
             return context_for_queue(self.q.obj.queue)
@@ -240,11 +250,30 @@ def _lookup(table: Dict[str, int], value: str, name: str) -> int:
 
 
 def _int64(x: Any, name: str) -> int:
-    if isinstance(x, bool) or int(x) != x:
-        raise TypeError(f"{name} must be an integer, not {x!r}")
-    if not -(2**63) <= int(x) < 2**63:
-        raise ValueError(f"{name} = {x} does not fit int64")
-    return int(x)
+    try:
+        if isinstance(x, (bool, np.bool_)):
+            raise TypeError
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {x!r}") from None
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"{name} = {v} does not fit int64")
+    return v
+
+
+def _float(x: Any, name: str) -> float:
+    """A float32 argument (its finiteness is the library's check)."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a number, not {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, not {x!r}") from None
+    except OverflowError:
+        raise ValueError(f"{name} = {x} does not fit a float") from None
+    if math.isfinite(v) and abs(v) > 3.4028234663852886e38:
+        raise ValueError(f"{name} = {x} does not fit float32")
+    return v
 
 
 def _window(w: Any) -> Tuple[int, int]:
@@ -259,14 +288,17 @@ def _window(w: Any) -> Tuple[int, int]:
 
 
 def _check_no_grad(*xs: Any) -> None:
+    """No tensor that requires grad: the inputs would get no gradient, and an `out` leaf
+    would be overwritten in place (PyTorch refuses both)."""
     if not any(_arrays.is_torch(x) for x in xs):
         return
     import torch
 
     if torch.is_grad_enabled() and any(x.requires_grad for x in xs if _arrays.is_torch(x)):
         raise NotImplementedError(
-            "clattn has no backward pass yet: inputs that require grad would silently get "
-            "no gradient. Call under torch.no_grad() or pass detached tensors")
+            "clattn has no backward pass yet: a tensor that requires grad (query, key, value, "
+            "attn_mask or out) would silently get no gradient. Call under torch.no_grad() or "
+            "pass detached tensors")
 
 
 _OPTION_DEFAULTS: Dict[str, Any] = dict(
@@ -274,6 +306,7 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False, return_weights=False,
     weights_head_mean=False, masked_rows="zero", algorithm="auto", out=None)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
+_FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean")
 
 Result = Union[Any, Tuple[Any, ...]]
 
@@ -365,7 +398,6 @@ def plan(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: flo
     """What :func:`scaled_dot_product_attention` with these arguments would run, and why
     (``clattn_attention_plan``). Builds, or finds cached, every program the call needs, so
     the call that follows starts without a build; computes nothing. Raises as the call."""
-    options = dict(options, out=None)
     call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                  options, for_plan=True)
     ctx = call.context(context)

@@ -57,7 +57,9 @@ def raise_status(status: int, ctx: Optional[int]) -> None:
     raise _error_class(status)(status, (msg or b"").decode(errors="replace"), cl_err)
 
 
-def _str_or_none(s: Optional[str]) -> Optional[bytes]:
+def _str_or_none(s: Optional[str], name: str) -> Optional[bytes]:
+    if s is not None and not isinstance(s, str):
+        raise TypeError(f"{name} must be a string or None, not {s!r}")
     return None if s is None else s.encode()
 
 
@@ -82,8 +84,9 @@ class Context:
 
     def __init__(self, device: Optional[str] = None, *, cache_dir: Optional[str] = None,
                  kernel_dir: Optional[str] = None) -> None:
-        opts = _lib.ContextOptions(_str_or_none(device), _str_or_none(kernel_dir),
-                                   _str_or_none(cache_dir))
+        opts = _lib.ContextOptions(_str_or_none(device, "device"),
+                                   _str_or_none(kernel_dir, "kernel_dir"),
+                                   _str_or_none(cache_dir, "cache_dir"))
         handle = ctypes.c_void_p()
         status = lib.clattn_context_create(ctypes.byref(opts), ctypes.byref(handle))
         raise_status(status, None)
@@ -102,7 +105,8 @@ class Context:
         (``cl_context``, ``cl_device_id``, ``cl_command_queue``): clattn retains them and
         releases its references when this context closes (after finishing the queue).
         ``keep``: any Python object to hold on to for as long as the context lives."""
-        opts = _lib.ContextOptions(None, _str_or_none(kernel_dir), _str_or_none(cache_dir))
+        opts = _lib.ContextOptions(None, _str_or_none(kernel_dir, "kernel_dir"),
+                                   _str_or_none(cache_dir, "cache_dir"))
         handle = ctypes.c_void_p()
         status = lib.clattn_context_create_from_cl_with_options(
             ctypes.byref(opts), context, device, queue, ctypes.byref(handle))
@@ -137,16 +141,20 @@ class Context:
     def device(self) -> "Device":
         """The device this context runs on."""
         dev = self._cl_objects()[1]
-        for d in devices(_mark_default=False):
+        for d in devices():
             if d._id == dev:
                 return d
         raise DeviceError(_lib.NO_DEVICE, "the context's device is not among the listed devices")
 
     def close(self) -> None:
         """Release the context (waits for its queue to finish). Idempotent."""
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            lib.clattn_context_release(handle)
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before _init
+            return
+        with lock:  # not while another thread is inside a call on this context
+            handle, self._handle = self._handle, None
+            if handle:
+                lib.clattn_context_release(handle)
 
     def __enter__(self) -> "Context":
         return self
