@@ -2,7 +2,8 @@
 """Python overhead benchmark: a call through the `clattn` package against the same call
 from C, in one run (wall time per call, median).
 
-For each case, interleaved round by round so drift hits every column alike:
+For each case, round by round (and within a round, call by call for the raw C
+call and the PyOpenCL column) so that drift hits the columns alike:
   C program    `clattn bench --json` wall_ms: clattn_attention_enqueue on device buffers,
                then clWaitForEvents (the C program's own loop, its own process)
   raw C call   in this process, on the same queue and buffers as the next column: one
@@ -45,14 +46,18 @@ def parse_shapes(text):
     return out
 
 
-def time_calls(fn, reps):
-    fn()  # warm-up (builds or loads the programs)
-    ts = []
+def time_interleaved(fns, reps):
+    """Median ms of each function, called in turn (one call of each per repetition), so
+    that this machine's drift hits them alike."""
+    for fn in fns:
+        fn()  # warm-up (builds or loads the programs)
+    ts = [[] for _ in fns]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(ts)
+        for t, fn in zip(ts, fns):
+            t0 = time.perf_counter()
+            fn()
+            t.append(1e3 * (time.perf_counter() - t0))
+    return [statistics.median(t) for t in ts]
 
 
 def raw_call(clattn, dq, dk, dv, dout, gqa):
@@ -112,12 +117,16 @@ def main():
                             "--shapes", f"{b},{hq},{hkv},{nq},{nkv},{dd},{dd},none,fused"])
             cols["C"].append(res[0]["wall_ms"]["median"])
             time.sleep(SETTLE_S)
-            cols["raw"].append(time_calls(raw, reps))
-            cols["PyOpenCL"].append(time_calls(
+            raw_ms, cl_ms = time_interleaved([
+                raw,
                 lambda: clattn.scaled_dot_product_attention(dq, dk, dv, enable_gqa=gqa,
-                                                            out=dout).finish(), reps))
-            cols["NumPy"].append(time_calls(
-                lambda: clattn.scaled_dot_product_attention(q, k, v, enable_gqa=gqa), reps))
+                                                            out=dout).finish()], reps)
+            # apart: its host-device copies would disturb the calls timed next to it
+            np_ms, = time_interleaved([
+                lambda: clattn.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)], reps)
+            cols["raw"].append(raw_ms)
+            cols["PyOpenCL"].append(cl_ms)
+            cols["NumPy"].append(np_ms)
         med = {c: statistics.median(v) for c, v in cols.items()}
         rows.append(((b, hq, hkv, nq, nkv, dd), med))
     print("\n| b, h_q, h_kv, n_q, n_kv, d | C program ms | raw C call ms | package, PyOpenCL "

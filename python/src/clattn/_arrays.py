@@ -18,17 +18,31 @@ _EMPTY_BUF = ctypes.create_string_buffer(16)
 _EMPTY = ctypes.addressof(_EMPTY_BUF)
 
 
-def _module(x: Any) -> str:
-    return type(x).__module__.partition(".")[0]
+_FAMILY: Dict[type, str] = {np.ndarray: "numpy"}
+
+
+def _family(x: Any) -> str:
+    """"numpy", "torch", "pyopencl" or "other", by type (cached: calls ask often)."""
+    t = type(x)
+    fam = _FAMILY.get(t)
+    if fam is None:
+        mod = t.__module__.partition(".")[0]
+        if mod == "torch" and hasattr(x, "data_ptr"):
+            fam = "torch"
+        elif mod == "pyopencl" and hasattr(x, "base_data") and hasattr(x, "queue"):
+            fam = "pyopencl"
+        else:
+            fam = "numpy" if isinstance(x, np.ndarray) else "other"
+        _FAMILY[t] = fam
+    return fam
 
 
 def is_torch(x: Any) -> bool:
-    return not isinstance(x, np.ndarray) and _module(x) == "torch" and hasattr(x, "data_ptr")
+    return _family(x) == "torch"
 
 
 def is_pyopencl(x: Any) -> bool:
-    return (not isinstance(x, np.ndarray) and _module(x) == "pyopencl"
-            and hasattr(x, "base_data") and hasattr(x, "queue"))
+    return _family(x) == "pyopencl"
 
 
 def kind_of(x: Any) -> str:
@@ -117,7 +131,7 @@ def to_numpy_like(x: Any, name: str) -> Any:
     """Inputs that are neither NumPy, PyTorch nor PyOpenCL: DLPack producers through
     np.from_dlpack (zero-copy), anything else (lists) through np.asarray, float64 as
     float32."""
-    if isinstance(x, np.ndarray) or is_torch(x) or is_pyopencl(x):
+    if _family(x) != "other":
         return x
     if hasattr(x, "__dlpack__"):
         try:
