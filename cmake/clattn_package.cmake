@@ -30,11 +30,13 @@ if(CLATTN_BUILD_SHARED)
   set(_clattn_map "${CMAKE_CURRENT_BINARY_DIR}/clattn.map")
   add_custom_command(
     OUTPUT "${_clattn_map}"
-    COMMAND ${CMAKE_COMMAND} "-DHEADER=${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
+    COMMAND ${CMAKE_COMMAND}
+            "-DHEADERS=${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
             "-DOUT=${_clattn_map}" -P "${CMAKE_CURRENT_SOURCE_DIR}/cmake/version_script.cmake"
     DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
+            "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
             "${CMAKE_CURRENT_SOURCE_DIR}/cmake/version_script.cmake"
-    COMMENT "Writing the shared library's version script from include/clattn.h" VERBATIM)
+    COMMENT "Writing the shared library's version script from the public headers" VERBATIM)
   add_custom_target(clattn_version_script DEPENDS "${_clattn_map}")
 
   add_library(clattn_shared SHARED ${_clattn_sources})
@@ -76,6 +78,7 @@ install(TARGETS ${_clattn_targets} EXPORT clattnTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
+              "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET clattn_cli)
   install(TARGETS clattn_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -1,11 +1,17 @@
 # Writes the linker version script of the shared library: the functions declared in
-# the public header are global, everything else (host/'s internal clattn_* helpers
-# included) is local. Generated from the header at build time, so a function added to
-# include/clattn.h is exported without a second list to keep in step.
-#   cmake -DHEADER=include/clattn.h -DOUT=clattn.map -P version_script.cmake
+# the public headers are global, everything else (host/'s internal clattn_* helpers
+# included) is local. Generated from the headers at build time, so a function added to
+# include/clattn.h or include/clattn_backward.h is exported without a second list to
+# keep in step.
+#   cmake -DHEADERS=include/clattn.h,include/clattn_backward.h -DOUT=clattn.map -P version_script.cmake
 # A declaration starts a line with its return type and names the function before its
 # '(' on that line; comment lines start with ' ' or '/' and are skipped.
-file(STRINGS "${HEADER}" _decls REGEX "^[A-Za-z_][A-Za-z0-9_ ]*[ *]clattn_[a-z0-9_]+\\(")
+string(REPLACE "," ";" _headers "${HEADERS}")
+set(_decls "")
+foreach(_h ${_headers})
+  file(STRINGS "${_h}" _d REGEX "^[A-Za-z_][A-Za-z0-9_ ]*[ *]clattn_[a-z0-9_]+\\(")
+  list(APPEND _decls ${_d})
+endforeach()
 string(REGEX MATCHALL "clattn_[a-z0-9_]+\\(" _calls "${_decls}")
 set(_names "")
 foreach(_c ${_calls})
@@ -15,9 +21,9 @@ endforeach()
 list(REMOVE_DUPLICATES _names)
 list(SORT _names)
 if(NOT _names)
-  message(FATAL_ERROR "${HEADER} declares no clattn_* function")
+  message(FATAL_ERROR "${HEADERS} declare no clattn_* function")
 endif()
-set(_body "/* Generated from include/clattn.h by cmake/version_script.cmake; do not edit. */\n{\n  global:\n")
+set(_body "/* Generated from the public headers by cmake/version_script.cmake; do not edit. */\n{\n  global:\n")
 foreach(_n ${_names})
   string(APPEND _body "    ${_n};\n")
 endforeach()

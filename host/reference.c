@@ -192,3 +192,161 @@ clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const c
     free(p);
     return CLATTN_SUCCESS;
 }
+
+/* The backward pass of clattn_reference_attention (FlashAttention-2's backward, Dao 2023,
+ * Algorithm 2, as plain loops in double): per row, P is recomputed from the scores, then
+ *   D_i = Σ_c dO_ic·O_ic,  dP_ij = dO_i·V_j,  dS_ij = P_ij·(dP_ij − D_i)·g_ij,
+ *   dQ_i += scale·Σ_j dS_ij K_j,  dK_j += scale·Σ_i dS_ij Q_i,  dV_j += Σ_i P_ij dO_i
+ * with g_ij = 1 − tanh²(scale·q_i·k_j / softcap) under a softcap (1 otherwise); ALiBi and
+ * float masks are constants of s, so they take no gradient. dK and dV sum over every
+ * query head of a KV head's group. A row with no visible key (and a padding row) has
+ * P = 0: it adds nothing, and its dQ row is 0. Keys of weight exactly 0 add nothing. */
+static clattn_status backward_views(const clattn_problem *ex, const clattn_tensor *const t[3],
+                                    clattn_view out[3])
+{
+    static const char *const names[3] = {"dQ", "dK", "dV"};
+    const clattn_view *like[3] = {&ex->q, &ex->k, &ex->v};
+    const clattn_view *inputs[4] = {&ex->q, &ex->k, &ex->v, &ex->o};
+    for (int a = 0; a < 3; a++) {
+        clattn_status st =
+            clattn_view_make(NULL, names[a], t[a], CLATTN_STORAGE_HOST, true, &out[a]);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(NULL, names[a], &out[a], CLATTN_DT_FLOATS);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        for (int d = 0; d < 4; d++)
+            if (out[a].n[d] != like[a]->n[d])
+                return clattn_fail(NULL, CLATTN_ERROR_INVALID_SHAPE,
+                                   "%s has extent %lld in dimension %d; %s has %lld", names[a],
+                                   (long long)out[a].n[d], d,
+                                   a == 0   ? "Q"
+                                   : a == 1 ? "K"
+                                            : "V",
+                                   (long long)like[a]->n[d]);
+        for (int b = 0; b < a; b++)
+            if (clattn_views_overlap(&out[a], &out[b]))
+                return clattn_fail(NULL, CLATTN_ERROR_INVALID_LAYOUT, "%s overlaps %s", names[a],
+                                   names[b]);
+        for (int i = 0; i < 4; i++)
+            if (clattn_views_overlap(&out[a], inputs[i]))
+                return clattn_fail(NULL, CLATTN_ERROR_INVALID_LAYOUT,
+                                   "%s overlaps the input %s (the reference reads every input "
+                                   "while it writes)",
+                                   names[a], i == 3 ? "dO" : names[i] + 1);
+    }
+    return CLATTN_SUCCESS;
+}
+
+clattn_status
+clattn_reference_attention_backward(const clattn_attention_desc *desc, const clattn_tensor *q_t,
+                                    const clattn_tensor *k_t, const clattn_tensor *v_t,
+                                    const clattn_tensor *do_t, const clattn_tensor *dq_t,
+                                    const clattn_tensor *dk_t, const clattn_tensor *dv_t)
+{
+    if (!desc)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
+    clattn_attention_desc fwd = *desc; /* the weights and LSE outputs play no part */
+    fwd.weights = NULL;
+    fwd.lse = NULL;
+    clattn_problem ex; /* dO is checked in O's place: the same shape and dtypes */
+    clattn_status st =
+        clattn_resolve_attention(NULL, &fwd, q_t, k_t, v_t, do_t, CLATTN_STORAGE_HOST, &ex);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    const clattn_tensor *const outs_t[3] = {dq_t, dk_t, dv_t};
+    clattn_view g[3];
+    st = backward_views(&ex, outs_t, g);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    clattn_clear_error(NULL);
+    const clattn_view q = ex.q, k = ex.k, v = ex.v, d_o = ex.o;
+    const int64_t batch = q.n[0], h_q = q.n[1], n_q = q.n[2], d_k = q.n[3];
+    const int64_t h_kv = k.n[1], n_kv = k.n[2], d_v = v.n[3];
+    const int64_t group = h_kv > 0 ? h_q / h_kv : 1;
+    const double scale = clattn_effective_scale(desc, d_k);
+    /* dK and dV of one batch entry in double, [h_kv][n_kv][d] */
+    const size_t kv_elems = (size_t)(h_kv * n_kv);
+    double *p = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
+    double *row = malloc(sizeof(double) * (size_t)(d_k + d_v + 1));
+    double *dk = calloc(kv_elems * (size_t)d_k + 1, sizeof(double));
+    double *dv = calloc(kv_elems * (size_t)d_v + 1, sizeof(double));
+    if (!p || !row || !dk || !dv) {
+        free(p);
+        free(row);
+        free(dk);
+        free(dv);
+        return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
+                           "reference backward: cannot allocate %lld doubles",
+                           (long long)(kv_elems * (size_t)(d_k + d_v)));
+    }
+    double *dq = row, *o = row + d_k; /* one query row's dQ and O */
+    for (int64_t b = 0; b < batch; b++) {
+        memset(dk, 0, sizeof(double) * kv_elems * (size_t)d_k);
+        memset(dv, 0, sizeof(double) * kv_elems * (size_t)d_v);
+        for (int64_t h = 0; h < h_q; h++) {
+            const int64_t hk = h / group;
+            for (int64_t i = 0; i < n_q; i++) {
+                const double m = row_scores(&fwd, &q, &k, &ex, scale, b, h, hk, i, p, NULL);
+                for (int64_t c = 0; c < d_k; c++)
+                    dq[c] = 0.0;
+                if (m != -INFINITY) {
+                    double l = 0.0;
+                    for (int64_t j = 0; j < n_kv; j++)
+                        l += (p[j] = exp(p[j] - m));
+                    for (int64_t c = 0; c < d_v; c++)
+                        o[c] = 0.0;
+                    for (int64_t j = 0; j < n_kv; j++) {
+                        p[j] /= l;
+                        for (int64_t c = 0; p[j] != 0.0 && c < d_v; c++)
+                            o[c] += p[j] * clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
+                    }
+                    double dsum = 0.0; /* D_i */
+                    for (int64_t c = 0; c < d_v; c++)
+                        dsum += o[c] * clattn_host_load(&d_o, clattn_view_index(&d_o, b, h, i, c));
+                    for (int64_t j = 0; j < n_kv; j++) {
+                        if (p[j] == 0.0)
+                            continue; /* masked, or a weight that underflowed to 0 */
+                        double dp = 0.0;
+                        for (int64_t c = 0; c < d_v; c++) {
+                            const double g_o =
+                                clattn_host_load(&d_o, clattn_view_index(&d_o, b, h, i, c));
+                            dp += g_o * clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
+                            dv[(hk * n_kv + j) * d_v + c] += p[j] * g_o;
+                        }
+                        double ds = p[j] * (dp - dsum) * scale;
+                        if (desc->softcap > 0.0f) {
+                            double dot = 0.0;
+                            for (int64_t c = 0; c < d_k; c++)
+                                dot += (double)clattn_host_load(&q,
+                                                                clattn_view_index(&q, b, h, i, c)) *
+                                       clattn_host_load(&k, clattn_view_index(&k, b, hk, j, c));
+                            const double t = tanh(scale * dot / desc->softcap);
+                            ds *= 1.0 - t * t;
+                        }
+                        for (int64_t c = 0; c < d_k; c++) {
+                            dq[c] += ds * clattn_host_load(&k, clattn_view_index(&k, b, hk, j, c));
+                            dk[(hk * n_kv + j) * d_k + c] +=
+                                ds * clattn_host_load(&q, clattn_view_index(&q, b, h, i, c));
+                        }
+                    }
+                }
+                for (int64_t c = 0; c < d_k; c++)
+                    clattn_host_store(&g[0], clattn_view_index(&g[0], b, h, i, c), (float)dq[c]);
+            }
+        }
+        for (int64_t hk = 0; hk < h_kv; hk++)
+            for (int64_t j = 0; j < n_kv; j++) {
+                for (int64_t c = 0; c < d_k; c++)
+                    clattn_host_store(&g[1], clattn_view_index(&g[1], b, hk, j, c),
+                                      (float)dk[(hk * n_kv + j) * d_k + c]);
+                for (int64_t c = 0; c < d_v; c++)
+                    clattn_host_store(&g[2], clattn_view_index(&g[2], b, hk, j, c),
+                                      (float)dv[(hk * n_kv + j) * d_v + c]);
+            }
+    }
+    free(p);
+    free(row);
+    free(dk);
+    free(dv);
+    return CLATTN_SUCCESS;
+}

@@ -38,7 +38,6 @@ extern "C" {
 #define CLATTN_VERSION_MINOR 3        /**< minor version */
 #define CLATTN_VERSION_PATCH 0        /**< patch version */
 #define CLATTN_VERSION_STRING "0.3.0" /**< "MAJOR.MINOR.PATCH" */
-
 /** The library's version. @return "MAJOR.MINOR.PATCH" (static storage; never NULL). */
 const char *clattn_version(void);
 
@@ -797,4 +796,5 @@ clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
 #ifdef __cplusplus
 }
 #endif
-#endif /* CLATTN_H */
+#include "clattn_backward.h" /* the backward pass: gradients for training */
+#endif                       /* CLATTN_H */
