@@ -120,3 +120,37 @@ def test_float64_refused(ctx):
     q = torch.ones(1, 1, 2, 4, dtype=torch.float64)
     with pytest.raises(TypeError, match="torch.float64"):
         clattn.scaled_dot_product_attention(q, q, q)
+
+
+BACKWARD_CASES = [
+    ("plain", {}),
+    ("causal_scale", {"is_causal": True, "scale": 0.4}),
+    ("gqa_bool_mask", {"enable_gqa": True, "attn_mask": "bool"}),
+    ("float_mask", {"attn_mask": "float"}),
+]
+
+
+@pytest.mark.parametrize("name,kw", BACKWARD_CASES, ids=[c[0] for c in BACKWARD_CASES])
+def test_reference_backward_matches_torch_autograd(name, kw):
+    """clattn.reference_attention_backward against torch.autograd through the math backend
+    in float64, from the same float32 values; the reference rounds its float64 result to
+    float32 once (F32_TOL)."""
+    r = rng(120)
+    hkv = 2 if kw.get("enable_gqa") else 4
+    q, k, v = t(r, 2, 4, 6, 8), t(r, 2, hkv, 9, 8), t(r, 2, hkv, 9, 5)
+    g = t(r, 2, 4, 6, 5)
+    kw = dict(kw)
+    if kw.get("attn_mask") == "bool":
+        m = r.random((6, 9)) < 0.7
+        m[:, 0] = True  # every row sees a key (torch's math backend gives NaN otherwise)
+        kw["attn_mask"] = torch.from_numpy(m)
+    elif kw.get("attn_mask") == "float":
+        kw["attn_mask"] = torch.from_numpy(r.standard_normal((2, 1, 6, 9)).astype(np.float32))
+    dq, dk, dv = clattn.reference_attention_backward(q, k, v, g, **kw)
+    assert all(isinstance(x, torch.Tensor) for x in (dq, dk, dv))
+    qd, kd, vd = (x.double().requires_grad_() for x in (q, k, v))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(qd, kd, vd, **kw)
+    o.backward(g.double())
+    for got, ref, what in ((dq, qd.grad, "dQ"), (dk, kd.grad, "dK"), (dv, vd.grad, "dV")):
+        assert_close(got.numpy(), ref.numpy(), **F32_TOL, what=f"{name} {what}")

@@ -10,7 +10,8 @@ clattn's options (window, ALiBi, softcap, lengths, LSE, weights, ...). See
 :func:`scaled_dot_product_attention`, :func:`plan`, :class:`Context`, :func:`devices`.
 """
 
-from ._attention import Plan, plan, reference_attention, scaled_dot_product_attention
+from ._attention import (Plan, plan, reference_attention, reference_attention_backward,
+                         scaled_dot_product_attention)
 from ._context import (Context, Device, DeviceError, Error, InvalidArgumentError,
                        UnsupportedError, default_context, devices)
 from ._lib import lib as _clib
@@ -21,5 +22,6 @@ __version__: str = _clib.clattn_version().decode()
 __all__ = [
     "Context", "Device", "DeviceError", "Error", "InvalidArgumentError", "Plan",
     "UnsupportedError", "default_context", "devices", "plan", "reference_attention",
+    "reference_attention_backward",
     "scaled_dot_product_attention", "__version__",
 ]

@@ -429,5 +429,42 @@ def reference_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
     return call.result()
 
 
-__all__ = ["Plan", "plan", "reference_attention", "scaled_dot_product_attention"]
+def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any,
+                                 attn_mask: Any = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False,
+                                 **options: Any) -> Tuple[Any, Any, Any]:
+    """The gradients of :func:`reference_attention` (``clattn_reference_attention_backward``,
+    include/clattn_backward.h): for ``out = reference_attention(query, key, value, ...)``
+    and ``grad_out`` = ∂L/∂out, returns ``(grad_query, grad_key, grad_value)`` shaped
+    and typed like the inputs. FlashAttention-2's backward (Dao 2023, Algorithm 2) in
+    float64 on the CPU, every option of the forward call (softcap through tanh; ALiBi and
+    masks take no gradient; with ``enable_gqa`` the key and value gradients sum over each
+    group). A row that sees no key contributes nothing. Host arrays only; no device."""
+    if options.get("return_lse") or options.get("return_weights") or "out" in options:
+        raise TypeError("reference_attention_backward returns the three gradients only "
+                        "(no out, return_lse or return_weights)")
+    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options)
+    if call.kind != HOST:
+        raise TypeError("reference_attention_backward takes host arrays (NumPy, PyTorch CPU)")
+    g = _arrays.to_numpy_like(grad_out, "grad_out")
+    if tuple(g.shape) != tuple(call.out_obj.shape):
+        raise ValueError(f"grad_out has shape {tuple(g.shape)}, expected {tuple(call.out_obj.shape)}")
+    nb = max(0, len(call.lead) - 2)
+    d_o = _arrays.view4(g, "grad_out", batch_dims=nb)
+    grads, views = [], []
+    for view, x, name in ((call.q, query, "grad_query"), (call.k, key, "grad_key"),
+                          (call.v, value, "grad_value")):
+        arr = _empty(call.like, tuple(x.shape), view.dtype, HOST)
+        grads.append(arr)
+        views.append(_arrays.view4(arr, name, output=True, batch_dims=nb))
+    status = _lib.lib.clattn_reference_attention_backward(
+        ctypes.byref(call.desc), *call.tensors()[:3], ctypes.byref(d_o.tensor),
+        *(ctypes.byref(v.tensor) for v in views))
+    raise_status(status, None)
+    return grads[0], grads[1], grads[2]
+
+
+__all__ = ["Plan", "plan", "reference_attention", "reference_attention_backward",
+           "scaled_dot_product_attention"]
 

@@ -147,6 +147,7 @@ _PROTOTYPES = {
     ),
     "clattn_attention_plan": (ctypes.c_int, [_CTX, _P(Desc), _T, _T, _T, _T, _P(Plan)]),
     "clattn_reference_attention": (ctypes.c_int, [_P(Desc), _T, _T, _T, _T]),
+    "clattn_reference_attention_backward": (ctypes.c_int, [_P(Desc), _T, _T, _T, _T, _T, _T, _T]),
 }
 for _name, (_res, _args) in _PROTOTYPES.items():
     _fn = getattr(lib, _name)
