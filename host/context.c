@@ -231,6 +231,7 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
     if (err != CL_SUCCESS)
         return fail_create(ctx, clattn_fail_cl(ctx, err, "clCreateContext"));
     ctx->queue = clCreateCommandQueue(ctx->context, device, CL_QUEUE_PROFILING_ENABLE, &err);
+    ctx->in_order = true;
     if (err != CL_SUCCESS)
         return fail_create(ctx, clattn_fail_cl(ctx, err, "clCreateCommandQueue"));
     if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
@@ -261,8 +262,11 @@ clattn_status clattn_context_create_from_cl_with_options(const clattn_context_op
     cl_device_id qdev = NULL;
     cl_context qctx = NULL;
     cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+    cl_command_queue_properties props = 0;
     if (err == CL_SUCCESS)
         err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
     if (err != CL_SUCCESS)
         return clattn_fail_cl(NULL, err, "clGetCommandQueueInfo(queue)");
     if (qdev != device || qctx != context)
@@ -278,6 +282,7 @@ clattn_status clattn_context_create_from_cl_with_options(const clattn_context_op
     if ((err = clRetainCommandQueue(queue)) != CL_SUCCESS)
         return fail_create(ctx, clattn_fail_cl(ctx, err, "clRetainCommandQueue"));
     ctx->queue = queue;
+    ctx->in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
     ctx->device = device;
     const char *kdir =
         options && options->kernel_dir ? options->kernel_dir : getenv("CLATTN_KERNEL_DIR");
@@ -298,6 +303,8 @@ void clattn_context_release(clattn_context *ctx)
         return;
     if (ctx->queue) {
         clFinish(ctx->queue);
+        if (ctx->nn_ws)
+            clReleaseMemObject(ctx->nn_ws);
         clattn_programs_release(ctx);
         clReleaseCommandQueue(ctx->queue);
     } else {

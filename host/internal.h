@@ -46,6 +46,12 @@ struct clattn_context {
     bool use_stored_tuning;      /* false: CLATTN_TUNE=off at creation, or set off */
     clattn_tune_entry *override; /* clattn_context_set_blocking (CLATTN_BLOCKING at creation) */
     int n_override;
+    /* The unfused algorithm's n_q×n_kv workspace, kept for the next call (a fresh one
+     * costs a page fault per 4 KiB on CPU devices: 25–40 % of an unfused call); only on
+     * in-order queues, where a later call's kernels cannot overtake an earlier one's. */
+    bool in_order;
+    cl_mem nn_ws;
+    int64_t nn_ws_bytes;
     char *message; /* last error, heap; "" when none */
     size_t message_cap;
     cl_int last_cl;
@@ -189,6 +195,11 @@ clattn_status clattn_create_buffer(clattn_context *ctx, cl_mem_flags flags, int6
 /* A packed float32 workspace view [a, b, c, d] on a new buffer. */
 clattn_status clattn_workspace(clattn_context *ctx, int64_t a, int64_t b, int64_t c, int64_t d,
                                clattn_view *ws);
+/* A packed float32 [a, b, c, d] n_q×n_kv workspace: the context's kept buffer (grown as
+ * needed) on an in-order queue, with *own NULL; elsewhere a new buffer the caller
+ * releases after enqueueing, returned in *own too. */
+clattn_status clattn_workspace_nn(clattn_context *ctx, int64_t a, int64_t b, int64_t c, int64_t d,
+                                  clattn_view *ws, cl_mem *own);
 /* The buffers a blocking call made, released at its end. */
 typedef struct clattn_staging {
     cl_mem *mem;

@@ -313,8 +313,7 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     cl_event ev[5] = {NULL, NULL, NULL, NULL, NULL};
     const clattn_view *w_heads = w; /* where the per-head weights (or scores) go */
     if (head_mean && !p->no_keys) {
-        st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws_w);
-        ws_mem[0] = ws_w.buffer;
+        st = clattn_workspace_nn(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws_w, &ws_mem[0]);
         w_heads = &ws_w;
     }
     if (p->no_keys) {
@@ -360,8 +359,7 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
         if (w_heads) {
             ws = *w_heads; /* scores go straight into the weights, softmax runs in place */
         } else if (st == CLATTN_SUCCESS) {
-            st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws);
-            ws_mem[2] = ws.buffer;
+            st = clattn_workspace_nn(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws, &ws_mem[2]);
         }
         if (st == CLATTN_SUCCESS)
             st = enqueue_scores(ctx, &p->scores, q, k, &ws, scale, sparse, true, &x, n_wait, wait,

@@ -28,6 +28,32 @@ clattn_status clattn_workspace(clattn_context *ctx, int64_t a, int64_t b, int64_
     return clattn_create_buffer(ctx, CL_MEM_READ_WRITE, ws->count * 4, NULL, &ws->buffer);
 }
 
+clattn_status clattn_workspace_nn(clattn_context *ctx, int64_t a, int64_t b, int64_t c, int64_t d,
+                                  clattn_view *ws, cl_mem *own)
+{
+    *own = NULL;
+    if (!ctx->in_order) {
+        clattn_status st = clattn_workspace(ctx, a, b, c, d, ws);
+        *own = ws->buffer;
+        return st;
+    }
+    *ws = clattn_view_packed(a, b, c, d);
+    const int64_t bytes = ws->count * 4 > 0 ? ws->count * 4 : 1;
+    if (ctx->nn_ws_bytes < bytes) {
+        /* the old buffer is freed once the kernels already enqueued on it finish */
+        if (ctx->nn_ws)
+            clReleaseMemObject(ctx->nn_ws);
+        ctx->nn_ws = NULL;
+        ctx->nn_ws_bytes = 0;
+        clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &ctx->nn_ws);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        ctx->nn_ws_bytes = bytes;
+    }
+    ws->buffer = ctx->nn_ws;
+    return CLATTN_SUCCESS;
+}
+
 /* A device copy of host view hv (inputs copied, outputs not), as view dv with
  * offset 0 over the view's span. */
 clattn_status clattn_stage_view(clattn_context *ctx, clattn_staging *sg, const clattn_view *hv,

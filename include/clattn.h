@@ -153,9 +153,9 @@ clattn_status clattn_context_create_from_cl_with_options(const clattn_context_op
                                                          cl_command_queue queue,
                                                          clattn_context **out);
 
-/** Release a context and everything it owns (programs, its references to the
- *  cl_context and queue). Accepts NULL. Blocks until the context's queue has finished
- *  (clFinish). Returns nothing: it cannot fail. */
+/** Release a context and all it owns (programs, the kept unfused workspace, references
+ *  to the cl_context and queue). Accepts NULL. Blocks until the context's queue has
+ *  finished (clFinish). Returns nothing: it cannot fail. */
 void clattn_context_release(clattn_context *ctx);
 
 /** The message of the last failed call on this context (or, with ctx NULL, of the
