@@ -164,6 +164,15 @@ def test_zero_head_dims_refused():
         sdpa(Q, Q, np.zeros((1, 2, 3, 0), np.float32))
 
 
+def test_out_must_be_an_array_and_tiny_scale():
+    with pytest.raises(TypeError, match="out must be a NumPy array"):
+        sdpa(Q, Q, Q, out=np.zeros((1, 2, 3, 4)).tolist())
+    with pytest.raises(ValueError, match="underflows to 0 in float32"):
+        sdpa(Q, Q, Q, scale=1e-46)
+    with pytest.raises(ValueError, match="underflows to 0 in float32"):
+        sdpa(Q, Q, Q, softcap=1e-46)
+
+
 def test_plan_uses_out():
     out = np.zeros((1, 2, 3, 4), np.float32)
     with pytest.raises(ValueError, match="out is read-only"):

@@ -154,3 +154,21 @@ def test_reference_backward_matches_torch_autograd(name, kw):
     o.backward(g.double())
     for got, ref, what in ((dq, qd.grad, "dQ"), (dk, kd.grad, "dK"), (dv, vd.grad, "dV")):
         assert_close(got.numpy(), ref.numpy(), **F32_TOL, what=f"{name} {what}")
+
+
+def test_reference_backward_from_autograd_shapes():
+    """grad_out as autograd hands it out for out.sum() (all strides 0), inputs that
+    require grad (the reference functions build no graph), a list query."""
+    r = rng(121)
+    q, k, v = t(r, 2, 3, 5, 8), t(r, 2, 3, 6, 8), t(r, 2, 3, 6, 4)
+    ones = torch.ones(()).expand(2, 3, 5, 4)
+    dq, dk, dv = clattn.reference_attention_backward(q.requires_grad_(), k, v, ones)
+    qd, kd, vd = (x.detach().double().requires_grad_() for x in (q, k, v))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        F.scaled_dot_product_attention(qd, kd, vd).sum().backward()
+    for got, ref, what in ((dq, qd.grad, "dQ"), (dk, kd.grad, "dK"), (dv, vd.grad, "dV")):
+        assert_close(got.numpy(), ref.numpy(), **F32_TOL, what=what)
+    assert clattn.reference_attention(q, k, v).requires_grad is False
+    lq = clattn.reference_attention_backward(q.detach().numpy().tolist(), k.numpy(), v.numpy(),
+                                             ones.numpy())
+    assert_close(lq[0], dq.numpy(), atol=0, rtol=0, what="list query")

@@ -21,7 +21,7 @@ _EMPTY = ctypes.addressof(_EMPTY_BUF)
 _FAMILY: Dict[type, str] = {np.ndarray: "numpy"}
 
 
-def _family(x: Any) -> str:
+def family(x: Any) -> str:
     """"numpy", "torch", "pyopencl" or "other", by type (cached: calls ask often)."""
     t = type(x)
     fam = _FAMILY.get(t)
@@ -38,11 +38,11 @@ def _family(x: Any) -> str:
 
 
 def is_torch(x: Any) -> bool:
-    return _family(x) == "torch"
+    return family(x) == "torch"
 
 
 def is_pyopencl(x: Any) -> bool:
-    return _family(x) == "pyopencl"
+    return family(x) == "pyopencl"
 
 
 def kind_of(x: Any) -> str:
@@ -131,7 +131,7 @@ def to_numpy_like(x: Any, name: str) -> Any:
     """Inputs that are neither NumPy, PyTorch nor PyOpenCL: DLPack producers through
     np.from_dlpack (zero-copy), anything else (lists) through np.asarray, float64 as
     float32."""
-    if _family(x) != "other":
+    if family(x) != "other":
         return x
     if hasattr(x, "__dlpack__"):
         try:

@@ -72,7 +72,8 @@ class _Call:
 
     def __init__(self, query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float,
                  is_causal: bool, scale: Optional[float], enable_gqa: bool,
-                 opts: Dict[str, Any], for_plan: bool = False) -> None:
+                 opts: Dict[str, Any], for_plan: bool = False,
+                 check_grad: bool = True) -> None:
         unknown = set(opts) - _OPTION_NAMES
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
@@ -87,7 +88,9 @@ class _Call:
                    ((query, "query"), (key, "key"), (value, "value")))
         codes = [_arrays.dtype_code(x, n) for x, n in ((q, "query"), (k, "key"), (v, "value"))]
         self.like = query if _arrays.is_torch(query) else q
-        _check_no_grad(q, k, v, attn_mask, o["out"])
+        if check_grad:
+            _check_no_grad(q, k, v, attn_mask, o["out"])
+        self.inputs = (q, k, v)
         kinds = {_arrays.kind_of(x) for x in (q, k, v)}
         if len(kinds) != 1:
             raise TypeError("query, key and value must all be host arrays (NumPy, PyTorch "
@@ -150,6 +153,9 @@ class _Call:
         np_only = for_plan and self.kind == HOST
         out = o["out"]
         if out is not None:
+            if _arrays.family(out) == "other" and not hasattr(out, "__dlpack__"):
+                raise TypeError(f"out must be a NumPy array, PyTorch tensor, PyOpenCL array "
+                                f"or DLPack producer written in place, not {type(out).__name__}")
             out = _arrays.to_numpy_like(out, "out")
             if tuple(out.shape) != self.lead + (d_v,):
                 raise ValueError(f"out has shape {tuple(out.shape)}, expected "
@@ -273,6 +279,9 @@ def _float(x: Any, name: str) -> float:
         raise ValueError(f"{name} = {x} does not fit a float") from None
     if math.isfinite(v) and abs(v) > 3.4028234663852886e38:
         raise ValueError(f"{name} = {x} does not fit float32")
+    if v != 0.0 and float(np.float32(v)) == 0.0:
+        raise ValueError(f"{name} = {x} underflows to 0 in float32, which clattn reads as "
+                         "its default")
     return v
 
 
@@ -348,7 +357,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       ``return_weights`` (also return the attention weights, float32
       ``(..., H_q, L, S)``; with ``weights_head_mean=True`` averaged over heads,
       ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused"); ``out`` (write
-      the result into this array, any strides); ``context`` (a :class:`Context`;
+      the result into this array: strides >= 0, no broadcast, writeable); ``context`` (a :class:`Context`;
       default: this thread's, or the one kept for a PyOpenCL array's queue).
     With ``return_lse`` and/or ``return_weights`` the result is a tuple
     ``(out, lse?, weights?)`` in that order.
@@ -421,7 +430,8 @@ def reference_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
     and results as :func:`scaled_dot_product_attention`, on host arrays only, every sum
     in float64 and only the stored results rounded to their dtype. Single-threaded; needs
     no OpenCL device. ``algorithm`` is ignored."""
-    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options)
+    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options,
+                 check_grad=False)
     if call.kind != HOST:
         raise TypeError("reference_attention takes host arrays (NumPy, PyTorch CPU)")
     status = _lib.lib.clattn_reference_attention(ctypes.byref(call.desc), *call.tensors())
@@ -444,17 +454,27 @@ def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any
     if options.get("return_lse") or options.get("return_weights") or "out" in options:
         raise TypeError("reference_attention_backward returns the three gradients only "
                         "(no out, return_lse or return_weights)")
-    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options)
+    call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options,
+                 check_grad=False)
     if call.kind != HOST:
         raise TypeError("reference_attention_backward takes host arrays (NumPy, PyTorch CPU)")
     g = _arrays.to_numpy_like(grad_out, "grad_out")
+    if _arrays.kind_of(g) != HOST:
+        raise TypeError("grad_out must be a host array (NumPy, PyTorch CPU) like query")
     if tuple(g.shape) != tuple(call.out_obj.shape):
         raise ValueError(f"grad_out has shape {tuple(g.shape)}, expected {tuple(call.out_obj.shape)}")
     nb = max(0, len(call.lead) - 2)
+    if _arrays.is_torch(g):
+        g = g.detach()
+    # the library checks dO with O's rules (no stride 0), so a broadcast grad_out, which
+    # autograd hands out for out.sum().backward(), is made contiguous first
+    if 0 in _arrays.element_layout(g, "grad_out")[1]:
+        g = _arrays.contiguous_copy(g)
     d_o = _arrays.view4(g, "grad_out", batch_dims=nb)
     grads, views = [], []
-    for view, x, name in ((call.q, query, "grad_query"), (call.k, key, "grad_key"),
-                          (call.v, value, "grad_value")):
+    for view, x, name in ((call.q, call.inputs[0], "grad_query"),
+                          (call.k, call.inputs[1], "grad_key"),
+                          (call.v, call.inputs[2], "grad_value")):
         arr = _empty(call.like, tuple(x.shape), view.dtype, HOST)
         grads.append(arr)
         views.append(_arrays.view4(arr, name, output=True, batch_dims=nb))
