@@ -357,8 +357,9 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       ``return_weights`` (also return the attention weights, float32
       ``(..., H_q, L, S)``; with ``weights_head_mean=True`` averaged over heads,
       ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused"); ``out`` (write
-      the result into this array: strides >= 0, no broadcast, writeable); ``context`` (a :class:`Context`;
-      default: this thread's, or the one kept for a PyOpenCL array's queue).
+      the result into this array: strides >= 0, no broadcast, writeable); ``context``
+      (a :class:`Context`; default: this thread's, or the one kept for a PyOpenCL
+      array's queue).
     With ``return_lse`` and/or ``return_weights`` the result is a tuple
     ``(out, lse?, weights?)`` in that order.
 
