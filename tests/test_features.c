@@ -720,6 +720,44 @@ START_TEST(decode_head_dim_4096)
 }
 END_TEST
 
+/* The unfused workspace is kept by the context between calls (PERFORMANCE.md): a call
+ * after a bigger one, or one that grows it, must not see the earlier call's scores. The
+ * masked (sparse) calls skip key tiles; with a stale workspace behind them, a kernel that
+ * read a skipped tile would give a wrong row. */
+START_TEST(unfused_workspace_reused_between_calls)
+{
+    static const struct {
+        int64_t n_q, n_kv;
+        clattn_mask mask;
+        int lens;
+    } calls[] = {
+        {96, 80, CLATTN_MASK_NONE, 0},            /* allocates */
+        {33, 47, CLATTN_MASK_CAUSAL_TOP_LEFT, 1}, /* smaller, masked tiles over stale data */
+        {40, 131, CLATTN_MASK_NO_SELF, 0},        /* grows it */
+        {17, 64, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 1},
+    };
+    for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++) {
+        tu_problem p;
+        tu_problem_init(&p, 2, 2, 1, calls[c].n_q, calls[c].n_kv, 16, 8, 31 + (uint32_t)c,
+                        41 + (uint32_t)c, 51 + (uint32_t)c, 0);
+        clattn_attention_desc desc = clattn_attention_desc_default();
+        desc.mask = calls[c].mask;
+        int32_t kv_lens[2] = {(int32_t)(calls[c].n_kv / 3), (int32_t)calls[c].n_kv};
+        if (calls[c].lens)
+            desc.kv_lens = kv_lens;
+        float *got = tu_run(&p, &desc, CLATTN_ALGORITHM_UNFUSED);
+        float *exp = tu_reference(&p, &desc, NULL);
+        clattn_tensor to = tu_problem_o(&p, got);
+        char what[64];
+        snprintf(what, sizeof what, "unfused call %zu on a kept workspace", c);
+        TU_ASSERT_CLOSE(what, &to, NULL, exp, TU_TOL_DEFAULT);
+        free(got);
+        free(exp);
+        tu_problem_free(&p);
+    }
+}
+END_TEST
+
 int main(void)
 {
     tu_seed_init(0x0f3a7u);
@@ -740,6 +778,7 @@ int main(void)
     tcase_add_test(tc[2], head_dim_512);
     tcase_add_test(tc[5], decode_grouped_all_terms); /* alone: test_oclgrind.sh runs it */
     tcase_add_test(tc[2], alibi_far_positions);
+    tcase_add_test(tc[2], unfused_workspace_reused_between_calls);
     tcase_add_test(tc[3], merge_rejects_bad_parts);
     tcase_add_test(tc[3], merge_split_keys);
     tcase_add_test(tc[4], random_feature_sweep);
