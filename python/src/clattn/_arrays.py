@@ -78,13 +78,9 @@ def _np_dtype_code(dt: np.dtype) -> Optional[int]:
     return code
 
 
-_DTYPE_NAMES = {_lib.FLOAT32: "float32", _lib.FLOAT16: "float16",
-                _lib.BFLOAT16: "bfloat16", _lib.BOOL: "bool"}
-
-
 class View:
-    """One tensor as a clattn_tensor, with what keeps its storage alive. ``shape`` is the
-    caller's shape; ``tensor`` the 4-D view [batch, heads, seq, dim]."""
+    """One tensor as a clattn_tensor: ``tensor`` is the 4-D view [batch, heads, seq, dim];
+    ``obj`` the array behind it (kept alive; a copy where one was needed)."""
 
     def __init__(self, obj: Any, kind: str, dtype: int, shape4: Sequence[int],
                  strides4: Sequence[int], offset: int, ptr: int, broadcast: int = 0) -> None:
@@ -251,10 +247,6 @@ def view4(x: Any, name: str, *, output: bool = False,
                                  f"{shape4[d]}: an output cannot broadcast")
             bits |= 1 << d
     return View(x, kind, code, shape4, strides4, offset, ptr, bits)
-
-
-def dtype_name(code: int) -> str:
-    return _DTYPE_NAMES[code]
 
 
 def host_int32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
