@@ -303,6 +303,12 @@ void clattn_programs_release(clattn_context *ctx);
 
 /* ---- numeric helpers ---- */
 float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k);
+/* Query heads per KV head (GQA's group): h_q / h_kv, and 1 for a problem without heads
+ * (h_q = h_kv = 0, which validation allows as empty; no division by zero). */
+static inline int64_t clattn_group(int64_t h_q, int64_t h_kv)
+{
+    return h_kv > 0 ? h_q / h_kv : 1;
+}
 static inline int64_t clattn_ceil_div(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;

@@ -117,7 +117,7 @@ static clattn_status enqueue_scores(clattn_context *ctx, const clattn_blocked *b
     arg_view(&a, k);
     arg_view(&a, s);
     arg_int(&a, q->n[1]);
-    arg_int(&a, q->n[1] / k->n[1]);
+    arg_int(&a, clattn_group(q->n[1], k->n[1]));
     arg_long(&a, q->n[2]);
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
@@ -167,7 +167,7 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const clattn_blocked *bk,
     arg_view(&a, v);
     arg_view(&a, o);
     arg_int(&a, o->n[1]);
-    arg_int(&a, o->n[1] / v->n[1]);
+    arg_int(&a, clattn_group(o->n[1], v->n[1]));
     arg_long(&a, o->n[2]);
     arg_long(&a, v->n[2]);
     arg_int(&a, sparse);
@@ -191,7 +191,7 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_view(&a, o);
     arg_opt_view(&a, lse);
     arg_int(&a, q->n[1]);
-    arg_int(&a, q->n[1] / k->n[1]);
+    arg_int(&a, clattn_group(q->n[1], k->n[1]));
     arg_long(&a, q->n[2]);
     arg_long(&a, k->n[2]);
     arg(&a, sizeof scale, &scale);
@@ -201,7 +201,7 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_terms(&a, x);
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
      * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
-    const int64_t rows = bk->decode ? q->n[2] * (q->n[1] / k->n[1]) : q->n[2];
+    const int64_t rows = bk->decode ? q->n[2] * clattn_group(q->n[1], k->n[1]) : q->n[2];
     const size_t global[2] = {round_up(clattn_ceil_div(rows, (int64_t)bk->rq), bk->wg),
                               (size_t)(q->n[0] * (bk->decode ? k->n[1] : q->n[1]))};
     const size_t local[2] = {bk->wg, 1};

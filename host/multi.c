@@ -401,7 +401,7 @@ static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *d
         return multi_fail(m, CLATTN_ERROR_UNSUPPORTED,
                           "weights_head_mean averages over all query heads, which SPLIT_HEADS "
                           "spreads across devices; use one context or SPLIT_HEADS without it");
-    const int64_t batch = c->q.n[0], h_kv = c->k.n[1], group = c->q.n[1] / h_kv;
+    const int64_t batch = c->q.n[0], h_kv = c->k.n[1], group = clattn_group(c->q.n[1], h_kv);
     const int64_t units = batch * h_kv;
     /* at most 3 rectangles per device: a partial batch entry, whole entries, a partial */
     job *jobs = calloc(m->n * 3, sizeof *jobs);

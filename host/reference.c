@@ -91,7 +91,7 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
     const int64_t n_kv = k.n[2], d_v = v.n[3];
     if (batch == 0 || h_q == 0 || n_q == 0)
         return CLATTN_SUCCESS;
-    const int64_t group = h_q / k.n[1];
+    const int64_t group = clattn_group(h_q, k.n[1]);
     const double scale = clattn_effective_scale(desc, d_k);
     const bool mean = desc->weights && desc->weights_head_mean;
     const bool nan_rows = desc->masked_rows == CLATTN_MASKED_ROWS_NAN;
@@ -176,7 +176,7 @@ clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const c
     const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], n_kv = k->n[2];
     if (s->count == 0)
         return CLATTN_SUCCESS;
-    const int64_t group = h_q / k->n[1];
+    const int64_t group = clattn_group(h_q, k->n[1]);
     const double scale = clattn_effective_scale(desc, q->n[3]);
     double *p = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
     if (!p)
@@ -262,7 +262,7 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
     const clattn_view q = ex.q, k = ex.k, v = ex.v, d_o = ex.o;
     const int64_t batch = q.n[0], h_q = q.n[1], n_q = q.n[2], d_k = q.n[3];
     const int64_t h_kv = k.n[1], n_kv = k.n[2], d_v = v.n[3];
-    const int64_t group = h_kv > 0 ? h_q / h_kv : 1;
+    const int64_t group = clattn_group(h_q, h_kv);
     const double scale = clattn_effective_scale(desc, d_k);
     /* dK and dV of one batch entry in double, [h_kv][n_kv][d] */
     const size_t kv_elems = (size_t)(h_kv * n_kv);

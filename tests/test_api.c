@@ -348,6 +348,21 @@ START_TEST(empty_problems)
         fill(out, 16, -7.0f);
         ck_assert_int_eq(clattn_attention(ctx, &d, &q0, &k1, &k1, &o0), CLATTN_SUCCESS);
         assert_all(out, 16, -7.0f);
+        /* no heads (h_q = h_kv = 0) and no batch entries: success, nothing written, no
+         * division by the KV head count (the group) anywhere; plan and enqueue too */
+        for (int z = 1; z <= 2; z++) {
+            const int64_t b = z == 1 ? 1 : 0, h = z == 1 ? 0 : 2;
+            clattn_tensor qz = clattn_tensor_host(q, b, h, 3, 4);
+            clattn_tensor kz = clattn_tensor_host(q, b, h, 3, 4);
+            clattn_tensor oz = clattn_tensor_host(out, b, h, 3, 4);
+            clattn_plan plan;
+            ck_assert_msg(clattn_attention_plan(ctx, &d, &qz, &kz, &kz, &oz, &plan) ==
+                              CLATTN_SUCCESS,
+                          "plan of b %lld h %lld: %s", (long long)b, (long long)h,
+                          clattn_last_error_message(ctx));
+            ck_assert_int_eq(clattn_attention(ctx, &d, &qz, &kz, &kz, &oz), CLATTN_SUCCESS);
+            assert_all(out, 16, -7.0f);
+        }
     }
 }
 END_TEST
