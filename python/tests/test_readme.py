@@ -1,4 +1,4 @@
-"""The README's Python example runs as written (so it cannot rot)."""
+"""The Python examples of README.md and docs/PYTHON.md run as written (so they cannot rot)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,16 @@ def test_readme_python_example(capsys):
     exec(compile(block.group(1), "README.md", "exec"), {})
     printed = capsys.readouterr().out
     assert "decode" in printed, f"the plan's reason should name the decode kernel: {printed!r}"
+
+
+def test_python_md_pyopencl_example(capsys):
+    """docs/PYTHON.md's PyOpenCL example runs as written (where pyopencl is installed)."""
+    pytest.importorskip("pyopencl")
+    doc = README.parent / "docs" / "PYTHON.md"
+    if not doc.exists():
+        pytest.skip("needs the repository's docs/PYTHON.md")
+    section = doc.read_text().split("**PyOpenCL**", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block, "PYTHON.md's PyOpenCL paragraph has no python block"
+    exec(compile(block.group(1), "PYTHON.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "(1, 8, 64, 32) (1, 8, 64)"
