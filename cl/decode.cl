@@ -139,13 +139,16 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         }
         /* the weighted sum: for each 16 columns of V, SB rows' accumulators in registers
          * over the step's keys, each V vector feeding SB FMAs. Without a weight of 0 the
-         * step is whole (keys outside [tlo, thi) weigh 0) and needs no test. */
+         * step is whole (keys outside [tlo, thi) weigh 0) and needs no test. The step's
+         * sum starts from 0 and is added to the row's accumulator afterwards: a sum over
+         * n keys then rounds n/16 times into acc, not n times (SEMANTICS.md, "Accuracy
+         * over many keys"). */
         for (int a = 0; a < N_AV; a++)
             for (int r0 = 0; r0 < NR; r0 += SB) {
                 float16 o_[SB];
 #pragma unroll
                 for (int r = 0; r < SB; r++)
-                    o_[r] = r0 + r < NR ? acc[r0 + r][a] : 0.0f;
+                    o_[r] = 0.0f;
                 if (!zero) {
 #pragma unroll 4
                     for (int t = 0; t < 16; t++) {
@@ -167,7 +170,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
 #pragma unroll
                 for (int r = 0; r < SB; r++)
                     if (r0 + r < NR)
-                        acc[r0 + r][a] = o_[r];
+                        acc[r0 + r][a] += o_[r];
             }
     }
     for (int r = 0; r < NR; r++) {
