@@ -218,10 +218,7 @@ static clattn_status backward_views(const clattn_problem *ex, const clattn_tenso
             if (out[a].n[d] != like[a]->n[d])
                 return clattn_fail(NULL, CLATTN_ERROR_INVALID_SHAPE,
                                    "%s has extent %lld in dimension %d; %s has %lld", names[a],
-                                   (long long)out[a].n[d], d,
-                                   a == 0   ? "Q"
-                                   : a == 1 ? "K"
-                                            : "V",
+                                   (long long)out[a].n[d], d, names[a] + 1,
                                    (long long)like[a]->n[d]);
         for (int b = 0; b < a; b++)
             if (clattn_views_overlap(&out[a], &out[b]))
@@ -267,7 +264,7 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
     /* dK and dV of one batch entry in double, [h_kv][n_kv][d] */
     const size_t kv_elems = (size_t)(h_kv * n_kv);
     double *p = malloc(sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1));
-    double *row = malloc(sizeof(double) * (size_t)(d_k + d_v + 1));
+    double *row = malloc(sizeof(double) * (size_t)(2 * d_k + 2 * d_v + 1));
     double *dk = calloc(kv_elems * (size_t)d_k + 1, sizeof(double));
     double *dv = calloc(kv_elems * (size_t)d_v + 1, sizeof(double));
     if (!p || !row || !dk || !dv) {
@@ -279,7 +276,8 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                            "reference backward: cannot allocate %lld doubles",
                            (long long)(kv_elems * (size_t)(d_k + d_v)));
     }
-    double *dq = row, *o = row + d_k; /* one query row's dQ and O */
+    /* one query row's dQ, O, Q and dO */
+    double *dq = row, *o = row + d_k, *qi = o + d_v, *goi = qi + d_k;
     for (int64_t b = 0; b < batch; b++) {
         memset(dk, 0, sizeof(double) * kv_elems * (size_t)d_k);
         memset(dv, 0, sizeof(double) * kv_elems * (size_t)d_v);
@@ -290,6 +288,10 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                 for (int64_t c = 0; c < d_k; c++)
                     dq[c] = 0.0;
                 if (m != -INFINITY) {
+                    for (int64_t c = 0; c < d_k; c++)
+                        qi[c] = clattn_host_load(&q, clattn_view_index(&q, b, h, i, c));
+                    for (int64_t c = 0; c < d_v; c++)
+                        goi[c] = clattn_host_load(&d_o, clattn_view_index(&d_o, b, h, i, c));
                     double l = 0.0;
                     for (int64_t j = 0; j < n_kv; j++)
                         l += (p[j] = exp(p[j] - m));
@@ -302,31 +304,27 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                     }
                     double dsum = 0.0; /* D_i */
                     for (int64_t c = 0; c < d_v; c++)
-                        dsum += o[c] * clattn_host_load(&d_o, clattn_view_index(&d_o, b, h, i, c));
+                        dsum += o[c] * goi[c];
                     for (int64_t j = 0; j < n_kv; j++) {
                         if (p[j] == 0.0)
                             continue; /* masked, or a weight that underflowed to 0 */
                         double dp = 0.0;
                         for (int64_t c = 0; c < d_v; c++) {
-                            const double g_o =
-                                clattn_host_load(&d_o, clattn_view_index(&d_o, b, h, i, c));
-                            dp += g_o * clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
-                            dv[(hk * n_kv + j) * d_v + c] += p[j] * g_o;
+                            dp += goi[c] * clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
+                            dv[(hk * n_kv + j) * d_v + c] += p[j] * goi[c];
                         }
                         double ds = p[j] * (dp - dsum) * scale;
                         if (desc->softcap > 0.0f) {
                             double dot = 0.0;
                             for (int64_t c = 0; c < d_k; c++)
-                                dot += (double)clattn_host_load(&q,
-                                                                clattn_view_index(&q, b, h, i, c)) *
+                                dot += qi[c] *
                                        clattn_host_load(&k, clattn_view_index(&k, b, hk, j, c));
                             const double t = tanh(scale * dot / desc->softcap);
                             ds *= 1.0 - t * t;
                         }
                         for (int64_t c = 0; c < d_k; c++) {
                             dq[c] += ds * clattn_host_load(&k, clattn_view_index(&k, b, hk, j, c));
-                            dk[(hk * n_kv + j) * d_k + c] +=
-                                ds * clattn_host_load(&q, clattn_view_index(&q, b, h, i, c));
+                            dk[(hk * n_kv + j) * d_k + c] += ds * qi[c];
                         }
                     }
                 }

@@ -110,6 +110,14 @@ static void setup_free(setup *s)
     free(s->slopes);
 }
 
+/* The reference backward of the setup's problem into the three gradient views. */
+static clattn_status backward(const setup *s, const clattn_tensor *dq, const clattn_tensor *dk,
+                              const clattn_tensor *dv)
+{
+    return clattn_reference_attention_backward(&s->desc, &s->p.tq, &s->p.tk, &s->p.tv, &s->t_do, dq,
+                                               dk, dv);
+}
+
 /* L = Σ dO·O with O from the forward reference, in double. */
 static double loss(const setup *s)
 {
@@ -138,9 +146,7 @@ START_TEST(finite_differences)
         tg[a] = *tin[a];
         tg[a].host = g[a];
     }
-    TU_ASSERT_OK(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv, &s.t_do,
-                                                     &tg[0], &tg[1], &tg[2]),
-                 "reference backward (%s)", c->name);
+    TU_ASSERT_OK(backward(&s, &tg[0], &tg[1], &tg[2]), "reference backward (%s)", c->name);
     static const char *const names[3] = {"dQ", "dK", "dV"};
     const double h = 1e-2;
     const tu_tol tol = {1e-3, 1e-3};
@@ -189,9 +195,7 @@ START_TEST(masked_rows_and_keys)
     float dq[2 * 4 * 4], dk[6 * 4], dv[6 * 3];
     clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 4, 4), tk = clattn_tensor_host(dk, 1, 1, 6, 4),
                   tv = clattn_tensor_host(dv, 1, 1, 6, 3);
-    TU_ASSERT_OK(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv, &s.t_do,
-                                                     &tq, &tk, &tv),
-                 "reference backward with masked rows and keys");
+    TU_ASSERT_OK(backward(&s, &tq, &tk, &tv), "reference backward with masked rows and keys");
     tu_assert_finite("dQ", &tq);
     tu_assert_finite("dK", &tk);
     tu_assert_finite("dV", &tv);
@@ -213,9 +217,7 @@ START_TEST(masked_rows_and_keys)
         for (int64_t i = 1; i < 4; i += 2)
             for (int64_t x = 0; x < 3; x++)
                 s.d_o[(h * 4 + i) * 3 + x] = 1e6f;
-    TU_ASSERT_OK(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv, &s.t_do,
-                                                     &tq, &tk2, &tv2),
-                 "reference backward, poisoned dO rows");
+    TU_ASSERT_OK(backward(&s, &tq, &tk2, &tv2), "reference backward, poisoned dO rows");
     ck_assert_msg(memcmp(dk, dk2, sizeof dk) == 0 && memcmp(dv, dv2, sizeof dv) == 0,
                   "dO of a row without keys (or a padding row) changed dK or dV");
     setup_free(&s);
@@ -231,17 +233,13 @@ START_TEST(storage_and_validation)
     float dq[24], dk[40], dv[30];
     clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 3, 4), tk = clattn_tensor_host(dk, 1, 2, 5, 4),
                   tv = clattn_tensor_host(dv, 1, 2, 5, 3);
-    TU_ASSERT_OK(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv, &s.t_do,
-                                                     &tq, &tk, &tv),
-                 "reference backward, float32");
+    TU_ASSERT_OK(backward(&s, &tq, &tk, &tv), "reference backward, float32");
     /* float16 and bfloat16 dQ: the float32 result rounded once (to nearest, ties even) */
     uint16_t h16[24];
     clattn_tensor t16 = clattn_tensor_host(h16, 1, 2, 3, 4);
     for (int dt = CLATTN_FLOAT16; dt <= CLATTN_BFLOAT16; dt++) {
         t16.dtype = (clattn_dtype)dt;
-        TU_ASSERT_OK(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv,
-                                                         &s.t_do, &t16, &tk, &tv),
-                     "reference backward, 16-bit dQ");
+        TU_ASSERT_OK(backward(&s, &t16, &tk, &tv), "reference backward, 16-bit dQ");
         for (int i = 0; i < 24; i++) {
             const uint16_t want =
                 dt == CLATTN_FLOAT16 ? clattn_f32_to_f16(dq[i]) : clattn_f32_to_bf16(dq[i]);
@@ -253,19 +251,13 @@ START_TEST(storage_and_validation)
     float canary[40];
     tu_fill_value(canary, 40, 7.0f);
     clattn_tensor bad = clattn_tensor_host(canary, 1, 2, 4, 4); /* dQ with n_q 4, not 3 */
-    ck_assert_int_eq(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv,
-                                                         &s.t_do, &bad, &tk, &tv),
-                     CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_int_eq(backward(&s, &bad, &tk, &tv), CLATTN_ERROR_INVALID_SHAPE);
     ck_assert_msg(strstr(clattn_last_error_message(NULL), "dQ") != NULL, "message: %s",
                   clattn_last_error_message(NULL));
     clattn_tensor alias = clattn_tensor_host(dk, 1, 2, 3, 4); /* dQ over dK's memory */
-    ck_assert_int_eq(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv,
-                                                         &s.t_do, &alias, &tk, &tv),
-                     CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_int_eq(backward(&s, &alias, &tk, &tv), CLATTN_ERROR_INVALID_LAYOUT);
     clattn_tensor over_q = s.p.tq; /* dQ over Q */
-    ck_assert_int_eq(clattn_reference_attention_backward(&s.desc, &s.p.tq, &s.p.tk, &s.p.tv,
-                                                         &s.t_do, &over_q, &tk, &tv),
-                     CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_int_eq(backward(&s, &over_q, &tk, &tv), CLATTN_ERROR_INVALID_LAYOUT);
     clattn_tensor c_k = clattn_tensor_host(canary, 1, 2, 5, 4);
     ck_assert_int_eq(clattn_reference_attention_backward(NULL, &s.p.tq, &s.p.tk, &s.p.tv, &s.t_do,
                                                          &tq, &c_k, &tv),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -252,7 +253,23 @@ def _type_name(t: int) -> str:
     return "other"
 
 
-def devices(_mark_default: bool = True) -> List[Device]:
+_default_ids: Dict[Optional[str], Optional[int]] = {}
+
+
+def _default_device_id() -> Optional[int]:
+    """The device a Context without ``device`` gets: found once per value of
+    CLATTN_DEVICE (by creating such a context), not on every call."""
+    env = os.environ.get("CLATTN_DEVICE")
+    if env not in _default_ids:
+        try:
+            with Context(cache_dir="off") as ctx:
+                _default_ids[env] = ctx._cl_objects()[1]
+        except Error:
+            _default_ids[env] = None
+    return _default_ids[env]
+
+
+def devices() -> List[Device]:
     """Every OpenCL device of every platform, indexed ``"P:D"`` as clattn's device
     option and the ``clattn devices`` command index them; ``is_default`` marks the one a
     :class:`Context` without ``device`` gets. An empty list when no platform is
@@ -263,13 +280,7 @@ def devices(_mark_default: bool = True) -> List[Device]:
         return []
     plats = (ctypes.c_void_p * n.value)()
     cl.clGetPlatformIDs(n.value, plats, None)
-    default_id = None
-    if _mark_default:
-        try:
-            with Context(cache_dir="off") as ctx:
-                default_id = ctx._cl_objects()[1]
-        except Error:
-            pass
+    default_id = _default_device_id()
     out = []
     for p, plat in enumerate(plats):
         pname = _info_str(cl.clGetPlatformInfo, plat, _CL_PLATFORM_NAME)
