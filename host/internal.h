@@ -44,6 +44,7 @@ struct clattn_context {
     clattn_tune_entry *tune; /* stored entries, loaded at creation */
     int n_tune;
     bool use_stored_tuning;      /* false: CLATTN_TUNE=off at creation, or set off */
+    clattn_kernel_family family; /* as set (CLATTN_KERNEL_FAMILY at creation); AUTO: by type */
     clattn_tune_entry *override; /* clattn_context_set_blocking (CLATTN_BLOCKING at creation) */
     int n_override;
     /* The unfused algorithm's n_q×n_kv workspace, kept for the next call (a fresh one
@@ -161,6 +162,7 @@ clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const 
 typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
     bool decode; /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
+    size_t rows; /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each) */
     clattn_program_entry *entry;
 } clattn_blocked;
 typedef struct clattn_exec_plan {
@@ -281,6 +283,14 @@ typedef struct clattn_blocking_request {
  * rather than chosen within *limit. */
 void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed);
+/* The blocking an override (returns 1: CLATTN_BLOCKING, clattn_context_set_blocking)
+ * or the stored tuning (2) gives the request, or 0 (none: nothing is written); a
+ * request's wg_request replaces an override's WG and disables stored tuning. */
+int clattn_tuning_explicit(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
+                           size_t *wg, size_t *tile_kv);
+/* The work-group ceiling of a kernel whose work-items hold private_bytes each: the
+ * device's, and on CPUs what one thread's stack holds (PoCL runs a group on one). */
+size_t clattn_group_limit_private(const clattn_context *ctx, int64_t private_bytes);
 /* decode.cl: how many of the `rows` query rows of a KV head (query heads x queries)
  * one work-item takes, so that they share each K/V read: all of them up to a cap on
  * CPUs (private arrays), in blocks as even as possible; 1 on other devices; an

@@ -159,14 +159,53 @@ static void make_features(const clattn_problem *p, features *f)
     }
 }
 
+/* fused_gpu.cl: work-items sharing a row block (a power of two up to 16 dividing WG) */
+static size_t gpu_ct(size_t wg)
+{
+    size_t ct = 16;
+    while (ct > 1 && wg % ct != 0)
+        ct /= 2;
+    return ct;
+}
+
+/* fused_gpu.cl's local memory in bytes (its header lists the arrays) */
+static int64_t gpu_local_bytes(int64_t d_k, int64_t d_v, size_t rq, size_t wg, size_t tile,
+                               bool kv_shared)
+{
+    const int64_t ct = (int64_t)gpu_ct(wg), bq = (int64_t)(wg / (size_t)ct * rq);
+    const int64_t t = (int64_t)tile, qk = clattn_ceil_div(d_k, 4) * 4 + 4;
+    const int64_t dvp = clattn_ceil_div(d_v, 4 * ct) * 4 * ct;
+    const int64_t kb = t * qk, vb = t * dvp;
+    return (bq * qk + (kv_shared ? (kb > vb ? kb : vb) : kb + vb) + t * (bq + 4) + bq * ct) *
+               (int64_t)sizeof(float) +
+           16;
+}
+
+/* Whether a blocking of fused_gpu.cl fits local memory (K and V apart if they can be,
+ * else sharing one buffer: *kv_shared). */
+static bool gpu_fits(const clattn_context *ctx, int64_t d_k, int64_t d_v, size_t rq, size_t wg,
+                     size_t tile, bool *kv_shared)
+{
+    const int64_t budget = (int64_t)clattn_local_tile_budget(ctx);
+    for (int sh = 0; sh < 2; sh++)
+        if (gpu_local_bytes(d_k, d_v, rq, wg, tile, sh != 0) <= budget) {
+            *kv_shared = sh != 0;
+            return true;
+        }
+    return false;
+}
+
 /* Why the fused algorithm cannot run this shape here ("" when it can); picks the tiled
  * kernel's tile (decode.cl stages nothing in local memory: only the head dims count). */
-static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, bool decode, char *why,
-                        size_t why_len)
+static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, bool decode, bool gpu,
+                        char *why, size_t why_len)
 {
     why[0] = '\0';
     const int64_t per_key = d_k + clattn_ceil_div(d_v, 16) * 16; /* K, V floats per key */
-    const size_t t = clattn_fit_tile_kv(ctx, per_key, clattn_default_tile_kv(ctx, true, per_key));
+    size_t t = clattn_fit_tile_kv(ctx, per_key, clattn_default_tile_kv(ctx, true, per_key));
+    bool kv_shared;
+    if (gpu && !decode) /* the GPU family's smallest blocking: 1 row, 16 work-items, 16 keys */
+        t = gpu_fits(ctx, d_k, d_v, 1, 16, 16, &kv_shared) ? 16 : 0;
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
     else if (t == 0 && !decode)
@@ -234,6 +273,78 @@ static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k,
     return build_blocked(ctx, "fused.cl", dims, &r, out);
 }
 
+/* fused_gpu.cl (the GPU family): an override or stored tuning if there is one (RQ rows
+ * per work-item, WG work-items, TILE_KV keys), else the first of a list, largest row
+ * blocks first, that fits local memory and the kernel's work-group limit. */
+static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, int64_t d_v,
+                                      size_t wg_request, const char *feat, clattn_blocked *out)
+{
+    static const size_t prefs[][3] = {{4, 256, 64}, {4, 256, 32}, {4, 128, 64}, {4, 128, 32},
+                                      {4, 128, 16}, {2, 128, 16}, {2, 64, 16},  {1, 64, 16},
+                                      {1, 16, 16}};
+    const size_t n_prefs = sizeof prefs / sizeof prefs[0];
+    const clattn_blocking_request r = {CLATTN_KERNEL_FUSED, d_k, d_v, n_q, 0, 0, 0, 0, wg_request};
+    size_t e[3];
+    const int ex = clattn_tuning_explicit(ctx, &r, &e[0], &e[1], &e[2]);
+    size_t limit = 0;
+    for (size_t at = 0; at <= n_prefs; at++) {
+        size_t rq, wg, tile;
+        if (at == 0 && !ex)
+            continue;
+        if (at == 0) {
+            rq = e[0], wg = e[1], tile = e[2];
+        } else {
+            rq = prefs[at - 1][0], wg = wg_request ? wg_request : prefs[at - 1][1];
+            tile = prefs[at - 1][2];
+        }
+        /* private floats per work-item: O and score micro-tiles, the float4s of one step,
+         * maxima and sums, 16 scores of the terms pass (CPU devices: the stack bound) */
+        const int64_t ct = (int64_t)gpu_ct(wg);
+        const int64_t priv = (int64_t)rq * (clattn_ceil_div(d_v, 4 * ct) * 4 + (int64_t)tile / ct +
+                                            6) +
+                             (int64_t)tile / ct * 4 + 48;
+        limit = clattn_group_limit_private(ctx, priv * (int64_t)sizeof(float));
+        const bool fixed = (at == 0 && ex == 1) || (wg_request != 0 && at == n_prefs);
+        bool kv_shared = false;
+        const char *why = NULL;
+        if (wg > limit)
+            why = "exceeds the device's work-group limit";
+        else if (!gpu_fits(ctx, d_k, d_v, rq, wg, tile, &kv_shared))
+            why = "needs more local memory than the device has";
+        clattn_status st = CLATTN_SUCCESS;
+        if (!why) {
+            char opts[400];
+            snprintf(opts, sizeof opts,
+                     CL_STD " -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
+                            "-DKV_SHARED=%d",
+                     (long long)d_k, (long long)d_v, feat, tile, wg, rq, gpu_ct(wg),
+                     kv_shared ? 1 : 0);
+            st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
+            if (st != CLATTN_SUCCESS)
+                return st;
+            if (out->entry->kernel_wg_max < wg)
+                why = "exceeds the kernel's work-group limit (CL_KERNEL_WORK_GROUP_SIZE)";
+        }
+        if (!why) {
+            out->rq = rq;
+            out->wg = wg;
+            out->tile_kv = tile;
+            out->rows = wg / gpu_ct(wg) * rq;
+            return CLATTN_SUCCESS;
+        }
+        if (fixed)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "GPU family fused kernel: blocking %zu,%zu,%zu (RQ,WG,TILE_KV; "
+                               "%s) %s (local memory %llu bytes, work-group limit %zu)",
+                               rq, wg, tile, ex == 1 && at == 0 ? "an override" : "requested",
+                               why, (unsigned long long)ctx->local_mem, limit);
+    }
+    return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                       "GPU family fused kernel: no blocking fits d_k %lld, d_v %lld in %llu "
+                       "bytes of local memory",
+                       (long long)d_k, (long long)d_v, (unsigned long long)ctx->local_mem);
+}
+
 clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *pr,
                                     clattn_exec_plan *p)
 {
@@ -257,11 +368,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
      * once per KV head for all its query heads; with no keys at all it just writes the
      * empty rows */
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
+    const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
     const int64_t group = clattn_group(h_q, k->n[1]); /* query heads per KV head */
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
      * caller's weights), the per-head weights before averaging, the fused LSE */
     char fused_why[200], unfused_why[200] = "";
-    const size_t fused_tile = fused_fit(ctx, d_k, d_v, decode, fused_why, sizeof fused_why);
+    const size_t fused_tile = fused_fit(ctx, d_k, d_v, decode, gpu, fused_why, sizeof fused_why);
     int64_t ws_scores = 0, ws_lse = 0, ws_fused = 0;
     if ((!f->weights || f->head_mean) &&
         !workspace_fits(ctx, batch, h_q, n_q, n_kv, "unfused: score matrix", &ws_scores,
@@ -324,6 +436,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     } else {
         if (decode)
             st = decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, &p->fused);
+        else if (gpu)
+            st = fused_gpu_kernel(ctx, n_q, d_k, d_v, desc->work_group_size, f->opts, &p->fused);
         else
             st = fused_kernel(ctx, n_q, d_k, d_v, fused_tile, desc->work_group_size, f->opts,
                               &p->fused);
@@ -341,7 +455,13 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      "reads",
                      (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(group * n_q),
                      (long long)group, (long long)n_q);
-        snprintf(p->kernels, sizeof p->kernels, "%s%s%s", decode ? "decode" : "fused",
+        else if (gpu)
+            snprintf(p->reason + at, sizeof p->reason - at,
+                     "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
+                     "%zu keys per tile",
+                     p->fused.rows, p->fused.wg, p->fused.tile_kv);
+        snprintf(p->kernels, sizeof p->kernels, "%s%s%s",
+                 decode ? "decode" : gpu ? "fused_gpu" : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
                  f->head_mean && !p->no_keys ? ", head_mean" : "");
         if (f->weights && !p->no_keys) {

@@ -174,6 +174,11 @@ static bool parse_line(const char *line, clattn_tune_entry *e)
 
 void clattn_tuning_init(clattn_context *ctx)
 {
+    const char *family = getenv("CLATTN_KERNEL_FAMILY");
+    ctx->family = !family                    ? CLATTN_KERNEL_FAMILY_AUTO
+                  : strcmp(family, "gpu") == 0 ? CLATTN_KERNEL_FAMILY_GPU
+                  : strcmp(family, "cpu") == 0 ? CLATTN_KERNEL_FAMILY_CPU
+                                               : CLATTN_KERNEL_FAMILY_AUTO;
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
     /* CLATTN_BLOCKING="RQ,WG,TILE_KV": an override of every kernel (tuning experiments) */
@@ -234,6 +239,17 @@ static size_t group_limit(const clattn_context *ctx, const clattn_blocking_reque
     return limit;
 }
 
+size_t clattn_group_limit_private(const clattn_context *ctx, int64_t private_bytes)
+{
+    size_t limit = ctx->max_wg < ctx->max_wi[0] ? ctx->max_wg : ctx->max_wi[0];
+    if (is_cpu(ctx) && private_bytes > 0) {
+        const int64_t fits = CPU_GROUP_PRIVATE_BYTES / private_bytes;
+        if ((int64_t)limit > fits)
+            limit = fits > 1 ? (size_t)fits : 1;
+    }
+    return limit;
+}
+
 /* Bytes a CPU work-group touches per tile: its work-items' private arrays and the
  * local tiles. */
 static int64_t group_working_bytes(const clattn_blocking_request *r, size_t rq, size_t wg,
@@ -243,6 +259,34 @@ static int64_t group_working_bytes(const clattn_blocking_request *r, size_t rq, 
            (int64_t)sizeof(float);
 }
 
+int clattn_tuning_explicit(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
+                           size_t *wg, size_t *tile_kv)
+{
+    const clattn_tune_entry *o =
+        find(ctx->override, ctx->n_override, r->kernel, r->d_k, r->d_v, true);
+    if (o) {
+        *rq = o->blocking.queries_per_work_item;
+        *tile_kv = o->blocking.tile_kv;
+        *wg = r->wg_request ? r->wg_request : o->blocking.work_group_size;
+        return 1;
+    }
+    if (r->wg_request != 0 || !ctx->use_stored_tuning)
+        return 0;
+    const clattn_tune_entry *t = find(ctx->tune, ctx->n_tune, r->kernel, r->d_k, r->d_v, false);
+    if (t &&
+        r->n_q >= (int64_t)(t->blocking.queries_per_work_item * t->blocking.work_group_size) &&
+        t->blocking.work_group_size <=
+            group_limit(ctx, r, t->blocking.queries_per_work_item, t->blocking.tile_kv) &&
+        clattn_fit_tile_kv(ctx, r->local_per_key, t->blocking.tile_kv) == t->blocking.tile_kv) {
+        /* stored by `clattn tune` for this device (large enough problems only) */
+        *rq = t->blocking.queries_per_work_item;
+        *tile_kv = t->blocking.tile_kv;
+        *wg = t->blocking.work_group_size;
+        return 2;
+    }
+    return 0;
+}
+
 void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed)
 {
@@ -250,29 +294,11 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
     /* the micro-kernels' registers do not depend on d: RQ 4 on every CPU */
     *rq = cpu ? CPU_RQ : 1;
     *tile_kv = r->tile_cap;
-    size_t wg_request = r->wg_request;
-    const clattn_tune_entry *o =
-        find(ctx->override, ctx->n_override, r->kernel, r->d_k, r->d_v, true);
-    const clattn_tune_entry *t =
-        o || wg_request != 0 || !ctx->use_stored_tuning
-            ? NULL
-            : find(ctx->tune, ctx->n_tune, r->kernel, r->d_k, r->d_v, false);
-    if (o) {
-        *rq = o->blocking.queries_per_work_item;
-        *tile_kv = o->blocking.tile_kv;
-        if (wg_request == 0)
-            wg_request = o->blocking.work_group_size;
-    } else if (t &&
-               r->n_q >=
-                   (int64_t)(t->blocking.queries_per_work_item * t->blocking.work_group_size) &&
-               t->blocking.work_group_size <=
-                   group_limit(ctx, r, t->blocking.queries_per_work_item, t->blocking.tile_kv) &&
-               clattn_fit_tile_kv(ctx, r->local_per_key, t->blocking.tile_kv) ==
-                   t->blocking.tile_kv) {
-        /* stored by `clattn tune` for this device (large enough problems only) */
-        *rq = t->blocking.queries_per_work_item;
-        *tile_kv = t->blocking.tile_kv;
-        wg_request = t->blocking.work_group_size;
+    size_t wg_request = r->wg_request, erq, ewg, etile;
+    if (clattn_tuning_explicit(ctx, r, &erq, &ewg, &etile)) {
+        *rq = erq;
+        *tile_kv = etile;
+        wg_request = ewg;
     }
     /* the ceiling for what was chosen: on CPUs the group's private arrays for this RQ and
      * tile (an override of a large RQ and tile is refused, not a PoCL stack overflow) */
@@ -430,6 +456,27 @@ clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel k
         return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
                            "cannot hold more than %d stored entries", MAX_TUNE_ENTRIES);
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kernel_family family)
+{
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    if ((int)family < 0 || (int)family > 2)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "unknown kernel family %d (0 auto, 1 cpu, 2 gpu)", (int)family);
+    ctx->family = family;
+    return CLATTN_SUCCESS;
+}
+
+clattn_kernel_family clattn_context_kernel_family(const clattn_context *ctx)
+{
+    if (!ctx)
+        return CLATTN_KERNEL_FAMILY_AUTO;
+    if (ctx->family != CLATTN_KERNEL_FAMILY_AUTO)
+        return ctx->family;
+    return is_cpu(ctx) ? CLATTN_KERNEL_FAMILY_CPU : CLATTN_KERNEL_FAMILY_GPU;
 }
 
 const char *clattn_context_tuning_file(const clattn_context *ctx)

@@ -248,6 +248,34 @@ clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel k
                                             int64_t d_v, const clattn_blocking *blocking,
                                             const char *note);
 
+/** Kernel families: the same semantics, shaped for different devices. */
+typedef enum clattn_kernel_family {
+    /** GPUs and accelerators take the GPU family, CPUs the CPU family. */
+    CLATTN_KERNEL_FAMILY_AUTO = 0,
+    /** Work-items that each hold several queries and wide float16 vectors, tiles sized
+     *  for caches (fused.cl, scores.cl, weighted_sum.cl). */
+    CLATTN_KERNEL_FAMILY_CPU = 1,
+    /** The fused kernel as work-groups of cooperating work-items: a tile of query rows
+     *  per group, K and V tiles in local memory, register micro-tiles of scores and of
+     *  O per work-item (fused_gpu.cl; docs/PERFORMANCE.md). The unfused stages and the
+     *  decode kernel (n_q <= 16) are shared by both families. */
+    CLATTN_KERNEL_FAMILY_GPU = 2
+} clattn_kernel_family;
+
+/**
+ * Forces a kernel family on ctx for later calls (plans already made keep theirs), or
+ * CLATTN_KERNEL_FAMILY_AUTO to choose by device type. The environment variable
+ * CLATTN_KERNEL_FAMILY=gpu|cpu, read once when a context is created, does the same.
+ * Added in 0.3.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, unknown family).
+ */
+clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kernel_family family);
+
+/** The family calls on ctx use: CLATTN_KERNEL_FAMILY_CPU or _GPU (AUTO resolved by the
+ *  device type). @return that family; CLATTN_KERNEL_FAMILY_AUTO for a NULL ctx. Added
+ *  in 0.3. */
+clattn_kernel_family clattn_context_kernel_family(const clattn_context *ctx);
+
 /* ---- Tensors ----------------------------------------------------------------------- */
 
 /** Storage types. Arithmetic is always float32 on the device (float64 in the

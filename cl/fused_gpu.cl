@@ -1,0 +1,345 @@
+/* fused_gpu.cl — the GPU family's fused kernel: O = softmax(scale · Q·Kᵀ + mask) · V in
+ * one pass, with the semantics of fused.cl (its header states the reference loop: the
+ * online softmax of Milakov & Gimelshein 2018 as FlashAttention-2 arranges it, Dao
+ * 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+ * Partitioning", section 3.1), shaped for GPUs instead of CPUs.
+ *
+ * Index map: NDRange (⌈n_q/BQ⌉·WG, batch·h_q), work-group (WG, 1). A work-group owns
+ * BQ = (WG/CT)·RQ query rows of one (batch entry, query head); work-item
+ * lid = ty·CT + tx owns rows ty·RQ … ty·RQ+RQ−1 of them, the CT work-items of one ty
+ * sharing those rows. Per tile of TILE_KV keys:
+ *   1. the group stages K (row-major, rows padded by 4 floats) and V into local memory
+ *      with coalesced float4 loads (Q was staged once, the same way);
+ *   2. scores, a register micro-tile of RQ rows × TN = TILE_KV/CT keys per work-item
+ *      (keys tx, tx + CT, …): each float4 of Q (the same for all CT work-items: a
+ *      broadcast) and of K feeds RQ·TN·4 FMAs — a GEMM micro-kernel;
+ *   3. tiles that are not fully visible to every row, or have score terms (mask,
+ *      ALiBi, softcap), pass the scores through local memory once, and score_terms16
+ *      (common.cl, the one place the rule and terms are applied) fixes them 16 keys of a
+ *      row at a time;
+ *   4. row maxima: each work-item's partial max through local memory (CT per row), the
+ *      online-softmax rescale, and P = exp(S − m) into local memory (keys × rows);
+ *   5. O += P·V, a register micro-tile of RQ rows × TD = DVP/CT columns per work-item
+ *      (float4 columns tx, tx + CT, …), each P value and V float4 feeding RQ·4 FMAs.
+ * The running sum l stays a per-work-item partial (its keys only; the rescale factor is
+ * the row's), summed across the CT work-items once at the end.
+ * Local memory: Q BQ×(DK4+4), K TILE_KV×(DK4+4), V TILE_KV×DVP (in K's buffer with
+ * KV_SHARED, staged after the scores), P TILE_KV×(BQ+4), and BQ×CT floats for the
+ * reductions; the host (plan.c) picks tunables that fit.
+ * A weight of 0 adds nothing even where V holds inf or NaN: tiles where some staged V
+ * value is not finite take the summation that tests each weight.
+ */
+#ifndef D_K
+#define D_K 64 /* head dim of Q and K */
+#endif
+#ifndef D_V
+#define D_V 64 /* head dim of V and O */
+#endif
+#ifndef TILE_KV
+#define TILE_KV 32 /* keys per tile; a multiple of CT */
+#endif
+#ifndef WG
+#define WG 256 /* work-items per group; a multiple of CT */
+#endif
+#ifndef RQ
+#define RQ 4 /* query rows per work-item */
+#endif
+#ifndef CT
+#define CT 16 /* work-items sharing a block of rows; a power of two up to 16 */
+#endif
+#ifndef KV_SHARED
+#define KV_SHARED 0 /* 1: V is staged into K's local buffer once the scores are done */
+#endif
+
+#define BQ (WG / CT * RQ)                          /* query rows per work-group */
+#define TN (TILE_KV / CT)                          /* score columns per work-item */
+#define DK4 ((D_K + 3) / 4 * 4)                    /* d_k rounded up to float4 */
+#define QK_STRIDE (DK4 + 4)                        /* local row stride of Q and K */
+#define DVP ((D_V + 4 * CT - 1) / (4 * CT) * (4 * CT)) /* d_v rounded to CT float4s */
+#define NTD (DVP / (4 * CT))                       /* float4 output columns per work-item */
+#define P_STRIDE (BQ + 4)                          /* p_t[key · P_STRIDE + row] */
+#define K_FLOATS (TILE_KV * QK_STRIDE)
+#define V_FLOATS (TILE_KV * DVP)
+
+/* Rows [r0, r0 + rows) of head (b, h) of a view into local memory, row-major with
+ * `stride` floats per row, columns [0, dpad) (zeros past d and past n); every work-item
+ * of the group takes float4 chunks lid, lid + WG, … (coalesced along the row). Returns
+ * whether a value it staged is inf or NaN. One function per storage type. */
+#define DEFINE_STAGE4(dt)                                                                   \
+    bool stage4_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h,  \
+                     long r0, long n, int rows, int d, int dpad, int stride,                \
+                     __local float *dst)                                                    \
+    {                                                                                       \
+        const int per_row = dpad / 4;                                                       \
+        int4 bad = 0;                                                                       \
+        for (int e = get_local_id(0); e < rows * per_row; e += WG) {                        \
+            const int rr = e / per_row, c = 4 * (e % per_row);                              \
+            const long row = r0 + rr;                                                       \
+            float4 x = 0.0f;                                                                \
+            if (row < n) {                                                                  \
+                const long base = view_at(off, st, b, h, row, 0);                           \
+                if (st.s3 == 1 && c + 4 <= d) {                                             \
+                    x = LD4_##dt(src, base + c);                                            \
+                } else {                                                                    \
+                    float t[4];                                                             \
+                    for (int u = 0; u < 4; u++)                                             \
+                        t[u] = c + u < d ? LD_##dt(src, base + (c + u) * st.s3) : 0.0f;     \
+                    x = vload4(0, t);                                                       \
+                }                                                                           \
+            }                                                                               \
+            bad |= isnan(x) | isinf(x);                                                     \
+            vstore4(x, 0, dst + rr * stride + c);                                           \
+        }                                                                                   \
+        return any(bad);                                                                    \
+    }
+#define LD4_0(p, i) vload4(0, (p) + (i))
+#define LD4_1(p, i) vload_half4(0, (p) + (i))
+#define LD4_2(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
+#if READS_DT(0)
+DEFINE_STAGE4(0)
+#endif
+#if READS_DT(1)
+DEFINE_STAGE4(1)
+#endif
+#if READS_DT(2)
+DEFINE_STAGE4(2)
+#endif
+#define STAGE4(dt, ...) STAGE4_(dt, __VA_ARGS__)
+#define STAGE4_(dt, ...) stage4_##dt(__VA_ARGS__)
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(FUSED_PARAMS)
+{
+    __local float q_s[BQ * QK_STRIDE];
+#if KV_SHARED
+    __local float k_s[K_FLOATS > V_FLOATS ? K_FLOATS : V_FLOATS];
+#define v_s k_s
+#else
+    __local float k_s[K_FLOATS];
+    __local float v_s[V_FLOATS];
+#endif
+    __local float p_t[TILE_KV * P_STRIDE];
+    __local float red[BQ * CT]; /* red[row · CT + tx]: partial maxima, then sums */
+    __local int v_bad;          /* some staged V value of this tile is inf or NaN */
+    const int lid = get_local_id(0), tx = lid % CT, ty = lid / CT;
+    const long g0 = get_group_id(0) * BQ; /* first query row of the group */
+    const long bh = get_global_id(1);
+    const long b = bh / h_q, h = bh % h_q, hk = h / group;
+    const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const float slope = ALIBI ? alibi[h] : 0.0f;
+
+    (void)STAGE4(Q_DT, q, q_off, q_st, b, h, g0, n_q, BQ, D_K, DK4, QK_STRIDE, q_s);
+    if (lid == 0)
+        v_bad = 0;
+    barrier(CLK_LOCAL_MEM_FENCE); /* v_bad cleared before any work-item stages V */
+
+    float4 acc[RQ][NTD];
+    float m[RQ], l[RQ];
+    #pragma unroll
+    for (int r = 0; r < RQ; r++) {
+        #pragma unroll
+        for (int n = 0; n < NTD; n++)
+            acc[r][n] = 0.0f;
+        m[r] = -INFINITY;
+        l[r] = 0.0f; /* this work-item's keys only */
+    }
+    /* the group's valid rows [g0, i_last]: key tiles outside their keys are skipped, and a
+     * tile is plain (every key visible to every row, no score term) when the last row's lo
+     * and the first row's hi enclose it (lo and hi grow with the row) */
+    const long nq_b = q_lens ? min((long)q_lens[b], n_q) : n_q;
+    const long i_last = min(g0 + BQ, nq_b) - 1;
+    const long2 kr = group_key_range(RULE_ARGS, b, g0, g0 + BQ - 1, n_q, n_kv);
+    const row_rule r_first = rule_at(RULE_ARGS, b, g0 < n_q ? g0 : 0, n_q, n_kv);
+    const row_rule r_last = rule_at(RULE_ARGS, b, i_last >= 0 ? i_last : 0, n_q, n_kv);
+    const bool terms = MASK_T || ALIBI || SOFTCAP || mask == MASK_NO_SELF;
+
+    for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
+        (void)STAGE4(K_DT, k, k_off, k_st, b, hk, j0, n_kv, TILE_KV, D_K, DK4, QK_STRIDE, k_s);
+#if !KV_SHARED
+        if (STAGE4(V_DT, v, v_off, v_st, b, hk, j0, n_kv, TILE_KV, D_V, DVP, DVP, v_s))
+            v_bad = 1; /* read after the row-max barrier, reset after the next one */
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE); /* Q, K (and V) staged */
+
+        /* 2. the scores of RQ rows × TN keys */
+        float s[RQ][TN];
+        #pragma unroll
+        for (int r = 0; r < RQ; r++) {
+            #pragma unroll
+            for (int u = 0; u < TN; u++)
+                s[r][u] = 0.0f;
+        }
+        #pragma unroll 2
+        for (int c = 0; c < DK4; c += 4) {
+            float4 qv[RQ], kv[TN];
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                qv[r] = vload4(0, q_s + (ty * RQ + r) * QK_STRIDE + c);
+            #pragma unroll
+            for (int u = 0; u < TN; u++)
+                kv[u] = vload4(0, k_s + (tx + CT * u) * QK_STRIDE + c);
+            #pragma unroll
+            for (int r = 0; r < RQ; r++) {
+                #pragma unroll
+                for (int u = 0; u < TN; u++) {
+                    float x = fma(qv[r].x, kv[u].x, s[r][u]);
+                    x = fma(qv[r].y, kv[u].y, x);
+                    x = fma(qv[r].z, kv[u].z, x);
+                    s[r][u] = fma(qv[r].w, kv[u].w, x);
+                }
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < RQ; r++) {
+            #pragma unroll
+            for (int u = 0; u < TN; u++)
+                s[r][u] *= scale;
+        }
+#if KV_SHARED
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with K */
+        if (STAGE4(V_DT, v, v_off, v_st, b, hk, j0, n_kv, TILE_KV, D_V, DVP, DVP, v_s))
+            v_bad = 1;
+#endif
+
+        /* 3. the rule and the score terms, where the tile needs them (uniform) */
+        if (terms || r_last.lo > j0 || r_first.hi < j0 + TILE_KV) {
+            #pragma unroll
+            for (int r = 0; r < RQ; r++) {
+                #pragma unroll
+                for (int u = 0; u < TN; u++)
+                    p_t[(tx + CT * u) * P_STRIDE + ty * RQ + r] = s[r][u];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int ch = lid; ch < BQ * (TILE_KV / 16); ch += WG) {
+                const int row = ch % BQ, sv = ch / BQ;
+                const long i = g0 + row;
+                row_rule rr = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
+                if (i >= n_q)
+                    rr.lo = rr.hi = 0;
+                const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+                float t16[16];
+                for (int e = 0; e < 16; e++)
+                    t16[e] = p_t[(16 * sv + e) * P_STRIDE + row];
+                const float16 x = score_terms16(
+                    vload16(0, t16), lane + 16 * sv, rel_bound(rr.lo, j0, TILE_KV),
+                    rel_bound(rr.hi, j0, TILE_KV), rel_key(rr.self, j0, TILE_KV), j0, n_kv, mt,
+                    mt_off, mt_st, alibi, softcap, mbase, rr.diag, slope,
+                    ALIBI ? alibi_ref(rr) : 0);
+                vstore16(x, 0, t16);
+                for (int e = 0; e < 16; e++)
+                    p_t[(16 * sv + e) * P_STRIDE + row] = t16[e];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            #pragma unroll
+            for (int r = 0; r < RQ; r++) {
+                #pragma unroll
+                for (int u = 0; u < TN; u++)
+                    s[r][u] = p_t[(tx + CT * u) * P_STRIDE + ty * RQ + r];
+            }
+        }
+
+        /* 4. the row maxima, the online-softmax step, P into local memory */
+        #pragma unroll
+        for (int r = 0; r < RQ; r++) {
+            float mx = s[r][0];
+            #pragma unroll
+            for (int u = 1; u < TN; u++)
+                mx = max_nan(mx, s[r][u]);
+            red[(ty * RQ + r) * CT + tx] = mx;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* partial maxima (and a shared V) in place */
+        const bool v_finite = !v_bad;
+        #pragma unroll
+        for (int r = 0; r < RQ; r++) {
+            float m_new = m[r];
+            #pragma unroll
+            for (int t = 0; t < CT; t++)
+                m_new = max_nan(m_new, red[(ty * RQ + r) * CT + t]);
+            if (m_new == -INFINITY) { /* nothing visible yet: P = 0 */
+                #pragma unroll
+                for (int u = 0; u < TN; u++)
+                    s[r][u] = 0.0f;
+            } else {
+                if (m_new != m[r]) { /* rescale to the new max (NaN maxima: to NaN) */
+                    const float alpha = exp(m[r] - m_new);
+                    l[r] *= alpha;
+                    #pragma unroll
+                    for (int n = 0; n < NTD; n++)
+                        acc[r][n] *= alpha;
+                }
+                #pragma unroll
+                for (int u = 0; u < TN; u++) {
+                    s[r][u] = exp(s[r][u] - m_new);
+                    l[r] += s[r][u];
+                }
+                m[r] = m_new;
+            }
+            #pragma unroll
+            for (int u = 0; u < TN; u++)
+                p_t[(tx + CT * u) * P_STRIDE + ty * RQ + r] = s[r][u];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* P in place; everyone has read v_bad */
+        if (lid == 0)
+            v_bad = 0; /* set again only after the barrier that ends this tile */
+
+        /* 5. O += P·V */
+        if (v_finite) {
+            #pragma unroll 4
+            for (int jj = 0; jj < TILE_KV; jj++) {
+                float pr[RQ];
+                #pragma unroll
+                for (int r = 0; r < RQ; r++)
+                    pr[r] = p_t[jj * P_STRIDE + ty * RQ + r];
+                #pragma unroll
+                for (int n = 0; n < NTD; n++) {
+                    const float4 vv = vload4(0, v_s + jj * DVP + 4 * (tx + CT * n));
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        acc[r][n] = fma((float4)(pr[r]), vv, acc[r][n]);
+                }
+            }
+        } else {
+            for (int jj = 0; jj < TILE_KV; jj++) {
+                #pragma unroll
+                for (int r = 0; r < RQ; r++) {
+                    const float pr = p_t[jj * P_STRIDE + ty * RQ + r];
+                    if (pr != 0.0f) {
+                        #pragma unroll
+                        for (int n = 0; n < NTD; n++)
+                            acc[r][n] = fma((float4)(pr),
+                                            vload4(0, v_s + jj * DVP + 4 * (tx + CT * n)),
+                                            acc[r][n]);
+                    }
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* all reads done before the next tile is staged */
+    }
+
+    /* the row sums across the CT work-items of each row, then the stores */
+    #pragma unroll
+    for (int r = 0; r < RQ; r++)
+        red[(ty * RQ + r) * CT + tx] = l[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < RQ; r++) {
+        const long i = g0 + ty * RQ + r;
+        if (i >= n_q)
+            break;
+        float lt = 0.0f;
+        for (int t = 0; t < CT; t++)
+            lt += red[(ty * RQ + r) * CT + t];
+        const row_rule rule = rule_at(RULE_ARGS, b, i, n_q, n_kv);
+        const bool empty = m[r] == -INFINITY || rule.hi <= rule.lo;
+        const float fill = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
+        for (int n = 0; n < NTD; n++) {
+            float out[4];
+            vstore4(empty ? (float4)(fill) : acc[r][n] / lt, 0, out);
+            for (int e = 0; e < 4; e++) {
+                const int c = 4 * (tx + CT * n) + e;
+                if (c < D_V)
+                    ST(O_DT, o, view_at(o_off, o_st, b, h, i, c), out[e]);
+            }
+        }
+        if (tx == 0)
+            STORE_LSE(empty, m[r], lt, slope, ALIBI ? alibi_ref(rule) : 0);
+    }
+}
