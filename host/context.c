@@ -163,6 +163,9 @@ static clattn_status probe_limits(clattn_context *ctx)
         err = clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ctx->local_mem, &ctx->local_mem,
                               NULL);
     if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof ctx->compute_units,
+                              &ctx->compute_units, NULL);
+    if (err == CL_SUCCESS)
         err = clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc,
                               &ctx->max_alloc, NULL);
     if (err == CL_SUCCESS)

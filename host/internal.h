@@ -34,6 +34,7 @@ struct clattn_context {
     size_t max_wg;       /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
     size_t max_wi[3];    /* CL_DEVICE_MAX_WORK_ITEM_SIZES */
     cl_ulong local_mem;  /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
+    cl_uint compute_units; /* CL_DEVICE_MAX_COMPUTE_UNITS */
     cl_ulong max_alloc;  /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
     cl_ulong global_mem; /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
     bool has_fp64;       /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
@@ -45,6 +46,7 @@ struct clattn_context {
     int n_tune;
     bool use_stored_tuning;      /* false: CLATTN_TUNE=off at creation, or set off */
     clattn_kernel_family family; /* as set (CLATTN_KERNEL_FAMILY at creation); AUTO: by type */
+    int64_t decode_splits;       /* GPU decode key splits (CLATTN_DECODE_SPLITS); 0: choose */
     clattn_tune_entry *override; /* clattn_context_set_blocking (CLATTN_BLOCKING at creation) */
     int n_override;
     /* The unfused algorithm's n_q×n_kv workspace, kept for the next call (a fresh one
@@ -162,7 +164,11 @@ clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const 
 typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
     bool decode; /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
-    size_t rows; /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each) */
+    size_t rows; /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
+                  * decode_gpu.cl: rows of a KV head per work-group */
+    size_t n_splits;     /* decode_gpu.cl (0: not split-KV): key chunks, */
+    int64_t split_chunk; /* … of this many keys each */
+    clattn_program_entry *merge; /* … merged by split_merge.cl */
     clattn_program_entry *entry;
 } clattn_blocked;
 typedef struct clattn_exec_plan {

@@ -212,6 +212,69 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
                   n_wait, wait, done);
 }
 
+/* Split-KV decoding (decode_gpu.cl, then split_merge.cl): the splits' O and LSE into a
+ * float32 workspace (released once the kernels finish), merged into O and the LSE. */
+static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_blocked *bk,
+                                          const clattn_view *q, const clattn_view *k,
+                                          const clattn_view *v, const clattn_view *o,
+                                          const clattn_view *lse, float scale, const aux_t *x,
+                                          cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    const int64_t rows = q->n[0] * q->n[1] * q->n[2], ns = (int64_t)bk->n_splits;
+    cl_mem po = NULL, pl = NULL;
+    clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * ns * o->n[3] * 4, NULL,
+                                            &po);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * ns * 4, NULL, &pl);
+    cl_event ev = NULL;
+    if (st == CLATTN_SUCCESS) {
+        arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
+        arg_view(&a, q);
+        arg_view(&a, k);
+        arg_view(&a, v);
+        arg(&a, sizeof(cl_mem), &po);
+        arg(&a, sizeof(cl_mem), &pl);
+        arg_int(&a, q->n[1]);
+        arg_int(&a, clattn_group(q->n[1], k->n[1]));
+        arg_long(&a, q->n[2]);
+        arg_long(&a, k->n[2]);
+        arg(&a, sizeof scale, &scale);
+        arg_int(&a, ns);
+        arg_long(&a, bk->split_chunk);
+        arg_rule(&a, x);
+        arg_terms(&a, x);
+        const int64_t kv_rows = q->n[2] * clattn_group(q->n[1], k->n[1]);
+        const size_t global[3] = {(size_t)ns * bk->wg,
+                                  (size_t)clattn_ceil_div(kv_rows, (int64_t)bk->rows),
+                                  (size_t)(q->n[0] * k->n[1])};
+        const size_t local[3] = {bk->wg, 1, 1};
+        st = launch(ctx, "decode_gpu", &a, 3, global, local, n_wait, wait, &ev);
+    }
+    if (st == CLATTN_SUCCESS) {
+        arg_list a = {bk->merge->kernel, 0, CL_SUCCESS};
+        arg(&a, sizeof(cl_mem), &po);
+        arg(&a, sizeof(cl_mem), &pl);
+        arg_int(&a, ns);
+        arg_view(&a, o);
+        arg_opt_view(&a, lse);
+        arg_int(&a, q->n[1]);
+        arg_long(&a, q->n[2]);
+        arg_long(&a, k->n[2]);
+        arg_int(&a, x->desc->masked_rows);
+        arg(&a, sizeof(cl_mem), &x->alibi);
+        arg_rule(&a, x);
+        const size_t global[3] = {(size_t)o->n[3], (size_t)q->n[2], (size_t)(q->n[0] * q->n[1])};
+        st = launch(ctx, "split_merge", &a, 3, global, NULL, 1, &ev, done);
+    }
+    if (ev)
+        clReleaseEvent(ev);
+    if (po)
+        clReleaseMemObject(po);
+    if (pl)
+        clReleaseMemObject(pl);
+    return st;
+}
+
 /* W = exp(S − LSE) from the relative scores and the fused kernel's relative LSE; the
  * caller's LSE (lse_out, may be NULL) gets the absolute one */
 static clattn_status enqueue_from_lse(clattn_context *ctx, clattn_program_entry *e,
@@ -342,7 +405,10 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
             ws_mem[1] = ws_lse.buffer;
             lse = &ws_lse;
         }
-        if (st == CLATTN_SUCCESS)
+        if (st == CLATTN_SUCCESS && p->fused.n_splits) /* (never with weights) */
+            st = enqueue_decode_split(ctx, &p->fused, q, k, v, o, lse, scale, &x, n_wait, wait,
+                                      done);
+        else if (st == CLATTN_SUCCESS)
             st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, w != NULL, scale, &x, n_wait, wait,
                                w ? &ev[0] : done);
         if (w) { /* second pass: scores again, then W = exp(S − LSE) */

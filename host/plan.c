@@ -259,6 +259,61 @@ static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n
     return CLATTN_SUCCESS;
 }
 
+/* decode_gpu.cl + split_merge.cl (the GPU family's decoding): RB rows of a KV head per
+ * work-group of WG keys per step, and the keys cut into splits so that batch x KV heads
+ * x row blocks x splits work-groups are at least 4 per compute unit, with at least 2
+ * steps per split (at most 256 splits). CLATTN_DECODE_SPLITS (read at context creation)
+ * or clattn_context_set_decode_splits() sets the count instead. */
+#define GPU_DECODE_WG 128
+#define GPU_DECODE_MAX_SPLITS 256
+static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem *pr, int64_t group,
+                                       const features *f, clattn_blocked *out)
+{
+    const int64_t n_q = pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3], n_kv = pr->k.n[2];
+    const int64_t rows = group * n_q;
+    const size_t rb = rows < 8 ? (size_t)rows : 8;
+    const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
+    int64_t splits = ctx->decode_splits;
+    if (splits <= 0) {
+        const int64_t want = 4 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1);
+        splits = clattn_ceil_div(want, blocks > 0 ? blocks : 1);
+        const int64_t most = clattn_ceil_div(n_kv, 2 * GPU_DECODE_WG);
+        if (splits > most)
+            splits = most;
+    }
+    if (splits > GPU_DECODE_MAX_SPLITS)
+        splits = GPU_DECODE_MAX_SPLITS;
+    if (splits > n_kv)
+        splits = n_kv;
+    if (splits < 1)
+        splits = 1;
+    /* whole steps per split; the count follows */
+    const int64_t chunk = clattn_ceil_div(clattn_ceil_div(n_kv, splits), GPU_DECODE_WG) *
+                          GPU_DECODE_WG;
+    char opts[400];
+    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu %s", (long long)d_k,
+             (long long)d_v, GPU_DECODE_WG, rb, f->opts);
+    clattn_status st = clattn_get_kernel(ctx, "decode_gpu.cl", opts, &out->entry);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    if (out->entry->kernel_wg_max < GPU_DECODE_WG)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "GPU family decode kernel: %d work-items exceed the kernel's limit %zu "
+                           "(CL_KERNEL_WORK_GROUP_SIZE)",
+                           GPU_DECODE_WG, out->entry->kernel_wg_max);
+    snprintf(opts, sizeof opts, CL_STD " -DD_V=%lld %s", (long long)d_v, f->opts);
+    if ((st = clattn_get_kernel(ctx, "split_merge.cl", opts, &out->merge)) != CLATTN_SUCCESS)
+        return st;
+    out->rq = 1;
+    out->wg = GPU_DECODE_WG;
+    out->tile_kv = GPU_DECODE_WG;
+    out->rows = rb;
+    out->decode = true;
+    out->split_chunk = chunk;
+    out->n_splits = (size_t)clattn_ceil_div(n_kv, chunk);
+    return CLATTN_SUCCESS;
+}
+
 /* fused.cl with the blocking tuning.c chooses (tile: what local memory allows) */
 static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, int64_t d_v,
                                   size_t tile, size_t wg_request, const char *feat,
@@ -434,7 +489,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
                  f->head_mean ? ", head_mean" : "");
     } else {
-        if (decode)
+        if (decode && gpu && !p->no_keys && !f->weights && d_v > 0)
+            st = decode_gpu_kernel(ctx, pr, group, f, &p->fused);
+        else if (decode)
             st = decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, &p->fused);
         else if (gpu)
             st = fused_gpu_kernel(ctx, n_q, d_k, d_v, desc->work_group_size, f->opts, &p->fused);
@@ -443,11 +500,19 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                               &p->fused);
         if (st != CLATTN_SUCCESS)
             return st;
+        if (p->fused.n_splits) /* the splits' O and LSE, float32 */
+            p->workspace_bytes = batch * h_q * n_q * (int64_t)p->fused.n_splits * (d_v + 1) * 4;
         const size_t at = strlen(p->reason);
         if (p->no_keys) /* whatever the algorithm: nothing to compute */
             snprintf(p->reason + at, sizeof p->reason - at,
                      "; n_kv 0: the decode kernel writes every row (zeros, or NaN for "
                      "masked_rows NaN; LSE -inf), whatever the algorithm and work-group size");
+        else if (decode && p->fused.n_splits)
+            snprintf(p->reason + at, sizeof p->reason - at,
+                     "; GPU kernel family split-KV decode (decode_gpu.cl, split_merge.cl): %zu "
+                     "splits of %lld keys, %zu of the %lld rows of a KV head per work-group",
+                     p->fused.n_splits, (long long)p->fused.split_chunk, p->fused.rows,
+                     (long long)(group * n_q));
         else if (decode)
             snprintf(p->reason + at, sizeof p->reason - at,
                      "; decode kernel (n_q %lld <= %d): each work-item takes %zu of the %lld query "
@@ -461,7 +526,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      "%zu keys per tile",
                      p->fused.rows, p->fused.wg, p->fused.tile_kv);
         snprintf(p->kernels, sizeof p->kernels, "%s%s%s",
-                 decode ? "decode" : gpu ? "fused_gpu" : "fused",
+                 p->fused.n_splits ? "decode_gpu, split_merge"
+                 : decode          ? "decode"
+                 : gpu             ? "fused_gpu"
+                                   : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
                  f->head_mean && !p->no_keys ? ", head_mean" : "");
         if (f->weights && !p->no_keys) {

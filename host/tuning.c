@@ -179,6 +179,10 @@ void clattn_tuning_init(clattn_context *ctx)
                   : strcmp(family, "gpu") == 0 ? CLATTN_KERNEL_FAMILY_GPU
                   : strcmp(family, "cpu") == 0 ? CLATTN_KERNEL_FAMILY_CPU
                                                : CLATTN_KERNEL_FAMILY_AUTO;
+    const char *splits = getenv("CLATTN_DECODE_SPLITS");
+    ctx->decode_splits = splits ? strtoll(splits, NULL, 10) : 0;
+    if (ctx->decode_splits < 0 || ctx->decode_splits > 256)
+        ctx->decode_splits = 0;
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
     /* CLATTN_BLOCKING="RQ,WG,TILE_KV": an override of every kernel (tuning experiments) */
@@ -467,6 +471,18 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "unknown kernel family %d (0 auto, 1 cpu, 2 gpu)", (int)family);
     ctx->family = family;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits)
+{
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    if (splits < 0 || splits > 256)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "decode splits %d: give 0 (choose) or 1..256", splits);
+    ctx->decode_splits = splits;
     return CLATTN_SUCCESS;
 }
 

@@ -271,6 +271,18 @@ typedef enum clattn_kernel_family {
  */
 clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kernel_family family);
 
+/**
+ * Split-KV decoding (the GPU family, n_q <= 16, no weights requested): the keys are cut
+ * into `splits` chunks, each taken by its own work-groups, and the partial results are
+ * merged (Flash-Decoding). 0 (the default) chooses: enough work-groups for 4 per
+ * compute unit, at least 256 keys per split. clattn_attention_plan() reports the
+ * count. The CLATTN_DECODE_SPLITS environment variable, read once when a context is
+ * created, does the same. Added in 0.3.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, splits outside
+ *         0..256).
+ */
+clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
+
 /** The family calls on ctx use: CLATTN_KERNEL_FAMILY_CPU or _GPU (AUTO resolved by the
  *  device type). @return that family; CLATTN_KERNEL_FAMILY_AUTO for a NULL ctx. Added
  *  in 0.3. */
