@@ -12,6 +12,13 @@
 
 static clattn_context *ctx;
 
+/* Whether the calls on ctx take the GPU kernel family (CLATTN_KERNEL_FAMILY=gpu, or a
+ * GPU): its fused and decode kernels have other names, blocking and workspace. */
+static int gpu_family(void)
+{
+    return clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
+}
+
 /* 6x3 example: Q = K = V = X */
 static float X[6][3] = {{0.43f, 0.15f, 0.89f}, {0.55f, 0.87f, 0.66f}, {0.57f, 0.85f, 0.64f},
                         {0.22f, 0.58f, 0.33f}, {0.77f, 0.25f, 0.10f}, {0.05f, 0.80f, 0.55f}};
@@ -280,7 +287,12 @@ START_TEST(plan_explains_choice)
     clattn_plan p;
     ck_assert_int_eq(clattn_attention_plan(ctx, &d, &x, &x, &x, &o, &p), CLATTN_SUCCESS);
     ck_assert_int_eq(p.algorithm, CLATTN_ALGORITHM_FUSED);
-    ck_assert_uint_eq(p.workspace_bytes, 0);
+    if (gpu_family()) { /* split-KV decoding: the splits' O and LSE, 6 rows of 3 + 1 */
+        ck_assert_str_eq(p.kernels, "decode_gpu, split_merge");
+        ck_assert(p.workspace_bytes > 0 && p.workspace_bytes % (6 * 4 * 4) == 0);
+    } else {
+        ck_assert_uint_eq(p.workspace_bytes, 0);
+    }
     ck_assert(p.work_group_size >= 1 && p.tile_kv >= 16 && p.queries_per_work_item >= 1);
     ck_assert(strlen(p.reason) > 0);
     d.algorithm = CLATTN_ALGORITHM_UNFUSED;
@@ -476,12 +488,15 @@ START_TEST(build_failure_reports_log)
           "long view_at(long o, long4 s, long b, long h, long x, long d) { return o; }\n",
           f);
     fclose(f);
-    for (int k = 0; k < 2; k++) { /* 6 queries run decode.cl; longer ones fused.cl */
-        snprintf(path, sizeof path, "%s/%s.cl", dir, k ? "decode" : "fused");
+    /* 6 queries run decode.cl (GPU family: decode_gpu.cl); longer ones fused.cl (or
+     * fused_gpu.cl) */
+    static const char *const names[4] = {"fused", "decode", "fused_gpu", "decode_gpu"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(path, sizeof path, "%s/%s.cl", dir, names[k]);
         f = fopen(path, "w");
         ck_assert_ptr_nonnull(f);
         fprintf(f, "__kernel void clattn_%s(__global float *o) { o[0] = this_is_not_defined; }\n",
-                k ? "decode" : "fused");
+                names[k]);
         fclose(f);
     }
 
@@ -578,8 +593,9 @@ START_TEST(stored_tuning_is_used)
         clattn_tensor small_o = clattn_tensor_host(o, 1, 1, 20, 16);
         ck_assert_int_eq(clattn_attention_plan(c2, &d, &small, &small, &small, &small_o, &p),
                          CLATTN_SUCCESS);
-        ck_assert_str_eq(p.kernels, "fused");
-        ck_assert_uint_eq(p.queries_per_work_item, 1);
+        ck_assert_str_eq(p.kernels, gpu_family() ? "fused_gpu" : "fused");
+        if (!gpu_family()) /* (the GPU family's built-in blocking has 4 rows per work-item) */
+            ck_assert_uint_eq(p.queries_per_work_item, 1);
         clattn_context_release(c2);
     }
     unsetenv("CLATTN_TUNE");
@@ -611,7 +627,8 @@ START_TEST(program_binary_cache)
             assert_z(out, round == 0 ? "cache cold" : round == 1 ? "cache warm" : "corrupt");
         }
         clattn_context_release(c2);
-        ck_assert_int_eq(count_bin_files(dir, 0), 4); /* scores, softmax, wsum, fused */
+        /* scores, softmax, wsum, and decode (GPU family: decode_gpu and split_merge) */
+        ck_assert_int_eq(count_bin_files(dir, 0), gpu_family() ? 5 : 4);
     }
     remove_dir(dir);
     char off_dir[] = "/tmp/clattn_cache_off_XXXXXX";

@@ -27,14 +27,14 @@ import numpy as np; r=np.random.default_rng(1)
 for d in (64, 128):
     for n in 'qkv': np.save(f'/tmp/{n}{d}.npy', r.standard_normal((8,1000,d)).astype(np.float32))"
 for d in 64 128; do for a in fused unfused; do
-  "$B/clattn" run --q /tmp/q$d.npy --k /tmp/k$d.npy --v /tmp/v$d.npy --out /tmp/o.npy --algorithm $a --check 2>&1 | tail -1
-  echo "run --check d=$d $a rc=$?"; done; done
+  "$B/clattn" run --q /tmp/q$d.npy --k /tmp/k$d.npy --v /tmp/v$d.npy --out /tmp/o.npy --algorithm $a --check > /tmp/check.txt 2>&1
+  echo "run --check d=$d $a rc=$? $(tail -1 /tmp/check.txt)"; done; done
 el
 
 # 2. the GPU family's blocking (RQ,WG,TILE_KV) on the two head dims; unsupported ones say so
 SW="1,16,16,4096,4096,64,64,none,fused;1,16,16,4096,4096,128,128,none,fused"
 for bl in 4,256,32 4,256,16 4,128,64 4,128,32 4,128,16 2,256,32 2,256,64 6,128,32 6,128,16 4,64,64 4,64,32 2,128,64; do
-  CLATTN_BLOCKING=$bl timeout 60 "$B/clattn" bench --quiet --reps 3 --shapes "$SW" > "$O/sweep_$bl.txt" 2>&1
+  CLATTN_BLOCKING=$bl timeout 30 "$B/clattn" bench --quiet --reps 3 --shapes "$SW" > "$O/sweep_$bl.txt" 2>&1
   echo "sweep $bl rc=$?: $(grep -E '^1 ' "$O/sweep_$bl.txt" | awk '{printf "d=%s %s ms %s GFLOP/s; ", $6, $11, $14}')$(grep -iE 'error|unsupported' "$O/sweep_$bl.txt" | head -1 | cut -c1-160)"
 done
 el
@@ -52,7 +52,7 @@ el
 # 4. the tests (GPU family), shortest first
 export CLATTN_CASES_DIR=$R/tests/cases
 for t in test_seeds test_cases test_api test_random test_features; do
-  timeout 100 "$B/$t" > "$O/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^[0-9]+%' "$O/$t.log" | tail -1) $(grep -m3 -E ':[EF]:' "$O/$t.log" | cut -c1-200)"
+  timeout 60 "$B/$t" > "$O/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^[0-9]+%' "$O/$t.log" | tail -1) $(grep -m3 -E ':[EF]:' "$O/$t.log" | cut -c1-200)"
 done
 CLATTN_BIN=$B/clattn timeout 60 sh "$R/tests/test_cli.sh" > "$O/test_cli.log" 2>&1; echo "test_cli rc=$? $(tail -1 "$O/test_cli.log")"
 el
