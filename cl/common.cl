@@ -29,6 +29,10 @@
 #ifndef O_DT
 #define O_DT 0
 #endif
+/* A helper's variant for a storage type: TYPED(load_row16, K_DT)(…) calls load_row16_0,
+ * _1 or _2 (no variadic macros: NVIDIA's OpenCL C 1.2 compiler refuses them). */
+#define TYPED(fn, dt) TYPED_(fn, dt)
+#define TYPED_(fn, dt) fn##_##dt
 #define ELEM_T(dt) ELEM_T_(dt)
 #define ELEM_T_(dt) ELEM_T_##dt
 #define ELEM_T_0 float
@@ -291,8 +295,6 @@ DEFINE_LOAD_ROW16(1)
 #if READS_DT(2)
 DEFINE_LOAD_ROW16(2)
 #endif
-#define LOAD_ROW16(dt, ...) LOAD_ROW16_(dt, __VA_ARGS__)
-#define LOAD_ROW16_(dt, ...) load_row16_##dt(__VA_ARGS__)
 
 /* acc[r][a] += p[r][jj] · V[jj] (vector a) for every key jj of a staged V tile, for the
  * RQ rows of a work-item; keys of weight exactly 0 contribute nothing, even NaN or inf
@@ -376,7 +378,7 @@ void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, fl
  * elements one at a time elsewhere (a tile's partial end, strided views, d % 8).
  * Callers pass compile-time constants for d, d_pad, tile, wg and transpose, so the
  * compiler specialises this after inlining. One function per storage type:
- * stage_rows_0 (float), _1 (half), _2 (bf16); STAGE_ROWS(dt, …) picks one. */
+ * stage_rows_0 (float), _1 (half), _2 (bf16); TYPED(stage_rows, dt) picks one. */
 #define DEFINE_STAGE_ROWS(dt)                                                               \
     void stage_rows_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h, \
                          long j0, long n, int d, int d_pad, int tile, int wg, bool transpose, \
@@ -429,8 +431,6 @@ DEFINE_STAGE_ROWS(1)
 #if READS_DT(2)
 DEFINE_STAGE_ROWS(2)
 #endif
-#define STAGE_ROWS(dt, ...) STAGE_ROWS_(dt, __VA_ARGS__)
-#define STAGE_ROWS_(dt, ...) stage_rows_##dt(__VA_ARGS__)
 
 /* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
  * The arguments; lse may be NULL (not written). */

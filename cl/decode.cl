@@ -64,7 +64,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const bool real = rho < rows;
         const long qb = real ? view_at(q_off, q_st, b, h, i, 0) : 0;
         for (int cv = 0; cv < N_QV; cv++)
-            q16[r][cv] = real ? LOAD_ROW16(Q_DT, q, qb, q_st.s3, 16 * cv, D_K) : 0.0f;
+            q16[r][cv] = real ? TYPED(load_row16, Q_DT)(q, qb, q_st.s3, 16 * cv, D_K) : 0.0f;
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         m[r] = -INFINITY;
@@ -92,7 +92,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             if (in) { /* V row t, read next to K row t (two sequential streams) */
                 const long vb = view_at(v_off, v_st, b, hk, j0 + t, 0);
                 for (int a = 0; a < N_AV; a++)
-                    vstore16(LOAD_ROW16(V_DT, v, vb, v_st.s3, 16 * a, D_V), a, v_rows + t * D_V_PAD);
+                    vstore16(TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V), a, v_rows + t * D_V_PAD);
             }
             for (int r0 = 0; r0 < NR; r0 += SB) {
                 float16 d[SB];
@@ -102,7 +102,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                 if (in) {
 #pragma unroll
                     for (int cv = 0; cv < N_QV; cv++) {
-                        const float16 kv = LOAD_ROW16(K_DT, k, kb, k_st.s3, 16 * cv, D_K);
+                        const float16 kv = TYPED(load_row16, K_DT)(k, kb, k_st.s3, 16 * cv, D_K);
 #pragma unroll
                         for (int r = 0; r < SB; r++)
                             if (r0 + r < NR)

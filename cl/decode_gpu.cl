@@ -62,8 +62,6 @@ DEFINE_LOAD8(1)
 #else
 DEFINE_LOAD8(2)
 #endif
-#define LOAD8(dt, ...) LOAD8_(dt, __VA_ARGS__)
-#define LOAD8_(dt, ...) load8_##dt(__VA_ARGS__)
 
 /* the rule of row r of the block (query head *h and query *i), none past the rows */
 row_rule block_row(RULE_PARAMS, long b, long hk, int group, long n_q, long n_kv, long rho, long *h,
@@ -141,7 +139,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
         if (j < k_hi) {
             const long base = view_at(k_off, k_st, b, hk, j, 0);
             for (int c = 0; c < DK8; c += 8) {
-                const float8 kv = LOAD8(K_DT, k, base, k_st.s3, c, D_K);
+                const float8 kv = TYPED(load8, K_DT)(k, base, k_st.s3, c, D_K);
                 #pragma unroll
                 for (int r = 0; r < RB; r++) {
                     const float8 qv = vload8(0, q_s + r * DK8 + c);

@@ -104,8 +104,6 @@ DEFINE_STAGE4(1)
 #if READS_DT(2)
 DEFINE_STAGE4(2)
 #endif
-#define STAGE4(dt, ...) STAGE4_(dt, __VA_ARGS__)
-#define STAGE4_(dt, ...) stage4_##dt(__VA_ARGS__)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(FUSED_PARAMS)
 {
@@ -127,7 +125,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float slope = ALIBI ? alibi[h] : 0.0f;
 
-    (void)STAGE4(Q_DT, q, q_off, q_st, b, h, g0, n_q, BQ, D_K, DK4, QK_STRIDE, q_s);
+    (void)TYPED(stage4, Q_DT)(q, q_off, q_st, b, h, g0, n_q, BQ, D_K, DK4, QK_STRIDE, q_s);
     if (lid == 0)
         v_bad = 0;
     barrier(CLK_LOCAL_MEM_FENCE); /* v_bad cleared before any work-item stages V */
@@ -153,9 +151,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const bool terms = MASK_T || ALIBI || SOFTCAP || mask == MASK_NO_SELF;
 
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
-        (void)STAGE4(K_DT, k, k_off, k_st, b, hk, j0, n_kv, TILE_KV, D_K, DK4, QK_STRIDE, k_s);
+        (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, TILE_KV, D_K, DK4, QK_STRIDE, k_s);
 #if !KV_SHARED
-        if (STAGE4(V_DT, v, v_off, v_st, b, hk, j0, n_kv, TILE_KV, D_V, DVP, DVP, v_s))
+        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, TILE_KV, D_V, DVP, DVP, v_s))
             v_bad = 1; /* read after the row-max barrier, reset after the next one */
 #endif
         barrier(CLK_LOCAL_MEM_FENCE); /* Q, K (and V) staged */
@@ -196,7 +194,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         }
 #if KV_SHARED
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with K */
-        if (STAGE4(V_DT, v, v_off, v_st, b, hk, j0, n_kv, TILE_KV, D_V, DVP, DVP, v_s))
+        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, TILE_KV, D_V, DVP, DVP, v_s))
             v_bad = 1;
 #endif
 

@@ -53,7 +53,7 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
         skip = j0 >= gr.y || j0 + TILE_KV <= gr.x;
     }
     if (!skip)
-        STAGE_ROWS(K_DT, k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
+        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t);
     barrier(CLK_LOCAL_MEM_FENCE); /* K tile staged before anyone reads it */
     if (skip)
         return;

@@ -58,7 +58,7 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
     if (kr.y <= kr.x)
         kr = (long2)(0, min(n_kv, (long)TILE_KV));
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
-        STAGE_ROWS(V_DT, v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false,
+        TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false,
                    v_tile);
         tile_bad[get_local_id(0)] = rows_nonfinite(v_tile, TILE_KV, D_V_PAD, WG);
         barrier(CLK_LOCAL_MEM_FENCE); /* V tile staged before anyone reads it */

@@ -34,8 +34,9 @@ el
 # 2. the GPU family's blocking (RQ,WG,TILE_KV) on the two head dims; unsupported ones say so
 SW="1,16,16,4096,4096,64,64,none,fused;1,16,16,4096,4096,128,128,none,fused"
 for bl in 4,256,32 4,256,16 4,128,64 4,128,32 4,128,16 2,256,32 2,256,64 6,128,32 6,128,16 4,64,64 4,64,32 2,128,64; do
-  CLATTN_BLOCKING=$bl timeout 30 "$B/clattn" bench --quiet --reps 3 --shapes "$SW" > "$O/sweep_$bl.txt" 2>&1
-  echo "sweep $bl rc=$?: $(grep -E '^1 ' "$O/sweep_$bl.txt" | awk '{printf "d=%s %s ms %s GFLOP/s; ", $6, $11, $14}')$(grep -iE 'error|unsupported' "$O/sweep_$bl.txt" | head -1 | cut -c1-160)"
+  CLATTN_BLOCKING=$bl timeout 30 "$B/clattn" bench --quiet --reps 3 --shapes "$SW" > /tmp/sweep.txt 2>&1
+  rc=$?; { echo "== $bl rc=$rc"; cat /tmp/sweep.txt; } >> "$O/sweep.txt"
+  echo "sweep $bl rc=$rc: $(grep -E '^1 ' /tmp/sweep.txt | awk '{printf "d=%s %s ms %s GFLOP/s; ", $6, $11, $14}')$(grep -iE 'error|unsupported' /tmp/sweep.txt | head -1 | cut -c1-160)"
 done
 el
 
