@@ -432,6 +432,51 @@ DEFINE_STAGE_ROWS(1)
 DEFINE_STAGE_ROWS(2)
 #endif
 
+/* Rows [r0, r0 + rows) of head (b, h) of a view into local memory, row-major with
+ * `stride` floats per row, columns [0, dpad) (zeros past d and past n); every work-item
+ * of the group takes float4 chunks lid, lid + local size, … (coalesced along the row). Returns
+ * whether a value it staged is inf or NaN. One function per storage type:
+ * stage4_0 (float), _1 (half), _2 (bf16); TYPED(stage4, dt) picks one. */
+#define DEFINE_STAGE4(dt)                                                                   \
+    bool stage4_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h,  \
+                     long r0, long n, int rows, int d, int dpad, int stride,                \
+                     __local float *dst)                                                    \
+    {                                                                                       \
+        const int per_row = dpad / 4;                                                       \
+        int4 bad = 0;                                                                       \
+        for (int e = get_local_id(0); e < rows * per_row; e += (int)get_local_size(0)) {                        \
+            const int rr = e / per_row, c = 4 * (e % per_row);                              \
+            const long row = r0 + rr;                                                       \
+            float4 x = 0.0f;                                                                \
+            if (row < n) {                                                                  \
+                const long base = view_at(off, st, b, h, row, 0);                           \
+                if (st.s3 == 1 && c + 4 <= d) {                                             \
+                    x = LD4_##dt(src, base + c);                                            \
+                } else {                                                                    \
+                    float t[4];                                                             \
+                    for (int u = 0; u < 4; u++)                                             \
+                        t[u] = c + u < d ? LD_##dt(src, base + (c + u) * st.s3) : 0.0f;     \
+                    x = vload4(0, t);                                                       \
+                }                                                                           \
+            }                                                                               \
+            bad |= isnan(x) | isinf(x);                                                     \
+            vstore4(x, 0, dst + rr * stride + c);                                           \
+        }                                                                                   \
+        return any(bad);                                                                    \
+    }
+#define LD4_0(p, i) vload4(0, (p) + (i))
+#define LD4_1(p, i) vload_half4(0, (p) + (i))
+#define LD4_2(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
+#if READS_DT(0)
+DEFINE_STAGE4(0)
+#endif
+#if READS_DT(1)
+DEFINE_STAGE4(1)
+#endif
+#if READS_DT(2)
+DEFINE_STAGE4(2)
+#endif
+
 /* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
  * The arguments; lse may be NULL (not written). */
 #define FUSED_PARAMS                                                                        \

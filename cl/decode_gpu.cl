@@ -8,15 +8,17 @@
  * ρ = g·n_q + i for query head h = hk·group + g and query i, as decode.cl numbers them —
  * and streams its chunk of K and V once for all of them (grouped-query heads share
  * each K/V read), in steps of WG keys:
- *   1. scores: work-item t takes key j0 + t, reads its K row and forms the RB dot
- *      products against the rows' queries (staged in local memory; a broadcast);
+ *   1. scores: the group stages KB K rows at a time in local memory (coalesced), and
+ *      work-item t forms the dot products of key t % KB with rows t / KB, … (the
+ *      queries staged in local memory too);
  *   2. steps that are not fully visible to every row, or have score terms, pass through
  *      score_terms16 (common.cl) 16 keys of a row at a time, as in fused_gpu.cl;
  *   3. the row maxima of the step (16 partial maxima per row), the online-softmax
  *      rescale, P = exp(S − m) in local memory;
- *   4. O += P·V: work-item t owns column t % CW (and t % CW + CW, …) of every row and
- *      keys of one residue mod KS = WG/CW; the work-items of a warp read consecutive
- *      columns of a V row (coalesced). Keys of weight 0 add nothing (inf/NaN values).
+ *   4. O += P·V, KB keys at a time staged in local memory like K: work-item t owns
+ *      column t % CW (and t % CW + CW, …) of every row and the keys of one residue mod
+ *      KS = WG/CW. Keys of weight 0 add nothing (inf/NaN values).
+ * Local memory (plan.c's decode_gpu_local must agree): q_s, k_s, s_s, red, comb, comb_l.
  * Output: per row and split, O_s = acc/l (float32) and the LSE of the split relative to
  * the row's ALiBi reference, m + log l (−∞ where the split has no visible key), at
  * part_o[(row·n_splits + s)·D_V + c] and part_lse[row·n_splits + s], row =
@@ -43,25 +45,12 @@
 #define KS (WG / CW)                  /* key residues: work-items sharing a column */
 #define NCOL ((D_V + CW - 1) / CW)     /* columns per work-item */
 #define NSV (WG / 16)                  /* 16-key vectors per step */
-
-/* 8 elements c … c+7 of a row at src[base] (stride st3 along d), zeros past d */
-#define DEFINE_LOAD8(dt)                                                                    \
-    float8 load8_##dt(__global const ELEM_T_##dt *src, long base, long st3, int c, int d)  \
-    {                                                                                       \
-        if (st3 == 1 && c + 8 <= d)                                                         \
-            return LD8_##dt(src, base + c);                                                 \
-        float t[8];                                                                         \
-        for (int u = 0; u < 8; u++)                                                         \
-            t[u] = c + u < d ? LD_##dt(src, base + (c + u) * st3) : 0.0f;                   \
-        return vload8(0, t);                                                                \
-    }
-#if K_DT == 0
-DEFINE_LOAD8(0)
-#elif K_DT == 1
-DEFINE_LOAD8(1)
-#else
-DEFINE_LOAD8(2)
+#ifndef KB
+#define KB 32 /* keys per K / V staging (a divisor of WG) */
 #endif
+#define K_STRIDE (DK8 + 4)             /* local row stride of the staged K rows */
+#define DVW (NCOL * CW)                /* … and of the staged V rows */
+#define KV_FLOATS (KB * (K_STRIDE > DVW ? K_STRIDE : DVW))
 
 /* the rule of row r of the block (query head *h and query *i), none past the rows */
 row_rule block_row(RULE_PARAMS, long b, long hk, int group, long n_q, long n_kv, long rho, long *h,
@@ -83,6 +72,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     float scale, int n_splits, long chunk, RULE_PARAMS, TERM_PARAMS)
 {
     __local float q_s[RB * DK8];
+    __local float k_s[KV_FLOATS]; /* K rows, then V rows, of the step, KB at a time */
     __local float s_s[RB * WG];   /* s_s[r·WG + t]: scores, then weights, of the step */
     __local float red[RB * 16];   /* partial maxima */
     __local float comb[RB * WG];  /* the KS key residues' sums at the end */
@@ -131,33 +121,28 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     barrier(CLK_LOCAL_MEM_FENCE); /* the queries staged */
     const int kh = t / CW, col = t % CW;
     for (long j0 = k_lo; j0 < k_hi; j0 += WG) {
-        /* 1. scores of key j0 + t */
-        const long j = j0 + t;
-        float s[RB];
-        for (int r = 0; r < RB; r++)
-            s[r] = 0.0f;
-        if (j < k_hi) {
-            const long base = view_at(k_off, k_st, b, hk, j, 0);
-            for (int c = 0; c < DK8; c += 8) {
-                const float8 kv = TYPED(load8, K_DT)(k, base, k_st.s3, c, D_K);
-                #pragma unroll
-                for (int r = 0; r < RB; r++) {
-                    const float8 qv = vload8(0, q_s + r * DK8 + c);
-                    float x = fma(qv.s0, kv.s0, s[r]);
-                    x = fma(qv.s1, kv.s1, x);
-                    x = fma(qv.s2, kv.s2, x);
-                    x = fma(qv.s3, kv.s3, x);
-                    x = fma(qv.s4, kv.s4, x);
-                    x = fma(qv.s5, kv.s5, x);
-                    x = fma(qv.s6, kv.s6, x);
-                    s[r] = fma(qv.s7, kv.s7, x);
+        /* 1. scores, KB keys at a time: the group stages their K rows in local memory
+         * (coalesced float4 loads), then work-item t forms the dot products of key
+         * t % KB with rows t / KB, t / KB + WG/KB, … */
+        for (int sb = 0; sb < WG; sb += KB) {
+            (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0 + sb, k_hi, KB, D_K, DK8, K_STRIDE,
+                                      k_s);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            const int kk = t % KB;
+            for (int r = t / KB; r < RB; r += WG / KB) {
+                float x = 0.0f;
+                for (int c = 0; c < DK8; c += 4) {
+                    const float4 qv = vload4(0, q_s + r * DK8 + c);
+                    const float4 kv = vload4(0, k_s + kk * K_STRIDE + c);
+                    x = fma(qv.x, kv.x, x);
+                    x = fma(qv.y, kv.y, x);
+                    x = fma(qv.z, kv.z, x);
+                    x = fma(qv.w, kv.w, x);
                 }
+                s_s[r * WG + sb + kk] = j0 + sb + kk < k_hi ? x * scale : -INFINITY;
             }
+            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */
         }
-        #pragma unroll
-        for (int r = 0; r < RB; r++)
-            s_s[r * WG + t] = j < k_hi ? s[r] * scale : -INFINITY;
-        barrier(CLK_LOCAL_MEM_FENCE);
         /* 2. the rule and score terms (uniform: the same for the whole group) */
         if (terms || lo_max > j0 || hi_min < j0 + WG || j0 + WG > k_hi) {
             for (int ch = t; ch < RB * NSV; ch += WG) {
@@ -206,20 +191,28 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
                 m[r] = m_new[r];
             }
         barrier(CLK_LOCAL_MEM_FENCE); /* P in place */
-        /* 4. O += P·V over this work-item's key residue */
-        for (int jj = kh; jj < WG && j0 + jj < k_hi; jj += KS) {
-            const long base = view_at(v_off, v_st, b, hk, j0 + jj, 0);
-            float vv[NCOL];
-            for (int n = 0; n < NCOL; n++)
-                vv[n] = col + CW * n < D_V ? LD(V_DT, v, base + (col + CW * n) * v_st.s3) : 0.0f;
-            #pragma unroll
-            for (int r = 0; r < RB; r++) {
-                const float p = s_s[r * WG + jj];
-                l[r] += p;
-                if (p != 0.0f)
-                    for (int n = 0; n < NCOL; n++)
-                        acc[r][n] = fma(p, vv[n], acc[r][n]);
+        /* 4. O += P·V over this work-item's key residue, KB keys at a time: the group
+         * stages their V rows in local memory (coalesced float4 loads, all in flight at
+         * once) in K's buffer; staged keys past the split weigh 0 */
+        for (int sb = 0; sb < WG && j0 + sb < k_hi; sb += KB) {
+            (void)TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0 + sb, k_hi, KB, D_V, DVW, DVW,
+                                      k_s);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int jj = kh; jj < KB; jj += KS) {
+                float vv[NCOL];
+                #pragma unroll
+                for (int n = 0; n < NCOL; n++)
+                    vv[n] = k_s[jj * DVW + col + CW * n];
+                #pragma unroll
+                for (int r = 0; r < RB; r++) {
+                    const float p = s_s[r * WG + sb + jj];
+                    l[r] += p;
+                    if (p != 0.0f) /* weight 0 adds nothing, even inf or NaN values */
+                        for (int n = 0; n < NCOL; n++)
+                            acc[r][n] = fma(p, vv[n], acc[r][n]);
+                }
             }
+            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads of P done before the next step */
     }

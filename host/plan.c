@@ -266,12 +266,27 @@ static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n
  * or clattn_context_set_decode_splits() sets the count instead. */
 #define GPU_DECODE_WG 128
 #define GPU_DECODE_MAX_SPLITS 256
+#define GPU_DECODE_KB 32 /* keys per K / V staging */
+
+/* decode_gpu.cl's local memory in bytes for rb rows per group (its local arrays) */
+static int64_t decode_gpu_local(int64_t d_k, int64_t d_v, size_t rb)
+{
+    const int64_t wg = GPU_DECODE_WG, r = (int64_t)rb, dk8 = clattn_ceil_div(d_k, 8) * 8;
+    const int64_t cw = d_v <= wg && wg % (d_v > 0 ? d_v : 1) == 0 ? d_v : wg;
+    const int64_t dvw = clattn_ceil_div(d_v, cw > 0 ? cw : 1) * cw, ks = wg / (cw > 0 ? cw : 1);
+    const int64_t kv = GPU_DECODE_KB * (dk8 + 4 > dvw ? dk8 + 4 : dvw);
+    return (r * dk8 + kv + 2 * r * wg + r * 16 + r * ks) * (int64_t)sizeof(float) + 16;
+}
 static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem *pr, int64_t group,
                                        const features *f, clattn_blocked *out)
 {
     const int64_t n_q = pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3], n_kv = pr->k.n[2];
     const int64_t rows = group * n_q;
-    const size_t rb = rows < 8 ? (size_t)rows : 8;
+    size_t rb = rows < 1 ? 1 : rows < 8 ? (size_t)rows : 8;
+    while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
+        rb--;
+    if (decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
+        return decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, out); /* head dims too big */
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
     int64_t splits = ctx->decode_splits;
     if (splits <= 0) {
@@ -291,8 +306,8 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     const int64_t chunk = clattn_ceil_div(clattn_ceil_div(n_kv, splits), GPU_DECODE_WG) *
                           GPU_DECODE_WG;
     char opts[400];
-    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu %s", (long long)d_k,
-             (long long)d_v, GPU_DECODE_WG, rb, f->opts);
+    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu -DKB=%d %s",
+             (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, GPU_DECODE_KB, f->opts);
     clattn_status st = clattn_get_kernel(ctx, "decode_gpu.cl", opts, &out->entry);
     if (st != CLATTN_SUCCESS)
         return st;
@@ -334,7 +349,9 @@ static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k,
 static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k, int64_t d_v,
                                       size_t wg_request, const char *feat, clattn_blocked *out)
 {
-    static const size_t prefs[][3] = {{4, 256, 64}, {4, 256, 32}, {4, 128, 64}, {4, 128, 32},
+    /* measured on an H200 (docs/BENCHMARKS.md): d 64 fastest at 4,128,64 (4,256,32: 10 %
+     * slower), d 128 at 4,128,32 with K and V sharing a buffer */
+    static const size_t prefs[][3] = {{4, 256, 64}, {4, 128, 64}, {4, 256, 32}, {4, 128, 32},
                                       {4, 128, 16}, {2, 128, 16}, {2, 64, 16},  {1, 64, 16},
                                       {1, 16, 16}};
     const size_t n_prefs = sizeof prefs / sizeof prefs[0];

@@ -3,8 +3,8 @@
 # data races and missing barriers. oclgrind exits 0 even when it reports, so each run
 # logs to a file and a non-empty log fails the test. Small shapes with tails off every
 # tile (n_q 19, n_kv 37, d_k 20, d_v 9, grouped heads 2:1), all masks, both algorithms,
-# the GPU blocking oclgrind's device gets by default and the CPU blocking (4 queries per
-# work-item), plus the demo (the decoding path and the three stages on their own) and the
+# both kernel families (oclgrind's device is a GPU: the GPU family by default), each with
+# its default blocking and with 4 queries per work-item in groups of 8, plus the demo (the decoding path and the three stages on their own) and the
 # decode kernel's test with all terms, with one and with several rows per work-item.
 # Usage: CLATTN_BIN=build/clattn [CLATTN_FEATURES_BIN=build/tests/test_features]
 #        sh tests/test_oclgrind.sh   (run from anywhere)
@@ -29,20 +29,23 @@ check() { # name, command...
 }
 
 check demo "$bin" demo
-for blocking in default 4,8,32; do
+for fb in gpu:default gpu:4,8,32 cpu:default cpu:4,8,32; do
+    export CLATTN_KERNEL_FAMILY=${fb%%:*}
+    blocking=${fb#*:}
     for mask in none causal causal-bottom-right no-self; do
         for alg in fused unfused; do
             if [ "$blocking" = default ]; then unset CLATTN_BLOCKING; else export CLATTN_BLOCKING=$blocking; fi
             set -- --q "$data/og_q.npy" --k "$data/og_k.npy" --v "$data/og_v.npy" \
                 --out "$tmp/o.npy" --mask "$mask" --algorithm "$alg" --check
             [ "$alg" = unfused ] && set -- "$@" --weights "$tmp/w.npy"
-            check "$blocking $mask $alg" "$bin" run "$@"
+            check "$fb $mask $alg" "$bin" run "$@"
         done
     done
 done
 # the optional terms and outputs (every branch of score_terms16, the LSE and
-# weights-from-LSE pass, head means, 16-bit loads and stores), default blocking
-unset CLATTN_BLOCKING
+# weights-from-LSE pass, head means, 16-bit loads and stores), default blocking, GPU
+# family (the CPU family's kernels read the same terms through the same helpers)
+unset CLATTN_BLOCKING CLATTN_KERNEL_FAMILY
 base="--q $data/og_q.npy --k $data/og_k.npy --v $data/og_v.npy --check"
 for alg in fused unfused; do
     check "features A $alg" "$bin" run $base --out "$tmp/o.npy" --algorithm "$alg" \
@@ -59,14 +62,17 @@ done
 if [ -n "${CLATTN_FEATURES_BIN:-}" ]; then
     export CK_RUN_CASE=merge
     check "merge" "$CLATTN_FEATURES_BIN"
-    # the decode kernel with every term, GQA 4:1 x 5 queries: one row per work-item (the
-    # GPU default oclgrind's device gets), and the CPU's blocks of rows: 5 rows (a
-    # register block of 4 and one of 1), 4 rows
+    # the decode kernels with every term, GQA 4:1 x 5 queries: the GPU family's split-KV
+    # decoding (oclgrind's default), and the CPU family's decode.cl with one row per
+    # work-item and with blocks of rows: 5 rows (a register block of 4 and one of 1), 4
     export CK_RUN_CASE=decode
-    for blocking in default 6,1,16 4,1,16; do
+    for fb in gpu:default cpu:1,1,16 cpu:6,1,16 cpu:4,1,16; do
+        export CLATTN_KERNEL_FAMILY=${fb%%:*}
+        blocking=${fb#*:}
         if [ "$blocking" = default ]; then unset CLATTN_BLOCKING; else export CLATTN_BLOCKING=$blocking; fi
-        check "decode $blocking" "$CLATTN_FEATURES_BIN"
+        check "decode $fb" "$CLATTN_FEATURES_BIN"
     done
+    unset CLATTN_KERNEL_FAMILY
     unset CK_RUN_CASE CLATTN_BLOCKING
 fi
 # float64 LSEs: the kernels' LSE_DT=4 stores, the merge's float64 running LSE (case R17)

@@ -33,10 +33,17 @@ el
 
 # 2. the GPU family's blocking (RQ,WG,TILE_KV) on the two head dims; unsupported ones say so
 SW="1,16,16,4096,4096,64,64,none,fused;1,16,16,4096,4096,128,128,none,fused"
-for bl in 4,256,32 4,256,16 4,128,64 4,128,32 4,128,16 2,256,32 2,256,64 6,128,32 6,128,16 4,64,64 4,64,32 2,128,64; do
+for bl in 4,256,32 4,128,64 6,128,32 4,128,32 6,128,16; do
   CLATTN_BLOCKING=$bl timeout 30 "$B/clattn" bench --quiet --reps 3 --shapes "$SW" > /tmp/sweep.txt 2>&1
   rc=$?; { echo "== $bl rc=$rc"; cat /tmp/sweep.txt; } >> "$O/sweep.txt"
   echo "sweep $bl rc=$rc: $(grep -E '^1 ' /tmp/sweep.txt | awk '{printf "d=%s %s ms %s GFLOP/s; ", $6, $11, $14}')$(grep -iE 'error|unsupported' /tmp/sweep.txt | head -1 | cut -c1-160)"
+done
+el
+# split-KV decoding: the chosen split count (0) against fixed ones
+SD="8,32,8,1,32768,128,128,none,fused,f16;1,32,8,1,32768,128,128,none,fused,f16"
+for ns in 0 4 16 64 256; do
+  CLATTN_DECODE_SPLITS=$ns timeout 30 "$B/clattn" bench --quiet --reps 5 --shapes "$SD" > /tmp/split.txt 2>&1
+  echo "decode splits $ns rc=$?: $(grep -E '^[18] ' /tmp/split.txt | awk '{printf "b=%s %s ms %s GB/s; ", $1, $11, $15}')"
 done
 el
 
@@ -53,7 +60,7 @@ el
 # 4. the tests (GPU family), shortest first
 export CLATTN_CASES_DIR=$R/tests/cases
 for t in test_seeds test_cases test_api test_random test_features; do
-  timeout 60 "$B/$t" > "$O/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^[0-9]+%' "$O/$t.log" | tail -1) $(grep -m3 -E ':[EF]:' "$O/$t.log" | cut -c1-200)"
+  timeout 120 "$B/$t" > "$O/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^[0-9]+%' "$O/$t.log" | tail -1) $(grep -m3 -E ':[EF]:' "$O/$t.log" | cut -c1-200)"
 done
 CLATTN_BIN=$B/clattn timeout 60 sh "$R/tests/test_cli.sh" > "$O/test_cli.log" 2>&1; echo "test_cli rc=$? $(tail -1 "$O/test_cli.log")"
 el
