@@ -31,15 +31,15 @@ struct clattn_context {
     cl_command_queue queue;
     char device_name[256];
     cl_device_type device_type;
-    size_t max_wg;       /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
-    size_t max_wi[3];    /* CL_DEVICE_MAX_WORK_ITEM_SIZES */
-    cl_ulong local_mem;  /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
+    size_t max_wg;         /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    size_t max_wi[3];      /* CL_DEVICE_MAX_WORK_ITEM_SIZES */
+    cl_ulong local_mem;    /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
     cl_uint compute_units; /* CL_DEVICE_MAX_COMPUTE_UNITS */
-    cl_ulong max_alloc;  /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
-    cl_ulong global_mem; /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
-    bool has_fp64;       /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
-    char *kernel_dir;    /* NULL = embedded sources */
-    char *cache_dir;     /* program-binary cache folder; NULL = off */
+    cl_ulong max_alloc;    /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
+    cl_ulong global_mem;   /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
+    bool has_fp64;         /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
+    char *kernel_dir;      /* NULL = embedded sources */
+    char *cache_dir;       /* program-binary cache folder; NULL = off */
     clattn_program_entry *programs;
     char *tune_path;         /* the device's tuning file (NULL: cache disabled) */
     clattn_tune_entry *tune; /* stored entries, loaded at creation */
@@ -163,11 +163,11 @@ clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const 
  * group, TILE_KV keys per step (compile-time constants of the program). */
 typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
-    bool decode; /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
-    size_t rows; /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
-                  * decode_gpu.cl: rows of a KV head per work-group */
-    size_t n_splits;     /* decode_gpu.cl (0: not split-KV): key chunks, */
-    int64_t split_chunk; /* … of this many keys each */
+    bool decode;     /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
+    size_t rows;     /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
+                      * decode_gpu.cl: rows of a KV head per work-group */
+    size_t n_splits; /* decode_gpu.cl (0: not split-KV): key chunks, */
+    int64_t split_chunk;         /* … of this many keys each */
     clattn_program_entry *merge; /* … merged by split_merge.cl */
     clattn_program_entry *entry;
 } clattn_blocked;

@@ -208,8 +208,11 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     const size_t global[2] = {groups * bk->wg,
                               (size_t)(q->n[0] * (bk->decode ? k->n[1] : q->n[1]))};
     const size_t local[2] = {bk->wg, 1};
-    return launch(ctx, bk->decode ? "decode" : bk->rows ? "fused_gpu" : "fused", &a, 2, global, local,
-                  n_wait, wait, done);
+    return launch(ctx,
+                  bk->decode ? "decode"
+                  : bk->rows ? "fused_gpu"
+                             : "fused",
+                  &a, 2, global, local, n_wait, wait, done);
 }
 
 /* Split-KV decoding (decode_gpu.cl, then split_merge.cl): the splits' O and LSE into a
@@ -222,8 +225,8 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
 {
     const int64_t rows = q->n[0] * q->n[1] * q->n[2], ns = (int64_t)bk->n_splits;
     cl_mem po = NULL, pl = NULL;
-    clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * ns * o->n[3] * 4, NULL,
-                                            &po);
+    clattn_status st =
+        clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * ns * o->n[3] * 4, NULL, &po);
     if (st == CLATTN_SUCCESS)
         st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * ns * 4, NULL, &pl);
     cl_event ev = NULL;

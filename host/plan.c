@@ -261,9 +261,10 @@ static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n
 
 /* decode_gpu.cl + split_merge.cl (the GPU family's decoding): RB rows of a KV head per
  * work-group of WG keys per step, and the keys cut into splits so that batch x KV heads
- * x row blocks x splits work-groups are at least 4 per compute unit, with at least 2
- * steps per split (at most 256 splits). CLATTN_DECODE_SPLITS (read at context creation)
- * or clattn_context_set_decode_splits() sets the count instead. */
+ * x row blocks x splits work-groups are at least 16 per compute unit, with at least 4
+ * steps per split (at most 256 splits; an H200 measured 64 splits of (1, 32, 8, 32768)
+ * 4.7x faster than 16, 256 no faster; docs/BENCHMARKS.md). CLATTN_DECODE_SPLITS (read at context
+ * creation) or clattn_context_set_decode_splits() sets the count instead. */
 #define GPU_DECODE_WG 128
 #define GPU_DECODE_MAX_SPLITS 256
 #define GPU_DECODE_KB 32 /* keys per K / V staging */
@@ -290,9 +291,9 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
     int64_t splits = ctx->decode_splits;
     if (splits <= 0) {
-        const int64_t want = 4 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1);
+        const int64_t want = 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1);
         splits = clattn_ceil_div(want, blocks > 0 ? blocks : 1);
-        const int64_t most = clattn_ceil_div(n_kv, 2 * GPU_DECODE_WG);
+        const int64_t most = clattn_ceil_div(n_kv, 4 * GPU_DECODE_WG);
         if (splits > most)
             splits = most;
     }
@@ -303,8 +304,8 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     if (splits < 1)
         splits = 1;
     /* whole steps per split; the count follows */
-    const int64_t chunk = clattn_ceil_div(clattn_ceil_div(n_kv, splits), GPU_DECODE_WG) *
-                          GPU_DECODE_WG;
+    const int64_t chunk =
+        clattn_ceil_div(clattn_ceil_div(n_kv, splits), GPU_DECODE_WG) * GPU_DECODE_WG;
     char opts[400];
     snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu -DKB=%d %s",
              (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, GPU_DECODE_KB, f->opts);
@@ -351,9 +352,9 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
 {
     /* measured on an H200 (docs/BENCHMARKS.md): d 64 fastest at 4,128,64 (4,256,32: 10 %
      * slower), d 128 at 4,128,32 with K and V sharing a buffer */
-    static const size_t prefs[][3] = {{4, 256, 64}, {4, 128, 64}, {4, 256, 32}, {4, 128, 32},
-                                      {4, 128, 16}, {2, 128, 16}, {2, 64, 16},  {1, 64, 16},
-                                      {1, 16, 16}};
+    static const size_t prefs[][3] = {{4, 256, 64}, {4, 128, 64}, {4, 256, 32},
+                                      {4, 128, 32}, {4, 128, 16}, {2, 128, 16},
+                                      {2, 64, 16},  {1, 64, 16},  {1, 16, 16}};
     const size_t n_prefs = sizeof prefs / sizeof prefs[0];
     const clattn_blocking_request r = {CLATTN_KERNEL_FUSED, d_k, d_v, n_q, 0, 0, 0, 0, wg_request};
     size_t e[3];
@@ -372,9 +373,9 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
         /* private floats per work-item: O and score micro-tiles, the float4s of one step,
          * maxima and sums, 16 scores of the terms pass (CPU devices: the stack bound) */
         const int64_t ct = (int64_t)gpu_ct(wg);
-        const int64_t priv = (int64_t)rq * (clattn_ceil_div(d_v, 4 * ct) * 4 + (int64_t)tile / ct +
-                                            6) +
-                             (int64_t)tile / ct * 4 + 48;
+        const int64_t priv =
+            (int64_t)rq * (clattn_ceil_div(d_v, 4 * ct) * 4 + (int64_t)tile / ct + 6) +
+            (int64_t)tile / ct * 4 + 48;
         limit = clattn_group_limit_private(ctx, priv * (int64_t)sizeof(float));
         const bool fixed = (at == 0 && ex == 1) || (wg_request != 0 && at == n_prefs);
         bool kv_shared = false;
@@ -383,7 +384,6 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
             why = "exceeds the device's work-group limit";
         else if (!gpu_fits(ctx, d_k, d_v, rq, wg, tile, &kv_shared))
             why = "needs more local memory than the device has";
-        clattn_status st = CLATTN_SUCCESS;
         if (!why) {
             char opts[400];
             snprintf(opts, sizeof opts,
@@ -391,7 +391,7 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
                             "-DKV_SHARED=%d",
                      (long long)d_k, (long long)d_v, feat, tile, wg, rq, gpu_ct(wg),
                      kv_shared ? 1 : 0);
-            st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
+            const clattn_status st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
             if (st != CLATTN_SUCCESS)
                 return st;
             if (out->entry->kernel_wg_max < wg)
@@ -408,8 +408,8 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
             return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                                "GPU family fused kernel: blocking %zu,%zu,%zu (RQ,WG,TILE_KV; "
                                "%s) %s (local memory %llu bytes, work-group limit %zu)",
-                               rq, wg, tile, ex == 1 && at == 0 ? "an override" : "requested",
-                               why, (unsigned long long)ctx->local_mem, limit);
+                               rq, wg, tile, ex == 1 && at == 0 ? "an override" : "requested", why,
+                               (unsigned long long)ctx->local_mem, limit);
     }
     return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                        "GPU family fused kernel: no blocking fits d_k %lld, d_v %lld in %llu "

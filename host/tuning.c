@@ -175,7 +175,7 @@ static bool parse_line(const char *line, clattn_tune_entry *e)
 void clattn_tuning_init(clattn_context *ctx)
 {
     const char *family = getenv("CLATTN_KERNEL_FAMILY");
-    ctx->family = !family                    ? CLATTN_KERNEL_FAMILY_AUTO
+    ctx->family = !family                      ? CLATTN_KERNEL_FAMILY_AUTO
                   : strcmp(family, "gpu") == 0 ? CLATTN_KERNEL_FAMILY_GPU
                   : strcmp(family, "cpu") == 0 ? CLATTN_KERNEL_FAMILY_CPU
                                                : CLATTN_KERNEL_FAMILY_AUTO;
@@ -277,8 +277,7 @@ int clattn_tuning_explicit(const clattn_context *ctx, const clattn_blocking_requ
     if (r->wg_request != 0 || !ctx->use_stored_tuning)
         return 0;
     const clattn_tune_entry *t = find(ctx->tune, ctx->n_tune, r->kernel, r->d_k, r->d_v, false);
-    if (t &&
-        r->n_q >= (int64_t)(t->blocking.queries_per_work_item * t->blocking.work_group_size) &&
+    if (t && r->n_q >= (int64_t)(t->blocking.queries_per_work_item * t->blocking.work_group_size) &&
         t->blocking.work_group_size <=
             group_limit(ctx, r, t->blocking.queries_per_work_item, t->blocking.tile_kv) &&
         clattn_fit_tile_kv(ctx, r->local_per_key, t->blocking.tile_kv) == t->blocking.tile_kv) {

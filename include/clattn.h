@@ -274,8 +274,8 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
 /**
  * Split-KV decoding (the GPU family, n_q <= 16, no weights requested): the keys are cut
  * into `splits` chunks, each taken by its own work-groups, and the partial results are
- * merged (Flash-Decoding). 0 (the default) chooses: enough work-groups for 4 per
- * compute unit, at least 256 keys per split. clattn_attention_plan() reports the
+ * merged (Flash-Decoding). 0 (the default) chooses: enough work-groups for 16 per
+ * compute unit, at least 512 keys per split. clattn_attention_plan() reports the
  * count. The CLATTN_DECODE_SPLITS environment variable, read once when a context is
  * created, does the same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, splits outside
