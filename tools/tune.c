@@ -21,8 +21,9 @@ static const char tune_usage[] =
     "Searches the blocking of the tiled kernels (RQ queries per work-item, WG\n"
     "work-items per work-group, TILE_KV keys per local-memory tile) on one device:\n"
     "for every shape and algorithm it times the built-in choice and each candidate\n"
-    "(by default RQ 1,2,4,6 x WG 4,8,16,32 x TILE_KV 32,64,128; a candidate the\n"
-    "device refuses is skipped), prints the best per case, and stores it per kernel\n"
+    "(by default RQ 1,2,4,6 x WG 4,8,16,32 x TILE_KV 32,64,128 for the CPU kernel\n"
+    "family, RQ 2,4,6 x WG 64,128,256 x TILE_KV 16,32,64 for the GPU family; a\n"
+    "candidate the device refuses is skipped), prints the best per case, and stores it per kernel\n"
     "and head dims in the device's tuning file (clattn_context_tuning_file(): in the\n"
     "program-binary cache folder). Later contexts on the same device, driver and\n"
     "clattn version use it for problems with at least RQ x WG queries; CLATTN_TUNE=off\n"
@@ -35,7 +36,8 @@ static const char tune_usage[] =
     "  --reps N        timed runs per candidate (default 3, after one warm-up)\n"
     "  --rq LIST       the RQ values to try, comma-separated, each 1..6 (default\n"
     "                  1,2,4,6)\n"
-    "  --wg LIST       the WG values, each 1..1024 (default 4,8,16,32)\n"
+    "  --wg LIST       the WG values, each 1..1024 (default 4,8,16,32; GPU family\n"
+    "                  64,128,256)\n"
     "  --tile LIST     the TILE_KV values, multiples of 16 within 16..512 (default\n"
     "                  32,64,128)\n"
     "  --dry-run       print the results but do not write the tuning file\n"
@@ -142,7 +144,6 @@ int cmd_tune(int argc, char **argv)
         (wg_text && (n_wg = parse_list("--wg", wg_text, 1, 1024, 1, wgs, 8)) < 0) ||
         (tile_text && (n_tile = parse_list("--tile", tile_text, 16, 512, 16, tiles, 8)) < 0))
         return 2;
-    const int n_cand = n_rq * n_wg * n_tile;
     bench_case cases[32];
     const int n_cases = parse_shapes(shapes, cases, 32);
     if (n_cases < 0)
@@ -152,6 +153,19 @@ int cmd_tune(int argc, char **argv)
     clattn_context *ctx;
     if (clattn_context_create(&opt, &ctx) != CLATTN_SUCCESS)
         return bench_fail("%s", clattn_last_error_message(NULL));
+    if (clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU) {
+        /* the GPU family: work-groups of cooperating work-items (16 per row block), tiles
+         * that local memory holds; what does not fit is refused and skipped */
+        static const unsigned g_rq[3] = {2, 4, 6}, g_wg[3] = {64, 128, 256},
+                              g_tile[3] = {16, 32, 64};
+        if (!rq_text)
+            n_rq = 3, memcpy(rqs, g_rq, sizeof g_rq);
+        if (!wg_text)
+            n_wg = 3, memcpy(wgs, g_wg, sizeof g_wg);
+        if (!tile_text)
+            n_tile = 3, memcpy(tiles, g_tile, sizeof g_tile);
+    }
+    const int n_cand = n_rq * n_wg * n_tile;
     (void)clattn_context_use_stored_tuning(ctx,
                                            0); /* time the built-in choice, not an older tuning */
     const char *path = clattn_context_tuning_file(ctx);
