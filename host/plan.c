@@ -352,9 +352,8 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
 {
     /* measured on an H200 (docs/BENCHMARKS.md): d 64 fastest at 4,128,64 (4,256,32: 10 %
      * slower), d 128 at 4,128,32 with K and V sharing a buffer */
-    static const size_t prefs[][3] = {{4, 256, 64}, {4, 128, 64}, {4, 256, 32},
-                                      {4, 128, 32}, {4, 128, 16}, {2, 128, 16},
-                                      {2, 64, 16},  {1, 64, 16},  {1, 16, 16}};
+    static const size_t prefs[][3] = {{4, 128, 64}, {4, 256, 32}, {4, 128, 32}, {4, 128, 16},
+                                      {2, 128, 16}, {2, 64, 16},  {1, 64, 16},  {1, 16, 16}};
     const size_t n_prefs = sizeof prefs / sizeof prefs[0];
     const clattn_blocking_request r = {CLATTN_KERNEL_FUSED, d_k, d_v, n_q, 0, 0, 0, 0, wg_request};
     size_t e[3];
