@@ -49,7 +49,7 @@
 #define KB 32 /* keys per K / V staging (a divisor of WG) */
 #endif
 #define K_STRIDE (DK8 + 4)             /* local row stride of the staged K rows */
-#define DVW (NCOL * CW)                /* … and of the staged V rows */
+#define DVW ((NCOL * CW + 3) / 4 * 4)  /* … and of the staged V rows (whole float4s) */
 #define KV_FLOATS (KB * (K_STRIDE > DVW ? K_STRIDE : DVW))
 
 /* the rule of row r of the block (query head *h and query *i), none past the rows */

@@ -274,7 +274,8 @@ static int64_t decode_gpu_local(int64_t d_k, int64_t d_v, size_t rb)
 {
     const int64_t wg = GPU_DECODE_WG, r = (int64_t)rb, dk8 = clattn_ceil_div(d_k, 8) * 8;
     const int64_t cw = d_v <= wg && wg % (d_v > 0 ? d_v : 1) == 0 ? d_v : wg;
-    const int64_t dvw = clattn_ceil_div(d_v, cw > 0 ? cw : 1) * cw, ks = wg / (cw > 0 ? cw : 1);
+    const int64_t dvw = clattn_ceil_div(clattn_ceil_div(d_v, cw > 0 ? cw : 1) * cw, 4) * 4;
+    const int64_t ks = wg / (cw > 0 ? cw : 1);
     const int64_t kv = GPU_DECODE_KB * (dk8 + 4 > dvw ? dk8 + 4 : dvw);
     return (r * dk8 + kv + 2 * r * wg + r * 16 + r * ks) * (int64_t)sizeof(float) + 16;
 }
