@@ -29,6 +29,19 @@
 #ifndef O_DT
 #define O_DT 0
 #endif
+/* the backward pass's dO, dQ, dK and dV (bwd_*.cl) */
+#ifndef DO_DT
+#define DO_DT 0
+#endif
+#ifndef DQ_DT
+#define DQ_DT 0
+#endif
+#ifndef DK_DT
+#define DK_DT 0
+#endif
+#ifndef DV_DT
+#define DV_DT 0
+#endif
 /* A helper's variant for a storage type: TYPED(load_row16, K_DT)(…) calls load_row16_0,
  * _1 or _2 (no variadic macros: NVIDIA's OpenCL C 1.2 compiler refuses them). */
 #define TYPED(fn, dt) TYPED_(fn, dt)
@@ -444,7 +457,8 @@ DEFINE_STAGE_ROWS(2)
     {                                                                                       \
         const int per_row = dpad / 4;                                                       \
         int4 bad = 0;                                                                       \
-        for (int e = get_local_id(0); e < rows * per_row; e += (int)get_local_size(0)) {                        \
+        const int step_ = (int)get_local_size(0);                                           \
+        for (int e = get_local_id(0); e < rows * per_row; e += step_) {                     \
             const int rr = e / per_row, c = 4 * (e % per_row);                              \
             const long row = r0 + rr;                                                       \
             float4 x = 0.0f;                                                                \

@@ -155,6 +155,11 @@ clattn_status clattn_resolve_merge(clattn_context *ctx, size_t n_parts,
                                    const clattn_tensor *o, const clattn_tensor *lse,
                                    clattn_storage storage, clattn_merge_problem *out);
 void clattn_merge_problem_free(clattn_merge_problem *m);
+/* dQ, dK, dV (t[0..2]) of the backward pass against the forward problem ex (whose O is
+ * dO for the reference, d_o NULL; the device call passes its dO view). */
+clattn_status clattn_resolve_gradients(clattn_context *ctx, const clattn_problem *ex,
+                                       const clattn_view *d_o, const clattn_tensor *const t[3],
+                                       clattn_storage storage, clattn_view out[3]);
 clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
 clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const cl_event *wait);
 
@@ -245,6 +250,19 @@ void clattn_view_scatter(const clattn_view *hv, const char *from);
 clattn_status clattn_wait(clattn_context *ctx, cl_event done);
 
 /* ---- launches (launch.c): one enqueue per .cl file, each algorithm's event chain ---- */
+/* The backward pass's programs (plan.c) and launch (launch.c): bwd_prep, then bwd_dq and
+ * bwd_dkdv; dev's lse is the forward call's LSE (an input), g[] = dQ, dK, dV. */
+#define CLATTN_BACKWARD_MAX_D 256
+typedef struct clattn_backward_plan {
+    clattn_program_entry *prep, *dq, *dkdv;
+} clattn_backward_plan;
+clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr,
+                                   const clattn_view *d_o, const clattn_view g[3],
+                                   clattn_backward_plan *out);
+clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_plan *plan,
+                                     const clattn_problem *dev, const clattn_view *d_o,
+                                     const clattn_view g[3], cl_uint n_wait, const cl_event *wait,
+                                     cl_event *done);
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *plan,
                                       const clattn_problem *dev, cl_uint n_wait,
                                       const cl_event *wait, cl_event *done);

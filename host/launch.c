@@ -453,6 +453,98 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     aux_release(&x);
     return st;
 }
+/* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl): prep writes each row's D and
+ * relative LSE into a workspace of 2 floats per row; dq and dkdv both wait for it and
+ * write every element of their gradients (zeros where nothing adds). */
+clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_plan *plan,
+                                     const clattn_problem *dev, const clattn_view *d_o,
+                                     const clattn_view g[3], cl_uint n_wait, const cl_event *wait,
+                                     cl_event *done)
+{
+    const clattn_attention_desc *desc = dev->desc;
+    const clattn_view *q = &dev->q, *k = &dev->k, *v = &dev->v;
+    const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], h_kv = k->n[1], n_kv = k->n[2];
+    const int64_t rows = batch * h_q * n_q, keys = batch * h_kv * n_kv;
+    const int64_t group = clattn_group(h_q, h_kv);
+    const float scale = clattn_effective_scale(desc, q->n[3]);
+    if (rows == 0 && keys == 0)
+        return enqueue_marker(ctx, n_wait, wait, done);
+    aux_t x;
+    clattn_status st = aux_make(ctx, desc, q, dev->has_mask ? &dev->mask : NULL, &x);
+    cl_mem ws = NULL;
+    cl_event ev[3] = {NULL, NULL, NULL};
+    if (st == CLATTN_SUCCESS)
+        st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * 2 * 4, NULL, &ws);
+    if (st == CLATTN_SUCCESS && rows > 0) {
+        arg_list a = {plan->prep->kernel, 0, CL_SUCCESS};
+        arg_view(&a, &dev->o);
+        arg_view(&a, d_o);
+        arg_view(&a, &dev->lse);
+        arg(&a, sizeof(cl_mem), &ws);
+        arg_int(&a, h_q);
+        arg_long(&a, n_q);
+        arg_long(&a, n_kv);
+        arg(&a, sizeof(cl_mem), &x.alibi);
+        arg_rule(&a, &x);
+        const size_t global[2] = {(size_t)n_q, (size_t)(batch * h_q)};
+        st = launch(ctx, "bwd_prep", &a, 2, global, NULL, n_wait, wait, &ev[0]);
+    }
+    /* after prep, or after the caller's events when there are no rows */
+    const cl_uint nw = rows > 0 ? 1 : n_wait;
+    const cl_event *w = rows > 0 ? &ev[0] : wait;
+    if (st == CLATTN_SUCCESS && rows > 0) {
+        arg_list a = {plan->dq->kernel, 0, CL_SUCCESS};
+        arg_view(&a, q);
+        arg_view(&a, k);
+        arg_view(&a, v);
+        arg_view(&a, d_o);
+        arg(&a, sizeof(cl_mem), &ws);
+        arg_view(&a, &g[0]);
+        arg_int(&a, h_q);
+        arg_int(&a, group);
+        arg_long(&a, n_q);
+        arg_long(&a, n_kv);
+        arg(&a, sizeof(float), &scale);
+        arg_rule(&a, &x);
+        arg_terms(&a, &x);
+        const size_t global[2] = {(size_t)n_q, (size_t)(batch * h_q)};
+        st = launch(ctx, "bwd_dq", &a, 2, global, NULL, nw, w, &ev[1]);
+    }
+    if (st == CLATTN_SUCCESS && keys > 0) {
+        arg_list a = {plan->dkdv->kernel, 0, CL_SUCCESS};
+        arg_view(&a, q);
+        arg_view(&a, k);
+        arg_view(&a, v);
+        arg_view(&a, d_o);
+        arg(&a, sizeof(cl_mem), &ws);
+        arg_view(&a, &g[1]);
+        arg_view(&a, &g[2]);
+        arg_int(&a, h_q);
+        arg_int(&a, group);
+        arg_long(&a, n_q);
+        arg_long(&a, n_kv);
+        arg(&a, sizeof(float), &scale);
+        arg_rule(&a, &x);
+        arg_terms(&a, &x);
+        const size_t global[2] = {(size_t)n_kv, (size_t)(batch * h_kv)};
+        st = launch(ctx, "bwd_dkdv", &a, 2, global, NULL, nw, w, &ev[2]);
+    }
+    if (st == CLATTN_SUCCESS) {
+        cl_event last[2];
+        cl_uint n_last = 0;
+        if (ev[1])
+            last[n_last++] = ev[1];
+        if (ev[2])
+            last[n_last++] = ev[2];
+        st = enqueue_marker(ctx, n_last, last, done);
+    }
+    release_events(ev, 3);
+    if (ws) /* freed by the runtime once the kernels that use it finish */
+        clReleaseMemObject(ws);
+    aux_release(&x);
+    return st;
+}
+
 clattn_status clattn_launch_stage(clattn_context *ctx, const clattn_stage_plan *plan,
                                   const clattn_stage_call *sp, cl_uint n_wait, const cl_event *wait,
                                   cl_event *done)

@@ -603,3 +603,39 @@ clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, cla
              (int)part, (int)out, (int)part_lse, lse64 ? 4 : 0, (int)out_lse);
     return clattn_get_kernel(ctx, "merge.cl", opts, e);
 }
+
+/* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl): the storage types of every
+ * operand and gradient, the score terms and the head dims, compile-time. The kernels
+ * keep rows of d_k and d_v floats in private memory: head dims up to
+ * CLATTN_BACKWARD_MAX_D. */
+clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr,
+                                   const clattn_view *d_o, const clattn_view g[3],
+                                   clattn_backward_plan *out)
+{
+    features f;
+    make_features(pr, &f);
+    const int64_t d_k = pr->q.n[3], d_v = pr->v.n[3];
+    memset(out, 0, sizeof *out);
+    if (pr->q.n[1] > INT_MAX)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads above INT_MAX");
+    if (d_k > CLATTN_BACKWARD_MAX_D || d_v > CLATTN_BACKWARD_MAX_D)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "the backward pass takes head dims up to %d (d_k %lld, d_v %lld)",
+                           CLATTN_BACKWARD_MAX_D, (long long)d_k, (long long)d_v);
+    if (f.lse_dt == CLATTN_FLOAT64 && !ctx->has_fp64)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "a float64 LSE needs cl_khr_fp64, which %s does not have (use a "
+                           "float32 LSE)",
+                           ctx->device_name);
+    char opts[400];
+    snprintf(opts, sizeof opts,
+             CL_STD " -DD_K=%lld -DD_V=%lld -DDO_DT=%d -DDQ_DT=%d -DDK_DT=%d -DDV_DT=%d %s",
+             (long long)d_k, (long long)d_v, (int)d_o->dtype, (int)g[0].dtype, (int)g[1].dtype,
+             (int)g[2].dtype, f.opts);
+    clattn_status st = clattn_get_kernel(ctx, "bwd_prep.cl", opts, &out->prep);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_get_kernel(ctx, "bwd_dq.cl", opts, &out->dq);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_get_kernel(ctx, "bwd_dkdv.cl", opts, &out->dkdv);
+    return st;
+}

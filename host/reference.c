@@ -201,39 +201,6 @@ clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const c
  * float masks are constants of s, so they take no gradient. dK and dV sum over every
  * query head of a KV head's group. A row with no visible key (and a padding row) has
  * P = 0: it adds nothing, and its dQ row is 0. Keys of weight exactly 0 add nothing. */
-static clattn_status backward_views(const clattn_problem *ex, const clattn_tensor *const t[3],
-                                    clattn_view out[3])
-{
-    static const char *const names[3] = {"dQ", "dK", "dV"};
-    const clattn_view *like[3] = {&ex->q, &ex->k, &ex->v};
-    const clattn_view *inputs[4] = {&ex->q, &ex->k, &ex->v, &ex->o};
-    for (int a = 0; a < 3; a++) {
-        clattn_status st =
-            clattn_view_make(NULL, names[a], t[a], CLATTN_STORAGE_HOST, true, &out[a]);
-        if (st == CLATTN_SUCCESS)
-            st = clattn_view_check_dtype(NULL, names[a], &out[a], CLATTN_DT_FLOATS);
-        if (st != CLATTN_SUCCESS)
-            return st;
-        for (int d = 0; d < 4; d++)
-            if (out[a].n[d] != like[a]->n[d])
-                return clattn_fail(NULL, CLATTN_ERROR_INVALID_SHAPE,
-                                   "%s has extent %lld in dimension %d; %s has %lld", names[a],
-                                   (long long)out[a].n[d], d, names[a] + 1,
-                                   (long long)like[a]->n[d]);
-        for (int b = 0; b < a; b++)
-            if (clattn_views_overlap(&out[a], &out[b]))
-                return clattn_fail(NULL, CLATTN_ERROR_INVALID_LAYOUT, "%s overlaps %s", names[a],
-                                   names[b]);
-        for (int i = 0; i < 4; i++)
-            if (clattn_views_overlap(&out[a], inputs[i]))
-                return clattn_fail(NULL, CLATTN_ERROR_INVALID_LAYOUT,
-                                   "%s overlaps the input %s (the reference reads every input "
-                                   "while it writes)",
-                                   names[a], i == 3 ? "dO" : names[i] + 1);
-    }
-    return CLATTN_SUCCESS;
-}
-
 clattn_status
 clattn_reference_attention_backward(const clattn_attention_desc *desc, const clattn_tensor *q_t,
                                     const clattn_tensor *k_t, const clattn_tensor *v_t,
@@ -252,7 +219,7 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
         return st;
     const clattn_tensor *const outs_t[3] = {dq_t, dk_t, dv_t};
     clattn_view g[3];
-    st = backward_views(&ex, outs_t, g);
+    st = clattn_resolve_gradients(NULL, &ex, NULL, outs_t, CLATTN_STORAGE_HOST, g);
     if (st != CLATTN_SUCCESS)
         return st;
     clattn_clear_error(NULL);

@@ -231,6 +231,55 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
             st = clattn_view_check_buffer(ctx, all_names[i], all[i]);
     return st;
 }
+/* The backward pass's gradient views (the device call and the reference): dQ, dK and dV
+ * shaped as Q, K and V, float storage, none overlapping another or any input (ex's Q, K,
+ * V, O, LSE and mask, and d_o when given), and on buffers a cl_mem that holds them. */
+clattn_status clattn_resolve_gradients(clattn_context *ctx, const clattn_problem *ex,
+                                       const clattn_view *d_o, const clattn_tensor *const t[3],
+                                       clattn_storage storage, clattn_view out[3])
+{
+    static const char *const names[3] = {"dQ", "dK", "dV"};
+    const clattn_view *like[3] = {&ex->q, &ex->k, &ex->v};
+    const clattn_view *inputs[6] = {&ex->q,
+                                    &ex->k,
+                                    &ex->v,
+                                    &ex->o,
+                                    ex->has_lse ? &ex->lse : NULL,
+                                    ex->has_mask ? &ex->mask : NULL};
+    static const char *const in_names[6] = {"Q", "K", "V", "O", "lse", "mask_tensor"};
+    for (int a = 0; a < 3; a++) {
+        clattn_status st = clattn_view_make(ctx, names[a], t[a], storage, true, &out[a]);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, names[a], &out[a], CLATTN_DT_FLOATS);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        for (int d = 0; d < 4; d++)
+            if (out[a].n[d] != like[a]->n[d])
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                                   "%s has extent %lld in dimension %d; %s has %lld", names[a],
+                                   (long long)out[a].n[d], d, names[a] + 1,
+                                   (long long)like[a]->n[d]);
+        for (int b = 0; b < a; b++)
+            if (clattn_views_overlap(&out[a], &out[b]))
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s overlaps %s", names[a],
+                                   names[b]);
+        /* the reference takes dO in O's place; the device call names it apart */
+        for (int i = 0; i < 7; i++) {
+            const clattn_view *in = i < 6 ? inputs[i] : d_o;
+            const char *in_name = i < 6 ? (d_o || i != 3 ? in_names[i] : "dO") : "dO";
+            if (in && clattn_views_overlap(&out[a], in))
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                                   "%s overlaps the input %s (every input is read while the "
+                                   "gradients are written)",
+                                   names[a], in_name);
+        }
+        if (storage == CLATTN_STORAGE_BUFFER &&
+            (st = clattn_view_check_buffer(ctx, names[a], &out[a])) != CLATTN_SUCCESS)
+            return st;
+    }
+    return CLATTN_SUCCESS;
+}
+
 /* Validates the stage's views; stage_kind 0 scores (a=q, b=k, c=s), 1 softmax (a=x,
  * c=y), 2 weighted sum (a=w, b=v, c=o). */
 static clattn_status check_stage(clattn_context *ctx, int kind, const clattn_attention_desc *desc,

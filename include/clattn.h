@@ -257,8 +257,9 @@ typedef enum clattn_kernel_family {
     CLATTN_KERNEL_FAMILY_CPU = 1,
     /** The fused kernel as work-groups of cooperating work-items: a tile of query rows
      *  per group, K and V tiles in local memory, register micro-tiles of scores and of
-     *  O per work-item (fused_gpu.cl; docs/PERFORMANCE.md). The unfused stages and the
-     *  decode kernel (n_q <= 16) are shared by both families. */
+     *  O per work-item (fused_gpu.cl; docs/PERFORMANCE.md), and split-KV decoding for
+     *  n_q <= 16 (decode_gpu.cl, split_merge.cl). The unfused stages are shared by both
+     *  families. */
     CLATTN_KERNEL_FAMILY_GPU = 2
 } clattn_kernel_family;
 
@@ -273,10 +274,12 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
 
 /**
  * Split-KV decoding (the GPU family, n_q <= 16, no weights requested): the keys are cut
- * into `splits` chunks, each taken by its own work-groups, and the partial results are
- * merged (Flash-Decoding). 0 (the default) chooses: enough work-groups for 16 per
- * compute unit, at least 512 keys per split. clattn_attention_plan() reports the
- * count. The CLATTN_DECODE_SPLITS environment variable, read once when a context is
+ * into chunks, each taken by its own work-groups, and the partial results are merged
+ * (Flash-Decoding). Each chunk is a whole number of the kernel's 128-key steps, the
+ * fewest that make at most `splits` chunks, so fewer than `splits` may run (7 asked of
+ * 1000 keys: 4 of 256). 0 (the default) chooses: enough work-groups for 16 per compute
+ * unit, at least 512 keys per split. clattn_attention_plan() reports the count in its
+ * reason. The CLATTN_DECODE_SPLITS environment variable, read once when a context is
  * created, does the same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, splits outside
  *         0..256).

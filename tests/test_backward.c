@@ -1,4 +1,5 @@
-/* The backward pass (include/clattn_backward.h), step 1: the float64 CPU reference.
+/* The backward pass (include/clattn_backward.h): the float64 CPU reference, then the
+ * device call against it.
  *
  *  - finite_differences: for every score term (causal masks, no-self, window, lengths,
  *    positions, ALiBi, softcap, bool and float mask tensors, grouped-query heads,
@@ -10,6 +11,12 @@
  *    and inf in K and V at masked keys give finite gradients; padding rows too.
  *  - storage_and_validation: 16-bit gradients are the float32 ones rounded once; bad
  *    shapes, overlaps and a NULL desc give their statuses and write nothing.
+ *  - device (clattn_attention_backward after clattn_attention wrote O and the LSE): every
+ *    reference configuration and larger shapes against the reference within
+ *    2e-4 + 2e-3·|dX| (TOL_DEVICE), bitwise equal on a second run; masked rows (both
+ *    policies), poisoned masked keys and padding rows; float16 / bfloat16 operands and
+ *    gradients with a float64 LSE; the enqueue call on cl_mem views (a strided dQ) equal
+ *    to the blocking call; empty shapes; every validation status, writing nothing.
  *
  * Seeds: printed; CLATTN_TEST_SEED overrides the base seed. */
 #include "testutil.h"
@@ -267,6 +274,432 @@ START_TEST(storage_and_validation)
 }
 END_TEST
 
+/* ---- the device backward (clattn_attention_backward) ---------------------------------- */
+
+/* Shapes beyond the reference's small ones: several key tiles, query rows past the
+ * 16-key vectors, head dims that are not multiples of 4 or 16. */
+static const config DEVICE_CONFIGS[] = {
+    {"gqa_causal_lengths", 2, 4, 2, 37, 53, 64, 32, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 1, 0,
+     0.0f, 0.0f, 0, 0},
+    {"window_alibi_softcap_float_mask", 1, 2, 1, 41, 70, 40, 24, CLATTN_MASK_NONE, 1, 9, 3, 1, 0, 2,
+     2.5f, 0.0f, 0, 0},
+    {"bottom_right_positions_bool_mask", 2, 2, 2, 19, 33, 17, 33, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+     0, 0, 0, 1, 1, 1, 0.0f, 0.7f, 5, 2},
+    {"no_self_mqa", 1, 3, 1, 20, 20, 8, 1, CLATTN_MASK_NO_SELF, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0},
+};
+#define N_DEVICE_CONFIGS ((int)(sizeof DEVICE_CONFIGS / sizeof DEVICE_CONFIGS[0]))
+
+/* Tolerance of the device gradients against the float64 reference: float32 products of
+ * d_k + d_v terms, P from the forward's float32 LSE, and dS = P·(dP − D) cancelling
+ * when dP ≈ D: 2e-4 absolute + 2e-3 relative (a dropped term or scale is off by far
+ * more; inputs are O(1)). */
+#define TOL_DEVICE ((tu_tol){2e-4, 2e-3})
+
+/* The forward on the device (O and a float32 LSE into o and lse), then the device
+ * backward into dq, dk, dv (host views the caller made). */
+static clattn_status device_backward(const setup *s, float *o, float *lse, const clattn_tensor *dq,
+                                     const clattn_tensor *dk, const clattn_tensor *dv)
+{
+    const tu_problem *p = &s->p;
+    clattn_tensor to = tu_problem_o(p, o);
+    clattn_tensor tl = clattn_tensor_host(lse, p->b, p->h_q, p->n_q, 1);
+    clattn_attention_desc d = s->desc;
+    d.lse = &tl;
+    clattn_status st = clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    return clattn_attention_backward(tu_ctx(), &s->desc, &p->tq, &p->tk, &p->tv, &to, &tl, &s->t_do,
+                                     dq, dk, dv);
+}
+
+static void check_device(const config *c, uint32_t seed)
+{
+    setup s;
+    setup_init(&s, c, seed);
+    const tu_problem *p = &s.p;
+    const size_t n_q = (size_t)(c->b * c->h_q * c->n_q * c->d_k),
+                 n_k = (size_t)(c->b * c->h_kv * c->n_kv * c->d_k),
+                 n_v = (size_t)(c->b * c->h_kv * c->n_kv * c->d_v);
+    float *dq = tu_alloc(n_q + 4, -7.0f), *dk = tu_alloc(n_k + 4, -7.0f),
+          *dv = tu_alloc(n_v + 4, -7.0f);
+    float *rq = tu_alloc(n_q, 0.0f), *rk = tu_alloc(n_k, 0.0f), *rv = tu_alloc(n_v, 0.0f);
+    float *o = tu_alloc((size_t)tu_count(&s.t_do), 0.0f);
+    float *lse = tu_alloc((size_t)(c->b * c->h_q * c->n_q), 0.0f);
+    clattn_tensor tq = clattn_tensor_host(dq, c->b, c->h_q, c->n_q, c->d_k),
+                  tk = clattn_tensor_host(dk, c->b, c->h_kv, c->n_kv, c->d_k),
+                  tv = clattn_tensor_host(dv, c->b, c->h_kv, c->n_kv, c->d_v);
+    clattn_tensor trq = clattn_tensor_host(rq, c->b, c->h_q, c->n_q, c->d_k),
+                  trk = clattn_tensor_host(rk, c->b, c->h_kv, c->n_kv, c->d_k),
+                  trv = clattn_tensor_host(rv, c->b, c->h_kv, c->n_kv, c->d_v);
+    TU_ASSERT_OK(backward(&s, &trq, &trk, &trv), "%s: reference backward", c->name);
+    TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "%s: device backward", c->name);
+    char what[160];
+    snprintf(what, sizeof what, "%s (seed %u) dQ", c->name, seed);
+    TU_ASSERT_CLOSE(what, &tq, NULL, rq, TOL_DEVICE);
+    snprintf(what, sizeof what, "%s (seed %u) dK", c->name, seed);
+    TU_ASSERT_CLOSE(what, &tk, NULL, rk, TOL_DEVICE);
+    snprintf(what, sizeof what, "%s (seed %u) dV", c->name, seed);
+    TU_ASSERT_CLOSE(what, &tv, NULL, rv, TOL_DEVICE);
+    tu_assert_untouched("dQ canary", dq, n_q, n_q + 4, -7.0f);
+    tu_assert_untouched("dK canary", dk, n_k, n_k + 4, -7.0f);
+    tu_assert_untouched("dV canary", dv, n_v, n_v + 4, -7.0f);
+    /* deterministic: a second run gives the same bits */
+    float *dq2 = tu_alloc(n_q, 0.0f), *dk2 = tu_alloc(n_k, 0.0f), *dv2 = tu_alloc(n_v, 0.0f);
+    clattn_tensor tq2 = clattn_tensor_host(dq2, c->b, c->h_q, c->n_q, c->d_k),
+                  tk2 = clattn_tensor_host(dk2, c->b, c->h_kv, c->n_kv, c->d_k),
+                  tv2 = clattn_tensor_host(dv2, c->b, c->h_kv, c->n_kv, c->d_v);
+    TU_ASSERT_OK(device_backward(&s, o, lse, &tq2, &tk2, &tv2), "%s: second run", c->name);
+    ck_assert_msg(memcmp(dq, dq2, n_q * 4) == 0 && memcmp(dk, dk2, n_k * 4) == 0 &&
+                      memcmp(dv, dv2, n_v * 4) == 0,
+                  "%s: a second run gave different bits", c->name);
+    printf("device backward %s: seed %u, within %g + %g|x| of the reference, bitwise "
+           "reproducible\n",
+           c->name, seed, TOL_DEVICE.atol, TOL_DEVICE.rtol);
+    (void)p;
+    free(dq);
+    free(dk);
+    free(dv);
+    free(rq);
+    free(rk);
+    free(rv);
+    free(dq2);
+    free(dk2);
+    free(dv2);
+    free(o);
+    free(lse);
+    setup_free(&s);
+}
+
+/* Every reference configuration (every score term), then the larger shapes. */
+START_TEST(device_against_reference)
+{
+    const uint32_t seed = tu_seed() + 100u * (uint32_t)_i;
+    check_device(_i < N_CONFIGS ? &CONFIGS[_i] : &DEVICE_CONFIGS[_i - N_CONFIGS], seed);
+}
+END_TEST
+
+/* Masked rows (no visible key; masked_rows NaN too: O is NaN there, LSE −∞), masked keys
+ * holding NaN and inf in K and V, and padding rows: the device gives the reference's
+ * finite gradients, zeros where nothing adds. */
+START_TEST(device_masked_rows_and_keys)
+{
+    const config c = {"masked", 1, 2, 1, 4,    6,    4, 3, CLATTN_MASK_NONE, 0, 0,
+                      0,        0, 0, 1, 0.0f, 0.0f, 0, 0};
+    for (int policy = 0; policy < 2; policy++) {
+        setup s;
+        setup_init(&s, &c, tu_seed() + 17u);
+        uint8_t *m = (uint8_t *)s.mask;
+        for (int64_t i = 0; i < c.n_q; i++)
+            for (int64_t j = 0; j < c.n_kv; j++)
+                m[i * c.n_kv + j] = (uint8_t)(i != 1 && j < 3);
+        int32_t q_lens[1] = {3};
+        s.desc.q_lens = q_lens;
+        s.desc.masked_rows = policy ? CLATTN_MASKED_ROWS_NAN : CLATTN_MASKED_ROWS_ZERO;
+        for (int64_t j = 3; j < c.n_kv; j++) {
+            for (int64_t x = 0; x < c.d_k; x++)
+                s.p.k[j * c.d_k + x] = (j == 3) ? NAN : INFINITY;
+            for (int64_t x = 0; x < c.d_v; x++)
+                s.p.v[j * c.d_v + x] = (j == 4) ? NAN : -INFINITY;
+        }
+        float dq[32], dk[24], dv[18], rq[32], rk[24], rv[18], o[24], lse[8];
+        clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 4, 4),
+                      tk = clattn_tensor_host(dk, 1, 1, 6, 4),
+                      tv = clattn_tensor_host(dv, 1, 1, 6, 3);
+        clattn_tensor trq = clattn_tensor_host(rq, 1, 2, 4, 4),
+                      trk = clattn_tensor_host(rk, 1, 1, 6, 4),
+                      trv = clattn_tensor_host(rv, 1, 1, 6, 3);
+        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv), "reference, masked rows policy %d", policy);
+        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "device, masked rows policy %d",
+                     policy);
+        tu_assert_finite("dQ", &tq);
+        tu_assert_finite("dK", &tk);
+        tu_assert_finite("dV", &tv);
+        TU_ASSERT_CLOSE(policy ? "masked (NaN rows) dQ" : "masked dQ", &tq, NULL, rq, TOL_DEVICE);
+        TU_ASSERT_CLOSE(policy ? "masked (NaN rows) dK" : "masked dK", &tk, NULL, rk, TOL_DEVICE);
+        TU_ASSERT_CLOSE(policy ? "masked (NaN rows) dV" : "masked dV", &tv, NULL, rv, TOL_DEVICE);
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t i = 1; i < 4; i += 2)
+                for (int64_t x = 0; x < 4; x++)
+                    ck_assert_msg(dq[(h * 4 + i) * 4 + x] == 0.0f, "dQ[h %lld][row %lld] = %g",
+                                  (long long)h, (long long)i, (double)dq[(h * 4 + i) * 4 + x]);
+        setup_free(&s);
+    }
+}
+END_TEST
+
+/* 16-bit operands and gradients, and a float64 LSE: against the reference fed the same
+ * rounded inputs, each gradient rounded once more (one unit in the last place). */
+START_TEST(device_storage_types)
+{
+    const config c = {"storage", 1, 4, 2, 9,    21,   16, 8, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
+                      0,         1, 0, 0, 0.0f, 0.0f, 0,  0};
+    for (int dt = CLATTN_FLOAT16; dt <= CLATTN_BFLOAT16; dt++) {
+        setup s;
+        setup_init(&s, &c, tu_seed() + 23u);
+        tu_problem *p = &s.p;
+        const size_t nq = (size_t)tu_count(&p->tq), nk = (size_t)tu_count(&p->tk),
+                     nv = (size_t)tu_count(&p->tv), no = (size_t)tu_count(&s.t_do);
+        const clattn_dtype t16 = (clattn_dtype)dt;
+        /* 16-bit copies of Q, K, V, dO; float32 copies of the rounded values */
+        uint16_t *q16 = malloc(nq * 2), *k16 = malloc(nk * 2), *v16 = malloc(nv * 2),
+                 *do16 = malloc(no * 2), *dq16 = malloc(nq * 2), *dk16 = malloc(nk * 2),
+                 *dv16 = malloc(nv * 2);
+        float *srcs[4] = {p->q, p->k, p->v, s.d_o};
+        uint16_t *dsts[4] = {q16, k16, v16, do16};
+        const size_t ns[4] = {nq, nk, nv, no};
+        for (int a = 0; a < 4; a++)
+            for (size_t i = 0; i < ns[a]; i++) {
+                dsts[a][i] = t16 == CLATTN_FLOAT16 ? clattn_f32_to_f16(srcs[a][i])
+                                                   : clattn_f32_to_bf16(srcs[a][i]);
+                srcs[a][i] = t16 == CLATTN_FLOAT16 ? clattn_f16_to_f32(dsts[a][i])
+                                                   : clattn_bf16_to_f32(dsts[a][i]);
+            }
+        float *rq = tu_alloc(nq, 0.0f), *rk = tu_alloc(nk, 0.0f), *rv = tu_alloc(nv, 0.0f);
+        clattn_tensor trq = clattn_tensor_host(rq, 1, 4, 9, 16),
+                      trk = clattn_tensor_host(rk, 1, 2, 21, 16),
+                      trv = clattn_tensor_host(rv, 1, 2, 21, 8);
+        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv), "reference on the rounded inputs");
+        clattn_tensor hq = p->tq, hk = p->tk, hv = p->tv, hdo = s.t_do;
+        hq.host = q16, hk.host = k16, hv.host = v16, hdo.host = do16;
+        hq.dtype = hk.dtype = hv.dtype = hdo.dtype = t16;
+        float *o = tu_alloc(no, 0.0f);
+        double lse[36];
+        clattn_tensor to = clattn_tensor_host(o, 1, 4, 9, 8);
+        clattn_tensor tl = clattn_tensor_host(lse, 1, 4, 9, 1);
+        tl.dtype = CLATTN_FLOAT64;
+        clattn_attention_desc d = s.desc;
+        d.lse = &tl;
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &hq, &hk, &hv, &to), "16-bit forward");
+        clattn_tensor gq = clattn_tensor_host(dq16, 1, 4, 9, 16),
+                      gk = clattn_tensor_host(dk16, 1, 2, 21, 16),
+                      gv = clattn_tensor_host(dv16, 1, 2, 21, 8);
+        gq.dtype = gk.dtype = gv.dtype = t16;
+        TU_ASSERT_OK(clattn_attention_backward(tu_ctx(), &s.desc, &hq, &hk, &hv, &to, &tl, &hdo,
+                                               &gq, &gk, &gv),
+                     "16-bit backward");
+        /* one unit in the last place of the 16-bit type on top of the float32 tolerance */
+        const double ulp = t16 == CLATTN_FLOAT16 ? 1.0 / 1024 : 1.0 / 128;
+        const tu_tol tol = {TOL_DEVICE.atol + 1e-5, TOL_DEVICE.rtol + ulp};
+        const uint16_t *g16[3] = {dq16, dk16, dv16};
+        const clattn_tensor *gt[3] = {&gq, &gk, &gv};
+        const float *ref[3] = {rq, rk, rv};
+        static const char *const names[3] = {"dQ", "dK", "dV"};
+        for (int a = 0; a < 3; a++) { /* decoded to float32, then compared */
+            const size_t n = (size_t)tu_count(gt[a]);
+            float *dec = tu_alloc(n, 0.0f);
+            for (size_t i = 0; i < n; i++)
+                dec[i] = t16 == CLATTN_FLOAT16 ? clattn_f16_to_f32(g16[a][i])
+                                               : clattn_bf16_to_f32(g16[a][i]);
+            clattn_tensor td = *gt[a];
+            td.host = dec;
+            td.dtype = CLATTN_FLOAT32;
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", t16 == CLATTN_FLOAT16 ? "float16" : "bfloat16",
+                     names[a]);
+            TU_ASSERT_CLOSE(what, &td, NULL, ref[a], tol);
+            free(dec);
+        }
+        free(q16);
+        free(k16);
+        free(v16);
+        free(do16);
+        free(dq16);
+        free(dk16);
+        free(dv16);
+        free(rq);
+        free(rk);
+        free(rv);
+        free(o);
+        setup_free(&s);
+    }
+}
+END_TEST
+
+/* clattn_attention_backward_enqueue on cl_mem views (strided dQ inside a bigger buffer):
+ * the same bits as the blocking call; empty shapes; and validation (nothing written). */
+START_TEST(device_enqueue_empty_and_validation)
+{
+    const config c = {"enqueue", 1, 2, 1, 5,    9,    8, 4, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
+                      0,         0, 0, 0, 0.0f, 0.0f, 0, 0};
+    setup s;
+    setup_init(&s, &c, tu_seed() + 29u);
+    tu_problem *p = &s.p;
+    float o[40], lse[10], dq[80], dk[72], dv[36];
+    clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 5, 8), tk = clattn_tensor_host(dk, 1, 1, 9, 8),
+                  tv = clattn_tensor_host(dv, 1, 1, 9, 4);
+    TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "blocking backward");
+
+    cl_context cl_ctx = NULL;
+    cl_command_queue queue = NULL;
+    ck_assert_int_eq(clattn_context_get_cl(tu_ctx(), &cl_ctx, NULL, &queue), CLATTN_SUCCESS);
+    const clattn_tensor *ins[6] = {&p->tq, &p->tk, &p->tv, NULL, NULL, &s.t_do};
+    clattn_tensor to = tu_problem_o(p, o), tl = clattn_tensor_host(lse, 1, 2, 5, 1);
+    ins[3] = &to;
+    ins[4] = &tl;
+    cl_mem mem[9];
+    clattn_tensor bv[9];
+    for (int i = 0; i < 6; i++) {
+        cl_int err;
+        mem[i] = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                (size_t)tu_count(ins[i]) * 4, ins[i]->host, &err);
+        ck_assert_int_eq(err, CL_SUCCESS);
+        bv[i] = *ins[i];
+        bv[i].host = NULL;
+        bv[i].buffer = mem[i];
+    }
+    /* dQ strided: rows of 12 floats, starting at element 3 of its buffer */
+    const clattn_tensor *outs[3] = {&tq, &tk, &tv};
+    const size_t out_floats[3] = {3 + 10 * 12, 72, 36};
+    for (int i = 0; i < 3; i++) {
+        cl_int err;
+        mem[6 + i] = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, out_floats[i] * 4, NULL, &err);
+        ck_assert_int_eq(err, CL_SUCCESS);
+        bv[6 + i] = *outs[i];
+        bv[6 + i].host = NULL;
+        bv[6 + i].buffer = mem[6 + i];
+    }
+    const int64_t st_q[4] = {10 * 12, 5 * 12, 12, 1};
+    memcpy(bv[6].strides, st_q, sizeof st_q);
+    bv[6].offset = 3;
+    cl_event done = NULL;
+    TU_ASSERT_OK(clattn_attention_backward_enqueue(tu_ctx(), &s.desc, &bv[0], &bv[1], &bv[2],
+                                                   &bv[3], &bv[4], &bv[5], &bv[6], &bv[7], &bv[8],
+                                                   0, NULL, &done),
+                 "backward enqueue");
+    ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
+    clReleaseEvent(done);
+    float got_q[3 + 120], got_k[72], got_v[36];
+    ck_assert_int_eq(
+        clEnqueueReadBuffer(queue, mem[6], CL_TRUE, 0, sizeof got_q, got_q, 0, NULL, NULL),
+        CL_SUCCESS);
+    ck_assert_int_eq(
+        clEnqueueReadBuffer(queue, mem[7], CL_TRUE, 0, sizeof got_k, got_k, 0, NULL, NULL),
+        CL_SUCCESS);
+    ck_assert_int_eq(
+        clEnqueueReadBuffer(queue, mem[8], CL_TRUE, 0, sizeof got_v, got_v, 0, NULL, NULL),
+        CL_SUCCESS);
+    for (int r = 0; r < 10; r++)
+        ck_assert_msg(memcmp(got_q + 3 + r * 12, dq + r * 8, 32) == 0,
+                      "enqueue dQ row %d differs from the blocking call's", r);
+    ck_assert_msg(memcmp(got_k, dk, sizeof dk) == 0 && memcmp(got_v, dv, sizeof dv) == 0,
+                  "enqueue dK/dV differ from the blocking call's");
+    /* a host view to the enqueue call, a buffer view to the blocking call */
+    ck_assert_int_eq(clattn_attention_backward_enqueue(tu_ctx(), &s.desc, &p->tq, &bv[1], &bv[2],
+                                                       &bv[3], &bv[4], &bv[5], &bv[6], &bv[7],
+                                                       &bv[8], 0, NULL, NULL),
+                     CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_int_eq(clattn_attention_backward(tu_ctx(), &s.desc, &p->tq, &p->tk, &p->tv, &to, &tl,
+                                               &s.t_do, &bv[6], &tk, &tv),
+                     CLATTN_ERROR_INVALID_LAYOUT);
+    for (int i = 0; i < 9; i++)
+        clReleaseMemObject(mem[i]);
+
+    /* validation: each failure writes nothing */
+    float canary[80];
+    tu_fill_value(canary, 80, 7.0f);
+    clattn_tensor cq = clattn_tensor_host(canary, 1, 2, 5, 8);
+    clattn_context *ctx = tu_ctx();
+    ck_assert_int_eq(clattn_attention_backward(ctx, &s.desc, &p->tq, &p->tk, &p->tv, &to, NULL,
+                                               &s.t_do, &cq, &tk, &tv),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(clattn_last_error_message(ctx), "lse"), "%s",
+                  clattn_last_error_message(ctx));
+    ck_assert_int_eq(clattn_attention_backward(NULL, &s.desc, &p->tq, &p->tk, &p->tv, &to, &tl,
+                                               &s.t_do, &cq, &tk, &tv),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_attention_backward(ctx, NULL, &p->tq, &p->tk, &p->tv, &to, &tl, &s.t_do,
+                                               &cq, &tk, &tv),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    clattn_tensor bad_do = clattn_tensor_host(s.d_o, 1, 2, 4, 4); /* n_q 4, not 5 */
+    ck_assert_int_eq(clattn_attention_backward(ctx, &s.desc, &p->tq, &p->tk, &p->tv, &to, &tl,
+                                               &bad_do, &cq, &tk, &tv),
+                     CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_msg(strstr(clattn_last_error_message(ctx), "dO"), "%s",
+                  clattn_last_error_message(ctx));
+    clattn_tensor bad_lse = clattn_tensor_host(lse, 1, 2, 4, 1);
+    ck_assert_int_eq(clattn_attention_backward(ctx, &s.desc, &p->tq, &p->tk, &p->tv, &to, &bad_lse,
+                                               &s.t_do, &cq, &tk, &tv),
+                     CLATTN_ERROR_INVALID_SHAPE);
+    clattn_tensor over_do = clattn_tensor_host(s.d_o, 1, 1, 9, 4); /* dV over dO's memory */
+    ck_assert_int_eq(clattn_attention_backward(ctx, &s.desc, &p->tq, &p->tk, &p->tv, &to, &tl,
+                                               &s.t_do, &cq, &tk, &over_do),
+                     CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_int_eq(clattn_attention_backward(ctx, &s.desc, &p->tq, &p->tk, &p->tv, &to, &tl,
+                                               &s.t_do, &cq, &cq, &tv),
+                     CLATTN_ERROR_INVALID_SHAPE);
+    tu_assert_untouched("dQ after failed calls", canary, 0, 80, 7.0f);
+    setup_free(&s);
+
+    /* head dims above 256: unsupported, said so */
+    {
+        static float big_q[300], big_k[300], big_v[300], big_o[300], big_do[300];
+        float big_lse[1] = {0.0f}, g[3][300];
+        clattn_tensor bq = clattn_tensor_host(big_q, 1, 1, 1, 300),
+                      bk = clattn_tensor_host(big_k, 1, 1, 1, 300),
+                      bvv = clattn_tensor_host(big_v, 1, 1, 1, 300),
+                      bo = clattn_tensor_host(big_o, 1, 1, 1, 300),
+                      bdo = clattn_tensor_host(big_do, 1, 1, 1, 300),
+                      bl = clattn_tensor_host(big_lse, 1, 1, 1, 1);
+        clattn_tensor gq = clattn_tensor_host(g[0], 1, 1, 1, 300),
+                      gk = clattn_tensor_host(g[1], 1, 1, 1, 300),
+                      gv = clattn_tensor_host(g[2], 1, 1, 1, 300);
+        clattn_attention_desc d = clattn_attention_desc_default();
+        ck_assert_int_eq(
+            clattn_attention_backward(ctx, &d, &bq, &bk, &bvv, &bo, &bl, &bdo, &gq, &gk, &gv),
+            CLATTN_ERROR_UNSUPPORTED);
+        ck_assert_msg(strstr(clattn_last_error_message(ctx), "256"), "%s",
+                      clattn_last_error_message(ctx));
+    }
+    /* empty shapes: no queries (dK = dV = 0), no keys (dQ = 0) */
+    {
+        float q1[8], k1[16], v1[8], o1[8], do1[8], l1[2], gq[8], gk[16], gv[8];
+        tu_fill_gen(q1, 8, 1, 1.0f);
+        tu_fill_gen(k1, 16, 2, 1.0f);
+        tu_fill_gen(v1, 8, 3, 1.0f);
+        tu_fill_gen(do1, 8, 4, 1.0f);
+        clattn_attention_desc d = clattn_attention_desc_default();
+        /* n_q 0, n_kv 4 */
+        clattn_tensor eq = clattn_tensor_host(q1, 1, 1, 0, 4),
+                      ek = clattn_tensor_host(k1, 1, 1, 4, 4),
+                      ev = clattn_tensor_host(v1, 1, 1, 4, 2),
+                      eo = clattn_tensor_host(o1, 1, 1, 0, 2),
+                      edo = clattn_tensor_host(do1, 1, 1, 0, 2),
+                      el = clattn_tensor_host(l1, 1, 1, 0, 1);
+        clattn_tensor egq = clattn_tensor_host(gq, 1, 1, 0, 4),
+                      egk = clattn_tensor_host(gk, 1, 1, 4, 4),
+                      egv = clattn_tensor_host(gv, 1, 1, 4, 2);
+        tu_fill_value(gk, 16, 7.0f);
+        tu_fill_value(gv, 8, 7.0f);
+        TU_ASSERT_OK(
+            clattn_attention_backward(ctx, &d, &eq, &ek, &ev, &eo, &el, &edo, &egq, &egk, &egv),
+            "backward with no queries");
+        for (int i = 0; i < 16; i++)
+            ck_assert_msg(gk[i] == 0.0f && (i >= 8 || gv[i] == 0.0f),
+                          "no queries: dK[%d] = %g, dV = %g", i, (double)gk[i],
+                          (double)(i < 8 ? gv[i] : 0.0f));
+        /* n_q 2, n_kv 0: every row empty, LSE −∞ */
+        eq = clattn_tensor_host(q1, 1, 1, 2, 4);
+        ek = clattn_tensor_host(k1, 1, 1, 0, 4);
+        ev = clattn_tensor_host(v1, 1, 1, 0, 2);
+        eo = clattn_tensor_host(o1, 1, 1, 2, 2);
+        edo = clattn_tensor_host(do1, 1, 1, 2, 2);
+        el = clattn_tensor_host(l1, 1, 1, 2, 1);
+        egq = clattn_tensor_host(gq, 1, 1, 2, 4);
+        egk = clattn_tensor_host(gk, 1, 1, 0, 4);
+        egv = clattn_tensor_host(gv, 1, 1, 0, 2);
+        clattn_attention_desc df = d;
+        df.lse = &el;
+        TU_ASSERT_OK(clattn_attention(ctx, &df, &eq, &ek, &ev, &eo), "forward with no keys");
+        tu_fill_value(gq, 8, 7.0f);
+        TU_ASSERT_OK(
+            clattn_attention_backward(ctx, &d, &eq, &ek, &ev, &eo, &el, &edo, &egq, &egk, &egv),
+            "backward with no keys");
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(gq[i] == 0.0f, "no keys: dQ[%d] = %g", i, (double)gq[i]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     tu_seed_init(20261130u);
@@ -276,6 +709,13 @@ int main(void)
     tcase_add_loop_test(tc, finite_differences, 0, N_CONFIGS);
     tcase_add_test(tc, masked_rows_and_keys);
     tcase_add_test(tc, storage_and_validation);
+    suite_add_tcase(suite, tc);
+    tc = tcase_create("device");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, device_against_reference, 0, N_CONFIGS + N_DEVICE_CONFIGS);
+    tcase_add_test(tc, device_masked_rows_and_keys);
+    tcase_add_test(tc, device_storage_types);
+    tcase_add_test(tc, device_enqueue_empty_and_validation);
     suite_add_tcase(suite, tc);
     return tu_run_suite(suite);
 }

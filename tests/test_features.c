@@ -329,6 +329,102 @@ START_TEST(decode_grouped_all_terms)
 }
 END_TEST
 
+/* Split-KV decoding (the GPU family's decode_gpu.cl + split_merge.cl, forced on this
+ * context whatever the device) with the split count set: 1 split, the automatic count,
+ * and 3, 7 and 256 asked (each split takes whole steps of 128 keys, so they give 3
+ * splits of 384 keys, 4 of 256 and 8 of 128), the last split shorter, and some splits
+ * with no visible key for some rows (their LSE is -inf and their O must add nothing). Two variants:
+ * every term at once (bottom-right causal with a window of 300 keys, softcap, per-head ALiBi and
+ * bool mask, key and query lengths, NaN rows; d_k 40 and d_v 32: four key residues share a column)
+ * and no term (plain steps; d_v 200: two columns per work-item). 4 query heads per KV head x 3
+ * queries = 12 rows per KV head, in blocks of 8 and 4. O and LSE against the reference; the plan's
+ * reason states the split count. */
+START_TEST(decode_splits_every_term)
+{
+    clattn_context *ctx = tu_ctx();
+    const clattn_kernel_family family = clattn_context_kernel_family(ctx);
+    ck_assert_int_eq(clattn_context_set_kernel_family(ctx, CLATTN_KERNEL_FAMILY_GPU),
+                     CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_context_set_decode_splits(ctx, -1), CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_context_set_decode_splits(ctx, 257), CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_int_eq(clattn_context_set_decode_splits(NULL, 2), CLATTN_ERROR_INVALID_ARGUMENT);
+    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 3, n_kv = 1000;
+    static const int splits[] = {1, 0, 3, 7, 256};
+    /* whole steps of 128 keys per split: 7 asked give 4 of 256 keys; 0: automatic */
+    static const size_t expect_splits[] = {1, 0, 3, 4, 8};
+    for (int variant = 0; variant < 2; variant++) {
+        const bool all = variant == 0;
+        const int64_t d_k = all ? 40 : 64, d_v = all ? 32 : 200;
+        fproblem f;
+        memset(&f, 0, sizeof f);
+        tu_problem_init(&f.p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, 81, 82, 83, 8);
+        clattn_attention_desc *ds = &f.desc;
+        *ds = clattn_attention_desc_default();
+        f.kv_lens = malloc(sizeof(int32_t) * 2);
+        f.kv_lens[0] = 1000;
+        f.kv_lens[1] = 555;
+        ds->kv_lens = f.kv_lens;
+        if (all) {
+            ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+            ds->window = 1;
+            ds->window_left = 300;
+            ds->window_right = 1;
+            ds->softcap = 3.0f;
+            ds->masked_rows = CLATTN_MASKED_ROWS_NAN;
+            f.q_lens = malloc(sizeof(int32_t) * 2);
+            f.q_lens[0] = 3;
+            f.q_lens[1] = 2;
+            ds->q_lens = f.q_lens;
+            f.slopes = malloc(sizeof(float) * (size_t)h_q);
+            for (int64_t h = 0; h < h_q; h++)
+                f.slopes[h] = exp2f(-(float)(h + 1)) * (h % 3 == 2 ? -1.0f : 1.0f);
+            ds->alibi_slopes = f.slopes;
+            const size_t n_mask = (size_t)(b * h_q * n_q * n_kv);
+            f.keep = malloc(n_mask);
+            rng_state = 0x5eed0007u;
+            for (size_t i = 0; i < n_mask; i++)
+                f.keep[i] = rnd(6) != 0;
+            /* one row (b 0, head 5, query 1) sees no key at all */
+            memset(f.keep + ((0 * h_q + 5) * n_q + 1) * n_kv, 0, (size_t)n_kv);
+            f.mt = clattn_tensor_host(f.keep, b, h_q, n_q, n_kv);
+            f.mt.dtype = CLATTN_BOOL;
+            ds->mask_tensor = &f.mt;
+        }
+        for (size_t c = 0; c < sizeof splits / sizeof splits[0]; c++) {
+            TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, splits[c]), "splits %d", splits[c]);
+            snprintf(f.text, sizeof f.text,
+                     "split-KV decode, %d splits set: b 2 h_q 8 h_kv 2 n_q 3 n_kv 1000 d_k %lld "
+                     "d_v %lld kv_lens {1000,555}%s",
+                     splits[c], (long long)d_k, (long long)d_v,
+                     all ? ", causal-bottom-right window(300,1) softcap 3 alibi bool-mask "
+                           "q_lens {3,2} masked_rows nan"
+                         : "");
+            float *o = tu_alloc((size_t)(b * h_q * n_q * d_v), 0.0f);
+            clattn_tensor to = tu_problem_o(&f.p, o);
+            clattn_plan plan;
+            ds->algorithm = CLATTN_ALGORITHM_FUSED;
+            TU_ASSERT_OK(clattn_attention_plan(ctx, ds, &f.p.tq, &f.p.tk, &f.p.tv, &to, &plan),
+                         "%s: plan", f.text);
+            free(o);
+            ck_assert_msg(strcmp(plan.kernels, "decode_gpu, split_merge") == 0,
+                          "%s: kernels \"%s\"", f.text, plan.kernels);
+            const char *at = strstr(plan.reason, "split_merge.cl): ");
+            size_t n_splits = 0;
+            ck_assert_msg(at && sscanf(at, "split_merge.cl): %zu splits", &n_splits) == 1,
+                          "%s: reason \"%s\"", f.text, plan.reason);
+            if (expect_splits[c])
+                ck_assert_msg(n_splits == expect_splits[c], "%s: %zu splits, expected %zu", f.text,
+                              n_splits, expect_splits[c]);
+            printf("%s: %zu splits\n", f.text, n_splits);
+            check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false, c % 2 == 1 && !all);
+        }
+        fproblem_free(&f);
+    }
+    TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, 0), "splits 0");
+    TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "family back");
+}
+END_TEST
+
 /* Every masked key contributes nothing, whatever its K and V (NaN, ±inf): the features
  * that mask (lengths, window, bool and −∞ float masks) with poisoned keys. NaN and inf,
  * not merely large values: 0·NaN and 0·inf are NaN, so a masked key that enters the sum
@@ -816,6 +912,7 @@ int main(void)
     tcase_add_test(tc[2], masked_keys_contribute_nothing);
     tcase_add_test(tc[2], head_dim_512);
     tcase_add_test(tc[5], decode_grouped_all_terms); /* alone: test_oclgrind.sh runs it */
+    tcase_add_test(tc[2], decode_splits_every_term);
     tcase_add_test(tc[2], alibi_far_positions);
     tcase_add_test(tc[2], unfused_workspace_reused_between_calls);
     tcase_add_test(tc[3], merge_rejects_bad_parts);

@@ -9,6 +9,9 @@ stopped at its first failure; only the mutants that survive them meet the slow t
 The unmutated kernels are run first (the baseline): a test that already fails there
 cannot kill anything, and is reported.
 
+A mutant of the GPU kernel family's files (a "family: gpu" line in the list) runs its
+tests with CLATTN_KERNEL_FAMILY=gpu, and has its own baseline run with that family.
+
 Usage (from the repository root, after building, e.g. into build-mut):
     python3 tools/dev/mutate.py [--build build-mut] [--runtime intel|pocl]
                                 [--only ID[,ID...]] [--fast-only] [--check]
@@ -50,6 +53,9 @@ FAST = [
     ("test_seeds", "check", {}),
     ("test_api", "check", {}),
 ]
+# the GPU family's mutants: the same tests, test_exact last among the fast ones (PoCL
+# builds its many GPU-family programs slowly: 3 minutes with no cache)
+FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact"]
 SLOW = [
     ("test_positions", "check", {}),
     ("test_random", "check", {}),
@@ -99,12 +105,17 @@ def parse_list(path):
             parts = line[3:].split(None, 1)
             if len(parts) < 2:
                 raise ListError(f"{path}:{n}: '== ID description' expected")
-            cur = {"id": parts[0], "what": parts[1].strip(), "equivalent": None, "subs": []}
+            cur = {"id": parts[0], "what": parts[1].strip(), "equivalent": None, "subs": [],
+                   "family": None}
             continue
         if cur is None:
             raise ListError(f"{path}:{n}: text before the first '== ID'")
         if line.startswith("equivalent:"):
             cur["equivalent"] = line.split(":", 1)[1].strip()
+        elif line.startswith("family:"):
+            cur["family"] = line.split(":", 1)[1].strip()
+            if cur["family"] not in ("gpu", "cpu"):
+                raise ListError(f"{path}:{n}: family: gpu or cpu")
         elif line.startswith("file:"):
             close_sub()
             sub = {"file": line.split(":", 1)[1].strip(), "find": None, "replace": None}
@@ -200,6 +211,8 @@ def runtime_env(runtime, intel_lib):
                                            if env.get("LD_LIBRARY_PATH") else "")
     env["CLATTN_CACHE_DIR"] = "off"
     env.pop("CLATTN_BLOCKING", None)
+    env.pop("CLATTN_KERNEL_FAMILY", None)  # per mutant (family: in the list)
+    env.pop("CLATTN_DECODE_SPLITS", None)
     env.pop("CLATTN_KERNEL_DIR", None)
     env.pop("CLATTN_DEVICE", None)
     env.pop("CK_RUN_SUITE", None)
@@ -347,7 +360,8 @@ def run(args, mutants, cl_dir):
             for m in mutants:
                 files = sorted({s[0] for s in m["subs"]})
                 eq = "  [equivalent]" if m["equivalent"] else ""
-                print(f"{m['id']:5} {','.join(files):20} {m['what']}{eq}")
+                fam = f"  [family {m['family']}]" if m["family"] else ""
+                print(f"{m['id']:5} {','.join(files):20} {m['what']}{eq}{fam}")
         print(f"{len(mutants)} mutants ({n_eq} marked equivalent); every substitution "
               "matches exactly once")
         return 0
@@ -400,24 +414,30 @@ def run(args, mutants, cl_dir):
     slow_names = [n for n, _, _ in SLOW if n in cmds and not args.fast_only]
 
     t_start = time.monotonic()
-    baseline = {n: set() for n in cmds}
+
+    def family_env(fam):
+        return {"CLATTN_KERNEL_FAMILY": fam} if fam else {}
+
+    families = sorted({m["family"] or "" for m in mutants})
+    baseline = {(f, n): set() for f in families for n in cmds}
     if not args.no_baseline:
-        print("baseline (unmutated kernels):")
-        for name in fast_names + slow_names:
-            cmd, extra = cmds[name]
-            failed, why, secs, failures, tail = run_test(cmd, {**env0, **extra,
-                                                               "CLATTN_KERNEL_DIR": cl_dir}, set(),
-                                                         args.timeout, stop_early=False)
-            baseline[name] = set(failures)
-            state = "passes" if not failed else (
-                f"FAILS ({len(failures)} test(s): {', '.join(failures)})" if failures
-                else f"FAILS: {why}")
-            print(f"  {name:15} {state}  [{fmt_secs(secs)}]")
-            if failed and not failures:
-                print("mutate.py: a test fails on the unmutated kernels without naming a test; "
-                      "fix that first. Its output ends:\n    " + "\n    ".join(tail),
-                      file=sys.stderr)
-                return 2
+        for fam in families:
+            print(f"baseline (unmutated kernels{', family ' + fam if fam else ''}):")
+            for name in fast_names + slow_names:
+                cmd, extra = cmds[name]
+                failed, why, secs, failures, tail = run_test(
+                    cmd, {**env0, **extra, **family_env(fam), "CLATTN_KERNEL_DIR": cl_dir}, set(),
+                    args.timeout, stop_early=False)
+                baseline[(fam, name)] = set(failures)
+                state = "passes" if not failed else (
+                    f"FAILS ({len(failures)} test(s): {', '.join(failures)})" if failures
+                    else f"FAILS: {why}")
+                print(f"  {name:15} {state}  [{fmt_secs(secs)}]")
+                if failed and not failures:
+                    print("mutate.py: a test fails on the unmutated kernels without naming a "
+                          "test; fix that first. Its output ends:\n    " + "\n    ".join(tail),
+                          file=sys.stderr)
+                    return 2
 
     results = []
     for m in mutants:
@@ -425,11 +445,14 @@ def run(args, mutants, cl_dir):
         killer, log, message = None, [], ""
         with tempfile.TemporaryDirectory(prefix=f"clattn-mut-{m['id']}-") as kdir:
             plant(m, cl_dir, kdir)
-            env = {**env0, "CLATTN_KERNEL_DIR": kdir}
-            for name in fast_names + slow_names:
+            fam = m["family"] or ""
+            env = {**env0, **family_env(fam), "CLATTN_KERNEL_DIR": kdir}
+            order = ([n for n in FAST_GPU if n in fast_names] if fam == "gpu"
+                     else fast_names) + slow_names
+            for name in order:
                 cmd, extra = cmds[name]
-                failed, why, secs, _, tail = run_test(cmd, {**env, **extra}, baseline[name],
-                                                      args.timeout)
+                failed, why, secs, _, tail = run_test(cmd, {**env, **extra},
+                                                      baseline[(fam, name)], args.timeout)
                 log.append(f"{name} {fmt_secs(secs)}")
                 if failed:
                     killer = f"{name}: {why}"
