@@ -427,8 +427,9 @@ START_TEST(device_masked_rows_and_keys)
 }
 END_TEST
 
-/* 16-bit operands and gradients, and a float64 LSE: against the reference fed the same
- * rounded inputs, each gradient rounded once more (one unit in the last place). */
+/* 16-bit operands and gradients (dK in float32: each gradient its own type), and a
+ * float64 LSE: against the reference fed the same rounded inputs, each 16-bit gradient
+ * rounded once more (one unit in the last place). */
 START_TEST(device_storage_types)
 {
     const config c = {"storage", 1, 4, 2, 9,    21,   16, 8, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
@@ -442,8 +443,7 @@ START_TEST(device_storage_types)
         const clattn_dtype t16 = (clattn_dtype)dt;
         /* 16-bit copies of Q, K, V, dO; float32 copies of the rounded values */
         uint16_t *q16 = malloc(nq * 2), *k16 = malloc(nk * 2), *v16 = malloc(nv * 2),
-                 *do16 = malloc(no * 2), *dq16 = malloc(nq * 2), *dk16 = malloc(nk * 2),
-                 *dv16 = malloc(nv * 2);
+                 *do16 = malloc(no * 2), *dq16 = malloc(nq * 2), *dv16 = malloc(nv * 2);
         float *srcs[4] = {p->q, p->k, p->v, s.d_o};
         uint16_t *dsts[4] = {q16, k16, v16, do16};
         const size_t ns[4] = {nq, nk, nv, no};
@@ -471,16 +471,18 @@ START_TEST(device_storage_types)
         d.lse = &tl;
         TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &hq, &hk, &hv, &to), "16-bit forward");
         clattn_tensor gq = clattn_tensor_host(dq16, 1, 4, 9, 16),
-                      gk = clattn_tensor_host(dk16, 1, 2, 21, 16),
+                      gk = clattn_tensor_host(NULL, 1, 2, 21, 16),
                       gv = clattn_tensor_host(dv16, 1, 2, 21, 8);
-        gq.dtype = gk.dtype = gv.dtype = t16;
+        gq.dtype = gv.dtype = t16; /* dK in float32: each gradient has its own type */
+        float *dk32 = tu_alloc(nk, 0.0f);
+        gk.host = dk32;
         TU_ASSERT_OK(clattn_attention_backward(tu_ctx(), &s.desc, &hq, &hk, &hv, &to, &tl, &hdo,
                                                &gq, &gk, &gv),
                      "16-bit backward");
         /* one unit in the last place of the 16-bit type on top of the float32 tolerance */
         const double ulp = t16 == CLATTN_FLOAT16 ? 1.0 / 1024 : 1.0 / 128;
         const tu_tol tol = {TOL_DEVICE.atol + 1e-5, TOL_DEVICE.rtol + ulp};
-        const uint16_t *g16[3] = {dq16, dk16, dv16};
+        const uint16_t *g16[3] = {dq16, NULL, dv16};
         const clattn_tensor *gt[3] = {&gq, &gk, &gv};
         const float *ref[3] = {rq, rk, rv};
         static const char *const names[3] = {"dQ", "dK", "dV"};
@@ -488,13 +490,17 @@ START_TEST(device_storage_types)
             const size_t n = (size_t)tu_count(gt[a]);
             float *dec = tu_alloc(n, 0.0f);
             for (size_t i = 0; i < n; i++)
-                dec[i] = t16 == CLATTN_FLOAT16 ? clattn_f16_to_f32(g16[a][i])
-                                               : clattn_bf16_to_f32(g16[a][i]);
+                dec[i] = a == 1                  ? dk32[i]
+                         : t16 == CLATTN_FLOAT16 ? clattn_f16_to_f32(g16[a][i])
+                                                 : clattn_bf16_to_f32(g16[a][i]);
             clattn_tensor td = *gt[a];
             td.host = dec;
             td.dtype = CLATTN_FLOAT32;
             char what[64];
-            snprintf(what, sizeof what, "%s %s", t16 == CLATTN_FLOAT16 ? "float16" : "bfloat16",
+            snprintf(what, sizeof what, "%s %s",
+                     a == 1                  ? "float32"
+                     : t16 == CLATTN_FLOAT16 ? "float16"
+                                             : "bfloat16",
                      names[a]);
             TU_ASSERT_CLOSE(what, &td, NULL, ref[a], tol);
             free(dec);
@@ -504,7 +510,7 @@ START_TEST(device_storage_types)
         free(v16);
         free(do16);
         free(dq16);
-        free(dk16);
+        free(dk32);
         free(dv16);
         free(rq);
         free(rk);
