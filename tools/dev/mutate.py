@@ -6,6 +6,7 @@ substitutions on cl/) is planted in a temporary copy of cl/, and the test execut
 a build are run against it through CLATTN_KERNEL_DIR, with CLATTN_CACHE_DIR=off so no
 program binary built from other sources is reused. The fast tests run first, each
 stopped at its first failure; only the mutants that survive them meet the slow tests.
+A mutant of the backward kernels (bwd_*.cl) meets test_backward first.
 The unmutated kernels are run first (the baseline): a test that already fails there
 cannot kill anything, and is reported.
 
@@ -52,10 +53,12 @@ FAST = [
     ("test_cases", "check", {}),
     ("test_seeds", "check", {}),
     ("test_api", "check", {}),
+    ("test_backward", "check", {}),
 ]
 # the GPU family's mutants: the same tests, test_exact last among the fast ones (PoCL
 # builds its many GPU-family programs slowly: 3 minutes with no cache)
-FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact"]
+FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact",
+            "test_backward"]
 SLOW = [
     ("test_positions", "check", {}),
     ("test_random", "check", {}),
@@ -449,6 +452,8 @@ def run(args, mutants, cl_dir):
             env = {**env0, **family_env(fam), "CLATTN_KERNEL_DIR": kdir}
             order = ([n for n in FAST_GPU if n in fast_names] if fam == "gpu"
                      else fast_names) + slow_names
+            if any(f.startswith("bwd_") for f, _, _ in m["subs"]):
+                order = ["test_backward"] + [n for n in order if n != "test_backward"]
             for name in order:
                 cmd, extra = cmds[name]
                 failed, why, secs, _, tail = run_test(cmd, {**env, **extra},
