@@ -716,10 +716,19 @@ int main(void)
     tcase_add_test(tc, masked_rows_and_keys);
     tcase_add_test(tc, storage_and_validation);
     suite_add_tcase(suite, tc);
+    /* device_small: the small cases with every term (test_oclgrind.sh runs them alone:
+     * window + ALiBi, float mask + softcap + causal + GQA, masked rows and keys) */
+    tc = tcase_create("device_small");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, device_against_reference, 4, 5);
+    tcase_add_loop_test(tc, device_against_reference, 7, 8);
+    tcase_add_test(tc, device_masked_rows_and_keys);
+    suite_add_tcase(suite, tc);
     tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, device_against_reference, 0, N_CONFIGS + N_DEVICE_CONFIGS);
-    tcase_add_test(tc, device_masked_rows_and_keys);
+    tcase_add_loop_test(tc, device_against_reference, 0, 4);
+    tcase_add_loop_test(tc, device_against_reference, 5, 7);
+    tcase_add_loop_test(tc, device_against_reference, 8, N_CONFIGS + N_DEVICE_CONFIGS);
     tcase_add_test(tc, device_storage_types);
     tcase_add_test(tc, device_enqueue_empty_and_validation);
     suite_add_tcase(suite, tc);

@@ -6,6 +6,7 @@
 # both kernel families (oclgrind's device is a GPU: the GPU family by default), each with
 # its default blocking and with 4 queries per work-item in groups of 8, plus the demo (the decoding path and the three stages on their own) and the
 # decode kernel's test with all terms, with one and with several rows per work-item.
+# Also the backward kernels (test_backward's small device cases).
 # Usage: CLATTN_BIN=build/clattn [CLATTN_FEATURES_BIN=build/tests/test_features]
 #        sh tests/test_oclgrind.sh   (run from anywhere)
 set -u
@@ -78,6 +79,11 @@ fi
 # float64 LSEs: the kernels' LSE_DT=4 stores, the merge's float64 running LSE (case R17)
 if [ -n "${CLATTN_SPLIT_BIN:-}" ]; then
     check "float64 LSE (test_split)" "$CLATTN_SPLIT_BIN"
+fi
+# the backward kernels (bwd_prep, bwd_dq, bwd_dkdv): every score term, GQA 4:2 and 3:1,
+# masked rows and poisoned masked keys (test_backward's small device cases)
+if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then
+    CK_RUN_CASE=device_small check "backward" "$CLATTN_BACKWARD_BIN"
 fi
 echo "test_oclgrind: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
