@@ -1,84 +1,124 @@
-/* bwd_dkdv.cl — the backward pass's dK and dV: per key, every query row of its KV
- * head's group (P and dP recomputed). bwd_prep.cl's header states the algorithm. */
+/* bwd_dkdv.cl — the backward pass's dK and dV (bwd_prep.cl's header states the
+ * algorithm). A work-group of WG work-items takes WG keys of one (batch entry, KV head),
+ * a key per work-item, and walks every query head of the KV head's group and the rows that
+ * see any of its keys in tiles of 16 rows: the group stages the tile's Q and dO rows
+ * transposed in local memory (qt[c·16 + row]), each work-item forms its key's 16 scores
+ * against the tile's rows as float16 vectors, the scores pass once through local memory
+ * so that score_terms16 (the forward's rule and terms) fixes them 16 keys of a row at a
+ * time, then P = exp(s − LSE), dP = dO·v_j, dS = P·(dP − D)·scale·g, dV += P·dO and
+ * dK += dS·Q, each column a 16-row dot product. */
 #ifndef D_K
 #define D_K 64
 #endif
 #ifndef D_V
 #define D_V 64
 #endif
-/* private array lengths (a head dim may be 0) */
+#ifndef WG
+#define WG 32 /* keys per work-group, a multiple of 16 */
+#endif
+#define RT 16 /* query rows per tile */
+/* private and local array lengths (a head dim may be 0) */
 #define DK_N (D_K > 0 ? D_K : 1)
 #define DV_N (D_V > 0 ? D_V : 1)
 
-__kernel void clattn_bwd_dkdv(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
-                              __global const ELEM_T(K_DT) *k, long k_off, long4 k_st,
-                              __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
-                              __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st,
-                              __global const float *rows, __global ELEM_T(DK_DT) *dk,
-                              long dk_off, long4 dk_st, __global ELEM_T(DV_DT) *dv, long dv_off,
-                              long4 dv_st, int h_q, int group, long n_q, long n_kv, float scale,
-                              RULE_PARAMS, TERM_PARAMS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
+    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
+    long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
+    __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st, __global const float *rows,
+    __global ELEM_T(DK_DT) *dk, long dk_off, long4 dk_st, __global ELEM_T(DV_DT) *dv, long dv_off,
+    long4 dv_st, int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
 {
-    const long j = get_global_id(0), bhk = get_global_id(1);
-    if (j >= n_kv)
-        return;
+    __local float qt[DK_N * RT], gt[DV_N * RT];
+    __local float s_l[RT * WG]; /* s_l[row·WG + key]: the scores, then with their terms */
+    __local float row_d[RT], row_lse[RT];
+    const int lid = get_local_id(0);
+    const long j0 = get_group_id(0) * WG, j = j0 + lid, bhk = get_global_id(1);
     const long h_kv = h_q / group, b = bhk / h_kv, hk = bhk % h_kv;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    float kj[DK_N], vj[DV_N], qi[DK_N], acck[DK_N], accv[DV_N];
+    const bool in = j < n_kv;
+    float kj[DK_N], vj[DV_N], acck[DK_N], accv[DV_N];
     for (int c = 0; c < D_K; c++) {
-        kj[c] = LD(K_DT, k, view_at(k_off, k_st, b, hk, j, c));
+        kj[c] = in ? LD(K_DT, k, view_at(k_off, k_st, b, hk, j, c)) : 0.0f;
         acck[c] = 0.0f;
     }
     for (int c = 0; c < D_V; c++) {
-        vj[c] = LD(V_DT, v, view_at(v_off, v_st, b, hk, j, c));
+        vj[c] = in ? LD(V_DT, v, view_at(v_off, v_st, b, hk, j, c)) : 0.0f;
         accv[c] = 0.0f;
     }
     for (int g = 0; g < group; g++) {
         const long h = hk * group + g;
         const float slope = ALIBI ? alibi[h] : 0.0f;
-        for (long i = 0; i < n_q; i++) {
-            const long row = (b * h_q + h) * n_q + i;
-            const float lse_r = rows[2 * row + 1];
-            if (lse_r == -INFINITY)
-                continue;
-            const row_rule r = rule_at(RULE_ARGS, b, i, n_q, n_kv);
-            if (j < r.lo || j >= r.hi || j == r.self)
-                continue;
-            float x = 0.0f;
-            for (int c = 0; c < D_K; c++) {
-                qi[c] = LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c));
-                x = fma(qi[c], kj[c], x);
+        /* the tiles of rows that see some of the group's keys (uniform; a range, since a
+         * row's lo and hi grow with the row): the loop with barriers has no other exit
+         * (PoCL 3.1 miscompiled a uniform `continue` past its barriers: wrong dK and dV) */
+        long t_first = n_q, t_end = 0;
+        for (long i0 = 0; i0 < n_q; i0 += RT) {
+            const long2 kr = group_key_range(RULE_ARGS, b, i0, i0 + RT - 1, n_q, n_kv);
+            if (kr.y > j0 && kr.x < j0 + WG) {
+                t_first = min(t_first, i0);
+                t_end = i0 + RT;
             }
-            const float raw = x * scale;
-            float s = raw;
-#if MASK_T || ALIBI || SOFTCAP
-            /* the score terms of this one key: lane 0 of a vector whose other lanes are
-             * outside the visible range */
-            const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
-            s = score_terms16((float16)(raw), lane, 0, 1, -1, j, n_kv, mt, mt_off, mt_st, alibi,
-                              softcap, mbase, r.diag, slope, ALIBI ? alibi_ref(r) : 0)
-                    .s0;
-#endif
-            const float p = exp(s - lse_r);
-            if (p == 0.0f) /* masked, or a weight of 0: adds nothing */
-                continue;
-            float dp = 0.0f;
-            for (int c = 0; c < D_V; c++) {
-                const float gc = LD(DO_DT, d_o, view_at(do_off, do_st, b, h, i, c));
-                dp = fma(gc, vj[c], dp);
-                accv[c] = fma(p, gc, accv[c]);
+        }
+        for (long i0 = t_first; i0 < t_end; i0 += RT) {
+            TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, D_K, RT, WG, true, qt);
+            TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, D_V, RT, WG, true,
+                                     gt);
+            if (lid < RT) {
+                const long i = i0 + lid, row = (b * h_q + h) * n_q + i;
+                row_d[lid] = i < n_q ? rows[2 * row] : 0.0f;
+                row_lse[lid] = i < n_q ? rows[2 * row + 1] : -INFINITY;
             }
-            float ds = p * (dp - rows[2 * row]) * scale;
+            barrier(CLK_LOCAL_MEM_FENCE); /* the tile staged */
+            float16 raw = 0.0f;
+            for (int c = 0; c < D_K; c++)
+                raw = fma((float16)(kj[c]), vload16(0, qt + c * RT), raw);
+            raw *= scale;
+            float t16[16];
+            vstore16(raw, 0, t16);
+            for (int r = 0; r < RT; r++)
+                s_l[r * WG + lid] = t16[r];
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* the rule and the score terms, 16 keys of a row at a time */
+            for (int ch = lid; ch < RT * (WG / 16); ch += WG) {
+                const int r = ch % RT, kc = ch / RT;
+                const long i = i0 + r, jc = j0 + 16 * kc;
+                row_rule rr = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
+                if (i >= n_q)
+                    rr.lo = rr.hi = 0;
+                const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+                const float16 x = score_terms16(
+                    vload16(kc, s_l + r * WG), lane, rel_bound(rr.lo, jc, 16),
+                    rel_bound(rr.hi, jc, 16), rel_key(rr.self, jc, 16), jc, n_kv, mt, mt_off,
+                    mt_st, alibi, softcap, mbase, rr.diag, slope, ALIBI ? alibi_ref(rr) : 0);
+                vstore16(x, kc, s_l + r * WG);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int r = 0; r < RT; r++)
+                t16[r] = s_l[r * WG + lid];
+            const float16 lse16 = vload16(0, row_lse);
+            /* rows that add nothing (LSE −∞) weigh 0 */
+            const float16 p =
+                select((float16)(0.0f), exp(vload16(0, t16) - lse16), lse16 != -INFINITY);
+            float16 dp = 0.0f;
+            for (int c = 0; c < D_V; c++)
+                dp = fma((float16)(vj[c]), vload16(0, gt + c * RT), dp);
+            float16 ds = p * (dp - vload16(0, row_d)) * scale;
 #if SOFTCAP
-            const float tc = tanh(raw / softcap);
+            const float16 tc = tanh(raw / softcap);
             ds *= 1.0f - tc * tc;
 #endif
+            /* a row of weight 0 adds nothing, even where K or V holds inf or NaN */
+            const int16 nz = p != 0.0f;
+            ds = select((float16)(0.0f), ds, nz);
+            for (int c = 0; c < D_V; c++)
+                accv[c] += hsum(select((float16)(0.0f), p * vload16(0, gt + c * RT), nz));
             for (int c = 0; c < D_K; c++)
-                acck[c] = fma(ds, qi[c], acck[c]);
+                acck[c] += hsum(select((float16)(0.0f), ds * vload16(0, qt + c * RT), nz));
+            barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
         }
     }
-    for (int c = 0; c < D_K; c++)
+    for (int c = 0; in && c < D_K; c++)
         ST(DK_DT, dk, view_at(dk_off, dk_st, b, hk, j, c), acck[c]);
-    for (int c = 0; c < D_V; c++)
+    for (int c = 0; in && c < D_V; c++)
         ST(DV_DT, dv, view_at(dv_off, dv_st, b, hk, j, c), accv[c]);
 }

@@ -1,72 +1,82 @@
-/* bwd_dq.cl — the backward pass's dQ: per query row, its visible keys 16 at a time
- * (P and dP recomputed). bwd_prep.cl's header states the algorithm. */
+/* bwd_dq.cl — the backward pass's dQ (bwd_prep.cl's header states the algorithm). A
+ * work-group of WG work-items takes WG query rows of one (batch entry, query head), a
+ * row per work-item, and walks the keys any of them sees in tiles of 16: the group stages
+ * the tile's K and V rows transposed in local memory (kt[c·16 + key], stage_rows), and
+ * each work-item forms its row's 16 scores as float16 vectors (scale·q·k, then the rule
+ * and terms through score_terms16, the forward's), P = exp(s − LSE), dP = dO·V,
+ * dS = P·(dP − D)·scale·g, and dQ += dS·K, each column a 16-key dot product. */
 #ifndef D_K
 #define D_K 64
 #endif
 #ifndef D_V
 #define D_V 64
 #endif
-/* private array lengths (a head dim may be 0) */
+#ifndef WG
+#define WG 32 /* query rows per work-group */
+#endif
+#define KT 16 /* keys per tile */
+/* private and local array lengths (a head dim may be 0) */
 #define DK_N (D_K > 0 ? D_K : 1)
 #define DV_N (D_V > 0 ? D_V : 1)
 
-__kernel void clattn_bwd_dq(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
-                            __global const ELEM_T(K_DT) *k, long k_off, long4 k_st,
-                            __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
-                            __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st,
-                            __global const float *rows, __global ELEM_T(DQ_DT) *dq,
-                            long dq_off, long4 dq_st, int h_q, int group, long n_q, long n_kv,
-                            float scale, RULE_PARAMS, TERM_PARAMS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
+    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
+    long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
+    __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st, __global const float *rows,
+    __global ELEM_T(DQ_DT) *dq, long dq_off, long4 dq_st, int h_q, int group, long n_q,
+    long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
 {
-    const long i = get_global_id(0), bh = get_global_id(1);
-    if (i >= n_q)
-        return;
-    const long b = bh / h_q, h = bh % h_q, hk = h / group, row = bh * n_q + i;
+    __local float kt[DK_N * KT], vt[DV_N * KT];
+    const int lid = get_local_id(0);
+    const long g0 = get_group_id(0) * WG, i = g0 + lid, bh = get_global_id(1);
+    const long b = bh / h_q, h = bh % h_q, hk = h / group;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const float dsum = rows[2 * row], lse_r = rows[2 * row + 1];
+    const bool in = i < n_q;
+    const long row = bh * n_q + (in ? i : 0);
+    const float dsum = in ? rows[2 * row] : 0.0f, lse_r = in ? rows[2 * row + 1] : -INFINITY;
+    const bool active = lse_r != -INFINITY; /* the row adds something */
     float qi[DK_N], gi[DV_N], acc[DK_N];
-    for (int c = 0; c < D_K; c++)
+    for (int c = 0; c < D_K; c++) {
+        qi[c] = active ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c)) : 0.0f;
         acc[c] = 0.0f;
-    if (lse_r != -INFINITY) {
-        for (int c = 0; c < D_K; c++)
-            qi[c] = LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c));
-        for (int c = 0; c < D_V; c++)
-            gi[c] = LD(DO_DT, d_o, view_at(do_off, do_st, b, h, i, c));
-        const row_rule r = rule_at(RULE_ARGS, b, i, n_q, n_kv);
-        const float slope = ALIBI ? alibi[h] : 0.0f;
-        const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
-        for (long j0 = r.lo / 16 * 16; j0 < r.hi; j0 += 16) {
-            float raw[16], p[16];
-            for (int t = 0; t < 16; t++) {
-                const long j = j0 + t;
-                float x = 0.0f;
-                if (j >= r.lo && j < r.hi)
-                    for (int c = 0; c < D_K; c++)
-                        x = fma(qi[c], LD(K_DT, k, view_at(k_off, k_st, b, hk, j, c)), x);
-                raw[t] = x * scale;
-            }
-            const float16 s = score_terms16(vload16(0, raw), lane, rel_bound(r.lo, j0, 16),
-                                            rel_bound(r.hi, j0, 16), rel_key(r.self, j0, 16), j0,
+    }
+    for (int c = 0; c < D_V; c++)
+        gi[c] = active ? LD(DO_DT, d_o, view_at(do_off, do_st, b, h, i, c)) : 0.0f;
+    const row_rule r = rule_at(RULE_ARGS, b, in ? i : 0, n_q, n_kv);
+    const float slope = ALIBI ? alibi[h] : 0.0f;
+    const long mbase = MASK_T && in ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+    /* the keys any row of the group sees (uniform) */
+    const long2 kr = group_key_range(RULE_ARGS, b, g0, g0 + WG - 1, n_q, n_kv);
+    for (long j0 = kr.x / KT * KT; j0 < kr.y; j0 += KT) {
+        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, KT, WG, true, kt);
+        TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V, KT, WG, true, vt);
+        barrier(CLK_LOCAL_MEM_FENCE); /* the tile staged */
+        if (active && j0 < r.hi && j0 + KT > r.lo) {
+            float16 raw = 0.0f;
+            for (int c = 0; c < D_K; c++)
+                raw = fma((float16)(qi[c]), vload16(0, kt + c * KT), raw);
+            raw *= scale;
+            const float16 s = score_terms16(raw, lane, rel_bound(r.lo, j0, KT),
+                                            rel_bound(r.hi, j0, KT), rel_key(r.self, j0, KT), j0,
                                             n_kv, mt, mt_off, mt_st, alibi, softcap, mbase, r.diag,
                                             slope, ALIBI ? alibi_ref(r) : 0);
-            vstore16(exp(s - lse_r), 0, p);
-            for (int t = 0; t < 16; t++) {
-                if (p[t] == 0.0f) /* masked, or a weight of 0: adds nothing */
-                    continue;
-                const long j = j0 + t;
-                float dp = 0.0f;
-                for (int c = 0; c < D_V; c++)
-                    dp = fma(gi[c], LD(V_DT, v, view_at(v_off, v_st, b, hk, j, c)), dp);
-                float ds = p[t] * (dp - dsum) * scale;
+            const float16 p = exp(s - lse_r);
+            float16 dp = 0.0f;
+            for (int c = 0; c < D_V; c++)
+                dp = fma((float16)(gi[c]), vload16(0, vt + c * KT), dp);
+            float16 ds = p * (dp - dsum) * scale;
 #if SOFTCAP
-                const float tc = tanh(raw[t] / softcap);
-                ds *= 1.0f - tc * tc;
+            const float16 tc = tanh(raw / softcap);
+            ds *= 1.0f - tc * tc;
 #endif
-                for (int c = 0; c < D_K; c++)
-                    acc[c] = fma(ds, LD(K_DT, k, view_at(k_off, k_st, b, hk, j, c)), acc[c]);
-            }
+            /* a key of weight 0 adds nothing, even where its K or V holds inf or NaN */
+            const int16 nz = p != 0.0f;
+            ds = select((float16)(0.0f), ds, nz);
+            for (int c = 0; c < D_K; c++)
+                acc[c] += hsum(select((float16)(0.0f), ds * vload16(0, kt + c * KT), nz));
         }
+        barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
     }
-    for (int c = 0; c < D_K; c++)
+    for (int c = 0; in && c < D_K; c++)
         ST(DQ_DT, dq, view_at(dq_off, dq_st, b, h, i, c), acc[c]);
 }

@@ -298,7 +298,11 @@ long view_at(long off, long4 st, long b, long h, long s, long d)
         return vload16(0, t);                                                               \
     }
 /* only the storage types this program reads (smaller programs compile faster) */
+#ifdef BWD /* the backward pass also stages dO */
+#define READS_DT(dt) (Q_DT == (dt) || K_DT == (dt) || V_DT == (dt) || DO_DT == (dt))
+#else
 #define READS_DT(dt) (Q_DT == (dt) || K_DT == (dt) || V_DT == (dt))
+#endif
 #if READS_DT(0)
 DEFINE_LOAD_ROW16(0)
 #endif

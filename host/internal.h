@@ -253,6 +253,7 @@ clattn_status clattn_wait(clattn_context *ctx, cl_event done);
 /* The backward pass's programs (plan.c) and launch (launch.c): bwd_prep, then bwd_dq and
  * bwd_dkdv; dev's lse is the forward call's LSE (an input), g[] = dQ, dK, dV. */
 #define CLATTN_BACKWARD_MAX_D 256
+#define CLATTN_BACKWARD_WG 32 /* rows (bwd_dq) or keys (bwd_dkdv) per work-group */
 typedef struct clattn_backward_plan {
     clattn_program_entry *prep, *dq, *dkdv;
 } clattn_backward_plan;

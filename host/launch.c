@@ -507,8 +507,9 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
         arg(&a, sizeof(float), &scale);
         arg_rule(&a, &x);
         arg_terms(&a, &x);
-        const size_t global[2] = {(size_t)n_q, (size_t)(batch * h_q)};
-        st = launch(ctx, "bwd_dq", &a, 2, global, NULL, nw, w, &ev[1]);
+        const size_t global[2] = {round_up(n_q, CLATTN_BACKWARD_WG), (size_t)(batch * h_q)};
+        const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
+        st = launch(ctx, "bwd_dq", &a, 2, global, local, nw, w, &ev[1]);
     }
     if (st == CLATTN_SUCCESS && keys > 0) {
         arg_list a = {plan->dkdv->kernel, 0, CL_SUCCESS};
@@ -526,8 +527,9 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
         arg(&a, sizeof(float), &scale);
         arg_rule(&a, &x);
         arg_terms(&a, &x);
-        const size_t global[2] = {(size_t)n_kv, (size_t)(batch * h_kv)};
-        st = launch(ctx, "bwd_dkdv", &a, 2, global, NULL, nw, w, &ev[2]);
+        const size_t global[2] = {round_up(n_kv, CLATTN_BACKWARD_WG), (size_t)(batch * h_kv)};
+        const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
+        st = launch(ctx, "bwd_dkdv", &a, 2, global, local, nw, w, &ev[2]);
     }
     if (st == CLATTN_SUCCESS) {
         cl_event last[2];

@@ -629,13 +629,20 @@ clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr
                            ctx->device_name);
     char opts[400];
     snprintf(opts, sizeof opts,
-             CL_STD " -DD_K=%lld -DD_V=%lld -DDO_DT=%d -DDQ_DT=%d -DDK_DT=%d -DDV_DT=%d %s",
-             (long long)d_k, (long long)d_v, (int)d_o->dtype, (int)g[0].dtype, (int)g[1].dtype,
-             (int)g[2].dtype, f.opts);
+             CL_STD " -DBWD=1 -DWG=%d -DD_K=%lld -DD_V=%lld -DDO_DT=%d -DDQ_DT=%d -DDK_DT=%d "
+                    "-DDV_DT=%d %s",
+             CLATTN_BACKWARD_WG, (long long)d_k, (long long)d_v, (int)d_o->dtype, (int)g[0].dtype,
+             (int)g[1].dtype, (int)g[2].dtype, f.opts);
     clattn_status st = clattn_get_kernel(ctx, "bwd_prep.cl", opts, &out->prep);
     if (st == CLATTN_SUCCESS)
         st = clattn_get_kernel(ctx, "bwd_dq.cl", opts, &out->dq);
     if (st == CLATTN_SUCCESS)
         st = clattn_get_kernel(ctx, "bwd_dkdv.cl", opts, &out->dkdv);
+    if (st == CLATTN_SUCCESS && (out->dq->kernel_wg_max < CLATTN_BACKWARD_WG ||
+                                 out->dkdv->kernel_wg_max < CLATTN_BACKWARD_WG))
+        st = clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                         "the backward kernels' %d work-items exceed the device's limit "
+                         "(CL_KERNEL_WORK_GROUP_SIZE %zu, %zu)",
+                         CLATTN_BACKWARD_WG, out->dq->kernel_wg_max, out->dkdv->kernel_wg_max);
     return st;
 }

@@ -333,13 +333,19 @@ static void check_device(const config *c, uint32_t seed)
                   trv = clattn_tensor_host(rv, c->b, c->h_kv, c->n_kv, c->d_v);
     TU_ASSERT_OK(backward(&s, &trq, &trk, &trv), "%s: reference backward", c->name);
     TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "%s: device backward", c->name);
-    char what[160];
-    snprintf(what, sizeof what, "%s (seed %u) dQ", c->name, seed);
-    TU_ASSERT_CLOSE(what, &tq, NULL, rq, TOL_DEVICE);
-    snprintf(what, sizeof what, "%s (seed %u) dK", c->name, seed);
-    TU_ASSERT_CLOSE(what, &tk, NULL, rk, TOL_DEVICE);
-    snprintf(what, sizeof what, "%s (seed %u) dV", c->name, seed);
-    TU_ASSERT_CLOSE(what, &tv, NULL, rv, TOL_DEVICE);
+    /* all three compared before failing, so a failure shows each gradient's worst */
+    const clattn_tensor *got[3] = {&tq, &tk, &tv};
+    const float *want[3] = {rq, rk, rv};
+    static const char *const names[3] = {"dQ", "dK", "dV"};
+    char msg[3][600];
+    bool ok = true;
+    for (int a = 0; a < 3; a++) {
+        char what[160];
+        snprintf(what, sizeof what, "%s (seed %u) %s", c->name, seed, names[a]);
+        msg[a][0] = '\0';
+        ok &= tu_close(what, got[a], NULL, want[a], TOL_DEVICE, msg[a], sizeof msg[a]);
+    }
+    ck_assert_msg(ok, "%s %s %s", msg[0], msg[1], msg[2]);
     tu_assert_untouched("dQ canary", dq, n_q, n_q + 4, -7.0f);
     tu_assert_untouched("dK canary", dk, n_k, n_k + 4, -7.0f);
     tu_assert_untouched("dV canary", dv, n_v, n_v + 4, -7.0f);

@@ -89,7 +89,10 @@ static const char bench_usage[] =
     "  --shapes LIST   cases separated by ';', each\n"
     "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]] with mask\n"
     "                  none|causal|causal-bottom-right|no-self, alg fused|unfused|both\n"
-    "                  (default both) and dtype f32|f16|bf16 (storage of Q, K, V and O;\n"
+    "                  (default both) or backward (the backward pass after one forward\n"
+    "                  call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k + 2*d_v) per head, the\n"
+    "                  five products of FlashAttention-2's backward) and dtype\n"
+    "                  f32|f16|bf16 (storage of Q, K, V and O, and of dO, dQ, dK, dV;\n"
     "                  default f32); default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
@@ -180,7 +183,10 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             c.dtype = CLATTN_BFLOAT16;
         else
             bad = 1;
-        if (!bad && !both && strcmp(alg, "fused") != 0 && strcmp(alg, "unfused") != 0)
+        if (strcmp(alg, "backward") == 0)
+            c.backward = 1;
+        if (!bad && !both && !c.backward && strcmp(alg, "fused") != 0 &&
+            strcmp(alg, "unfused") != 0)
             bad = 1;
         if (bad || n + 1 + both > max) {
             bench_fail(
@@ -191,7 +197,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             free(copy);
             return -1;
         }
-        if (both || strcmp(alg, "fused") == 0) {
+        if (both || c.backward || strcmp(alg, "fused") == 0) {
             c.algorithm = CLATTN_ALGORITHM_FUSED;
             cases[n++] = c;
         }
@@ -263,12 +269,59 @@ static double event_ns(cl_event e, cl_profiling_info what)
     return (double)t;
 }
 
+/* The backward pass's extra operands: the LSE (written by one forward call here), dO,
+ * and dQ, dK, dV. */
+typedef struct bwd_bufs {
+    cl_mem mem[5];
+    clattn_tensor t[5]; /* lse, dO, dQ, dK, dV */
+} bwd_bufs;
+
+static int backward_setup(clattn_context *ctx, const bench_case *c,
+                          const clattn_attention_desc *desc, const clattn_tensor *q,
+                          const clattn_tensor *k, const clattn_tensor *v, const clattn_tensor *o,
+                          bwd_bufs *bw)
+{
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
+    const int64_t rows = c->b * c->h_q * c->n_q;
+    bw->mem[0] = random_buffer(cl_ctx, queue, rows, 5, CLATTN_FLOAT32);
+    bw->mem[1] = random_buffer(cl_ctx, queue, rows * c->d_v, 6, c->dtype);
+    bw->mem[2] = random_buffer(cl_ctx, queue, rows * c->d_k, 7, c->dtype);
+    bw->mem[3] = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_k, 8, c->dtype);
+    bw->mem[4] = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_v, 9, c->dtype);
+    for (int i = 0; i < 5; i++)
+        if (!bw->mem[i])
+            return bench_fail("cannot allocate the backward pass's operands");
+    bw->t[0] = clattn_tensor_buffer(bw->mem[0], c->b, c->h_q, c->n_q, 1);
+    bw->t[1] = clattn_tensor_buffer(bw->mem[1], c->b, c->h_q, c->n_q, c->d_v);
+    bw->t[2] = clattn_tensor_buffer(bw->mem[2], c->b, c->h_q, c->n_q, c->d_k);
+    bw->t[3] = clattn_tensor_buffer(bw->mem[3], c->b, c->h_kv, c->n_kv, c->d_k);
+    bw->t[4] = clattn_tensor_buffer(bw->mem[4], c->b, c->h_kv, c->n_kv, c->d_v);
+    for (int i = 1; i < 5; i++)
+        bw->t[i].dtype = c->dtype;
+    clattn_attention_desc fwd = *desc; /* O and the LSE the backward pass reads */
+    fwd.lse = &bw->t[0];
+    cl_event done = NULL;
+    clattn_status st = clattn_attention_enqueue(ctx, &fwd, q, k, v, o, 0, NULL, &done);
+    if (st == CLATTN_SUCCESS) {
+        clWaitForEvents(1, &done);
+        clReleaseEvent(done);
+    }
+    return st == CLATTN_SUCCESS
+               ? 0
+               : bench_fail("forward call before the backward pass: %s: %s",
+                            clattn_status_string(st), clattn_last_error_message(ctx));
+}
+
 int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, result *res,
               char *plan_reason, size_t reason_len)
 {
     cl_context cl_ctx;
     cl_command_queue queue;
     clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
+    bwd_bufs bw;
+    memset(&bw, 0, sizeof bw);
     cl_mem mq = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_k, 1, c->dtype);
     cl_mem mk = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_k, 2, c->dtype);
     cl_mem mv = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_v, 3, c->dtype);
@@ -288,6 +341,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.mask = c->mask;
     desc.algorithm = c->algorithm;
+    if (c->backward && (rc = backward_setup(ctx, c, &desc, &q, &k, &v, &o, &bw)) != 0)
+        goto done;
     clattn_plan plan;
     clattn_status st = clattn_attention_plan(ctx, &desc, &q, &k, &v, &o, &plan);
     if (st != CLATTN_SUCCESS) {
@@ -299,9 +354,11 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         cl_event start = NULL, end = NULL;
         const double t0 = now_s();
         cl_int err = clEnqueueMarkerWithWaitList(queue, 0, NULL, &start);
-        st = err == CL_SUCCESS
-                 ? clattn_attention_enqueue(ctx, &desc, &q, &k, &v, &o, 1, &start, &end)
-                 : CLATTN_ERROR_OPENCL;
+        st = err != CL_SUCCESS ? CLATTN_ERROR_OPENCL
+             : c->backward
+                 ? clattn_attention_backward_enqueue(ctx, &desc, &q, &k, &v, &o, &bw.t[0], &bw.t[1],
+                                                     &bw.t[2], &bw.t[3], &bw.t[4], 1, &start, &end)
+                 : clattn_attention_enqueue(ctx, &desc, &q, &k, &v, &o, 1, &start, &end);
         if (st == CLATTN_SUCCESS)
             err = clWaitForEvents(1, &end);
         const double t1 = now_s();
@@ -325,19 +382,27 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     res->wall_ms = summarize(wall, reps);
     const double heads = (double)(c->b * c->h_q);
     double flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(c->d_k + c->d_v);
+    if (c->backward)
+        flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(3 * c->d_k + 2 * c->d_v);
     if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
         flop /= 2;
     double bytes = (double)clattn_dtype_size(c->dtype) *
                    ((double)(c->b * c->h_q * c->n_q) * (double)(c->d_k + c->d_v) +
                     (double)(c->b * c->h_kv * c->n_kv) * (double)(c->d_k + c->d_v));
-    if (plan.algorithm == CLATTN_ALGORITHM_UNFUSED)
+    if (c->backward) /* O and dO read, dQ, dK, dV written too */
+        bytes *= 2.0;
+    else if (plan.algorithm == CLATTN_ALGORITHM_UNFUSED)
         bytes += 6.0 * 4.0 * heads * (double)c->n_q * (double)c->n_kv;
     res->gflops = flop / (res->device_ms.median * 1e6);
     res->gbytes_per_s = bytes / (res->device_ms.median * 1e6);
-    res->workspace_bytes = plan.workspace_bytes;
+    res->workspace_bytes =
+        c->backward ? (size_t)(8 * c->b * c->h_q * c->n_q) : plan.workspace_bytes;
 done:
     free(dev);
     free(wall);
+    for (int i = 0; i < 5; i++)
+        if (bw.mem[i])
+            clReleaseMemObject(bw.mem[i]);
     cl_mem all[4] = {mq, mk, mv, mo};
     for (int i = 0; i < 4; i++)
         if (all[i])
@@ -590,7 +655,9 @@ int cmd_bench(int argc, char **argv)
         progress_step(&pr, "b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld, %s, %s", (long long)c->b,
                       (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q, (long long)c->n_kv,
                       (long long)c->d_k, (long long)c->d_v, mask_name(c->mask),
-                      c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused");
+                      c->backward                              ? "backward"
+                      : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
+                                                               : "unfused");
         result r = {0};
         char reason[256] = "";
         const int failed = time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0;
@@ -599,7 +666,9 @@ int cmd_bench(int argc, char **argv)
             rc = 1;
             continue;
         }
-        const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
+        const char *alg = c->backward                              ? "backward"
+                          : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
+                                                                   : "unfused";
         const char *dt = c->dtype == CLATTN_FLOAT16    ? "f16"
                          : c->dtype == CLATTN_BFLOAT16 ? "bf16"
                                                        : "f32";

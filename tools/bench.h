@@ -13,6 +13,7 @@ typedef struct bench_case {
     clattn_mask mask;
     clattn_algorithm algorithm;
     clattn_dtype dtype; /* storage of Q, K, V and O */
+    int backward;       /* time clattn_attention_backward_enqueue (after one forward) */
 } bench_case;
 
 typedef struct stats {
