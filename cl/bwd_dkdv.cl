@@ -1,12 +1,12 @@
 /* bwd_dkdv.cl — the backward pass's dK and dV (bwd_prep.cl's header states the
  * algorithm). A work-group of WG work-items takes WG keys of one (batch entry, KV head),
  * a key per work-item, and walks every query head of the KV head's group and the rows that
- * see any of its keys in tiles of 16 rows: the group stages the tile's Q and dO rows
- * transposed in local memory (qt[c·16 + row]), each work-item forms its key's 16 scores
- * against the tile's rows as float16 vectors, the scores pass once through local memory
- * so that score_terms16 (the forward's rule and terms) fixes them 16 keys of a row at a
- * time, then P = exp(s − LSE), dP = dO·v_j, dS = P·(dP − D)·scale·g, dV += P·dO and
- * dK += dS·Q, each column a 16-row dot product. */
+ * see any of its keys in tiles of 16 rows: the group stages the tile's Q and dO rows in
+ * local memory (row-major, padded to float16 vectors), each work-item forms its key's
+ * scores against the tile's rows (float16 dot products), the scores pass once through
+ * local memory so that score_terms16 (the forward's rule and terms) fixes them 16 keys
+ * of a row at a time, then P = exp(s − LSE), dP = dO·v_j, dS = P·(dP − D)·scale·g, and
+ * row by row dV += P·dO and dK += dS·Q as float16 vectors along d. */
 #ifndef D_K
 #define D_K 64
 #endif
@@ -17,9 +17,11 @@
 #define WG 32 /* keys per work-group, a multiple of 16 */
 #endif
 #define RT 16 /* query rows per tile */
-/* private and local array lengths (a head dim may be 0) */
-#define DK_N (D_K > 0 ? D_K : 1)
-#define DV_N (D_V > 0 ? D_V : 1)
+/* private and local array lengths in whole float16 vectors (a head dim may be 0) */
+#define DKP PAD16(D_K > 0 ? D_K : 1)
+#define DVP PAD16(D_V > 0 ? D_V : 1)
+#define NK (DKP / 16)
+#define NV (DVP / 16)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
@@ -28,7 +30,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     __global ELEM_T(DK_DT) *dk, long dk_off, long4 dk_st, __global ELEM_T(DV_DT) *dv, long dv_off,
     long4 dv_st, int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
 {
-    __local float qt[DK_N * RT], gt[DV_N * RT];
+    __local float q_r[RT * DKP], g_r[RT * DVP]; /* the tile's Q and dO rows */
     __local float s_l[RT * WG]; /* s_l[row·WG + key]: the scores, then with their terms */
     __local float row_d[RT], row_lse[RT];
     const int lid = get_local_id(0);
@@ -36,14 +38,22 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     const long h_kv = h_q / group, b = bhk / h_kv, hk = bhk % h_kv;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const bool in = j < n_kv;
-    float kj[DK_N], vj[DV_N], acck[DK_N], accv[DV_N];
-    for (int c = 0; c < D_K; c++) {
-        kj[c] = in ? LD(K_DT, k, view_at(k_off, k_st, b, hk, j, c)) : 0.0f;
-        acck[c] = 0.0f;
+    float16 kj[NK], vj[NV], acck[NK], accv[NV];
+    for (int a = 0; a < NK; a++) {
+        float t[16];
+        for (int e = 0; e < 16; e++)
+            t[e] = in && 16 * a + e < D_K ? LD(K_DT, k, view_at(k_off, k_st, b, hk, j, 16 * a + e))
+                                          : 0.0f;
+        kj[a] = vload16(0, t);
+        acck[a] = 0.0f;
     }
-    for (int c = 0; c < D_V; c++) {
-        vj[c] = in ? LD(V_DT, v, view_at(v_off, v_st, b, hk, j, c)) : 0.0f;
-        accv[c] = 0.0f;
+    for (int a = 0; a < NV; a++) {
+        float t[16];
+        for (int e = 0; e < 16; e++)
+            t[e] = in && 16 * a + e < D_V ? LD(V_DT, v, view_at(v_off, v_st, b, hk, j, 16 * a + e))
+                                          : 0.0f;
+        vj[a] = vload16(0, t);
+        accv[a] = 0.0f;
     }
     for (int g = 0; g < group; g++) {
         const long h = hk * group + g;
@@ -60,23 +70,26 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
             }
         }
         for (long i0 = t_first; i0 < t_end; i0 += RT) {
-            TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, D_K, RT, WG, true, qt);
-            TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, D_V, RT, WG, true,
-                                     gt);
+            TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, DKP, RT, WG, false, q_r);
+            TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, DVP, RT, WG, false,
+                                     g_r);
             if (lid < RT) {
                 const long i = i0 + lid, row = (b * h_q + h) * n_q + i;
                 row_d[lid] = i < n_q ? rows[2 * row] : 0.0f;
                 row_lse[lid] = i < n_q ? rows[2 * row + 1] : -INFINITY;
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* the tile staged */
-            float16 raw = 0.0f;
-            for (int c = 0; c < D_K; c++)
-                raw = fma((float16)(kj[c]), vload16(0, qt + c * RT), raw);
-            raw *= scale;
             float t16[16];
-            vstore16(raw, 0, t16);
-            for (int r = 0; r < RT; r++)
+            for (int r = 0; r < RT; r++) {
+                float16 x = 0.0f;
+                for (int a = 0; a < NK; a++)
+                    x = fma(kj[a], vload16(a, q_r + r * DKP), x);
+                t16[r] = hsum(x) * scale;
                 s_l[r * WG + lid] = t16[r];
+            }
+#if SOFTCAP
+            const float16 raw = vload16(0, t16);
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);
             /* the rule and the score terms, 16 keys of a row at a time */
             for (int ch = lid; ch < RT * (WG / 16); ch += WG) {
@@ -99,26 +112,42 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
             /* rows that add nothing (LSE −∞) weigh 0 */
             const float16 p =
                 select((float16)(0.0f), exp(vload16(0, t16) - lse16), lse16 != -INFINITY);
-            float16 dp = 0.0f;
-            for (int c = 0; c < D_V; c++)
-                dp = fma((float16)(vj[c]), vload16(0, gt + c * RT), dp);
-            float16 ds = p * (dp - vload16(0, row_d)) * scale;
+            float dpa[16];
+            for (int r = 0; r < RT; r++) {
+                float16 x = 0.0f;
+                for (int a = 0; a < NV; a++)
+                    x = fma(vj[a], vload16(a, g_r + r * DVP), x);
+                dpa[r] = hsum(x);
+            }
+            float16 ds = p * (vload16(0, dpa) - vload16(0, row_d)) * scale;
 #if SOFTCAP
             const float16 tc = tanh(raw / softcap);
             ds *= 1.0f - tc * tc;
 #endif
-            /* a row of weight 0 adds nothing, even where K or V holds inf or NaN */
-            const int16 nz = p != 0.0f;
-            ds = select((float16)(0.0f), ds, nz);
-            for (int c = 0; c < D_V; c++)
-                accv[c] += hsum(select((float16)(0.0f), p * vload16(0, gt + c * RT), nz));
-            for (int c = 0; c < D_K; c++)
-                acck[c] += hsum(select((float16)(0.0f), ds * vload16(0, qt + c * RT), nz));
+            float pa[16], dsa[16];
+            vstore16(p, 0, pa);
+            vstore16(ds, 0, dsa);
+            for (int r = 0; r < RT; r++) {
+                if (pa[r] == 0.0f) /* weight 0 adds nothing, even inf or NaN in K or V */
+                    continue;
+                for (int a = 0; a < NV; a++)
+                    accv[a] = fma((float16)(pa[r]), vload16(a, g_r + r * DVP), accv[a]);
+                for (int a = 0; a < NK; a++)
+                    acck[a] = fma((float16)(dsa[r]), vload16(a, q_r + r * DKP), acck[a]);
+            }
             barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
         }
     }
-    for (int c = 0; in && c < D_K; c++)
-        ST(DK_DT, dk, view_at(dk_off, dk_st, b, hk, j, c), acck[c]);
-    for (int c = 0; in && c < D_V; c++)
-        ST(DV_DT, dv, view_at(dv_off, dv_st, b, hk, j, c), accv[c]);
+    for (int a = 0; in && a < NK; a++) {
+        float out[16];
+        vstore16(acck[a], 0, out);
+        for (int e = 0; e < 16 && 16 * a + e < D_K; e++)
+            ST(DK_DT, dk, view_at(dk_off, dk_st, b, hk, j, 16 * a + e), out[e]);
+    }
+    for (int a = 0; in && a < NV; a++) {
+        float out[16];
+        vstore16(accv[a], 0, out);
+        for (int e = 0; e < 16 && 16 * a + e < D_V; e++)
+            ST(DV_DT, dv, view_at(dv_off, dv_st, b, hk, j, 16 * a + e), out[e]);
+    }
 }

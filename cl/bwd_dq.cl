@@ -4,7 +4,8 @@
  * the tile's K and V rows transposed in local memory (kt[c·16 + key], stage_rows), and
  * each work-item forms its row's 16 scores as float16 vectors (scale·q·k, then the rule
  * and terms through score_terms16, the forward's), P = exp(s − LSE), dP = dO·V,
- * dS = P·(dP − D)·scale·g, and dQ += dS·K, each column a 16-key dot product. */
+ * dS = P·(dP − D)·scale·g, and dQ += dS_t·K_t key by key from the K rows also staged
+ * row-major (float16 vectors along d_k). */
 #ifndef D_K
 #define D_K 64
 #endif
@@ -18,6 +19,8 @@
 /* private and local array lengths (a head dim may be 0) */
 #define DK_N (D_K > 0 ? D_K : 1)
 #define DV_N (D_V > 0 ? D_V : 1)
+#define DKP PAD16(DK_N) /* d_k in whole float16 vectors */
+#define NK (DKP / 16)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
@@ -26,7 +29,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     __global ELEM_T(DQ_DT) *dq, long dq_off, long4 dq_st, int h_q, int group, long n_q,
     long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
 {
-    __local float kt[DK_N * KT], vt[DV_N * KT];
+    __local float kt[DK_N * KT], vt[DV_N * KT], k_r[KT * DKP];
     const int lid = get_local_id(0);
     const long g0 = get_group_id(0) * WG, i = g0 + lid, bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
@@ -35,11 +38,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     const long row = bh * n_q + (in ? i : 0);
     const float dsum = in ? rows[2 * row] : 0.0f, lse_r = in ? rows[2 * row + 1] : -INFINITY;
     const bool active = lse_r != -INFINITY; /* the row adds something */
-    float qi[DK_N], gi[DV_N], acc[DK_N];
-    for (int c = 0; c < D_K; c++) {
+    float qi[DK_N], gi[DV_N];
+    float16 acc[NK];
+    for (int c = 0; c < D_K; c++)
         qi[c] = active ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c)) : 0.0f;
-        acc[c] = 0.0f;
-    }
+    for (int a = 0; a < NK; a++)
+        acc[a] = 0.0f;
     for (int c = 0; c < D_V; c++)
         gi[c] = active ? LD(DO_DT, d_o, view_at(do_off, do_st, b, h, i, c)) : 0.0f;
     const row_rule r = rule_at(RULE_ARGS, b, in ? i : 0, n_q, n_kv);
@@ -50,6 +54,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     for (long j0 = kr.x / KT * KT; j0 < kr.y; j0 += KT) {
         TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, KT, WG, true, kt);
         TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V, KT, WG, true, vt);
+        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, DKP, KT, WG, false, k_r);
         barrier(CLK_LOCAL_MEM_FENCE); /* the tile staged */
         if (active && j0 < r.hi && j0 + KT > r.lo) {
             float16 raw = 0.0f;
@@ -69,14 +74,22 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
             const float16 tc = tanh(raw / softcap);
             ds *= 1.0f - tc * tc;
 #endif
-            /* a key of weight 0 adds nothing, even where its K or V holds inf or NaN */
-            const int16 nz = p != 0.0f;
-            ds = select((float16)(0.0f), ds, nz);
-            for (int c = 0; c < D_K; c++)
-                acc[c] += hsum(select((float16)(0.0f), ds * vload16(0, kt + c * KT), nz));
+            float pa[16], dsa[16];
+            vstore16(p, 0, pa);
+            vstore16(ds, 0, dsa);
+            for (int t = 0; t < KT; t++) {
+                if (pa[t] == 0.0f) /* weight 0 adds nothing, even inf or NaN in K or V */
+                    continue;
+                for (int a = 0; a < NK; a++)
+                    acc[a] = fma((float16)(dsa[t]), vload16(a, k_r + t * DKP), acc[a]);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
     }
-    for (int c = 0; in && c < D_K; c++)
-        ST(DQ_DT, dq, view_at(dq_off, dq_st, b, h, i, c), acc[c]);
+    for (int a = 0; in && a < NK; a++) {
+        float out[16];
+        vstore16(acc[a], 0, out);
+        for (int e = 0; e < 16 && 16 * a + e < D_K; e++)
+            ST(DQ_DT, dq, view_at(dq_off, dq_st, b, h, i, 16 * a + e), out[e]);
+    }
 }
