@@ -737,6 +737,7 @@ int main(void)
     tcase_add_loop_test(tc, device_against_reference, 8, N_CONFIGS + N_DEVICE_CONFIGS);
     tcase_add_test(tc, device_storage_types);
     tcase_add_test(tc, device_enqueue_empty_and_validation);
+    tcase_set_tags(tc, "slow"); /* ctest runs it apart: test_backward_device, label slow */
     suite_add_tcase(suite, tc);
     return tu_run_suite(suite);
 }
