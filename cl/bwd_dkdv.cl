@@ -109,9 +109,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
             for (int r = 0; r < RT; r++)
                 t16[r] = s_l[r * WG + lid];
             const float16 lse16 = vload16(0, row_lse);
-            /* rows that add nothing (LSE −∞) weigh 0 */
-            const float16 p =
-                select((float16)(0.0f), exp(vload16(0, t16) - lse16), lse16 != -INFINITY);
+            /* rows that add nothing (LSE −∞) weigh 0; P ≤ 1 (bwd_dq.cl says why) */
+            const float16 e = exp(vload16(0, t16) - lse16);
+            const float16 p = select((float16)(0.0f), select(e, (float16)(1.0f), e > 1.0f),
+                                     lse16 != -INFINITY);
             float dpa[16];
             for (int r = 0; r < RT; r++) {
                 float16 x = 0.0f;

@@ -65,7 +65,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
                                             rel_bound(r.hi, j0, KT), rel_key(r.self, j0, KT), j0,
                                             n_kv, mt, mt_off, mt_st, alibi, softcap, mbase, r.diag,
                                             slope, ALIBI ? alibi_ref(r) : 0);
-            const float16 p = exp(s - lse_r);
+            /* P ≤ 1: a recomputed score may round above the LSE where scores are huge
+             * (float32 steps of 256 at 1e9), and exp must not overflow to inf there */
+            const float16 e = exp(s - lse_r);
+            const float16 p = select(e, (float16)(1.0f), e > 1.0f);
             float16 dp = 0.0f;
             for (int c = 0; c < D_V; c++)
                 dp = fma((float16)(gi[c]), vload16(0, vt + c * KT), dp);

@@ -51,7 +51,10 @@ extern "C" {
  * @param desc  the forward call's desc.
  * @param q, k, v  the forward call's inputs: [b, h_q, n_q, d_k], [b, h_kv, n_kv, d_k],
  *              [b, h_kv, n_kv, d_v]; float32, float16 or bfloat16, any strides.
- * @param o     the forward call's output [b, h_q, n_q, d_v].
+ * @param o     the forward call's output [b, h_q, n_q, d_v]. O and the LSE are read
+ *              only, but validated as the forward call validates its outputs (no
+ *              broadcast, no overlap with Q, K, V or the mask tensor in one cl_mem):
+ *              they are what it wrote.
  * @param lse   the forward call's LSE [b, h_q, n_q, 1], float32 or float64 (float64
  *              needs cl_khr_fp64). Required.
  * @param d_o   ∂L/∂O, shaped as o, any float storage type.

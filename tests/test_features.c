@@ -912,7 +912,6 @@ int main(void)
     tcase_add_test(tc[2], masked_keys_contribute_nothing);
     tcase_add_test(tc[2], head_dim_512);
     tcase_add_test(tc[5], decode_grouped_all_terms); /* alone: test_oclgrind.sh runs it */
-    tcase_add_test(tc[2], decode_splits_every_term);
     tcase_add_test(tc[2], alibi_far_positions);
     tcase_add_test(tc[2], unfused_workspace_reused_between_calls);
     tcase_add_test(tc[3], merge_rejects_bad_parts);
@@ -920,6 +919,7 @@ int main(void)
     tcase_add_test(tc[4], random_feature_sweep);
     tcase_add_test(tc[4], decode_grouped_sweep);
     tcase_add_test(tc[4], decode_head_dim_4096);
+    tcase_add_test(tc[4], decode_splits_every_term); /* GPU-family programs: slow to build */
     /* the sweep builds a program per random feature combination: ctest runs it apart,
      * labelled slow (test_features_sweep, CK_INCLUDE_TAGS=slow) */
     tcase_set_tags(tc[4], "slow");

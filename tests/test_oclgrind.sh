@@ -80,7 +80,7 @@ fi
 if [ -n "${CLATTN_SPLIT_BIN:-}" ]; then
     check "float64 LSE (test_split)" "$CLATTN_SPLIT_BIN"
 fi
-# the backward kernels (bwd_prep, bwd_dq, bwd_dkdv): every score term, GQA 4:2 and 3:1,
+# the backward kernels (bwd_prep, bwd_dq, bwd_dkdv): float mask, softcap, causal, GQA 4:2,
 # masked rows and poisoned masked keys (test_backward's small device cases)
 if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then
     CK_RUN_CASE=device_small check "backward" "$CLATTN_BACKWARD_BIN"
