@@ -431,50 +431,53 @@ END_TEST
  * with weight 0 shows (0·1e30 = 0 would hide it). */
 START_TEST(masked_keys_contribute_nothing)
 {
-    for (int variant = 0; variant < 4; variant++) {
-        tu_problem p;
-        tu_problem_init(&p, 1, 2, 1, 9, 12, 16, 16, 71, 72, 73, 0);
-        /* keys 8..11 are poisoned (K NaN; V NaN, +inf, −inf, NaN); each variant masks
-         * them a different way */
-        for (int64_t j = 8; j < 12; j++) {
-            tu_fill_value(p.k + j * 16, 16, NAN);
-            tu_fill_value(p.v + j * 16, 16, j == 9 ? INFINITY : j == 10 ? -INFINITY : NAN);
+    /* 9 queries (the decode kernels) and 20 (the tiled fused kernels of either family) */
+    for (int shape = 0; shape < 2; shape++)
+        for (int variant = 0; variant < 4; variant++) {
+            const int64_t nq = shape ? 20 : 9;
+            tu_problem p;
+            tu_problem_init(&p, 1, 2, 1, nq, 12, 16, 16, 71, 72, 73, 0);
+            /* keys 8..11 are poisoned (K NaN; V NaN, +inf, −inf, NaN); each variant masks
+             * them a different way */
+            for (int64_t j = 8; j < 12; j++) {
+                tu_fill_value(p.k + j * 16, 16, NAN);
+                tu_fill_value(p.v + j * 16, 16, j == 9 ? INFINITY : j == 10 ? -INFINITY : NAN);
+            }
+            clattn_attention_desc d = clattn_attention_desc_default();
+            int32_t kv_lens[1] = {8};
+            uint8_t keep[20 * 12];
+            float add[20 * 12];
+            for (int i = 0; i < 20 * 12; i++) {
+                keep[i] = i % 12 < 8;
+                add[i] = i % 12 < 8 ? 0.25f : -INFINITY;
+            }
+            clattn_tensor mt =
+                clattn_tensor_host(variant == 2 ? (void *)keep : (void *)add, 1, 1, nq, 12);
+            mt.dtype = variant == 2 ? CLATTN_BOOL : CLATTN_FLOAT32;
+            if (variant == 0)
+                d.kv_lens = kv_lens;
+            if (variant == 1) {
+                d.window = 1;
+                d.window_left = 20;
+                d.window_right = 0; /* key j ≤ i + q_start: with q_start 8 − n_q, j ≤ 7 */
+                d.q_start = 8 - nq;
+            }
+            if (variant >= 2)
+                d.mask_tensor = &mt;
+            for (int a = 0; a < 2; a++) {
+                float *o = tu_run(&p, &d, tu_algorithms[a]);
+                clattn_tensor to = tu_problem_o(&p, o);
+                char what[96];
+                snprintf(what, sizeof what, "masked poisoned keys, n_q %lld, variant %d [%s]",
+                         (long long)nq, variant, tu_algorithm_name(tu_algorithms[a]));
+                tu_assert_finite(what, &to);
+                float *r = tu_reference(&p, &d, NULL);
+                TU_ASSERT_CLOSE(what, &to, NULL, r, TU_TOL_DEFAULT);
+                free(o);
+                free(r);
+            }
+            tu_problem_free(&p);
         }
-        clattn_attention_desc d = clattn_attention_desc_default();
-        int32_t kv_lens[1] = {8};
-        uint8_t keep[9 * 12];
-        float add[9 * 12];
-        for (int i = 0; i < 9 * 12; i++) {
-            keep[i] = i % 12 < 8;
-            add[i] = i % 12 < 8 ? 0.25f : -INFINITY;
-        }
-        clattn_tensor mt =
-            clattn_tensor_host(variant == 2 ? (void *)keep : (void *)add, 1, 1, 9, 12);
-        mt.dtype = variant == 2 ? CLATTN_BOOL : CLATTN_FLOAT32;
-        if (variant == 0)
-            d.kv_lens = kv_lens;
-        if (variant == 1) {
-            d.window = 1;
-            d.window_left = 20;
-            d.window_right = 0; /* with q_start 0: key j ≤ i ≤ 8 … key 8 visible to row 8 */
-            d.q_start = -1;     /* shift the diagonal: j ≤ i − 1 ≤ 7 */
-        }
-        if (variant >= 2)
-            d.mask_tensor = &mt;
-        for (int a = 0; a < 2; a++) {
-            float *o = tu_run(&p, &d, tu_algorithms[a]);
-            clattn_tensor to = tu_problem_o(&p, o);
-            char what[96];
-            snprintf(what, sizeof what, "masked poisoned keys, variant %d [%s]", variant,
-                     tu_algorithm_name(tu_algorithms[a]));
-            tu_assert_finite(what, &to);
-            float *r = tu_reference(&p, &d, NULL);
-            TU_ASSERT_CLOSE(what, &to, NULL, r, TU_TOL_DEFAULT);
-            free(o);
-            free(r);
-        }
-        tu_problem_free(&p);
-    }
 }
 END_TEST
 
