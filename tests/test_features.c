@@ -481,6 +481,47 @@ START_TEST(masked_keys_contribute_nothing)
 }
 END_TEST
 
+/* Sliding windows with only a left bound (the right one unbounded) and no score term, on
+ * the tiled fused kernels (70 queries, 150 keys: several row blocks and key tiles): a key
+ * tile may lie below the window of the block's later rows while the block's first row
+ * sees it, so it is not fully visible (a kernel that called such a tile plain from the
+ * first row's bound gave later rows keys left of their window). Also with the causal
+ * masks, and with the window on the right only. */
+START_TEST(sliding_window_one_sided)
+{
+    static const struct {
+        clattn_mask mask;
+        int64_t left, right;
+    } cases[] = {{CLATTN_MASK_NONE, 5, -1},
+                 {CLATTN_MASK_NONE, 40, -1},
+                 {CLATTN_MASK_CAUSAL_TOP_LEFT, 9, -1},
+                 {CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 17, -1},
+                 {CLATTN_MASK_NONE, -1, 3}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tu_problem p;
+        tu_problem_init(&p, 1, 2, 1, 70, 150, 32, 24, 81 + (uint32_t)c, 82, 83, 0);
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.mask = cases[c].mask;
+        d.window = 1;
+        d.window_left = cases[c].left;
+        d.window_right = cases[c].right;
+        float *r = tu_reference(&p, &d, NULL);
+        for (int a = 0; a < 2; a++) {
+            float *o = tu_run(&p, &d, tu_algorithms[a]);
+            clattn_tensor to = tu_problem_o(&p, o);
+            char what[128];
+            snprintf(what, sizeof what, "window(%lld,%lld) mask %s [%s]", (long long)cases[c].left,
+                     (long long)cases[c].right, tu_mask_name(cases[c].mask),
+                     tu_algorithm_name(tu_algorithms[a]));
+            TU_ASSERT_CLOSE(what, &to, NULL, r, TU_TOL_DEFAULT);
+            free(o);
+        }
+        free(r);
+        tu_problem_free(&p);
+    }
+}
+END_TEST
+
 /* ---- 16-bit storage ------------------------------------------------------------------- */
 
 /* A copy of a packed float array in a 16-bit type. */
@@ -913,6 +954,7 @@ int main(void)
     tcase_add_test(tc[1], float16_and_bfloat16_storage);
     tcase_add_test(tc[1], decode_long_equal_weights);
     tcase_add_test(tc[2], masked_keys_contribute_nothing);
+    tcase_add_test(tc[2], sliding_window_one_sided);
     tcase_add_test(tc[2], head_dim_512);
     tcase_add_test(tc[5], decode_grouped_all_terms); /* alone: test_oclgrind.sh runs it */
     tcase_add_test(tc[2], alibi_far_positions);
