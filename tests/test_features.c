@@ -348,22 +348,25 @@ START_TEST(decode_splits_every_term)
     ck_assert_int_eq(clattn_context_set_decode_splits(ctx, -1), CLATTN_ERROR_INVALID_ARGUMENT);
     ck_assert_int_eq(clattn_context_set_decode_splits(ctx, 257), CLATTN_ERROR_INVALID_ARGUMENT);
     ck_assert_int_eq(clattn_context_set_decode_splits(NULL, 2), CLATTN_ERROR_INVALID_ARGUMENT);
-    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 3, n_kv = 1000;
+    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 3, n_kv = 1100;
     static const int splits[] = {1, 0, 3, 7, 256};
-    /* whole steps of 128 keys per split: 7 asked give 4 of 256 keys; 0: automatic */
-    static const size_t expect_splits[] = {1, 0, 3, 4, 8};
-    for (int variant = 0; variant < 2; variant++) {
+    /* whole steps of 128 keys per split: 7 asked give 5 of 256 keys; 0: automatic */
+    static const size_t expect_splits[] = {1, 0, 3, 5, 9};
+    for (int variant = 0; variant < 3; variant++) {
         const bool all = variant == 0;
-        const int64_t d_k = all ? 40 : 64, d_v = all ? 32 : 200;
+        const int64_t d_k = all ? 40 : 64, d_v = all ? 32 : variant == 1 ? 200 : 64;
         fproblem f;
         memset(&f, 0, sizeof f);
         tu_problem_init(&f.p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, 81, 82, 83, 8);
         clattn_attention_desc *ds = &f.desc;
         *ds = clattn_attention_desc_default();
         f.kv_lens = malloc(sizeof(int32_t) * 2);
-        f.kv_lens[0] = 1000;
+        /* variant 2: rows end at keys 1023, 1024, 1025, across a step boundary (1024) */
+        f.kv_lens[0] = variant == 2 ? 1025 : 1000;
         f.kv_lens[1] = 555;
         ds->kv_lens = f.kv_lens;
+        if (variant == 2) /* no term, but rows whose key ranges differ: not plain steps */
+            ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
         if (all) {
             ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
             ds->window = 1;
@@ -393,12 +396,13 @@ START_TEST(decode_splits_every_term)
         for (size_t c = 0; c < sizeof splits / sizeof splits[0]; c++) {
             TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, splits[c]), "splits %d", splits[c]);
             snprintf(f.text, sizeof f.text,
-                     "split-KV decode, %d splits set: b 2 h_q 8 h_kv 2 n_q 3 n_kv 1000 d_k %lld "
-                     "d_v %lld kv_lens {1000,555}%s",
-                     splits[c], (long long)d_k, (long long)d_v,
+                     "split-KV decode, %d splits set: b 2 h_q 8 h_kv 2 n_q 3 n_kv 1100 d_k %lld "
+                     "d_v %lld kv_lens {%d,555}%s",
+                     splits[c], (long long)d_k, (long long)d_v, f.kv_lens[0],
                      all ? ", causal-bottom-right window(300,1) softcap 3 alibi bool-mask "
                            "q_lens {3,2} masked_rows nan"
-                         : "");
+                     : variant == 2 ? ", causal-bottom-right"
+                                    : "");
             float *o = tu_alloc((size_t)(b * h_q * n_q * d_v), 0.0f);
             clattn_tensor to = tu_problem_o(&f.p, o);
             clattn_plan plan;
