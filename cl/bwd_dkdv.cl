@@ -39,20 +39,15 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const bool in = j < n_kv;
     float16 kj[NK], vj[NV], acck[NK], accv[NV];
+    /* the key's K and V rows (common.cl load_row16: zeros past d) */
+    const long kb = in ? view_at(k_off, k_st, b, hk, j, 0) : 0;
+    const long vb = in ? view_at(v_off, v_st, b, hk, j, 0) : 0;
     for (int a = 0; a < NK; a++) {
-        float t[16];
-        for (int e = 0; e < 16; e++)
-            t[e] = in && 16 * a + e < D_K ? LD(K_DT, k, view_at(k_off, k_st, b, hk, j, 16 * a + e))
-                                          : 0.0f;
-        kj[a] = vload16(0, t);
+        kj[a] = in ? TYPED(load_row16, K_DT)(k, kb, k_st.s3, 16 * a, D_K) : 0.0f;
         acck[a] = 0.0f;
     }
     for (int a = 0; a < NV; a++) {
-        float t[16];
-        for (int e = 0; e < 16; e++)
-            t[e] = in && 16 * a + e < D_V ? LD(V_DT, v, view_at(v_off, v_st, b, hk, j, 16 * a + e))
-                                          : 0.0f;
-        vj[a] = vload16(0, t);
+        vj[a] = in ? TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V) : 0.0f;
         accv[a] = 0.0f;
     }
     for (int g = 0; g < group; g++) {
