@@ -453,6 +453,29 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     aux_release(&x);
     return st;
 }
+/* bwd_dq's and bwd_dkdv's arguments before their gradients, and after them */
+static void arg_bwd_inputs(arg_list *a, const clattn_view *q, const clattn_view *k,
+                           const clattn_view *v, const clattn_view *d_o, const cl_mem *ws)
+{
+    arg_view(a, q);
+    arg_view(a, k);
+    arg_view(a, v);
+    arg_view(a, d_o);
+    arg(a, sizeof(cl_mem), ws);
+}
+
+static void arg_bwd_sizes(arg_list *a, int64_t h_q, int64_t group, int64_t n_q, int64_t n_kv,
+                          float scale, const aux_t *x)
+{
+    arg_int(a, h_q);
+    arg_int(a, group);
+    arg_long(a, n_q);
+    arg_long(a, n_kv);
+    arg(a, sizeof(float), &scale);
+    arg_rule(a, x);
+    arg_terms(a, x);
+}
+
 /* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl): prep writes each row's D and
  * relative LSE into a workspace of 2 floats per row; dq and dkdv both wait for it and
  * write every element of their gradients (zeros where nothing adds). */
@@ -494,39 +517,19 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
     const cl_event *w = rows > 0 ? &ev[0] : wait;
     if (st == CLATTN_SUCCESS && rows > 0) {
         arg_list a = {plan->dq->kernel, 0, CL_SUCCESS};
-        arg_view(&a, q);
-        arg_view(&a, k);
-        arg_view(&a, v);
-        arg_view(&a, d_o);
-        arg(&a, sizeof(cl_mem), &ws);
+        arg_bwd_inputs(&a, q, k, v, d_o, &ws);
         arg_view(&a, &g[0]);
-        arg_int(&a, h_q);
-        arg_int(&a, group);
-        arg_long(&a, n_q);
-        arg_long(&a, n_kv);
-        arg(&a, sizeof(float), &scale);
-        arg_rule(&a, &x);
-        arg_terms(&a, &x);
+        arg_bwd_sizes(&a, h_q, group, n_q, n_kv, scale, &x);
         const size_t global[2] = {round_up(n_q, CLATTN_BACKWARD_WG), (size_t)(batch * h_q)};
         const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
         st = launch(ctx, "bwd_dq", &a, 2, global, local, nw, w, &ev[1]);
     }
     if (st == CLATTN_SUCCESS && keys > 0) {
         arg_list a = {plan->dkdv->kernel, 0, CL_SUCCESS};
-        arg_view(&a, q);
-        arg_view(&a, k);
-        arg_view(&a, v);
-        arg_view(&a, d_o);
-        arg(&a, sizeof(cl_mem), &ws);
+        arg_bwd_inputs(&a, q, k, v, d_o, &ws);
         arg_view(&a, &g[1]);
         arg_view(&a, &g[2]);
-        arg_int(&a, h_q);
-        arg_int(&a, group);
-        arg_long(&a, n_q);
-        arg_long(&a, n_kv);
-        arg(&a, sizeof(float), &scale);
-        arg_rule(&a, &x);
-        arg_terms(&a, &x);
+        arg_bwd_sizes(&a, h_q, group, n_q, n_kv, scale, &x);
         const size_t global[2] = {round_up(n_kv, CLATTN_BACKWARD_WG), (size_t)(batch * h_kv)};
         const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
         st = launch(ctx, "bwd_dkdv", &a, 2, global, local, nw, w, &ev[2]);
