@@ -13,10 +13,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
 # every rank on the CPU device: one PoCL thread per rank keeps 4 ranks on 2 cores sane
 export POCL_MAX_PTHREAD_COUNT="${POCL_MAX_PTHREAD_COUNT:-1}"
+# One PoCL kernel cache per rank: PoCL 3.1 segfaults (readdir on a directory another
+# process removed, inside clBuildProgram) when several processes write the same program
+# into one cache at once -- CI's 4-rank run died so. Each rank keeps its own cache for
+# the whole script, so only the first run of a kernel variant compiles it.
+cache_base=$(mktemp -d "${TMPDIR:-/tmp}/clattn-mpi-kcache.XXXXXX") || exit 1
+trap 'rm -rf "$cache_base"' EXIT
 fails=0
 run() {
     echo "+ $MPIEXEC -np $NP clattn_ring $*"
-    timeout 120 "$MPIEXEC" --oversubscribe --bind-to none -np "$NP" "$CLATTN_RING" "$@"
+    timeout 120 "$MPIEXEC" --oversubscribe --bind-to none -np "$NP" \
+        sh -c 'POCL_CACHE_DIR="$0/rank${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}" exec "$@"' \
+        "$cache_base" "$CLATTN_RING" "$@"
     rc=$?
     if [ $rc -ne 0 ]; then
         echo "FAILED (exit $rc): clattn_ring $*"
