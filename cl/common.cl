@@ -285,6 +285,47 @@ long view_at(long off, long4 st, long b, long h, long s, long d)
     return off + b * st.s0 + h * st.s1 + s * st.s2 + d * st.s3;
 }
 
+/* ---- paged K/V (-DPAGED=1; the host's twin: clattn_view_index, host/internal.h) ----
+ * Key row j of batch entry b is slot j % size of page table[b·stride + j / size] of a
+ * pool view (st.s0 strides pages, st.s2 slots). Entries are clamped into [0, count): a
+ * bad table on the device reads a wrong page of the pool, never memory outside it.
+ * Kernels pass `pages` to the staging helpers: their K/V tables, or none (a NULL table)
+ * for Q and dO. */
+#ifndef PAGED
+#define PAGED 0
+#endif
+#define PAGE_PARAMS                                                                         \
+    __global const int *block_table, long bt_stride, long page_size, long num_pages
+typedef struct pages {
+    __global const int *table; /* NULL: a plain view */
+    long stride, size, count;
+} pages;
+#define KV_PAGES {block_table, bt_stride, page_size, num_pages} /* a kernel's K/V pages */
+#define NO_PAGES {0, 0, 1, 1}
+
+/* Element offset of element 0 of key row j of head h, batch entry b. */
+long kv_row(long off, long4 st, long b, long h, long j, pages pg)
+{
+#if PAGED
+    if (pg.table) {
+        const long e = clamp((long)pg.table[b * pg.stride + j / pg.size], 0L, pg.count - 1);
+        return off + e * st.s0 + h * st.s1 + (j % pg.size) * st.s2;
+    }
+#endif
+    return view_at(off, st, b, h, j, 0);
+}
+
+/* Whether rows j … j + n − 1 are consecutive rows of one view (always without pages):
+ * then row j + t lies t·st.s2 elements after row j. */
+bool rows_contiguous(long j, int n, pages pg)
+{
+#if PAGED
+    if (pg.table)
+        return j / pg.size == (j + n - 1) / pg.size;
+#endif
+    return true;
+}
+
 /* Elements c0 … c0+15 of a row starting at src[base] with stride st3 along d, zeros
  * past d; one function per storage type: load_row16_0 (float), _1 (half), _2 (bf16). */
 #define DEFINE_LOAD_ROW16(dt)                                                               \
@@ -399,14 +440,14 @@ void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, fl
 #define DEFINE_STAGE_ROWS(dt)                                                               \
     void stage_rows_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h, \
                          long j0, long n, int d, int d_pad, int tile, int wg, bool transpose, \
-                         __local float *dst)                                                \
+                         __local float *dst, pages pg)                                      \
     {                                                                                       \
         if (transpose) {                                                                    \
             for (int kb = get_local_id(0); kb < tile / 8; kb += wg) {                       \
                 const int jj0 = 8 * kb;                                                     \
                 int c = 0;                                                                  \
-                if (st.s3 == 1 && j0 + jj0 + 8 <= n) {                                      \
-                    const long base = view_at(off, st, b, h, j0 + jj0, 0);                  \
+                if (st.s3 == 1 && j0 + jj0 + 8 <= n && rows_contiguous(j0 + jj0, 8, pg)) {  \
+                    const long base = kv_row(off, st, b, h, j0 + jj0, pg);                  \
                     for (; c + 8 <= d; c += 8) {                                            \
                         const __global const ELEM_T_##dt *p_ = src + base + c;              \
                         store_transposed8(LD8_##dt(p_, 0), LD8_##dt(p_, st.s2),             \
@@ -418,7 +459,7 @@ void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, fl
                 }                                                                           \
                 for (int k = 0; k < 8; k++) { /* what the blocks did not cover */          \
                     const long j = j0 + jj0 + k;                                            \
-                    const long base = view_at(off, st, b, h, j < n ? j : 0, 0);             \
+                    const long base = kv_row(off, st, b, h, j < n ? j : 0, pg);             \
                     for (int cc = c; cc < d; cc++)                                          \
                         dst[cc * tile + jj0 + k] =                                          \
                             j < n ? LD_##dt(src, base + cc * st.s3) : 0.0f;                 \
@@ -428,7 +469,7 @@ void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, fl
         for (int jj = get_local_id(0); jj < tile; jj += wg) {                               \
             const long j = j0 + jj;                                                         \
             const bool in = j < n;                                                          \
-            const long base = view_at(off, st, b, h, in ? j : 0, 0);                        \
+            const long base = kv_row(off, st, b, h, in ? j : 0, pg);                        \
             int c = 0;                                                                      \
             if (in && st.s3 == 1) {                                                         \
                 for (; c + 16 <= d; c += 16)                                                \
@@ -457,7 +498,7 @@ DEFINE_STAGE_ROWS(2)
 #define DEFINE_STAGE4(dt)                                                                   \
     bool stage4_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h,  \
                      long r0, long n, int rows, int d, int dpad, int stride,                \
-                     __local float *dst)                                                    \
+                     __local float *dst, pages pg)                                          \
     {                                                                                       \
         const int per_row = dpad / 4;                                                       \
         int4 bad = 0;                                                                       \
@@ -467,7 +508,7 @@ DEFINE_STAGE_ROWS(2)
             const long row = r0 + rr;                                                       \
             float4 x = 0.0f;                                                                \
             if (row < n) {                                                                  \
-                const long base = view_at(off, st, b, h, row, 0);                           \
+                const long base = kv_row(off, st, b, h, row, pg);                           \
                 if (st.s3 == 1 && c + 4 <= d) {                                             \
                     x = LD4_##dt(src, base + c);                                            \
                 } else {                                                                    \
@@ -503,7 +544,7 @@ DEFINE_STAGE4(2)
         __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
         long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
         int lse_relative, \
-        RULE_PARAMS, TERM_PARAMS
+        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS
 
 /* Row i of head h, batch entry b (variables at the use; D_V, D_V_PAD and N_AV from the
  * kernel file): acc / l, acc / l, or for a row with no visible

@@ -53,6 +53,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
     const long h_kv = h_q / group, bhk = get_global_id(1);
     const long b = bhk / h_kv, hk = bhk % h_kv;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const pages kvp = KV_PAGES;
 
     float16 q16[NR][N_QV], acc[NR][N_AV];
     float m[NR], l[NR], slope[NR];
@@ -88,9 +89,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         /* raw scores: each K vector feeds SB rows' FMAs, one horizontal sum per row */
         for (int t = 0; t < 16; t++) {
             const bool in = t >= tlo && t < thi; /* keys outside are masked below */
-            const long kb = view_at(k_off, k_st, b, hk, in ? j0 + t : 0, 0);
+            const long kb = kv_row(k_off, k_st, b, hk, in ? j0 + t : 0, kvp);
             if (in) { /* V row t, read next to K row t (two sequential streams) */
-                const long vb = view_at(v_off, v_st, b, hk, j0 + t, 0);
+                const long vb = kv_row(v_off, v_st, b, hk, j0 + t, kvp);
                 for (int a = 0; a < N_AV; a++)
                     vstore16(TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V), a, v_rows + t * D_V_PAD);
             }

@@ -23,6 +23,9 @@ static clattn_status resolve_backward(clattn_context *ctx, const clattn_attentio
     if (!lse)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "lse is NULL: the backward pass needs the forward call's LSE");
+    if (desc->paged)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "paged K/V: the backward pass takes contiguous K and V (and dK, dV)");
     *fwd = *desc;
     fwd->weights = NULL;
     fwd->weights_head_mean = 0;

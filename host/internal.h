@@ -71,6 +71,15 @@ typedef struct clattn_view {
     cl_mem buffer;
     clattn_dtype dtype;
     int64_t esize; /* bytes per element */
+    /* Paged K/V (desc.paged; validate.c make_paged): n and count are the logical
+     * [batch, h_kv, n_kv, d], span covers the pool; row s of batch entry b is slot
+     * s % page_size of page page_table[b·page_stride + s / page_size] (s[0] strides
+     * pages, s[2] slots). The host table, or NULL when the table is a cl_mem
+     * (page_table_buffer) that only the kernels read. */
+    bool paged;
+    const int32_t *page_table;
+    cl_mem page_table_buffer;
+    int64_t page_size, page_stride, num_pages;
 } clattn_view;
 
 /* Bit sets of dtypes a role accepts (clattn_view_check_dtype). */
@@ -399,9 +408,16 @@ static inline double clattn_host_load64(const clattn_view *v, int64_t idx)
                                       : (double)clattn_host_load(v, idx);
 }
 
+/* Element (b, h, s, d) of a view; of a paged view (host table) through its block table
+ * (the kernels' twin: common.cl kv_row). */
 static inline int64_t clattn_view_index(const clattn_view *v, int64_t b, int64_t h, int64_t s,
                                         int64_t d)
 {
+    if (v->paged && v->page_table) {
+        const int64_t page = v->page_table[b * v->page_stride + s / v->page_size];
+        return v->offset + page * v->s[0] + h * v->s[1] + (s % v->page_size) * v->s[2] +
+               d * v->s[3];
+    }
     return v->offset + b * v->s[0] + h * v->s[1] + s * v->s[2] + d * v->s[3];
 }
 #endif

@@ -76,7 +76,21 @@ typedef struct aux_t {
     cl_mem q_lens, kv_lens, alibi;
     const clattn_view *mask; /* device view, or NULL */
     float softcap;
+    const clattn_view *pages; /* paged K (the block table's shape), or NULL */
+    cl_mem table;             /* its block table on the device */
+    bool own_table;           /* … copied from the host table here */
 } aux_t;
+
+/* common.cl PAGE_PARAMS: the block table, its row stride, page_size and the pool's page
+ * count (a NULL table and 0, 1, 1 without pages) */
+static void arg_pages(arg_list *a, const aux_t *x)
+{
+    const clattn_view *k = x->pages;
+    arg(a, sizeof(cl_mem), &x->table);
+    arg_long(a, k ? k->page_stride : 0);
+    arg_long(a, k ? k->page_size : 1);
+    arg_long(a, k ? k->num_pages : 1);
+}
 
 static void arg_rule(arg_list *a, const aux_t *x)
 {
@@ -95,8 +109,13 @@ static void arg_rule(arg_list *a, const aux_t *x)
 /* an optional view argument (LSE, mask tensor, ...); a NULL buffer when absent */
 static void arg_opt_view(arg_list *a, const clattn_view *v)
 {
-    static const clattn_view none = {{0}, {0}, 0, 0, 0, NULL, NULL, CLATTN_FLOAT32, 4};
-    arg_view(a, v ? v : &none);
+    if (v) {
+        arg_view(a, v);
+        return;
+    }
+    clattn_view none = clattn_view_packed(0, 0, 0, 0);
+    none.s[2] = none.s[3] = 0;
+    arg_view(a, &none);
 }
 
 static void arg_terms(arg_list *a, const aux_t *x)
@@ -199,6 +218,7 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_int(&a, lse_relative);
     arg_rule(&a, x);
     arg_terms(&a, x);
+    arg_pages(&a, x);
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
      * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
     const int64_t rows = bk->decode ? q->n[2] * clattn_group(q->n[1], k->n[1]) : q->n[2];
@@ -246,6 +266,7 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
         arg_long(&a, bk->split_chunk);
         arg_rule(&a, x);
         arg_terms(&a, x);
+        arg_pages(&a, x);
         const int64_t kv_rows = q->n[2] * clattn_group(q->n[1], k->n[1]);
         const size_t global[3] = {(size_t)ns * bk->wg,
                                   (size_t)clattn_ceil_div(kv_rows, (int64_t)bk->rows),
@@ -331,7 +352,8 @@ static void release_events(cl_event *e, int n)
 
 /* The host arrays of the desc as device buffers (count elements of 4 bytes each). */
 static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *desc,
-                              const clattn_view *q, const clattn_view *mask, aux_t *x)
+                              const clattn_view *q, const clattn_view *k, const clattn_view *mask,
+                              aux_t *x)
 {
     memset(x, 0, sizeof *x);
     x->desc = desc;
@@ -345,6 +367,15 @@ static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *
         st = clattn_create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->kv_lens, &x->kv_lens);
     if (st == CLATTN_SUCCESS && desc->alibi_slopes && q->n[1] > 0)
         st = clattn_create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->alibi_slopes, &x->alibi);
+    if (st == CLATTN_SUCCESS && k && k->paged) {
+        x->pages = k;
+        x->table = k->page_table_buffer;
+        if (!x->table && k->page_stride > 0 && q->n[0] > 0) {
+            x->own_table = true;
+            st = clattn_create_buffer(ctx, ro, q->n[0] * k->page_stride * 4,
+                                      (void *)k->page_table, &x->table);
+        }
+    }
     return st;
 }
 
@@ -356,6 +387,9 @@ static void aux_release(aux_t *x)
             (void)clReleaseMemObject(*bufs[i]); /* freed once the kernels that use it finish */
             *bufs[i] = NULL;
         }
+    if (x->own_table && x->table)
+        (void)clReleaseMemObject(x->table);
+    x->table = NULL;
 }
 
 /* Runs a planned attention on device views. Events chain the kernels, so an
@@ -372,7 +406,7 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     if (q->count == 0)
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
-    clattn_status st = aux_make(ctx, desc, q, dv->has_mask ? &dv->mask : NULL, &x);
+    clattn_status st = aux_make(ctx, desc, q, k, dv->has_mask ? &dv->mask : NULL, &x);
     if (st != CLATTN_SUCCESS) {
         aux_release(&x);
         return st;
@@ -493,7 +527,7 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
     if (rows == 0 && keys == 0)
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
-    clattn_status st = aux_make(ctx, desc, q, dev->has_mask ? &dev->mask : NULL, &x);
+    clattn_status st = aux_make(ctx, desc, q, NULL, dev->has_mask ? &dev->mask : NULL, &x);
     cl_mem ws = NULL;
     cl_event ev[3] = {NULL, NULL, NULL};
     if (st == CLATTN_SUCCESS)
@@ -565,7 +599,7 @@ clattn_status clattn_launch_stage(clattn_context *ctx, const clattn_stage_plan *
                                n_wait, wait, done);
     case CLATTN_STAGE_SCORES: {
         aux_t x;
-        clattn_status st = aux_make(ctx, sp->desc, a, sp->has_mask ? &sp->mask : NULL, &x);
+        clattn_status st = aux_make(ctx, sp->desc, a, NULL, sp->has_mask ? &sp->mask : NULL, &x);
         if (st == CLATTN_SUCCESS)
             st = enqueue_scores(ctx, &plan->bk, a, b, c, clattn_effective_scale(sp->desc, a->n[3]),
                                 false, false, &x, n_wait, wait, done);

@@ -157,6 +157,10 @@ static void make_features(const clattn_problem *p, features *f)
         const size_t at = strlen(f->opts);
         snprintf(f->opts + at, sizeof f->opts - at, " -DLSE_DT=4");
     }
+    if (p->k.paged) { /* K and V rows through the block table (common.cl kv_row) */
+        const size_t at = strlen(f->opts);
+        snprintf(f->opts + at, sizeof f->opts - at, " -DPAGED=1");
+    }
 }
 
 /* fused_gpu.cl: work-items sharing a row block (a power of two up to 16 dividing WG) */
@@ -463,6 +467,20 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         ws_fused = ws_lse + wm;
     }
 
+    if (pr->k.paged) { /* the block table is read by the fused kernels only */
+        if (f->weights)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "paged K/V: attention weights are not available (their pass "
+                               "reads contiguous K); use the LSE");
+        if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "paged K/V runs with the fused algorithm only");
+        if (fused_why[0])
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "paged K/V needs the fused algorithm, which cannot run this "
+                               "shape: %s",
+                               fused_why);
+    }
     const bool want_unfused =
         desc->algorithm == CLATTN_ALGORITHM_UNFUSED ||
         (desc->algorithm == CLATTN_ALGORITHM_AUTO && (f->weights || fused_why[0]));
@@ -542,6 +560,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
                      "%zu keys per tile",
                      p->fused.rows, p->fused.wg, p->fused.tile_kv);
+        if (pr->k.paged) {
+            const size_t at2 = strlen(p->reason);
+            snprintf(p->reason + at2, sizeof p->reason - at2,
+                     "; paged K/V: %lld pages of %lld keys per sequence, %lld in the pools",
+                     (long long)k->page_stride, (long long)k->page_size, (long long)k->num_pages);
+        }
         snprintf(p->kernels, sizeof p->kernels, "%s%s%s",
                  p->fused.n_splits ? "decode_gpu, split_merge"
                  : decode          ? "decode"

@@ -209,6 +209,9 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
 {
     if (!desc)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
+    if (desc->paged)
+        return clattn_fail(NULL, CLATTN_ERROR_UNSUPPORTED,
+                           "paged K/V: the backward pass takes contiguous K and V (and dK, dV)");
     clattn_attention_desc fwd = *desc; /* the weights and LSE outputs play no part */
     fwd.weights = NULL;
     fwd.lse = NULL;

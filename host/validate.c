@@ -172,6 +172,98 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
     return CLATTN_SUCCESS;
 }
 
+/* Paged K/V (desc->paged): the pool views K and V ([num_pages, h_kv, page_size, d])
+ * become logical views [batch, h_kv, max_pages·page_size, d] that index through the
+ * block table (clattn_view_index; the kernels' kv_row). Their span stays the pool's,
+ * so staging, overlap and buffer-size checks see the pool. */
+static clattn_status make_paged(clattn_context *ctx, const clattn_attention_desc *desc,
+                                const clattn_view *q, clattn_view *k, clattn_view *v,
+                                clattn_storage storage)
+{
+#define LL(x) ((long long)(x))
+    const clattn_paged_kv *pg = desc->paged;
+    if (!pg->block_table == !pg->block_table_buffer)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "paged: set exactly one of block_table (host) and block_table_buffer "
+                           "(cl_mem)");
+    if (pg->block_table_buffer && storage == CLATTN_STORAGE_HOST)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "paged: block_table_buffer is for the *_enqueue calls; the blocking "
+                           "call (and the reference) take a host block_table");
+    if (k->n[0] != v->n[0] || k->n[2] != v->n[2])
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "paged: the K pool is [%lld pages, %lld, %lld slots, %lld], the V pool "
+                           "[%lld pages, %lld, %lld slots, %lld]; pages and page_size must agree",
+                           LL(k->n[0]), LL(k->n[1]), LL(k->n[2]), LL(k->n[3]), LL(v->n[0]),
+                           LL(v->n[1]), LL(v->n[2]), LL(v->n[3]));
+    const int64_t num_pages = k->n[0], page_size = k->n[2];
+    if (pg->max_pages < 0)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "paged: max_pages is %lld (>= 0)",
+                           LL(pg->max_pages));
+    if (page_size < 1 && pg->max_pages > 0)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "paged: page_size (the pools' dimension 2) is 0");
+    int64_t n_kv = 0;
+    if (!clattn_mul_ok(pg->max_pages, page_size, &n_kv) || n_kv >= ((int64_t)1 << 53))
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "paged: max_pages %lld x page_size %lld keys exceed 2^53",
+                           LL(pg->max_pages), LL(page_size));
+    if (n_kv > 0 && num_pages < 1)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "paged: the pools hold no page but the table has %lld per sequence",
+                           LL(pg->max_pages));
+    if (pg->block_table_buffer) {
+        clattn_view tv = clattn_view_packed(q->n[0], pg->max_pages, 1, 1);
+        tv.buffer = pg->block_table_buffer;
+        clattn_status st = clattn_view_check_buffer(ctx, "block_table_buffer", &tv);
+        if (st != CLATTN_SUCCESS)
+            return st;
+    }
+    clattn_view *pools[2] = {k, v};
+    for (int t = 0; t < 2; t++) {
+        clattn_view *x = pools[t];
+        x->paged = true;
+        x->page_table = pg->block_table;
+        x->page_table_buffer = pg->block_table_buffer;
+        x->page_size = page_size;
+        x->page_stride = pg->max_pages;
+        x->num_pages = num_pages;
+        x->n[0] = q->n[0];
+        x->n[2] = n_kv;
+        if (!clattn_mul_ok(x->n[0], x->n[1], &x->count) ||
+            !clattn_mul_ok(x->count, x->n[2], &x->count) ||
+            !clattn_mul_ok(x->count, x->n[3], &x->count))
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "paged: batch x heads x n_kv x d overflows 64 bits");
+    }
+    return CLATTN_SUCCESS;
+#undef LL
+}
+
+/* The host block table's entries that the call reads: those of the pages holding keys
+ * j < kv_lens[b] (after check_extras validated the lengths). */
+static clattn_status check_block_table(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       const clattn_view *k)
+{
+    const int32_t *t = k->page_table;
+    if (!k->paged || !t)
+        return CLATTN_SUCCESS;
+    for (int64_t b = 0; b < k->n[0]; b++) {
+        const int64_t len = desc->kv_lens ? desc->kv_lens[b] : k->n[2];
+        const int64_t pages = clattn_ceil_div(len, k->page_size);
+        for (int64_t p = 0; p < pages; p++) {
+            const int32_t e = t[b * k->page_stride + p];
+            if (e < 0 || e >= k->num_pages)
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                                   "paged: block_table[%lld][%lld] is %d; the pools hold pages "
+                                   "0..%lld (batch entry %lld reads %lld pages for its %lld keys)",
+                                   (long long)b, (long long)p, (int)e, (long long)k->num_pages - 1,
+                                   (long long)b, (long long)pages, (long long)len);
+        }
+    }
+    return CLATTN_SUCCESS;
+}
+
 clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                        const clattn_tensor *q, const clattn_tensor *k,
                                        const clattn_tensor *v, const clattn_tensor *o,
@@ -189,6 +281,8 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
         st = clattn_view_make(ctx, "V", v, storage, false, &cv->v);
     if (st == CLATTN_SUCCESS)
         st = clattn_view_make(ctx, "O", o, storage, true, &cv->o);
+    if (st == CLATTN_SUCCESS && desc->paged)
+        st = make_paged(ctx, desc, &cv->q, &cv->k, &cv->v, storage);
     cv->has_w = desc && desc->weights;
     if (st == CLATTN_SUCCESS && cv->has_w)
         st = clattn_view_make(ctx, "weights", desc->weights, storage, true, &cv->w);
@@ -197,6 +291,8 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
                                     desc->weights_head_mean != 0);
     if (st == CLATTN_SUCCESS)
         st = check_extras(ctx, desc, &cv->q, &cv->k, storage, cv);
+    if (st == CLATTN_SUCCESS)
+        st = check_block_table(ctx, desc, &cv->k);
     if (st != CLATTN_SUCCESS)
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must
@@ -382,6 +478,10 @@ clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->desc = desc;
+    if (desc && desc->paged)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "paged K/V: the stages take contiguous K and V (clattn_attention "
+                           "reads pages)");
     clattn_status st =
         check_stage(ctx, (int)kind, desc, a, b, c, storage, &out->a, &out->b, &out->c, &ex);
     static const char *const names[3][3] = {

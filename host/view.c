@@ -77,6 +77,7 @@ clattn_status clattn_view_make(clattn_context *ctx, const char *name, const clat
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s has no storage", name);
 
     clattn_view v;
+    memset(&v, 0, sizeof v); /* (a plain view: not paged) */
     v.dtype = t->dtype;
     v.esize = (int64_t)clattn_dtype_size(t->dtype);
     v.host = t->host;

@@ -405,6 +405,42 @@ typedef enum clattn_masked_rows {
     CLATTN_MASKED_ROWS_NAN = 1   /**< O and weights NaN, to detect such rows */
 } clattn_masked_rows;
 
+/**
+ * A paged K/V cache (clattn_attention_desc.paged; added in 0.3): vLLM's PagedAttention
+ * (Kwon et al. 2023) and FlashAttention's `block_table` argument of
+ * `flash_attn_with_kvcache`.
+ *
+ * K and V are then pools of pages, views of shape [num_pages, h_kv, page_size, d]
+ * (clattn's [batch, heads, seq, dim] order, with batch = page and seq = slot; any
+ * strides, so FlashAttention's [num_pages, page_size, h_kv, d] pool is the strides
+ * {page_size·h_kv·d, d, h_kv·d, 1}). K and V pools have the same num_pages and
+ * page_size (any page_size ≥ 1). Key j of batch entry b is slot j % page_size of page
+ * block_table[b·max_pages + j / page_size]. The call's n_kv is max_pages·page_size; the
+ * desc's kv_lens are the sequences' lengths (FlashAttention's cache_seqlens; NULL: every
+ * sequence fills its max_pages pages), and only the pages holding keys j < kv_lens[b]
+ * are read, so table entries past them may hold anything (−1). Pages may appear in any
+ * order and in several sequences (a shared prefix). Every mask term applies to the
+ * logical key index j as without pages (causal masks, windows, ALiBi, positions).
+ *
+ * Runs with the fused algorithm (both kernel families, the decode kernels and split-KV
+ * decoding); the unfused algorithm, attention weights, the backward pass, the three
+ * stages and the several-device layer return CLATTN_ERROR_UNSUPPORTED for a paged call.
+ */
+typedef struct clattn_paged_kv {
+    /** Host int32 [batch, max_pages]; read during the call only. Each entry the call
+     *  reads must be a page of the pool, 0 ≤ entry < num_pages, else
+     *  CLATTN_ERROR_INVALID_ARGUMENT naming it, before anything is enqueued. */
+    const int32_t *block_table;
+    /** Or the table on the device (the *_enqueue calls only): int32 [batch, max_pages]
+     *  from byte 0 of this cl_mem, read by the kernels, so a decode step needs no host
+     *  read-back. The kernels clamp each entry into [0, num_pages): a bad entry reads a
+     *  wrong page of the pool, never memory outside it. Exactly one of block_table and
+     *  block_table_buffer is set. */
+    cl_mem block_table_buffer;
+    /** Entries per batch entry (the row stride of the table), ≥ 0. */
+    int64_t max_pages;
+} clattn_paged_kv;
+
 /** What to compute. Zero-initialise (or use clattn_attention_desc_default()) and set
  *  what you need; fields will only ever be appended. */
 typedef struct clattn_attention_desc {
@@ -478,6 +514,9 @@ typedef struct clattn_attention_desc {
      *  for a whole sequence. */
     int64_t q_start;
     int64_t kv_start; /**< absolute position of the first key (see q_start) */
+    /** Optional: K and V are pools of pages read through a block table (see
+     *  clattn_paged_kv). NULL: K and V are [batch, h_kv, n_kv, d] views. Added in 0.3. */
+    const clattn_paged_kv *paged;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal
