@@ -6,7 +6,7 @@
 # both kernel families (oclgrind's device is a GPU: the GPU family by default), each with
 # its default blocking and with 4 queries per work-item in groups of 8, plus the demo (the decoding path and the three stages on their own) and the
 # decode kernel's test with all terms, with one and with several rows per work-item.
-# Also the backward kernels (test_backward's small device cases).
+# Also the backward kernels (test_backward's small device cases) and paged K/V (test_paged).
 # Usage: CLATTN_BIN=build/clattn [CLATTN_FEATURES_BIN=build/tests/test_features]
 #        sh tests/test_oclgrind.sh   (run from anywhere)
 set -u
@@ -84,6 +84,14 @@ fi
 # masked rows and poisoned masked keys (test_backward's small device cases)
 if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then
     CK_RUN_CASE=device_small check "backward" "$CLATTN_BACKWARD_BIN"
+fi
+# paged K/V (test_paged): the table on the device with entries outside the pool (the
+# kernels clamp them), and every paged configuration in both kernel families (decode,
+# split-KV decoding, the tiled kernels staging rows page by page)
+if [ -n "${CLATTN_PAGED_BIN:-}" ]; then
+    CK_RUN_CASE=device check "paged, device table" "$CLATTN_PAGED_BIN"
+    CK_RUN_CASE=equal check "paged, decode" "$CLATTN_PAGED_BIN"
+    CK_RUN_CASE=equal_more CK_INCLUDE_TAGS=slow check "paged, tiled" "$CLATTN_PAGED_BIN"
 fi
 echo "test_oclgrind: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -245,10 +245,12 @@ typedef struct config {
 static const config configs[] = {
     {3, 4, 4, 1, 64, 64, 16, 9, {144, 37, 0}, false, false},
     {2, 8, 2, 3, 40, 24, 7, 20, {140, 60, 0}, true, true},
+    {2, 8, 2, 1, 128, 128, 256, 3, {768, 300, 0}, true, false}, /* split-KV: 2 splits */
+    /* the tiled kernels (test_paged_sweep) */
     {2, 4, 2, 37, 32, 48, 5, 20, {100, 71, 0}, true, true},
     {1, 2, 1, 20, 16, 16, 1, 50, {-1, 0, 0}, false, false},
-    {2, 8, 2, 1, 128, 128, 256, 5, {1280, 700, 0}, true, false},
 };
+#define N_DECODE_CONFIGS 3
 
 static void desc_for(const config *c, clattn_attention_desc *d, float *slopes)
 {
@@ -281,16 +283,28 @@ START_TEST(paged_equals_contiguous)
     for (int f = 0; f < 2; f++) {
         TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, fams[f]), "set family");
         check_config(&p, &d, f ? "GPU" : "CPU");
+        /* the plan names the pages, and the kernels are the ones meant */
+        float o1[1];
+        clattn_tensor to = clattn_tensor_host(o1, p.b, p.h_q, p.n_q, p.d_v);
+        clattn_plan plan;
+        clattn_attention_desc dp = d;
+        dp.paged = &p.pg;
+        dp.kv_lens = p.lens;
+        TU_ASSERT_OK(clattn_attention_plan(ctx, &dp, &p.tq, &p.tkp, &p.tvp, &to, &plan), "plan");
+        ck_assert_msg(strstr(plan.reason, "paged K/V") != NULL, "%s: reason \"%s\"", p.text,
+                      plan.reason);
+        const char *want = c->n_q > 16 ? (f ? "fused_gpu" : "fused")
+                           : f         ? "decode_gpu, split_merge"
+                                       : "decode";
+        ck_assert_msg(strcmp(plan.kernels, want) == 0, "%s: kernels \"%s\", expected \"%s\"",
+                      p.text, plan.kernels, want);
+        const char *at = strstr(plan.reason, "split_merge.cl): ");
+        size_t splits = 0;
+        if (at)
+            ck_assert_int_eq(sscanf(at, "split_merge.cl): %zu splits", &splits), 1);
+        if (f && p.n_kv >= 512) /* several splits, each reading its own pages */
+            ck_assert_msg(splits >= 2, "%s: %zu splits (%s)", p.text, splits, plan.reason);
     }
-    /* the plan names the pages */
-    float o1[1];
-    clattn_tensor to = clattn_tensor_host(o1, p.b, p.h_q, p.n_q, p.d_v);
-    clattn_plan plan;
-    d.paged = &p.pg;
-    d.kv_lens = p.lens;
-    TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &p.tq, &p.tkp, &p.tvp, &to, &plan), "plan");
-    ck_assert_msg(strstr(plan.reason, "paged K/V") != NULL, "%s: reason \"%s\"", p.text,
-                  plan.reason);
     TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
     paged_free(&p);
 }
@@ -468,12 +482,13 @@ int main(void)
      * about 2 min to build cold on PoCL) in ctest's slow test_paged_sweep */
     TCase *tc = tcase_create("equal");
     tcase_set_timeout(tc, 900);
-    tcase_add_loop_test(tc, paged_equals_contiguous, 0, 2);
+    tcase_add_loop_test(tc, paged_equals_contiguous, 0, N_DECODE_CONFIGS);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("equal_more");
     tcase_set_tags(tm, "slow");
     tcase_set_timeout(tm, 900);
-    tcase_add_loop_test(tm, paged_equals_contiguous, 2, (int)(sizeof configs / sizeof configs[0]));
+    tcase_add_loop_test(tm, paged_equals_contiguous, N_DECODE_CONFIGS,
+                        (int)(sizeof configs / sizeof configs[0]));
     suite_add_tcase(s, tm);
     TCase *td = tcase_create("device");
     tcase_set_timeout(td, 900);
