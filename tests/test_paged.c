@@ -85,10 +85,16 @@ static void paged_init(paged *p, int64_t b, int64_t h_q, int64_t h_kv, int64_t n
     for (int64_t s = 0; s < b; s++)
         need += clattn_ceil_div_test(lens ? lens[s] : p->n_kv, page_size);
     p->num_pages = need;
+    /* the sequences' pages in shuffled order; the two unused ones are pages need/2 and
+     * need/2 + 1, so that the first and last pages of the pool hold keys (a device table
+     * clamped into the pool reads them) */
     int32_t *order = malloc(sizeof(int32_t) * (size_t)need);
-    for (int64_t i = 0; i < need; i++)
-        order[i] = (int32_t)i;
-    for (int64_t i = need - 1; i > 0; i--) { /* shuffled */
+    for (int64_t i = 0, id = 0; id < need; id++)
+        if (id != need / 2 && id != need / 2 + 1)
+            order[i++] = (int32_t)id;
+    order[need - 2] = (int32_t)(need / 2);
+    order[need - 1] = (int32_t)(need / 2 + 1);
+    for (int64_t i = need - 3; i > 0; i--) { /* shuffled */
         const int64_t j = rnd((uint32_t)(i + 1));
         const int32_t t = order[i];
         order[i] = order[j];
@@ -364,8 +370,18 @@ START_TEST(paged_device_table)
         clEnqueueWriteBuffer(queue, mt, CL_TRUE, 0, nt * 4, bad, 0, NULL, NULL), CL_SUCCESS);
     TU_ASSERT_OK(clattn_attention_enqueue(ctx, &d, &bq, &bk, &bv, &bo, 0, NULL, &done),
                  "%s: bad device table", p.text);
-    ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, no * 4, o, 1, &done, NULL),
+                     CL_SUCCESS);
     clReleaseEvent(done);
+    /* … the same as the host call with each entry clamped into [0, num_pages) */
+    for (size_t i = 0; i < nt; i++)
+        p.table[i] = bad[i] < 0 ? 0 : bad[i] >= p.num_pages ? (int32_t)p.num_pages - 1 : bad[i];
+    clattn_attention_desc dh = d;
+    dh.paged = NULL;
+    result clamped;
+    TU_ASSERT_OK(run(&p, &dh, true, false, &clamped), "%s: clamped host table", p.text);
+    assert_same_bits("O (device table, entries clamped)", o, clamped.o, no, p.text);
+    result_free(&clamped);
     /* a table buffer smaller than batch x max_pages entries */
     cl_mem small = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, 4, NULL, &err);
     dev_pg.block_table_buffer = small;

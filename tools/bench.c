@@ -87,13 +87,15 @@ static const char bench_usage[] =
     "\n"
     "Options:\n"
     "  --shapes LIST   cases separated by ';', each\n"
-    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]] with mask\n"
+    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN]]]] with mask\n"
     "                  none|causal|causal-bottom-right|no-self, alg fused|unfused|both\n"
     "                  (default both) or backward (the backward pass after one forward\n"
     "                  call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k + 2*d_v) per head, the\n"
     "                  five products of FlashAttention-2's backward) and dtype\n"
     "                  f32|f16|bf16 (storage of Q, K, V and O, and of dO, dQ, dK, dV;\n"
-    "                  default f32); default: the CPU set\n"
+    "                  default f32); pageN (fused only): K and V in a pool of pages of N\n"
+    "                  keys read through a block table on the device, each sequence's\n"
+    "                  pages shuffled across the pool; default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode);\n"
@@ -163,11 +165,16 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         if (!*spec)
             continue;
         bench_case c = {0};
-        char mask[32] = "none", alg[16] = "both", dtype[16] = "f32";
+        char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", page[24] = "";
         long long v[7];
-        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15s", &v[0],
-                         &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype);
+        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%23s",
+                         &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, page);
         int bad = got < 7 || parse_mask(mask, &c.mask) != 0;
+        if (got >= 11) { /* pageN: a paged K/V pool, fused only */
+            char *end = NULL;
+            c.page_size = strncmp(page, "page", 4) == 0 ? strtoll(page + 4, &end, 10) : 0;
+            bad |= c.page_size < 1 || !end || *end != '\0' || strcmp(alg, "fused") != 0;
+        }
         for (int i = 0; i < 7 && !bad; i++)
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
         if (!bad) {
@@ -190,7 +197,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             bad = 1;
         if (bad || n + 1 + both > max) {
             bench_fail(
-                "bad --shapes entry '%s' (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]], at "
+                "bad --shapes entry '%s' (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN]]]], at "
                 "most "
                 "%d cases)",
                 spec, max);
@@ -323,24 +330,60 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     bwd_bufs bw;
     memset(&bw, 0, sizeof bw);
     cl_mem mq = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_k, 1, c->dtype);
-    cl_mem mk = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_k, 2, c->dtype);
-    cl_mem mv = random_buffer(cl_ctx, queue, c->b * c->h_kv * c->n_kv * c->d_v, 3, c->dtype);
+    /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
+    const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
+    const int64_t pages = c->b * max_pages, kv_rows = ps ? pages * ps : c->b * c->n_kv;
+    cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, c->dtype);
+    cl_mem mv = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_v, 3, c->dtype);
+    cl_mem mt = NULL;
+    if (ps) {
+        int32_t *table = malloc(sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1));
+        unsigned seed = 5;
+        for (int64_t i = 0; table && i < pages; i++)
+            table[i] = (int32_t)i;
+        for (int64_t i = pages - 1; table && i > 0; i--) {
+            seed = seed * 1664525u + 1013904223u;
+            const int64_t j = (int64_t)(seed >> 8) % (i + 1);
+            const int32_t t = table[i];
+            table[i] = table[j];
+            table[j] = t;
+        }
+        cl_int err = CL_SUCCESS;
+        if (table && pages > 0)
+            mt = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                sizeof(int32_t) * (size_t)pages, table, &err);
+        free(table);
+        if (!mt) {
+            clReleaseMemObject(mk);
+            clReleaseMemObject(mv);
+            mk = mv = NULL;
+        }
+    }
     cl_mem mo = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_v, 4, c->dtype);
     double *dev = calloc((size_t)reps, sizeof *dev), *wall = calloc((size_t)reps, sizeof *wall);
+    /* the sequences are n_kv long: kv_lens, when the pages hold more */
+    int32_t *lens = ps ? malloc(sizeof(int32_t) * (size_t)c->b) : NULL;
+    for (int64_t i = 0; lens && i < c->b; i++)
+        lens[i] = (int32_t)c->n_kv;
     int rc = 0;
-    if (!mq || !mk || !mv || !mo || !dev || !wall) {
+    if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens)) {
         rc = bench_fail("cannot allocate the operands of %lldx%lldx%lld", (long long)c->b,
                         (long long)c->h_q, (long long)c->n_q);
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, c->b, c->h_q, c->n_q, c->d_k);
-    clattn_tensor k = clattn_tensor_buffer(mk, c->b, c->h_kv, c->n_kv, c->d_k);
-    clattn_tensor v = clattn_tensor_buffer(mv, c->b, c->h_kv, c->n_kv, c->d_v);
+    clattn_tensor k = clattn_tensor_buffer(mk, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_k);
+    clattn_tensor v = clattn_tensor_buffer(mv, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_v);
+    const clattn_paged_kv pg = {NULL, mt, max_pages};
     clattn_tensor o = clattn_tensor_buffer(mo, c->b, c->h_q, c->n_q, c->d_v);
     q.dtype = k.dtype = v.dtype = o.dtype = c->dtype;
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.mask = c->mask;
     desc.algorithm = c->algorithm;
+    if (ps) {
+        desc.paged = &pg;
+        desc.kv_lens = lens;
+    }
     if (c->backward && (rc = backward_setup(ctx, c, &desc, &q, &k, &v, &o, &bw)) != 0)
         goto done;
     clattn_plan plan;
@@ -403,10 +446,11 @@ done:
     for (int i = 0; i < 5; i++)
         if (bw.mem[i])
             clReleaseMemObject(bw.mem[i]);
-    cl_mem all[4] = {mq, mk, mv, mo};
-    for (int i = 0; i < 4; i++)
+    cl_mem all[5] = {mq, mk, mv, mo, mt};
+    for (int i = 0; i < 5; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
+    free(lens);
     return rc;
 }
 
@@ -666,7 +710,10 @@ int cmd_bench(int argc, char **argv)
             rc = 1;
             continue;
         }
+        char paged_alg[24];
+        snprintf(paged_alg, sizeof paged_alg, "paged%lld", (long long)c->page_size);
         const char *alg = c->backward                              ? "backward"
+                          : c->page_size                           ? paged_alg
                           : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
                                                                    : "unfused";
         const char *dt = c->dtype == CLATTN_FLOAT16    ? "f16"

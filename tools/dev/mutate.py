@@ -6,7 +6,8 @@ substitutions on cl/) is planted in a temporary copy of cl/, and the test execut
 a build are run against it through CLATTN_KERNEL_DIR, with CLATTN_CACHE_DIR=off so no
 program binary built from other sources is reused. The fast tests run first, each
 stopped at its first failure; only the mutants that survive them meet the slow tests.
-A mutant of the backward kernels (bwd_*.cl) meets test_backward first.
+A mutant of the backward kernels (bwd_*.cl) meets test_backward first; a "first: TEST"
+line in the list puts that test first for its mutant (test_paged for the paging code).
 The unmutated kernels are run first (the baseline): a test that already fails there
 cannot kill anything, and is reported.
 
@@ -54,11 +55,12 @@ FAST = [
     ("test_seeds", "check", {}),
     ("test_api", "check", {}),
     ("test_backward", "check", {}),
+    ("test_paged", "check", {}),
 ]
 # the GPU family's mutants: the same tests, test_exact last among the fast ones (PoCL
 # builds its many GPU-family programs slowly: 3 minutes with no cache)
 FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact",
-            "test_backward"]
+            "test_backward", "test_paged"]
 SLOW = [
     ("test_positions", "check", {}),
     ("test_random", "check", {}),
@@ -109,12 +111,14 @@ def parse_list(path):
             if len(parts) < 2:
                 raise ListError(f"{path}:{n}: '== ID description' expected")
             cur = {"id": parts[0], "what": parts[1].strip(), "equivalent": None, "subs": [],
-                   "family": None}
+                   "family": None, "first": None}
             continue
         if cur is None:
             raise ListError(f"{path}:{n}: text before the first '== ID'")
         if line.startswith("equivalent:"):
             cur["equivalent"] = line.split(":", 1)[1].strip()
+        elif line.startswith("first:"):
+            cur["first"] = line.split(":", 1)[1].strip()
         elif line.startswith("family:"):
             cur["family"] = line.split(":", 1)[1].strip()
             if cur["family"] not in ("gpu", "cpu"):
@@ -454,6 +458,8 @@ def run(args, mutants, cl_dir):
                      else fast_names) + slow_names
             if any(f.startswith("bwd_") for f, _, _ in m["subs"]):
                 order = ["test_backward"] + [n for n in order if n != "test_backward"]
+            if m["first"] in order:
+                order = [m["first"]] + [n for n in order if n != m["first"]]
             for name in order:
                 cmd, extra = cmds[name]
                 failed, why, secs, _, tail = run_test(cmd, {**env, **extra},
