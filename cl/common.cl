@@ -110,10 +110,18 @@ typedef struct row_rule {
     long lo, hi, self, diag;
 } row_rule;
 
+/* Batch entry b's length from a lengths array (kv_lens or q_lens; n without one),
+ * clamped into [0, n]: lengths in a cl_mem are not checked on the host, and a bad one
+ * must not send a kernel outside its views (the host checks host arrays). */
+long seq_len(__global const int *lens, long b, long n)
+{
+    return lens ? clamp((long)lens[b], 0L, n) : n;
+}
+
 row_rule rule_at(RULE_PARAMS, long b, long i, long n_q, long n_kv)
 {
-    const long nq_b = q_lens ? (long)q_lens[b] : n_q;
-    const long nkv_b = kv_lens ? (long)kv_lens[b] : n_kv;
+    const long nq_b = seq_len(q_lens, b, n_q);
+    const long nkv_b = seq_len(kv_lens, b, n_kv);
     row_rule r;
     r.diag = i + shift + (mask == MASK_CAUSAL_BOTTOM_RIGHT ? nkv_b - nq_b : 0);
     r.lo = 0;
@@ -148,7 +156,7 @@ int rel_key(long x, long j0, int n)
 /* Whether row i is a padding row (past its batch entry's query length). */
 bool row_padding(__global const int *q_lens, long b, long i)
 {
-    return q_lens && i >= (long)q_lens[b];
+    return i >= seq_len(q_lens, b, i + 1); /* (past n_q: not a row) */
 }
 
 /* The keys [lo, hi) that any row of [i_first, i_last] may see: lo and hi grow with i, so
@@ -156,7 +164,7 @@ bool row_padding(__global const int *q_lens, long b, long i)
  * masked and skipped). */
 long2 group_key_range(RULE_PARAMS, long b, long i_first, long i_last, long n_q, long n_kv)
 {
-    const long nq_b = q_lens ? (long)q_lens[b] : n_q;
+    const long nq_b = seq_len(q_lens, b, n_q);
     i_last = min(i_last, nq_b - 1);
     if (i_last < i_first)
         return (long2)(0, 0);

@@ -86,12 +86,18 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
     float v_rows[16 * D_V_PAD]; /* the step's V rows, as float, copied in memory order */
     for (long j0 = klo / 16 * 16; j0 < khi; j0 += 16) {
         const int tlo = rel_bound(klo, j0, 16), thi = rel_bound(khi, j0, 16);
+        /* the step's first K and V rows; with pages, the others follow them when the step
+         * lies in one page (one table read per step, not per key) */
+        const bool one_page = rows_contiguous(j0, 16, kvp);
+        const long kb0 = kv_row(k_off, k_st, b, hk, j0, kvp);
+        const long vb0 = kv_row(v_off, v_st, b, hk, j0, kvp);
         /* raw scores: each K vector feeds SB rows' FMAs, one horizontal sum per row */
         for (int t = 0; t < 16; t++) {
             const bool in = t >= tlo && t < thi; /* keys outside are masked below */
-            const long kb = kv_row(k_off, k_st, b, hk, in ? j0 + t : 0, kvp);
+            const long kb = one_page ? kb0 + t * k_st.s2
+                                     : kv_row(k_off, k_st, b, hk, in ? j0 + t : 0, kvp);
             if (in) { /* V row t, read next to K row t (two sequential streams) */
-                const long vb = kv_row(v_off, v_st, b, hk, j0 + t, kvp);
+                const long vb = one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t, kvp);
                 for (int a = 0; a < N_AV; a++)
                     vstore16(TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V), a, v_rows + t * D_V_PAD);
             }

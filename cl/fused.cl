@@ -75,7 +75,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     const pages kvp = KV_PAGES;
     /* K/V rows past the batch entry's keys are staged as zeros, not read (with pages,
      * the table holds no page for them) */
-    const long nkv_b = kv_lens ? (long)kv_lens[b] : n_kv;
+    const long nkv_b = seq_len(kv_lens, b, n_kv);
 
     float q_rows[RQ][D_K];
     float16 acc[RQ][N_AV];

@@ -83,7 +83,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const pages kvp = KV_PAGES, nop = NO_PAGES;
     /* K/V rows past the batch entry's keys are staged as zeros, not read (with pages,
      * the table holds no page for them) */
-    const long nkv_b = kv_lens ? (long)kv_lens[b] : n_kv;
+    const long nkv_b = seq_len(kv_lens, b, n_kv);
 
     (void)TYPED(stage4, Q_DT)(q, q_off, q_st, b, h, g0, n_q, BQ, D_K, DK4, QK_STRIDE, q_s, nop);
     if (lid == 0)
@@ -103,7 +103,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     /* the group's valid rows [g0, i_last]: key tiles outside their keys are skipped, and a
      * tile is plain (every key visible to every row, no score term) when the last row's lo
      * and the first row's hi enclose it (lo and hi grow with the row) */
-    const long nq_b = q_lens ? min((long)q_lens[b], n_q) : n_q;
+    const long nq_b = seq_len(q_lens, b, n_q);
     const long i_last = min(g0 + BQ, nq_b) - 1;
     const long2 kr = group_key_range(RULE_ARGS, b, g0, g0 + BQ - 1, n_q, n_kv);
     const row_rule r_first = rule_at(RULE_ARGS, b, g0 < n_q ? g0 : 0, n_q, n_kv);

@@ -74,6 +74,7 @@ static clattn_status launch(clattn_context *ctx, const char *name, arg_list *a, 
 typedef struct aux_t {
     const clattn_attention_desc *desc; /* NULL: plain rows (the public softmax stage) */
     cl_mem q_lens, kv_lens, alibi;
+    cl_mem lens_given[2];    /* the desc's q_lens_buffer, kv_lens_buffer (not ours) */
     const clattn_view *mask; /* device view, or NULL */
     float softcap;
     const clattn_view *pages; /* paged K (the block table's shape), or NULL */
@@ -365,6 +366,12 @@ static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *
         st = clattn_create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->q_lens, &x->q_lens);
     if (st == CLATTN_SUCCESS && desc->kv_lens && q->n[0] > 0)
         st = clattn_create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->kv_lens, &x->kv_lens);
+    /* lengths already on the device: used as they are, not released here */
+    x->lens_given[0] = desc->q_lens_buffer, x->lens_given[1] = desc->kv_lens_buffer;
+    if (desc->q_lens_buffer)
+        x->q_lens = desc->q_lens_buffer;
+    if (desc->kv_lens_buffer)
+        x->kv_lens = desc->kv_lens_buffer;
     if (st == CLATTN_SUCCESS && desc->alibi_slopes && q->n[1] > 0)
         st = clattn_create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->alibi_slopes, &x->alibi);
     if (st == CLATTN_SUCCESS && k && k->paged) {
@@ -383,7 +390,7 @@ static void aux_release(aux_t *x)
 {
     cl_mem *bufs[3] = {&x->q_lens, &x->kv_lens, &x->alibi};
     for (int i = 0; i < 3; i++)
-        if (*bufs[i]) {
+        if (*bufs[i] && (i == 2 || *bufs[i] != x->lens_given[i])) {
             (void)clReleaseMemObject(*bufs[i]); /* freed once the kernels that use it finish */
             *bufs[i] = NULL;
         }

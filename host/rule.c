@@ -68,6 +68,10 @@ clattn_status clattn_visible_keys(const clattn_attention_desc *desc, int64_t n_q
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
                            "n_q %lld, n_kv %lld, b %lld, i %lld: need 0 <= i < n_q, b >= 0",
                            (long long)n_q, (long long)n_kv, (long long)b, (long long)i);
+    if (desc->kv_lens_buffer || desc->q_lens_buffer)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "the lengths are in a cl_mem (kv_lens_buffer / q_lens_buffer): pass "
+                           "them as host arrays to ask which keys a row sees");
     if (desc->kv_lens && (desc->kv_lens[b] < 0 || desc->kv_lens[b] > n_kv))
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
                            "kv_lens[%lld] is %d; it must be within 0..n_kv (%lld)", (long long)b,

@@ -115,6 +115,28 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
 #define LL(x) ((long long)(x))
     const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], n_kv = k->n[2];
     clattn_status st;
+    const cl_mem bufs[2] = {desc->kv_lens_buffer, desc->q_lens_buffer};
+    const bool host_arrays[2] = {desc->kv_lens != NULL, desc->q_lens != NULL};
+    static const char *const names[2] = {"kv_lens", "q_lens"};
+    for (int t = 0; t < 2; t++) {
+        if (!bufs[t])
+            continue;
+        if (host_arrays[t])
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "%s and %s_buffer are both set; set at most one", names[t],
+                               names[t]);
+        if (storage == CLATTN_STORAGE_HOST)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "%s_buffer is for the *_enqueue calls; the blocking calls (and "
+                               "the reference) take a host %s array",
+                               names[t], names[t]);
+        clattn_view lv = clattn_view_packed(batch, 1, 1, 1);
+        lv.buffer = bufs[t];
+        char what[32];
+        snprintf(what, sizeof what, "%s_buffer", names[t]);
+        if ((st = clattn_view_check_buffer(ctx, what, &lv)) != CLATTN_SUCCESS)
+            return st;
+    }
     if (desc->kv_lens)
         for (int64_t b = 0; b < batch; b++)
             if (desc->kv_lens[b] < 0 || desc->kv_lens[b] > n_kv)
@@ -246,7 +268,7 @@ static clattn_status check_block_table(clattn_context *ctx, const clattn_attenti
                                        const clattn_view *k)
 {
     const int32_t *t = k->page_table;
-    if (!k->paged || !t)
+    if (!k->paged || !t || desc->kv_lens_buffer) /* (device lengths: entries clamped) */
         return CLATTN_SUCCESS;
     for (int64_t b = 0; b < k->n[0]; b++) {
         const int64_t len = desc->kv_lens ? desc->kv_lens[b] : k->n[2];

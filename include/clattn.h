@@ -517,6 +517,18 @@ typedef struct clattn_attention_desc {
     /** Optional: K and V are pools of pages read through a block table (see
      *  clattn_paged_kv). NULL: K and V are [batch, h_kv, n_kv, d] views. Added in 0.3. */
     const clattn_paged_kv *paged;
+    /** Optional, the *_enqueue calls only: kv_lens in a cl_mem (int32 [batch] from byte
+     *  0), read by the kernels, so a decode step whose lengths live on the device needs
+     *  no host read-back. Not checked on the host: the kernels clamp each length into
+     *  0..n_kv (a host kv_lens outside it is an error instead). With paged K/V the host
+     *  then cannot know which table entries are read, so a host block_table is not
+     *  checked either (its entries are clamped like a device table's). At most one of
+     *  kv_lens and kv_lens_buffer. Added in 0.3. */
+    cl_mem kv_lens_buffer;
+    /** Optional, the *_enqueue calls only: q_lens in a cl_mem (int32 [batch]), clamped
+     *  into 0..n_q by the kernels. At most one of q_lens and q_lens_buffer. Added in
+     *  0.3. */
+    cl_mem q_lens_buffer;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal
@@ -539,7 +551,8 @@ typedef struct clattn_key_range {
  * n_q and n_kv are the call's (unpadded) sizes; desc's kv_lens / q_lens, if set, are
  * read for entry b. @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT for NULL
  * desc or out, b or i negative, i ≥ n_q, or desc terms clattn_attention() would
- * reject (q_start, kv_start, mask, lengths of entry b out of range).
+ * reject (q_start, kv_start, mask, lengths of entry b out of range), or lengths in a
+ * cl_mem (kv_lens_buffer, q_lens_buffer).
  */
 clattn_status clattn_visible_keys(const clattn_attention_desc *desc, int64_t n_q, int64_t n_kv,
                                   int64_t b, int64_t i, clattn_key_range *out);

@@ -381,12 +381,64 @@ START_TEST(paged_device_table)
     result clamped;
     TU_ASSERT_OK(run(&p, &dh, true, false, &clamped), "%s: clamped host table", p.text);
     assert_same_bits("O (device table, entries clamped)", o, clamped.o, no, p.text);
-    result_free(&clamped);
+    float *clamped_o = clamped.o;
+    /* the lengths in a cl_mem too (a decode step with nothing on the host), with the
+     * clamped table (every entry inside the pool) on the device */
+    {
+        int32_t dev_lens[2] = {p.lens[0], p.lens[1]};
+        cl_mem ml = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof dev_lens,
+                                   dev_lens, &err);
+        ck_assert_int_eq(err, CL_SUCCESS);
+        ck_assert_int_eq(clEnqueueWriteBuffer(queue, mt, CL_TRUE, 0, nt * 4, p.table, 0, NULL, NULL),
+                         CL_SUCCESS);
+        clattn_attention_desc dl = d;
+        dl.kv_lens = NULL;
+        dl.kv_lens_buffer = ml;
+        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &dl, &bq, &bk, &bv, &bo, 0, NULL, &done),
+                     "%s: device table and lengths", p.text);
+        ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, no * 4, o, 1, &done, NULL),
+                         CL_SUCCESS);
+        clReleaseEvent(done);
+        assert_same_bits("O (device table and lengths)", o, clamped_o, no, p.text);
+        /* lengths outside 0..n_kv: clamped (-5 -> 0 keys, n_kv + 100 -> n_kv) */
+        dev_lens[0] = -5;
+        dev_lens[1] = (int32_t)p.n_kv + 100;
+        ck_assert_int_eq(clEnqueueWriteBuffer(queue, ml, CL_TRUE, 0, sizeof dev_lens, dev_lens, 0,
+                                              NULL, NULL),
+                         CL_SUCCESS);
+        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &dl, &bq, &bk, &bv, &bo, 0, NULL, &done),
+                     "%s: device lengths outside 0..n_kv", p.text);
+        ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, no * 4, o, 1, &done, NULL),
+                         CL_SUCCESS);
+        clReleaseEvent(done);
+        int32_t *keep_lens = p.lens;
+        int32_t clamped_lens[2] = {0, (int32_t)p.n_kv};
+        p.lens = clamped_lens;
+        /* every table entry is inside the pool now, so the host call takes them all */
+        result cl2;
+        TU_ASSERT_OK(run(&p, &dh, true, false, &cl2), "%s: clamped lengths", p.text);
+        p.lens = keep_lens;
+        assert_same_bits("O (device lengths clamped)", o, cl2.o, no, p.text);
+        result_free(&cl2);
+        /* both forms of a length, and device lengths in a blocking call */
+        dl.kv_lens = p.lens;
+        ck_assert_int_eq(clattn_attention_enqueue(ctx, &dl, &bq, &bk, &bv, &bo, 0, NULL, NULL),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+        dh.kv_lens_buffer = ml;
+        dh.paged = &p.pg;
+        clattn_tensor ho = clattn_tensor_host(o, p.b, p.h_q, p.n_q, p.d_v);
+        ck_assert_int_eq(clattn_attention(ctx, &dh, &p.tq, &p.tkp, &p.tvp, &ho),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+        dh.kv_lens_buffer = NULL;
+        clReleaseMemObject(ml);
+    }
     /* a table buffer smaller than batch x max_pages entries */
     cl_mem small = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, 4, NULL, &err);
     dev_pg.block_table_buffer = small;
     ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &bq, &bk, &bv, &bo, 0, NULL, NULL),
                      CLATTN_ERROR_BUFFER_TOO_SMALL);
+    free(clamped_o);
+    free(clamped.lse);
     free(bad);
     free(o);
     cl_mem all[6] = {mq, mk, mv, mo, mt, small};
