@@ -323,6 +323,40 @@ long kv_row(long off, long4 st, long b, long h, long j, pages pg)
     return view_at(off, st, b, h, j, 0);
 }
 
+/* ---- rotary position embeddings (append.cl, rope_q.cl; -DROPE=1, -DROPE_FP64=1 on
+ * devices with cl_khr_fp64; the host's twin: reference.c) ----
+ * Element c of a row, x_c, with its pair's other element x_o, at position pos: pair p
+ * (c and c + dim/2, or 2p and 2p + 1 when interleaved) turns by pos · inv_freq[p]
+ * radians; (x₁, x₂) → (x₁·cos − x₂·sin, x₂·cos + x₁·sin). Columns from dim on: x_c. */
+#if ROPE
+#if ROPE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+int rope_partner(int c, int dim, int interleaved)
+{
+    const int hd = dim / 2;
+    return c >= dim ? c : interleaved ? (c ^ 1) : (c < hd ? c + hd : c - hd);
+}
+
+float rope_at(float x_c, float x_o, int c, int dim, int interleaved,
+              __global const float *inv_freq, long pos)
+{
+    if (c >= dim)
+        return x_c;
+    const int hd = dim / 2;
+    const int pair = interleaved ? c / 2 : (c < hd ? c : c - hd);
+    const bool first = interleaved ? (c % 2 == 0) : (c < hd);
+#if ROPE_FP64
+    const double angle = (double)pos * (double)inv_freq[pair];
+    const float cs = (float)cos(angle), sn = (float)sin(angle);
+#else
+    const float angle = (float)pos * inv_freq[pair];
+    const float cs = cos(angle), sn = sin(angle);
+#endif
+    return first ? x_c * cs - x_o * sn : x_c * cs + x_o * sn;
+}
+#endif
+
 /* Whether rows j … j + n − 1 are consecutive rows of one view (always without pages):
  * then row j + t lies t·st.s2 elements after row j. */
 bool rows_contiguous(long j, int n, pages pg)

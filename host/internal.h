@@ -119,6 +119,9 @@ clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, con
 bool clattn_views_overlap(const clattn_view *a, const clattn_view *b);
 /* Whether a and b are exactly the same view (storage, offset, strides, dtype). */
 bool clattn_views_same(const clattn_view *a, const clattn_view *b);
+/* A paged view's pool as a plain view [num_pages, h, page_size, d] (other views as they
+ * are). */
+clattn_view clattn_view_pool(const clattn_view *v);
 /* A packed view [a, b, c, d] of dtype float32 with no storage yet. */
 clattn_view clattn_view_packed(int64_t a, int64_t b, int64_t c, int64_t d);
 /* v restricted to [start, start + len) on dimension dim. */
@@ -133,6 +136,9 @@ typedef struct clattn_problem {
     const clattn_attention_desc *desc;
     clattn_view q, k, v, o, w, mask, lse;
     bool has_w, has_mask, has_lse;
+    /* desc.k_new / v_new: rows appended into K and V (which the call then writes) */
+    clattn_view k_new, v_new;
+    bool has_append;
 } clattn_problem;
 clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                        const clattn_tensor *q, const clattn_tensor *k,
@@ -190,6 +196,7 @@ typedef struct clattn_exec_plan {
     bool no_keys;                       /* n_kv = 0: the fused streaming kernel writes every row */
     clattn_blocked scores, wsum, fused; /* the tiled kernels that will run */
     clattn_program_entry *softmax, *from_lse, *head_mean;
+    clattn_program_entry *append, *rope_q; /* desc.k_new / v_new, desc.rotary (first) */
     size_t softmax_wg;
     int64_t workspace_bytes;
     char reason[256];
@@ -346,6 +353,9 @@ clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const cha
 void clattn_programs_release(clattn_context *ctx);
 
 /* ---- numeric helpers ---- */
+/* Rotary embeddings' frequencies f_p = base^(−2p/dim) for p < dim/2, rounded to
+ * float32: what the kernels (append.cl, rope_q.cl) and the reference both use. */
+void clattn_rope_freqs(const clattn_rotary *r, int64_t dim, float *out);
 float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k);
 /* Query heads per KV head (GQA's group): h_q / h_kv, and 1 for a problem without heads
  * (h_q = h_kv = 0, which validation allows as empty; no division by zero). */

@@ -399,6 +399,80 @@ static void aux_release(aux_t *x)
     x->table = NULL;
 }
 
+/* desc.rotary's frequencies f_p = base^(−2p/dim), rounded to float32 (the reference
+ * uses the same values), in a new buffer. */
+static clattn_status rope_freqs(clattn_context *ctx, const clattn_rotary *r, int64_t dim,
+                                cl_mem *out)
+{
+    float f[2048];
+    const int64_t half = dim / 2;
+    if (half > 2048)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "rotary dim %lld above 4096",
+                           (long long)dim);
+    clattn_rope_freqs(r, dim, f);
+    return clattn_create_buffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, half * 4, f, out);
+}
+
+/* append.cl (k_new, v_new into K, V at the lengths; the lengths after, into *lens_new)
+ * and, with rotary embeddings, rope_q.cl (Q rotated into the float32 view *q_rot) */
+static clattn_status enqueue_append(clattn_context *ctx, const clattn_exec_plan *p,
+                                    const clattn_problem *dv, const aux_t *x, cl_uint n_wait,
+                                    const cl_event *wait, cl_mem *lens_new, cl_mem *freq,
+                                    clattn_view *q_rot, cl_event ev[2])
+{
+    const clattn_attention_desc *d = dv->desc;
+    const clattn_view *q = &dv->q, *k = &dv->k, *v = &dv->v;
+    const int64_t batch = q->n[0], h_kv = k->n[1], n_new = dv->k_new.n[2];
+    const int64_t d_k = k->n[3], d_v = v->n[3];
+    const int64_t rot_dim = d->rotary ? (d->rotary->dim ? d->rotary->dim : d_k) : 0;
+    const int interleaved = d->rotary ? d->rotary->interleaved : 0;
+    clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, batch * 4, NULL, lens_new);
+    if (st == CLATTN_SUCCESS && d->rotary)
+        st = rope_freqs(ctx, d->rotary, rot_dim, freq);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    arg_list a = {p->append->kernel, 0, CL_SUCCESS};
+    arg_view(&a, &dv->k_new);
+    arg_view(&a, &dv->v_new);
+    arg_view(&a, k);
+    arg_view(&a, v);
+    arg(&a, sizeof(cl_mem), &x->kv_lens);
+    arg(&a, sizeof(cl_mem), lens_new);
+    arg_int(&a, h_kv);
+    arg_long(&a, n_new);
+    arg_long(&a, k->n[2]);
+    arg_int(&a, d_k);
+    arg_int(&a, d_v);
+    arg_long(&a, d->kv_start);
+    arg_int(&a, rot_dim);
+    arg_int(&a, interleaved);
+    arg(&a, sizeof(cl_mem), freq);
+    arg_pages(&a, x);
+    const size_t global[3] = {(size_t)(d_k > d_v ? d_k : d_v), (size_t)(n_new > 0 ? n_new : 1),
+                              (size_t)(batch * h_kv)};
+    st = launch(ctx, "append", &a, 3, global, NULL, n_wait, wait, &ev[0]);
+    if (st != CLATTN_SUCCESS || !d->rotary || q->count == 0)
+        return st;
+    *q_rot = clattn_view_packed(q->n[0], q->n[1], q->n[2], q->n[3]);
+    if ((st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, q->count * 4, NULL, &q_rot->buffer)) !=
+        CLATTN_SUCCESS)
+        return st;
+    arg_list r = {p->rope_q->kernel, 0, CL_SUCCESS};
+    arg_view(&r, q);
+    arg(&r, sizeof(cl_mem), &q_rot->buffer);
+    arg(&r, sizeof(cl_mem), &x->kv_lens);
+    arg_int(&r, q->n[1]);
+    arg_long(&r, q->n[2]);
+    arg_long(&r, k->n[2]);
+    arg_int(&r, d_k);
+    arg_long(&r, d->kv_start);
+    arg_int(&r, rot_dim);
+    arg_int(&r, interleaved);
+    arg(&r, sizeof(cl_mem), freq);
+    const size_t gq[3] = {(size_t)d_k, (size_t)q->n[2], (size_t)(q->n[0] * q->n[1])};
+    return launch(ctx, "rope_q", &r, 3, gq, NULL, n_wait, wait, &ev[1]);
+}
+
 /* Runs a planned attention on device views. Events chain the kernels, so an
  * out-of-order queue is fine. */
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *p,
@@ -410,13 +484,40 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     const clattn_view *w = dv->has_w ? &dv->w : NULL;
     const clattn_view *dv_lse = dv->has_lse ? &dv->lse : NULL;
     const float scale = clattn_effective_scale(desc, q->n[3]);
-    if (q->count == 0)
+    if (q->count == 0 && (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0))
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
     clattn_status st = aux_make(ctx, desc, q, k, dv->has_mask ? &dv->mask : NULL, &x);
     if (st != CLATTN_SUCCESS) {
         aux_release(&x);
         return st;
+    }
+    /* the append first (and the rotated Q): the attention waits for them, reads the
+     * lengths after the append and the rotated Q */
+    cl_event pre[2] = {NULL, NULL};
+    cl_mem old_lens = x.kv_lens, lens_new = NULL, freq = NULL;
+    clattn_view q_rot = clattn_view_packed(0, 0, 0, 0);
+    if (dv->has_append) {
+        st = enqueue_append(ctx, p, dv, &x, n_wait, wait, &lens_new, &freq, &q_rot, pre);
+        if (st == CLATTN_SUCCESS) {
+            x.kv_lens = lens_new;
+            if (q_rot.buffer)
+                q = &q_rot;
+            n_wait = pre[1] ? 2 : 1;
+            wait = pre;
+        }
+        if (st == CLATTN_SUCCESS && q->count == 0)
+            st = enqueue_marker(ctx, n_wait, wait, done);
+        if (st != CLATTN_SUCCESS || q->count == 0) {
+            release_events(pre, 2);
+            cl_mem own[4] = {lens_new, freq, q_rot.buffer,
+                             old_lens != x.lens_given[1] ? old_lens : NULL};
+            for (int i = 0; i < 4; i++)
+                if (own[i] && own[i] != x.kv_lens)
+                    clReleaseMemObject(own[i]);
+            aux_release(&x);
+            return st;
+        }
     }
     const bool head_mean = w && desc->weights_head_mean;
     clattn_view ws_w, ws_lse; /* per-head weights (for the mean), LSE for the weights pass */
@@ -491,7 +592,14 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     for (int i = 0; i < 3; i++)
         if (ws_mem[i]) /* freed by the runtime once the kernels that use it finish */
             clReleaseMemObject(ws_mem[i]);
-    aux_release(&x);
+    if (dv->has_append) {
+        release_events(pre, 2);
+        cl_mem own[3] = {freq, q_rot.buffer, old_lens != x.lens_given[1] ? old_lens : NULL};
+        for (int i = 0; i < 3; i++)
+            if (own[i])
+                clReleaseMemObject(own[i]);
+    }
+    aux_release(&x); /* (with the lengths after the append) */
     return st;
 }
 /* bwd_dq's and bwd_dkdv's arguments before their gradients, and after them */

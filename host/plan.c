@@ -147,7 +147,9 @@ static void term_options(char *out, size_t len, int q_dt, int k_dt, int v_dt, in
 
 static void make_features(const clattn_problem *p, features *f)
 {
-    term_options(f->opts, sizeof f->opts, (int)p->q.dtype, (int)p->k.dtype, (int)p->v.dtype,
+    /* with rotary embeddings the kernels read the rotated Q, a float32 workspace */
+    const int q_dt = p->desc && p->desc->rotary ? (int)CLATTN_FLOAT32 : (int)p->q.dtype;
+    term_options(f->opts, sizeof f->opts, q_dt, (int)p->k.dtype, (int)p->v.dtype,
                  (int)p->o.dtype, p->has_mask ? &p->mask : NULL, p->desc);
     f->weights = p->has_w;
     f->head_mean = p->has_w && p->desc->weights_head_mean;
@@ -421,6 +423,29 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
                        (long long)d_k, (long long)d_v, (unsigned long long)ctx->local_mem);
 }
 
+/* append.cl (desc.k_new / v_new) and rope_q.cl (desc.rotary), which run before the
+ * attention; their workspace (the rotated Q, float32) counts in the plan's. */
+static clattn_status plan_append(clattn_context *ctx, const clattn_problem *pr,
+                                 clattn_exec_plan *p)
+{
+    if (!pr->has_append)
+        return CLATTN_SUCCESS;
+    const bool rope = pr->desc->rotary != NULL;
+    const char *fp64 = rope && ctx->has_fp64 ? " -DROPE_FP64=1" : "";
+    char opts[320];
+    snprintf(opts, sizeof opts, CL_STD " -DKN_DT=%d -DVN_DT=%d -DK_DT=%d -DV_DT=%d -DPAGED=%d -DROPE=%d%s",
+             (int)pr->k_new.dtype, (int)pr->v_new.dtype, (int)pr->k.dtype, (int)pr->v.dtype,
+             pr->k.paged ? 1 : 0, rope ? 1 : 0, fp64);
+    clattn_status st = clattn_get_kernel(ctx, "append.cl", opts, &p->append);
+    if (st != CLATTN_SUCCESS || !rope)
+        return st;
+    snprintf(opts, sizeof opts, CL_STD " -DQ_DT=%d -DROPE=1%s", (int)pr->q.dtype, fp64);
+    if ((st = clattn_get_kernel(ctx, "rope_q.cl", opts, &p->rope_q)) != CLATTN_SUCCESS)
+        return st;
+    p->workspace_bytes = pr->q.count * 4;
+    return CLATTN_SUCCESS;
+}
+
 clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *pr,
                                     clattn_exec_plan *p)
 {
@@ -510,10 +535,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                            unfused_why);
     }
 
-    clattn_status st;
+    clattn_status st = plan_append(ctx, pr, p);
+    if (st != CLATTN_SUCCESS)
+        return st;
     p->no_keys = n_kv == 0;
     if (p->algorithm == CLATTN_ALGORITHM_UNFUSED && !p->no_keys) {
-        p->workspace_bytes = ws_scores;
+        p->workspace_bytes += ws_scores;
         if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts, &p->scores)) !=
                 CLATTN_SUCCESS ||
             (st = tiled_stage_kernel(ctx, CLATTN_KERNEL_WEIGHTED_SUM, n_q, d_v, f->opts,
@@ -536,7 +563,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         if (st != CLATTN_SUCCESS)
             return st;
         if (p->fused.n_splits) /* the splits' O and LSE, float32 */
-            p->workspace_bytes = batch * h_q * n_q * (int64_t)p->fused.n_splits * (d_v + 1) * 4;
+            p->workspace_bytes += batch * h_q * n_q * (int64_t)p->fused.n_splits * (d_v + 1) * 4;
         const size_t at = strlen(p->reason);
         if (p->no_keys) /* whatever the algorithm: nothing to compute */
             snprintf(p->reason + at, sizeof p->reason - at,
@@ -574,7 +601,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
                  f->head_mean && !p->no_keys ? ", head_mean" : "");
         if (f->weights && !p->no_keys) {
-            p->workspace_bytes = ws_fused;
+            p->workspace_bytes += ws_fused;
             if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts,
                                          &p->scores)) != CLATTN_SUCCESS ||
                 (st = clattn_get_kernel(ctx, "weights_from_lse.cl",
@@ -586,6 +613,15 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     if (f->head_mean && !p->no_keys &&
         (st = clattn_get_kernel(ctx, "head_mean.cl", CL_STD, &p->head_mean)) != CLATTN_SUCCESS)
         return st;
+    if (pr->has_append) { /* first: the cache's new rows, the rotated Q */
+        char k2[sizeof p->kernels + 32];
+        snprintf(k2, sizeof k2, "append%s, %s", p->rope_q ? ", rope_q" : "", p->kernels);
+        memcpy(p->kernels, k2, sizeof p->kernels - 1); /* (fits: the longest list is short) */
+        p->kernels[sizeof p->kernels - 1] = '\0';
+        const size_t at = strlen(p->reason);
+        snprintf(p->reason + at, sizeof p->reason - at, "; first %lld new K/V rows appended%s",
+                 (long long)pr->k_new.n[2], p->rope_q ? ", Q and them rotated" : "");
+    }
     return CLATTN_SUCCESS;
 }
 

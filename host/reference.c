@@ -75,6 +75,26 @@ static double row_scores(const clattn_attention_desc *desc, const clattn_view *q
     return m;
 }
 
+/* Element c of a row at position pos with rotary embeddings (append.cl's rope_at in
+ * float64): pair p turns by pos·f[p] (f: clattn_rope_freqs, float32 values). */
+static double rope64(const clattn_view *x, int64_t b, int64_t h, int64_t s, int64_t c,
+                     const clattn_rotary *r, int64_t dim, const float *f, int64_t pos)
+{
+    const double xc = clattn_host_load(x, clattn_view_index(x, b, h, s, c));
+    if (c >= dim)
+        return xc;
+    const int64_t half = dim / 2;
+    const int64_t pair = r->interleaved ? c / 2 : (c < half ? c : c - half);
+    const int64_t o = r->interleaved ? (c ^ 1) : (c < half ? c + half : c - half);
+    const bool first = r->interleaved ? c % 2 == 0 : c < half;
+    const double xo = clattn_host_load(x, clattn_view_index(x, b, h, s, o));
+    const double a = (double)pos * (double)f[pair], cs = cos(a), sn = sin(a);
+    return first ? xc * cs - xo * sn : xc * cs + xo * sn;
+}
+
+/* The attention of a resolved host problem (after any append). */
+static clattn_status attend(const clattn_attention_desc *desc, const clattn_problem ex);
+
 clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                                          const clattn_tensor *q_t, const clattn_tensor *k_t,
                                          const clattn_tensor *v_t, const clattn_tensor *o_t)
@@ -82,8 +102,63 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
     clattn_problem ex;
     clattn_status st =
         clattn_resolve_attention(NULL, desc, q_t, k_t, v_t, o_t, CLATTN_STORAGE_HOST, &ex);
-    if (st != CLATTN_SUCCESS)
-        return st;
+    if (st != CLATTN_SUCCESS || !ex.has_append)
+        return st == CLATTN_SUCCESS ? attend(desc, ex) : st;
+    /* the append (k_new, v_new into K, V at kv_lens, rotated), then the attention over
+     * kv_lens + n_new keys with Q rotated (rounded to float32, as the kernels' Q) */
+    const int64_t batch = ex.q.n[0], h_kv = ex.k.n[1], n_new = ex.k_new.n[2];
+    const int64_t d_k = ex.k.n[3], d_v = ex.v.n[3];
+    const clattn_rotary *rot = desc->rotary;
+    const int64_t dim = rot ? (rot->dim ? rot->dim : d_k) : 0;
+    float *f = malloc(sizeof(float) * (size_t)(dim / 2 + 1));
+    int32_t *lens = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    float *qr = rot ? malloc(sizeof(float) * (size_t)(ex.q.count + 1)) : NULL;
+    if (!f || !lens || (rot && !qr)) {
+        free(f);
+        free(lens);
+        free(qr);
+        return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "reference: append buffers");
+    }
+    if (rot)
+        clattn_rope_freqs(rot, dim, f);
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t len = desc->kv_lens[b];
+        lens[b] = (int32_t)(len + n_new);
+        for (int64_t h = 0; h < h_kv; h++)
+            for (int64_t t = 0; t < n_new; t++) {
+                const int64_t pos = desc->kv_start + len + t;
+                for (int64_t c = 0; c < d_k; c++)
+                    clattn_host_store(&ex.k, clattn_view_index(&ex.k, b, h, len + t, c),
+                                      (float)(rot ? rope64(&ex.k_new, b, h, t, c, rot, dim, f, pos)
+                                                  : clattn_host_load(&ex.k_new,
+                                                                     clattn_view_index(&ex.k_new, b, h, t, c))));
+                for (int64_t c = 0; c < d_v; c++)
+                    clattn_host_store(&ex.v, clattn_view_index(&ex.v, b, h, len + t, c),
+                                      clattn_host_load(&ex.v_new, clattn_view_index(&ex.v_new, b, h, t, c)));
+            }
+    }
+    if (rot) {
+        const clattn_view q0 = ex.q;
+        ex.q = clattn_view_packed(q0.n[0], q0.n[1], q0.n[2], q0.n[3]);
+        ex.q.host = qr;
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t h = 0; h < q0.n[1]; h++)
+                for (int64_t i = 0; i < q0.n[2]; i++)
+                    for (int64_t c = 0; c < d_k; c++)
+                        qr[((b * q0.n[1] + h) * q0.n[2] + i) * d_k + c] = (float)rope64(
+                            &q0, b, h, i, c, rot, dim, f, desc->kv_start + desc->kv_lens[b] + i);
+    }
+    clattn_attention_desc after = *desc;
+    after.kv_lens = lens;
+    st = attend(&after, ex);
+    free(f);
+    free(lens);
+    free(qr);
+    return st;
+}
+
+static clattn_status attend(const clattn_attention_desc *desc, const clattn_problem ex)
+{
     const clattn_view q = ex.q, k = ex.k, v = ex.v, o = ex.o, w = ex.w;
     clattn_clear_error(NULL);
 
@@ -209,9 +284,11 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
 {
     if (!desc)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
-    if (desc->paged)
+    if (desc->paged || desc->k_new || desc->rotary)
         return clattn_fail(NULL, CLATTN_ERROR_UNSUPPORTED,
-                           "paged K/V: the backward pass takes contiguous K and V (and dK, dV)");
+                           "%s: the backward pass takes contiguous K and V (and dK, dV), no "
+                           "append and no rotary embeddings",
+                           desc->paged ? "paged K/V" : desc->k_new ? "k_new, v_new" : "rotary");
     clattn_attention_desc fwd = *desc; /* the weights and LSE outputs play no part */
     fwd.weights = NULL;
     fwd.lse = NULL;

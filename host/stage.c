@@ -56,15 +56,17 @@ clattn_status clattn_workspace_nn(clattn_context *ctx, int64_t a, int64_t b, int
 
 /* A device copy of host view hv (inputs copied, outputs not), as view dv with
  * offset 0 over the view's span. */
-clattn_status clattn_stage_view(clattn_context *ctx, clattn_staging *sg, const clattn_view *hv,
-                                bool input, clattn_view *dv)
+/* input: copied in; written: the kernels write it (read back by clattn_unstage) */
+static clattn_status stage(clattn_context *ctx, clattn_staging *sg, const clattn_view *hv,
+                           bool input, bool written, clattn_view *dv)
 {
     *dv = *hv;
     dv->host = NULL;
     dv->offset = 0;
     char *base = (char *)hv->host + hv->offset * hv->esize;
     const bool copy = input && hv->span > 0; /* an empty view still gets a valid cl_mem */
-    cl_mem_flags flags = copy ? CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR : CL_MEM_READ_WRITE;
+    cl_mem_flags flags = (copy && !written ? CL_MEM_READ_ONLY : CL_MEM_READ_WRITE) |
+                         (copy ? CL_MEM_COPY_HOST_PTR : 0);
     if (sg->n == sg->cap) {
         const size_t cap = sg->cap ? 2 * sg->cap : 8;
         cl_mem *grown = realloc(sg->mem, cap * sizeof *grown);
@@ -79,6 +81,12 @@ clattn_status clattn_stage_view(clattn_context *ctx, clattn_staging *sg, const c
     if (st == CLATTN_SUCCESS)
         sg->mem[sg->n++] = dv->buffer;
     return st;
+}
+
+clattn_status clattn_stage_view(clattn_context *ctx, clattn_staging *sg, const clattn_view *hv,
+                                bool input, clattn_view *dv)
+{
+    return stage(ctx, sg, hv, input, !input, dv);
 }
 
 void clattn_staging_release(clattn_staging *sg)
@@ -129,10 +137,15 @@ clattn_status clattn_stage_problem(clattn_context *ctx, clattn_staging *sg,
 {
     *dev = *host;
     clattn_status st = clattn_stage_view(ctx, sg, &host->q, true, &dev->q);
+    /* K and V: read, and written by an append (then read back) */
     if (st == CLATTN_SUCCESS)
-        st = clattn_stage_view(ctx, sg, &host->k, true, &dev->k);
+        st = stage(ctx, sg, &host->k, true, host->has_append, &dev->k);
     if (st == CLATTN_SUCCESS)
-        st = clattn_stage_view(ctx, sg, &host->v, true, &dev->v);
+        st = stage(ctx, sg, &host->v, true, host->has_append, &dev->v);
+    if (st == CLATTN_SUCCESS && host->has_append)
+        st = clattn_stage_view(ctx, sg, &host->k_new, true, &dev->k_new);
+    if (st == CLATTN_SUCCESS && host->has_append)
+        st = clattn_stage_view(ctx, sg, &host->v_new, true, &dev->v_new);
     if (st == CLATTN_SUCCESS)
         st = clattn_stage_view(ctx, sg, &host->o, false, &dev->o);
     if (st == CLATTN_SUCCESS && host->has_w)
@@ -148,6 +161,13 @@ clattn_status clattn_unstage_problem(clattn_context *ctx, const clattn_problem *
                                      const clattn_problem *dev)
 {
     clattn_status st = clattn_unstage(ctx, &host->o, &dev->o);
+    if (host->has_append) { /* the cache's new rows: K and V back (a pool as a plain view) */
+        const clattn_view hk = clattn_view_pool(&host->k), hv = clattn_view_pool(&host->v);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_unstage(ctx, &hk, &dev->k);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_unstage(ctx, &hv, &dev->v);
+    }
     if (st == CLATTN_SUCCESS && host->has_w)
         st = clattn_unstage(ctx, &host->w, &dev->w);
     if (st == CLATTN_SUCCESS && host->has_lse)

@@ -129,3 +129,10 @@ uint16_t clattn_f32_to_bf16(float f)
     const uint32_t r = u + 0x7fffu + ((u >> 16) & 1u); /* nearest, ties to even */
     return (uint16_t)(r >> 16);
 }
+
+void clattn_rope_freqs(const clattn_rotary *r, int64_t dim, float *out)
+{
+    const double base = r->base > 0.0f ? (double)r->base : 10000.0;
+    for (int64_t p = 0; p < dim / 2; p++)
+        out[p] = (float)pow(base, -2.0 * (double)p / (double)dim);
+}

@@ -262,16 +262,116 @@ static clattn_status make_paged(clattn_context *ctx, const clattn_attention_desc
 #undef LL
 }
 
+/* desc.k_new / v_new (rows appended into K and V at kv_lens) and desc.rotary. */
+static clattn_status check_append(clattn_context *ctx, const clattn_attention_desc *desc,
+                                  const clattn_tensor *k, const clattn_tensor *v,
+                                  clattn_storage storage, clattn_problem *cv)
+{
+#define LL(x) ((long long)(x))
+    const clattn_rotary *rot = desc->rotary;
+    if (!desc->k_new != !desc->v_new)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "k_new and v_new: set both (rows appended into K and V) or neither");
+    if (rot && !desc->k_new)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "rotary needs k_new and v_new: it rotates Q and the appended keys "
+                           "(the cache holds rotated keys)");
+    if (rot) {
+        const int64_t d_k = cv->q.n[3], dim = rot->dim ? rot->dim : d_k;
+        if (dim < 2 || dim > d_k || dim % 2 != 0)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "rotary dim %lld: it must be even, within 2..d_k (%lld)%s",
+                               LL(dim), LL(d_k), rot->dim ? "" : " (0 means d_k)");
+        if (rot->interleaved != 0 && rot->interleaved != 1)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "rotary interleaved is %d: 0 (GPT-NeoX) or 1 (GPT-J)",
+                               rot->interleaved);
+        if (!(rot->base == 0.0f || (isfinite(rot->base) && rot->base > 0.0f)))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "rotary base %g: 0 (10000) or finite and positive",
+                               (double)rot->base);
+    }
+    if (!desc->k_new)
+        return CLATTN_SUCCESS;
+    if (!desc->kv_lens && !desc->kv_lens_buffer)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "k_new, v_new: kv_lens (or kv_lens_buffer) must give the cache's "
+                           "lengths before the call: the new rows are written there");
+    clattn_status st = clattn_view_make(ctx, "k_new", desc->k_new, storage, false, &cv->k_new);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_make(ctx, "v_new", desc->v_new, storage, false, &cv->v_new);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, "k_new", &cv->k_new, CLATTN_DT_FLOATS);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, "v_new", &cv->v_new, CLATTN_DT_FLOATS);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    const clattn_view *kn = &cv->k_new, *vn = &cv->v_new, *kc = &cv->k;
+    const int64_t want_k[4] = {cv->q.n[0], kc->n[1], kn->n[2], kc->n[3]};
+    const int64_t want_v[4] = {cv->q.n[0], kc->n[1], kn->n[2], cv->v.n[3]};
+    for (int d = 0; d < 4; d++)
+        if (kn->n[d] != want_k[d] || vn->n[d] != want_v[d])
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "k_new is [%lld, %lld, %lld, %lld] and v_new [%lld, %lld, %lld, "
+                               "%lld]; expected [%lld, %lld, n_new, %lld] and [.., .., n_new, "
+                               "%lld] (batch, h_kv, n_new, d_k / d_v)",
+                               LL(kn->n[0]), LL(kn->n[1]), LL(kn->n[2]), LL(kn->n[3]), LL(vn->n[0]),
+                               LL(vn->n[1]), LL(vn->n[2]), LL(vn->n[3]), LL(want_k[0]),
+                               LL(want_k[1]), LL(want_k[3]), LL(want_v[3]));
+    const int64_t n_new = kn->n[2], n_kv = kc->n[2];
+    if (desc->kv_lens)
+        for (int64_t b = 0; b < cv->q.n[0]; b++)
+            if (desc->kv_lens[b] + n_new > n_kv)
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                                   "kv_lens[%lld] is %d: with %lld appended rows the cache needs "
+                                   "%lld keys; it holds n_kv %lld",
+                                   LL(b), (int)desc->kv_lens[b], LL(n_new),
+                                   LL(desc->kv_lens[b] + n_new), LL(n_kv));
+    /* K and V are written: writable views (no broadcast, no self-overlap) */
+    clattn_view w;
+    if ((st = clattn_view_make(ctx, "K (written by the append)", k, storage, true, &w)) !=
+            CLATTN_SUCCESS ||
+        (st = clattn_view_make(ctx, "V (written by the append)", v, storage, true, &w)) !=
+            CLATTN_SUCCESS)
+        return st;
+    if (clattn_views_overlap(&cv->k, &cv->v))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                           "K and V overlap: the append writes both");
+    const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL};
+    for (int a = 0; a < 3; a++)
+        if (outs[a] && (clattn_views_overlap(outs[a], &cv->k) || clattn_views_overlap(outs[a], &cv->v)))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                               "%s overlaps K or V, which the append writes",
+                               a == 0 ? "O" : a == 1 ? "weights" : "lse");
+    if (storage != CLATTN_STORAGE_HOST) {
+        const clattn_view *news[2] = {kn, vn}, *caches[2] = {&cv->k, &cv->v};
+        for (int a = 0; a < 2; a++)
+            for (int c = 0; c < 2; c++)
+                if (clattn_views_overlap(news[a], caches[c]))
+                    return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                                       "%s overlaps %s in the same cl_mem (the append reads one "
+                                       "while it writes the other)",
+                                       a ? "v_new" : "k_new", c ? "V" : "K");
+        if ((st = clattn_view_check_buffer(ctx, "k_new", kn)) != CLATTN_SUCCESS ||
+            (st = clattn_view_check_buffer(ctx, "v_new", vn)) != CLATTN_SUCCESS)
+            return st;
+    }
+    cv->has_append = true;
+    return CLATTN_SUCCESS;
+#undef LL
+}
+
 /* The host block table's entries that the call reads: those of the pages holding keys
- * j < kv_lens[b] (after check_extras validated the lengths). */
+ * j < kv_lens[b] (after check_extras validated the lengths; plus the appended rows). */
 static clattn_status check_block_table(clattn_context *ctx, const clattn_attention_desc *desc,
                                        const clattn_view *k)
 {
     const int32_t *t = k->page_table;
     if (!k->paged || !t || desc->kv_lens_buffer) /* (device lengths: entries clamped) */
         return CLATTN_SUCCESS;
+    const int64_t n_new = desc->k_new ? desc->k_new->shape[2] : 0; /* (checked before) */
     for (int64_t b = 0; b < k->n[0]; b++) {
-        const int64_t len = desc->kv_lens ? desc->kv_lens[b] : k->n[2];
+        const int64_t len = desc->kv_lens ? desc->kv_lens[b] + n_new : k->n[2];
         const int64_t pages = clattn_ceil_div(len, k->page_size);
         for (int64_t p = 0; p < pages; p++) {
             const int32_t e = t[b * k->page_stride + p];
@@ -313,6 +413,8 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
                                     desc->weights_head_mean != 0);
     if (st == CLATTN_SUCCESS)
         st = check_extras(ctx, desc, &cv->q, &cv->k, storage, cv);
+    if (st == CLATTN_SUCCESS)
+        st = check_append(ctx, desc, k, v, storage, cv);
     if (st == CLATTN_SUCCESS)
         st = check_block_table(ctx, desc, &cv->k);
     if (st != CLATTN_SUCCESS)
@@ -500,10 +602,15 @@ clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->desc = desc;
-    if (desc && desc->paged)
+    if (desc && (desc->paged || desc->k_new || desc->rotary || desc->kv_lens_buffer ||
+                 desc->q_lens_buffer))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "paged K/V: the stages take contiguous K and V (clattn_attention "
-                           "reads pages)");
+                           "%s: the stages (and clattn_reference_scores) take contiguous K and "
+                           "V and host lengths (clattn_attention and clattn_reference_attention "
+                           "take them)",
+                           desc->paged                              ? "paged K/V"
+                           : desc->k_new || desc->rotary            ? "k_new, v_new, rotary"
+                                                                    : "lengths in a cl_mem");
     clattn_status st =
         check_stage(ctx, (int)kind, desc, a, b, c, storage, &out->a, &out->b, &out->c, &ex);
     static const char *const names[3][3] = {

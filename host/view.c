@@ -270,3 +270,17 @@ clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, con
     return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s has dtype %s; it must be %s", name,
                        names[v->dtype], list);
 }
+
+clattn_view clattn_view_pool(const clattn_view *v)
+{
+    clattn_view p = *v;
+    if (!v->paged)
+        return p;
+    p.paged = false;
+    p.page_table = NULL;
+    p.page_table_buffer = NULL;
+    p.n[0] = v->num_pages;
+    p.n[2] = v->page_size;
+    p.count = p.n[0] * p.n[1] * p.n[2] * p.n[3]; /* (validated as the pool's) */
+    return p;
+}

@@ -441,6 +441,31 @@ typedef struct clattn_paged_kv {
     int64_t max_pages;
 } clattn_paged_kv;
 
+/**
+ * Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer") applied by the call to
+ * Q and to the appended K rows (clattn_attention_desc.rotary; added in 0.3), as
+ * FlashAttention's `rotary_cos` / `rotary_sin` / `rotary_interleaved` arguments of
+ * `flash_attn_with_kvcache` do.
+ *
+ * Pair p (0 ≤ p < dim/2) of a row at position `pos` turns by pos · f_p radians, with
+ * f_p = base^(−2p/dim) rounded to float32 (as PyTorch and Hugging Face build their
+ * tables): (x₁, x₂) → (x₁·cos − x₂·sin, x₂·cos + x₁·sin). The angle and its cosine
+ * and sine are computed in float64 on devices with cl_khr_fp64, else in float32 (an
+ * angle error of about pos·2⁻²⁴ rad). Columns from dim on are copied unchanged.
+ * Positions: appended key row t of batch entry b sits at kv_start + kv_lens[b] + t, and
+ * query row i at kv_start + kv_lens[b] + i (FlashAttention's cache_seqlens + i).
+ */
+typedef struct clattn_rotary {
+    /** Rotated columns from the start of each head: even, 2 ≤ dim ≤ d_k; 0 = d_k
+     *  (which must then be even). */
+    int64_t dim;
+    /** 0: GPT-NeoX / Llama pairs (c, c + dim/2) (`rotate_half`); 1: GPT-J pairs
+     *  (2c, 2c + 1). */
+    int interleaved;
+    /** θ, the base of the frequencies; 0 = 10000. Finite and > 0 otherwise. */
+    float base;
+} clattn_rotary;
+
 /** What to compute. Zero-initialise (or use clattn_attention_desc_default()) and set
  *  what you need; fields will only ever be appended. */
 typedef struct clattn_attention_desc {
@@ -529,6 +554,24 @@ typedef struct clattn_attention_desc {
      *  into 0..n_q by the kernels. At most one of q_lens and q_lens_buffer. Added in
      *  0.3. */
     cl_mem q_lens_buffer;
+    /** Optional: append this step's K and V rows into the cache before attending
+     *  (FlashAttention's `k`, `v` arguments of `flash_attn_with_kvcache`): k_new
+     *  [batch, h_kv, n_new, d_k] and v_new [batch, h_kv, n_new, d_v] (any float
+     *  storage, same storage kind as Q). The desc's kv_lens (or kv_lens_buffer) must
+     *  give the cache's lengths before the call (cache_seqlens): row t is written to
+     *  key kv_lens[b] + t of K and V (through the block table when paged; converted to
+     *  the cache's storage type), and the attention then sees kv_lens[b] + n_new keys of
+     *  entry b. So K and V are written by the call: they must be writable views (no
+     *  broadcast, no self-overlap); the blocking call copies them back to the host.
+     *  Updating the lengths stays the caller's. Host lengths need kv_lens[b] + n_new ≤
+     *  n_kv (CLATTN_ERROR_INVALID_SHAPE); lengths in a cl_mem are clamped, and rows
+     *  that would land past n_kv are not written. Both or neither. Added in 0.3. */
+    const clattn_tensor *k_new;
+    const clattn_tensor *v_new; /**< see k_new */
+    /** Optional: rotary embeddings of Q and of the appended K rows (needs k_new; see
+     *  clattn_rotary). The cache keeps rotated keys, as FlashAttention's does. NULL:
+     *  none. Added in 0.3. */
+    const clattn_rotary *rotary;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

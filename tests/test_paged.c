@@ -541,6 +541,382 @@ START_TEST(paged_validation)
 }
 END_TEST
 
+/* ---- append in place (k_new, v_new) and rotary embeddings ---------------------------- */
+
+/* Rotary: a d_k 4 key row [1, 2, 3, 4] appended at position p comes out as the formula
+ * says, in both layouts (checked against cos and sin here, not the reference). */
+START_TEST(append_rotary_formula)
+{
+    clattn_context *ctx = tu_ctx();
+    for (int il = 0; il < 2; il++) {
+        const int64_t n_kv = 8, len = 5, kv_start = 1000;
+        float q[4] = {0.5f, -1.0f, 0.25f, 2.0f}, kc[8 * 4], vc[8 * 4], kn[4] = {1, 2, 3, 4},
+              vn[4] = {1, 1, 1, 1}, o[4];
+        tu_fill_gen(kc, 32, 11, 1.0f);
+        tu_fill_gen(vc, 32, 12, 1.0f);
+        clattn_tensor tq = clattn_tensor_host(q, 1, 1, 1, 4), tk = clattn_tensor_host(kc, 1, 1, n_kv, 4);
+        clattn_tensor tv = clattn_tensor_host(vc, 1, 1, n_kv, 4), to = clattn_tensor_host(o, 1, 1, 1, 4);
+        clattn_tensor tkn = clattn_tensor_host(kn, 1, 1, 1, 4), tvn = clattn_tensor_host(vn, 1, 1, 1, 4);
+        const int32_t lens[1] = {(int32_t)len};
+        const clattn_rotary rot = {0, il, 100.0f};
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.kv_lens = lens;
+        d.k_new = &tkn;
+        d.v_new = &tvn;
+        d.rotary = &rot;
+        d.kv_start = kv_start;
+        TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "rotary %s",
+                     il ? "GPT-J" : "GPT-NeoX");
+        const double p = (double)(kv_start + len), f1 = (double)(float)pow(100.0, -0.5);
+        double want[4];
+        if (il) { /* pairs (0, 1) at frequency 1, (2, 3) at 100^-1/2 */
+            want[0] = 1 * cos(p) - 2 * sin(p), want[1] = 2 * cos(p) + 1 * sin(p);
+            want[2] = 3 * cos(p * f1) - 4 * sin(p * f1), want[3] = 4 * cos(p * f1) + 3 * sin(p * f1);
+        } else { /* pairs (0, 2) at frequency 1, (1, 3) at 100^-1/2 */
+            want[0] = 1 * cos(p) - 3 * sin(p), want[2] = 3 * cos(p) + 1 * sin(p);
+            want[1] = 2 * cos(p * f1) - 4 * sin(p * f1), want[3] = 4 * cos(p * f1) + 2 * sin(p * f1);
+        }
+        for (int c = 0; c < 4; c++)
+            ck_assert_msg(fabs(kc[len * 4 + c] - want[c]) <= 2e-6 * (1 + fabs(want[c])),
+                          "%s: appended K[%d] is %.9g, expected %.9g (position %g)",
+                          il ? "GPT-J" : "GPT-NeoX", c, (double)kc[len * 4 + c], want[c], p);
+        for (int c = 0; c < 4; c++)
+            ck_assert_msg(vc[len * 4 + c] == 1.0f, "appended V[%d] is %g", c, (double)vc[len * 4 + c]);
+        printf("append: rotary %s K row at position %g as the formula\n", il ? "GPT-J" : "GPT-NeoX", p);
+    }
+}
+END_TEST
+
+/* One append configuration: the device call against the reference on copies of the same
+ * caches (O, LSE, the caches after), and without rotary against the call on caches
+ * written by hand (same bits); rows outside the appended ones untouched. */
+typedef struct acfg {
+    int64_t b, h_q, h_kv, n_q, n_new, n_kv, d_k, d_v;
+    int32_t lens[2];
+    int rot; /* 0 none, 1 NeoX full, 2 GPT-J partial (dim d_k/2) */
+    int64_t page_size; /* 0: contiguous cache */
+} acfg;
+
+static const acfg acfgs[] = {
+    {2, 8, 2, 3, 3, 64, 32, 24, {20, 61}, 0, 0},
+    {2, 8, 2, 3, 3, 64, 32, 24, {20, 61}, 1, 0},
+    {2, 4, 4, 1, 1, 40, 16, 16, {0, 39}, 2, 0},
+    {2, 8, 2, 3, 3, 64, 32, 24, {15, 45}, 1, 16}, /* paged: rows across a page boundary */
+    {1, 4, 2, 20, 20, 60, 16, 8, {33, 0}, 2, 7},   /* paged prefill, tiled kernels */
+};
+
+START_TEST(append_against_reference)
+{
+    const acfg *c = &acfgs[_i];
+    clattn_context *ctx = tu_ctx();
+    const clattn_kernel_family family = clattn_context_kernel_family(ctx);
+    char text[256];
+    snprintf(text, sizeof text,
+             "append: b %lld h %lld/%lld n_q %lld n_new %lld n_kv %lld d %lld/%lld lens {%d,%d} "
+             "rotary %s page_size %lld",
+             (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
+             (long long)c->n_new, (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
+             c->lens[0], c->lens[1], c->rot == 0 ? "none" : c->rot == 1 ? "NeoX" : "GPT-J half",
+             (long long)c->page_size);
+    /* caches: contiguous [b, h_kv, n_kv, d], or a paged pool (pages shuffled) */
+    paged pg;
+    memset(&pg, 0, sizeof pg);
+    if (c->page_size)
+        paged_init(&pg, c->b, c->h_q, c->h_kv, c->n_q, c->d_k, c->d_v, c->page_size,
+                   c->n_kv / c->page_size, NULL, true, tu_seed() + 31u * (uint32_t)_i);
+    const int64_t n_kv = c->page_size ? pg.n_kv : c->n_kv;
+    const size_t nk = c->page_size ? (size_t)(pg.num_pages * c->h_kv * c->page_size * c->d_k)
+                                   : (size_t)(c->b * c->h_kv * n_kv * c->d_k);
+    const size_t nv = nk / (size_t)c->d_k * (size_t)c->d_v;
+    float *k0 = tu_alloc(nk, 0.0f), *v0 = tu_alloc(nv, 0.0f);
+    if (c->page_size) {
+        memcpy(k0, pg.kpool, nk * 4);
+        memcpy(v0, pg.vpool, nv * 4);
+        for (size_t i = 0; i < nk; i++) /* the pools' NaN rows: values, so the caches compare */
+            if (isnan(k0[i]))
+                k0[i] = tu_gen(77, (uint32_t)i);
+        for (size_t i = 0; i < nv; i++)
+            if (isnan(v0[i]))
+                v0[i] = tu_gen(78, (uint32_t)i);
+    } else {
+        tu_fill_gen(k0, nk, tu_seed() + 1u, 1.0f);
+        tu_fill_gen(v0, nv, tu_seed() + 2u, 1.0f);
+    }
+    const size_t nq = (size_t)(c->b * c->h_q * c->n_q * c->d_k), no = (size_t)(c->b * c->h_q * c->n_q * c->d_v);
+    const size_t nkn = (size_t)(c->b * c->h_kv * c->n_new * c->d_k), nvn = (size_t)(c->b * c->h_kv * c->n_new * c->d_v);
+    float *q = tu_alloc(nq, 0.0f), *kn = tu_alloc(nkn, 0.0f), *vn = tu_alloc(nvn, 0.0f);
+    tu_fill_gen(q, nq, tu_seed() + 3u, 1.0f);
+    tu_fill_gen(kn, nkn, tu_seed() + 4u, 1.0f);
+    tu_fill_gen(vn, nvn, tu_seed() + 5u, 1.0f);
+    clattn_tensor tq = clattn_tensor_host(q, c->b, c->h_q, c->n_q, c->d_k);
+    clattn_tensor tkn = clattn_tensor_host(kn, c->b, c->h_kv, c->n_new, c->d_k);
+    clattn_tensor tvn = clattn_tensor_host(vn, c->b, c->h_kv, c->n_new, c->d_v);
+    const clattn_rotary rot = {c->rot == 2 ? c->d_k / 2 : 0, c->rot == 2, 0.0f};
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    d.kv_lens = c->lens;
+    d.k_new = &tkn;
+    d.v_new = &tvn;
+    d.rotary = c->rot ? &rot : NULL;
+    d.paged = c->page_size ? &pg.pg : NULL;
+    /* the reference on its own copies of the caches */
+    float *kr = tu_alloc(nk, 0.0f), *vr = tu_alloc(nv, 0.0f), *orf = tu_alloc(no, 0.0f);
+    float *lr = tu_alloc(no / (size_t)c->d_v, 0.0f);
+    memcpy(kr, k0, nk * 4);
+    memcpy(vr, v0, nv * 4);
+    clattn_tensor tkr = c->page_size ? pool_view(&pg, kr, c->d_k)
+                                     : clattn_tensor_host(kr, c->b, c->h_kv, n_kv, c->d_k);
+    clattn_tensor tvr = c->page_size ? pool_view(&pg, vr, c->d_v)
+                                     : clattn_tensor_host(vr, c->b, c->h_kv, n_kv, c->d_v);
+    clattn_tensor tor = clattn_tensor_host(orf, c->b, c->h_q, c->n_q, c->d_v);
+    clattn_tensor tlr = clattn_tensor_host(lr, c->b, c->h_q, c->n_q, 1);
+    d.lse = &tlr;
+    ck_assert_int_eq(clattn_reference_attention(&d, &tq, &tkr, &tvr, &tor), CLATTN_SUCCESS);
+    double *eo = malloc(sizeof(double) * no), *el = malloc(sizeof(double) * no / (size_t)c->d_v);
+    for (size_t i = 0; i < no; i++)
+        eo[i] = orf[i];
+    for (size_t i = 0; i < no / (size_t)c->d_v; i++)
+        el[i] = lr[i];
+    static const clattn_kernel_family fams[2] = {CLATTN_KERNEL_FAMILY_CPU,
+                                                 CLATTN_KERNEL_FAMILY_GPU};
+    for (int f = 0; f < 2; f++) {
+        TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, fams[f]), "set family");
+        float *kd = tu_alloc(nk, 0.0f), *vd = tu_alloc(nv, 0.0f), *od = tu_alloc(no, -7.0f);
+        float *ld = tu_alloc(no / (size_t)c->d_v, -7.0f);
+        memcpy(kd, k0, nk * 4);
+        memcpy(vd, v0, nv * 4);
+        clattn_tensor tkd = c->page_size ? pool_view(&pg, kd, c->d_k)
+                                         : clattn_tensor_host(kd, c->b, c->h_kv, n_kv, c->d_k);
+        clattn_tensor tvd = c->page_size ? pool_view(&pg, vd, c->d_v)
+                                         : clattn_tensor_host(vd, c->b, c->h_kv, n_kv, c->d_v);
+        clattn_tensor tod = clattn_tensor_host(od, c->b, c->h_q, c->n_q, c->d_v);
+        clattn_tensor tld = clattn_tensor_host(ld, c->b, c->h_q, c->n_q, 1);
+        clattn_attention_desc dd = d;
+        dd.lse = &tld;
+        TU_ASSERT_OK(clattn_attention(ctx, &dd, &tq, &tkd, &tvd, &tod), "%s: %s family", text,
+                     f ? "GPU" : "CPU");
+        char what[320];
+        snprintf(what, sizeof what, "%s, %s family: O", text, f ? "GPU" : "CPU");
+        TU_ASSERT_CLOSE(what, &tod, eo, NULL, TU_TOL_DEFAULT);
+        snprintf(what, sizeof what, "%s, %s family: LSE", text, f ? "GPU" : "CPU");
+        TU_ASSERT_CLOSE(what, &tld, el, NULL, TU_TOL_DEFAULT);
+        /* the caches: V rows copied exactly, K rows (rotated in float32 on the device,
+         * float64 in the reference) within 2 ulp-ish, every other element untouched */
+        for (size_t i = 0; i < nk; i++)
+            ck_assert_msg(fabsf(kd[i] - kr[i]) <= 1e-6f * (1.0f + fabsf(kr[i])) &&
+                              (c->rot || kd[i] == kr[i]),
+                          "%s: K cache element %zu is %.9g, the reference wrote %.9g (was %.9g)",
+                          text, i, (double)kd[i], (double)kr[i], (double)k0[i]);
+        ck_assert_msg(memcmp(vd, vr, nv * 4) == 0, "%s: the V caches differ", text);
+        if (!c->rot) { /* the same call on caches written by hand: the same bits */
+            float *oh = tu_alloc(no, -7.0f);
+            int32_t lens2[2] = {c->lens[0] + (int32_t)c->n_new, c->lens[1] + (int32_t)c->n_new};
+            clattn_attention_desc dh = d;
+            dh.k_new = dh.v_new = NULL;
+            dh.kv_lens = lens2;
+            dh.lse = NULL;
+            clattn_tensor toh = clattn_tensor_host(oh, c->b, c->h_q, c->n_q, c->d_v);
+            TU_ASSERT_OK(clattn_attention(ctx, &dh, &tq, &tkd, &tvd, &toh), "%s: by hand", text);
+            assert_same_bits("O (append vs caches written by hand)", od, oh, no, text);
+            free(oh);
+        }
+        free(kd);
+        free(vd);
+        free(od);
+        free(ld);
+        printf("%s, %s family: O, LSE and caches as the reference\n", text, f ? "GPU" : "CPU");
+    }
+    TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
+    /* the plan names the append */
+    clattn_plan plan;
+    float o1[1];
+    clattn_tensor to1 = clattn_tensor_host(o1, c->b, c->h_q, c->n_q, c->d_v);
+    TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &tq, &tkr, &tvr, &to1, &plan), "plan");
+    ck_assert_msg(strncmp(plan.kernels, c->rot ? "append, rope_q, " : "append, ", c->rot ? 16 : 8) == 0,
+                  "%s: kernels \"%s\"", text, plan.kernels);
+    free(eo);
+    free(el);
+    free(q);
+    free(kn);
+    free(vn);
+    free(k0);
+    free(v0);
+    free(kr);
+    free(vr);
+    free(orf);
+    free(lr);
+    if (c->page_size)
+        paged_free(&pg);
+}
+END_TEST
+
+/* The enqueue call with the lengths in a cl_mem: the same bits (O, K and V caches) as the
+ * blocking call with host lengths; device lengths past the cache are clamped. */
+static cl_mem buf_of(cl_context cl_ctx, const float *host, size_t n)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * 4, (void *)host,
+                              &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    return m;
+}
+
+START_TEST(append_enqueue_device_lengths)
+{
+    clattn_context *ctx = tu_ctx();
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue), CLATTN_SUCCESS);
+    const int64_t b = 2, h_q = 4, h_kv = 2, n_q = 2, n_new = 2, n_kv = 30, d = 16;
+    const size_t nq = (size_t)(b * h_q * n_q * d), nk = (size_t)(b * h_kv * n_kv * d),
+                 nn = (size_t)(b * h_kv * n_new * d);
+    float *q = tu_alloc(nq, 0), *k = tu_alloc(nk, 0), *v = tu_alloc(nk, 0), *kn = tu_alloc(nn, 0),
+          *vn = tu_alloc(nn, 0), *o = tu_alloc(nq, 0);
+    tu_fill_gen(q, nq, 41, 1.0f);
+    tu_fill_gen(k, nk, 42, 1.0f);
+    tu_fill_gen(v, nk, 43, 1.0f);
+    tu_fill_gen(kn, nn, 44, 1.0f);
+    tu_fill_gen(vn, nn, 45, 1.0f);
+    cl_mem mq = buf_of(cl_ctx, q, nq), mk = buf_of(cl_ctx, k, nk), mv = buf_of(cl_ctx, v, nk);
+    cl_mem mkn = buf_of(cl_ctx, kn, nn), mvn = buf_of(cl_ctx, vn, nn), mo = buf_of(cl_ctx, o, nq);
+    int32_t lens[2] = {7, 28};
+    cl_int err;
+    cl_mem ml = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof lens, lens,
+                               &err);
+    const clattn_rotary rot = {0, 0, 500.0f};
+    clattn_attention_desc d0 = clattn_attention_desc_default();
+    d0.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    d0.rotary = &rot;
+    /* the blocking call with host lengths */
+    clattn_tensor tq = clattn_tensor_host(q, b, h_q, n_q, d), tk = clattn_tensor_host(k, b, h_kv, n_kv, d);
+    clattn_tensor tv = clattn_tensor_host(v, b, h_kv, n_kv, d), to = clattn_tensor_host(o, b, h_q, n_q, d);
+    clattn_tensor tkn = clattn_tensor_host(kn, b, h_kv, n_new, d), tvn = clattn_tensor_host(vn, b, h_kv, n_new, d);
+    clattn_attention_desc dh = d0;
+    dh.kv_lens = lens;
+    dh.k_new = &tkn;
+    dh.v_new = &tvn;
+    TU_ASSERT_OK(clattn_attention(ctx, &dh, &tq, &tk, &tv, &to), "blocking append");
+    /* the enqueue call with the lengths on the device */
+    clattn_tensor bq = clattn_tensor_buffer(mq, b, h_q, n_q, d), bk = clattn_tensor_buffer(mk, b, h_kv, n_kv, d);
+    clattn_tensor bv = clattn_tensor_buffer(mv, b, h_kv, n_kv, d), bo = clattn_tensor_buffer(mo, b, h_q, n_q, d);
+    clattn_tensor bkn = clattn_tensor_buffer(mkn, b, h_kv, n_new, d), bvn = clattn_tensor_buffer(mvn, b, h_kv, n_new, d);
+    clattn_attention_desc db = d0;
+    db.kv_lens_buffer = ml;
+    db.k_new = &bkn;
+    db.v_new = &bvn;
+    cl_event done = NULL;
+    TU_ASSERT_OK(clattn_attention_enqueue(ctx, &db, &bq, &bk, &bv, &bo, 0, NULL, &done),
+                 "enqueue append with device lengths");
+    float *o2 = tu_alloc(nq, 0), *k2 = tu_alloc(nk, 0), *v2 = tu_alloc(nk, 0);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, nq * 4, o2, 1, &done, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mk, CL_TRUE, 0, nk * 4, k2, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mv, CL_TRUE, 0, nk * 4, v2, 0, NULL, NULL), CL_SUCCESS);
+    clReleaseEvent(done);
+    assert_same_bits("O (enqueue, device lengths)", o2, o, nq, "append");
+    assert_same_bits("K cache (enqueue, device lengths)", k2, k, nk, "append");
+    assert_same_bits("V cache (enqueue, device lengths)", v2, v, nk, "append");
+    /* a device length past the cache: rows past n_kv are not written (no access outside
+     * K and V; oclgrind runs this), the attention sees n_kv keys */
+    int32_t far[2] = {29, 1000};
+    ck_assert_int_eq(clEnqueueWriteBuffer(queue, ml, CL_TRUE, 0, sizeof far, far, 0, NULL, NULL), CL_SUCCESS);
+    TU_ASSERT_OK(clattn_attention_enqueue(ctx, &db, &bq, &bk, &bv, &bo, 0, NULL, &done),
+                 "enqueue append past the cache");
+    ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
+    clReleaseEvent(done);
+    cl_mem all[7] = {mq, mk, mv, mkn, mvn, mo, ml};
+    for (int i = 0; i < 7; i++)
+        clReleaseMemObject(all[i]);
+    float *bufs[9] = {q, k, v, kn, vn, o, o2, k2, v2};
+    for (int i = 0; i < 9; i++)
+        free(bufs[i]);
+    (void)err;
+}
+END_TEST
+
+START_TEST(append_validation)
+{
+    clattn_context *ctx = tu_ctx();
+    float q[2 * 4 * 8], kc[2 * 2 * 10 * 8], vc[2 * 2 * 10 * 8], kn[2 * 2 * 2 * 8], vn[2 * 2 * 2 * 8],
+        o[2 * 4 * 8];
+    tu_fill_gen(q, 64, 1, 1.0f);
+    tu_fill_gen(kc, 320, 2, 1.0f);
+    tu_fill_gen(vc, 320, 3, 1.0f);
+    tu_fill_gen(kn, 64, 4, 1.0f);
+    tu_fill_gen(vn, 64, 5, 1.0f);
+    clattn_tensor tq = clattn_tensor_host(q, 2, 4, 1, 8), tk = clattn_tensor_host(kc, 2, 2, 10, 8);
+    clattn_tensor tv = clattn_tensor_host(vc, 2, 2, 10, 8), to = clattn_tensor_host(o, 2, 4, 1, 8);
+    clattn_tensor tkn = clattn_tensor_host(kn, 2, 2, 2, 8), tvn = clattn_tensor_host(vn, 2, 2, 2, 8);
+    int32_t lens[2] = {3, 8};
+    clattn_rotary rot = {0, 0, 0.0f};
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.kv_lens = lens;
+    d.k_new = &tkn;
+    d.v_new = &tvn;
+#define EXPECT(status, what)                                                                       \
+    do {                                                                                           \
+        const clattn_status st_ = clattn_attention(ctx, &d, &tq, &tk, &tv, &to);                    \
+        ck_assert_msg(st_ == (status), "%s: status %d (%s), expected %d: %s", what, (int)st_,      \
+                      clattn_status_string(st_), (int)(status), clattn_last_error_message(ctx));   \
+        printf("append validation, %s: %s\n", what, clattn_last_error_message(ctx));               \
+    } while (0)
+    EXPECT(CLATTN_SUCCESS, "a good call");
+    lens[1] = 9;
+    EXPECT(CLATTN_ERROR_INVALID_SHAPE, "kv_lens + n_new beyond n_kv");
+    lens[1] = 8;
+    d.v_new = NULL;
+    EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "k_new without v_new");
+    d.v_new = &tvn;
+    d.kv_lens = NULL;
+    EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "no kv_lens");
+    d.kv_lens = lens;
+    clattn_tensor bad = tkn;
+    bad.shape[3] = 4;
+    d.k_new = &bad;
+    EXPECT(CLATTN_ERROR_INVALID_SHAPE, "k_new of another d_k");
+    d.k_new = &tkn;
+    d.rotary = &rot;
+    rot.dim = 3;
+    EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "rotary dim 3");
+    rot.dim = 10;
+    EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "rotary dim 10 > d_k");
+    rot.dim = 0;
+    rot.interleaved = 2;
+    EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "rotary interleaved 2");
+    rot.interleaved = 0;
+    rot.base = -1.0f;
+    EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "rotary base -1");
+    rot.base = 0.0f;
+    EXPECT(CLATTN_SUCCESS, "rotary");
+    d.k_new = d.v_new = NULL;
+    EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "rotary without k_new");
+    d.k_new = &tkn;
+    d.v_new = &tvn;
+    d.rotary = NULL;
+    /* K broadcast over the batch: a view the append cannot write */
+    clattn_tensor kb = tk;
+    kb.shape[0] = 2;
+    kb.strides[0] = 0, kb.strides[1] = 80, kb.strides[2] = 8, kb.strides[3] = 1;
+    kb.broadcast = CLATTN_BROADCAST(0);
+    {
+        const clattn_status st = clattn_attention(ctx, &d, &tq, &kb, &tv, &to);
+        ck_assert_msg(st == CLATTN_ERROR_INVALID_LAYOUT, "broadcast K with an append: %d (%s)",
+                      (int)st, clattn_last_error_message(ctx));
+    }
+    /* O in K's memory */
+    {
+        clattn_tensor ok = clattn_tensor_host(kc, 2, 4, 1, 8);
+        const clattn_status st = clattn_attention(ctx, &d, &tq, &tk, &tv, &ok);
+        ck_assert_msg(st == CLATTN_ERROR_INVALID_LAYOUT, "O over K with an append: %d (%s)", (int)st,
+                      clattn_last_error_message(ctx));
+    }
+    float lse[8];
+    clattn_tensor tl = clattn_tensor_host(lse, 2, 4, 1, 1);
+    ck_assert_int_eq(clattn_attention_backward(ctx, &d, &tq, &tk, &tv, &to, &tl, &to, &tq, &tk, &tv),
+                     CLATTN_ERROR_UNSUPPORTED);
+#undef EXPECT
+}
+END_TEST
+
 int main(void)
 {
     tu_seed_init(0x9a6edu);
@@ -564,6 +940,18 @@ int main(void)
     suite_add_tcase(s, td);
     TCase *tv = tcase_create("validation");
     tcase_add_test(tv, paged_validation);
+    tcase_add_test(tv, append_validation);
     suite_add_tcase(s, tv);
+    TCase *ta = tcase_create("append");
+    tcase_set_timeout(ta, 900);
+    tcase_add_test(ta, append_rotary_formula);
+    tcase_add_test(ta, append_enqueue_device_lengths);
+    tcase_add_loop_test(ta, append_against_reference, 0, 3);
+    suite_add_tcase(s, ta);
+    TCase *tam = tcase_create("append_paged");
+    tcase_set_tags(tam, "slow");
+    tcase_set_timeout(tam, 900);
+    tcase_add_loop_test(tam, append_against_reference, 3, (int)(sizeof acfgs / sizeof acfgs[0]));
+    suite_add_tcase(s, tam);
     return tu_run_suite(s);
 }
