@@ -6,7 +6,8 @@
 # both kernel families (oclgrind's device is a GPU: the GPU family by default), each with
 # its default blocking and with 4 queries per work-item in groups of 8, plus the demo (the decoding path and the three stages on their own) and the
 # decode kernel's test with all terms, with one and with several rows per work-item.
-# Also the backward kernels (test_backward's small device cases) and paged K/V (test_paged).
+# Also the backward kernels (test_backward's small device cases), paged K/V and the
+# append with rotary embeddings (test_paged).
 # Usage: CLATTN_BIN=build/clattn [CLATTN_FEATURES_BIN=build/tests/test_features]
 #        sh tests/test_oclgrind.sh   (run from anywhere)
 set -u
@@ -92,6 +93,8 @@ if [ -n "${CLATTN_PAGED_BIN:-}" ]; then
     CK_RUN_CASE=device check "paged, device table" "$CLATTN_PAGED_BIN"
     CK_RUN_CASE=equal check "paged, decode" "$CLATTN_PAGED_BIN"
     CK_RUN_CASE=equal_more CK_INCLUDE_TAGS=slow check "paged, tiled" "$CLATTN_PAGED_BIN"
+    # append.cl and rope_q.cl: rows appended into the cache, rotary, device lengths past it
+    CK_RUN_CASE=append check "append, rotary" "$CLATTN_PAGED_BIN"
 fi
 echo "test_oclgrind: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

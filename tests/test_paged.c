@@ -549,7 +549,7 @@ START_TEST(append_rotary_formula)
 {
     clattn_context *ctx = tu_ctx();
     for (int il = 0; il < 2; il++) {
-        const int64_t n_kv = 8, len = 5, kv_start = 1000;
+        const int64_t n_kv = 8, len = 5, kv_start = 1000003; /* angles up to 1e6 rad */
         float q[4] = {0.5f, -1.0f, 0.25f, 2.0f}, kc[8 * 4], vc[8 * 4], kn[4] = {1, 2, 3, 4},
               vn[4] = {1, 1, 1, 1}, o[4];
         tu_fill_gen(kc, 32, 11, 1.0f);
@@ -777,7 +777,14 @@ START_TEST(append_enqueue_device_lengths)
     tu_fill_gen(v, nk, 43, 1.0f);
     tu_fill_gen(kn, nn, 44, 1.0f);
     tu_fill_gen(vn, nn, 45, 1.0f);
-    cl_mem mq = buf_of(cl_ctx, q, nq), mk = buf_of(cl_ctx, k, nk), mv = buf_of(cl_ctx, v, nk);
+    /* K and V buffers with a tail of canaries past the views: a write past the cache
+     * (a device length beyond n_kv) would land there */
+    const size_t tail = 20000;
+    float *kt = tu_alloc(nk + tail, 12345.0f), *vt = tu_alloc(nk + tail, 12345.0f);
+    memcpy(kt, k, nk * 4);
+    memcpy(vt, v, nk * 4);
+    cl_mem mq = buf_of(cl_ctx, q, nq), mk = buf_of(cl_ctx, kt, nk + tail),
+           mv = buf_of(cl_ctx, vt, nk + tail);
     cl_mem mkn = buf_of(cl_ctx, kn, nn), mvn = buf_of(cl_ctx, vn, nn), mo = buf_of(cl_ctx, o, nq);
     int32_t lens[2] = {7, 28};
     cl_int err;
@@ -823,6 +830,12 @@ START_TEST(append_enqueue_device_lengths)
                  "enqueue append past the cache");
     ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
     clReleaseEvent(done);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mk, CL_TRUE, 0, (nk + tail) * 4, kt, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mv, CL_TRUE, 0, (nk + tail) * 4, vt, 0, NULL, NULL), CL_SUCCESS);
+    tu_assert_untouched("K past the cache", kt, nk, nk + tail, 12345.0f);
+    tu_assert_untouched("V past the cache", vt, nk, nk + tail, 12345.0f);
+    free(kt);
+    free(vt);
     cl_mem all[7] = {mq, mk, mv, mkn, mvn, mo, ml};
     for (int i = 0; i < 7; i++)
         clReleaseMemObject(all[i]);
