@@ -141,8 +141,9 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
         for (int64_t b = 0; b < batch; b++)
             if (desc->kv_lens[b] < 0 || desc->kv_lens[b] > n_kv)
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                                   "kv_lens[%lld] is %d; it must be within 0..n_kv (%lld)", LL(b),
-                                   (int)desc->kv_lens[b], LL(n_kv));
+                                   "kv_lens[%lld] is %d; it must be within 0..n_kv (%lld%s)", LL(b),
+                                   (int)desc->kv_lens[b], LL(n_kv),
+                                   k->paged ? " = max_pages x page_size of the paged K/V" : "");
     if (desc->q_lens)
         for (int64_t b = 0; b < batch; b++)
             if (desc->q_lens[b] < 0 || desc->q_lens[b] > n_q)
@@ -204,10 +205,12 @@ static clattn_status make_paged(clattn_context *ctx, const clattn_attention_desc
 {
 #define LL(x) ((long long)(x))
     const clattn_paged_kv *pg = desc->paged;
-    if (!pg->block_table == !pg->block_table_buffer)
+    if ((pg->block_table && pg->block_table_buffer) ||
+        (!pg->block_table && !pg->block_table_buffer && pg->max_pages != 0))
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "paged: set exactly one of block_table (host) and block_table_buffer "
-                           "(cl_mem)");
+                           "(cl_mem)%s",
+                           pg->block_table ? "" : " (neither only for max_pages 0)");
     if (pg->block_table_buffer && storage == CLATTN_STORAGE_HOST)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "paged: block_table_buffer is for the *_enqueue calls; the blocking "
