@@ -27,7 +27,9 @@ static clattn_status resolve_backward(clattn_context *ctx, const clattn_attentio
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "%s: the backward pass takes contiguous K and V (and dK, dV), no "
                            "append and no rotary embeddings",
-                           desc->paged ? "paged K/V" : desc->k_new ? "k_new, v_new" : "rotary");
+                           desc->paged   ? "paged K/V"
+                           : desc->k_new ? "k_new, v_new"
+                                         : "rotary");
     *fwd = *desc;
     fwd->weights = NULL;
     fwd->weights_head_mean = 0;

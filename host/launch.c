@@ -379,8 +379,8 @@ static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *
         x->table = k->page_table_buffer;
         if (!x->table && k->page_stride > 0 && q->n[0] > 0) {
             x->own_table = true;
-            st = clattn_create_buffer(ctx, ro, q->n[0] * k->page_stride * 4,
-                                      (void *)k->page_table, &x->table);
+            st = clattn_create_buffer(ctx, ro, q->n[0] * k->page_stride * 4, (void *)k->page_table,
+                                      &x->table);
         }
     }
     return st;

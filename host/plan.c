@@ -149,8 +149,8 @@ static void make_features(const clattn_problem *p, features *f)
 {
     /* with rotary embeddings the kernels read the rotated Q, a float32 workspace */
     const int q_dt = p->desc && p->desc->rotary ? (int)CLATTN_FLOAT32 : (int)p->q.dtype;
-    term_options(f->opts, sizeof f->opts, q_dt, (int)p->k.dtype, (int)p->v.dtype,
-                 (int)p->o.dtype, p->has_mask ? &p->mask : NULL, p->desc);
+    term_options(f->opts, sizeof f->opts, q_dt, (int)p->k.dtype, (int)p->v.dtype, (int)p->o.dtype,
+                 p->has_mask ? &p->mask : NULL, p->desc);
     f->weights = p->has_w;
     f->head_mean = p->has_w && p->desc->weights_head_mean;
     f->lse = p->has_lse;
@@ -425,15 +425,15 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
 
 /* append.cl (desc.k_new / v_new) and rope_q.cl (desc.rotary), which run before the
  * attention; their workspace (the rotated Q, float32) counts in the plan's. */
-static clattn_status plan_append(clattn_context *ctx, const clattn_problem *pr,
-                                 clattn_exec_plan *p)
+static clattn_status plan_append(clattn_context *ctx, const clattn_problem *pr, clattn_exec_plan *p)
 {
     if (!pr->has_append)
         return CLATTN_SUCCESS;
     const bool rope = pr->desc->rotary != NULL;
     const char *fp64 = rope && ctx->has_fp64 ? " -DROPE_FP64=1" : "";
     char opts[320];
-    snprintf(opts, sizeof opts, CL_STD " -DKN_DT=%d -DVN_DT=%d -DK_DT=%d -DV_DT=%d -DPAGED=%d -DROPE=%d%s",
+    snprintf(opts, sizeof opts,
+             CL_STD " -DKN_DT=%d -DVN_DT=%d -DK_DT=%d -DV_DT=%d -DPAGED=%d -DROPE=%d%s",
              (int)pr->k_new.dtype, (int)pr->v_new.dtype, (int)pr->k.dtype, (int)pr->v.dtype,
              pr->k.paged ? 1 : 0, rope ? 1 : 0, fp64);
     clattn_status st = clattn_get_kernel(ctx, "append.cl", opts, &p->append);

@@ -128,13 +128,15 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
             for (int64_t t = 0; t < n_new; t++) {
                 const int64_t pos = desc->kv_start + len + t;
                 for (int64_t c = 0; c < d_k; c++)
-                    clattn_host_store(&ex.k, clattn_view_index(&ex.k, b, h, len + t, c),
-                                      (float)(rot ? rope64(&ex.k_new, b, h, t, c, rot, dim, f, pos)
-                                                  : clattn_host_load(&ex.k_new,
-                                                                     clattn_view_index(&ex.k_new, b, h, t, c))));
+                    clattn_host_store(
+                        &ex.k, clattn_view_index(&ex.k, b, h, len + t, c),
+                        (float)(rot ? rope64(&ex.k_new, b, h, t, c, rot, dim, f, pos)
+                                    : clattn_host_load(&ex.k_new,
+                                                       clattn_view_index(&ex.k_new, b, h, t, c))));
                 for (int64_t c = 0; c < d_v; c++)
-                    clattn_host_store(&ex.v, clattn_view_index(&ex.v, b, h, len + t, c),
-                                      clattn_host_load(&ex.v_new, clattn_view_index(&ex.v_new, b, h, t, c)));
+                    clattn_host_store(
+                        &ex.v, clattn_view_index(&ex.v, b, h, len + t, c),
+                        clattn_host_load(&ex.v_new, clattn_view_index(&ex.v_new, b, h, t, c)));
             }
     }
     if (rot) {
@@ -288,7 +290,9 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
         return clattn_fail(NULL, CLATTN_ERROR_UNSUPPORTED,
                            "%s: the backward pass takes contiguous K and V (and dK, dV), no "
                            "append and no rotary embeddings",
-                           desc->paged ? "paged K/V" : desc->k_new ? "k_new, v_new" : "rotary");
+                           desc->paged   ? "paged K/V"
+                           : desc->k_new ? "k_new, v_new"
+                                         : "rotary");
     clattn_attention_desc fwd = *desc; /* the weights and LSE outputs play no part */
     fwd.weights = NULL;
     fwd.lse = NULL;

@@ -283,8 +283,8 @@ static clattn_status check_append(clattn_context *ctx, const clattn_attention_de
         const int64_t d_k = cv->q.n[3], dim = rot->dim ? rot->dim : d_k;
         if (dim < 2 || dim > d_k || dim % 2 != 0)
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                               "rotary dim %lld: it must be even, within 2..d_k (%lld)%s",
-                               LL(dim), LL(d_k), rot->dim ? "" : " (0 means d_k)");
+                               "rotary dim %lld: it must be even, within 2..d_k (%lld)%s", LL(dim),
+                               LL(d_k), rot->dim ? "" : " (0 means d_k)");
         if (rot->interleaved != 0 && rot->interleaved != 1)
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                                "rotary interleaved is %d: 0 (GPT-NeoX) or 1 (GPT-J)",
@@ -342,10 +342,13 @@ static clattn_status check_append(clattn_context *ctx, const clattn_attention_de
                            "K and V overlap: the append writes both");
     const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL};
     for (int a = 0; a < 3; a++)
-        if (outs[a] && (clattn_views_overlap(outs[a], &cv->k) || clattn_views_overlap(outs[a], &cv->v)))
+        if (outs[a] &&
+            (clattn_views_overlap(outs[a], &cv->k) || clattn_views_overlap(outs[a], &cv->v)))
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
                                "%s overlaps K or V, which the append writes",
-                               a == 0 ? "O" : a == 1 ? "weights" : "lse");
+                               a == 0   ? "O"
+                               : a == 1 ? "weights"
+                                        : "lse");
     if (storage != CLATTN_STORAGE_HOST) {
         const clattn_view *news[2] = {kn, vn}, *caches[2] = {&cv->k, &cv->v};
         for (int a = 0; a < 2; a++)
@@ -605,15 +608,15 @@ clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->desc = desc;
-    if (desc && (desc->paged || desc->k_new || desc->rotary || desc->kv_lens_buffer ||
-                 desc->q_lens_buffer))
+    if (desc &&
+        (desc->paged || desc->k_new || desc->rotary || desc->kv_lens_buffer || desc->q_lens_buffer))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "%s: the stages (and clattn_reference_scores) take contiguous K and "
                            "V and host lengths (clattn_attention and clattn_reference_attention "
                            "take them)",
-                           desc->paged                              ? "paged K/V"
-                           : desc->k_new || desc->rotary            ? "k_new, v_new, rotary"
-                                                                    : "lengths in a cl_mem");
+                           desc->paged                   ? "paged K/V"
+                           : desc->k_new || desc->rotary ? "k_new, v_new, rotary"
+                                                         : "lengths in a cl_mem");
     clattn_status st =
         check_stage(ctx, (int)kind, desc, a, b, c, storage, &out->a, &out->b, &out->c, &ex);
     static const char *const names[3][3] = {

@@ -182,7 +182,8 @@ static void result_free(result *r)
 static clattn_status run(const paged *p, const clattn_attention_desc *base, bool use_pages,
                          bool reference, result *r)
 {
-    const size_t no = (size_t)(p->b * p->h_q * p->n_q * p->d_v), nl = (size_t)(p->b * p->h_q * p->n_q);
+    const size_t no = (size_t)(p->b * p->h_q * p->n_q * p->d_v),
+                 nl = (size_t)(p->b * p->h_q * p->n_q);
     r->o = tu_alloc(no, -7.0f);
     r->lse = tu_alloc(nl, -7.0f);
     clattn_tensor to = clattn_tensor_host(r->o, p->b, p->h_q, p->n_q, p->d_v);
@@ -210,7 +211,8 @@ static void check_config(const paged *p, const clattn_attention_desc *desc, cons
 {
     char text[400];
     snprintf(text, sizeof text, "%s, %s family", p->text, family);
-    const size_t no = (size_t)(p->b * p->h_q * p->n_q * p->d_v), nl = (size_t)(p->b * p->h_q * p->n_q);
+    const size_t no = (size_t)(p->b * p->h_q * p->n_q * p->d_v),
+                 nl = (size_t)(p->b * p->h_q * p->n_q);
     result paged_r, flat_r, ref_paged, ref_flat;
     TU_ASSERT_OK(run(p, desc, true, false, &paged_r), "%s: paged call", text);
     TU_ASSERT_OK(run(p, desc, false, false, &flat_r), "%s: contiguous call", text);
@@ -340,10 +342,13 @@ START_TEST(paged_device_table)
     const size_t nv = (size_t)(p.num_pages * p.h_kv * p.page_size * p.d_v);
     cl_int err;
     cl_mem mq = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nq * 4, p.q, &err);
-    cl_mem mk = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nk * 4, p.kpool, &err);
-    cl_mem mv = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nv * 4, p.vpool, &err);
+    cl_mem mk =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nk * 4, p.kpool, &err);
+    cl_mem mv =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nv * 4, p.vpool, &err);
     cl_mem mo = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, no * 4, NULL, &err);
-    cl_mem mt = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nt * 4, p.table, &err);
+    cl_mem mt =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nt * 4, p.table, &err);
     ck_assert_int_eq(err, CL_SUCCESS);
     clattn_tensor bq = p.tq, bk = p.tkp, bv = p.tvp;
     bq.host = bk.host = bv.host = NULL;
@@ -366,8 +371,8 @@ START_TEST(paged_device_table)
     int32_t *bad = malloc(sizeof(int32_t) * nt);
     for (size_t i = 0; i < nt; i++)
         bad[i] = i % 3 == 0 ? (int32_t)1 << 30 : i % 3 == 1 ? -7 : p.table[i];
-    ck_assert_int_eq(
-        clEnqueueWriteBuffer(queue, mt, CL_TRUE, 0, nt * 4, bad, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueWriteBuffer(queue, mt, CL_TRUE, 0, nt * 4, bad, 0, NULL, NULL),
+                     CL_SUCCESS);
     TU_ASSERT_OK(clattn_attention_enqueue(ctx, &d, &bq, &bk, &bv, &bo, 0, NULL, &done),
                  "%s: bad device table", p.text);
     ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, no * 4, o, 1, &done, NULL),
@@ -389,8 +394,9 @@ START_TEST(paged_device_table)
         cl_mem ml = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof dev_lens,
                                    dev_lens, &err);
         ck_assert_int_eq(err, CL_SUCCESS);
-        ck_assert_int_eq(clEnqueueWriteBuffer(queue, mt, CL_TRUE, 0, nt * 4, p.table, 0, NULL, NULL),
-                         CL_SUCCESS);
+        ck_assert_int_eq(
+            clEnqueueWriteBuffer(queue, mt, CL_TRUE, 0, nt * 4, p.table, 0, NULL, NULL),
+            CL_SUCCESS);
         clattn_attention_desc dl = d;
         dl.kv_lens = NULL;
         dl.kv_lens_buffer = ml;
@@ -403,9 +409,9 @@ START_TEST(paged_device_table)
         /* lengths outside 0..n_kv: clamped (-5 -> 0 keys, n_kv + 100 -> n_kv) */
         dev_lens[0] = -5;
         dev_lens[1] = (int32_t)p.n_kv + 100;
-        ck_assert_int_eq(clEnqueueWriteBuffer(queue, ml, CL_TRUE, 0, sizeof dev_lens, dev_lens, 0,
-                                              NULL, NULL),
-                         CL_SUCCESS);
+        ck_assert_int_eq(
+            clEnqueueWriteBuffer(queue, ml, CL_TRUE, 0, sizeof dev_lens, dev_lens, 0, NULL, NULL),
+            CL_SUCCESS);
         TU_ASSERT_OK(clattn_attention_enqueue(ctx, &dl, &bq, &bk, &bv, &bo, 0, NULL, &done),
                      "%s: device lengths outside 0..n_kv", p.text);
         ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, no * 4, o, 1, &done, NULL),
@@ -455,7 +461,8 @@ START_TEST(paged_validation)
     paged p;
     const int32_t lens[2] = {30, 9};
     paged_init(&p, 2, 2, 1, 4, 8, 8, 4, 8, lens, false, tu_seed() + 3u);
-    float *o = tu_alloc((size_t)(2 * 2 * 4 * 8), 0.0f), *w = tu_alloc((size_t)(2 * 2 * 4 * 32), 0.0f);
+    float *o = tu_alloc((size_t)(2 * 2 * 4 * 8), 0.0f),
+          *w = tu_alloc((size_t)(2 * 2 * 4 * 32), 0.0f);
     clattn_tensor to = clattn_tensor_host(o, 2, 2, 4, 8);
     clattn_attention_desc d = clattn_attention_desc_default();
     d.kv_lens = p.lens;
@@ -463,7 +470,7 @@ START_TEST(paged_validation)
     d.paged = &pg;
 #define EXPECT(status, what)                                                                       \
     do {                                                                                           \
-        const clattn_status st_ = clattn_attention(ctx, &d, &p.tq, &p.tkp, &p.tvp, &to);            \
+        const clattn_status st_ = clattn_attention(ctx, &d, &p.tq, &p.tkp, &p.tvp, &to);           \
         ck_assert_msg(st_ == (status), "%s: status %d (%s), expected %d: %s", what, (int)st_,      \
                       clattn_status_string(st_), (int)(status), clattn_last_error_message(ctx));   \
         printf("paged validation, %s: %s\n", what, clattn_last_error_message(ctx));                \
@@ -516,9 +523,9 @@ START_TEST(paged_validation)
     ck_assert_int_eq(clattn_attention_backward(ctx, &d, &p.tq, &p.tkp, &p.tvp, &to, &tl, &to, &to,
                                                &p.tkp, &p.tvp),
                      CLATTN_ERROR_UNSUPPORTED);
-    ck_assert_int_eq(clattn_reference_attention_backward(&d, &p.tq, &p.tkp, &p.tvp, &to, &to,
-                                                         &p.tkp, &p.tvp),
-                     CLATTN_ERROR_UNSUPPORTED);
+    ck_assert_int_eq(
+        clattn_reference_attention_backward(&d, &p.tq, &p.tkp, &p.tvp, &to, &to, &p.tkp, &p.tvp),
+        CLATTN_ERROR_UNSUPPORTED);
     ck_assert_int_eq(clattn_scores(ctx, &d, &p.tq, &p.tkp, &tw), CLATTN_ERROR_UNSUPPORTED);
     /* the several-device layer, on one context of this device */
     cl_device_id dev;
@@ -528,9 +535,9 @@ START_TEST(paged_validation)
     const char *specs[1] = {name};
     clattn_multi *multi = NULL;
     TU_ASSERT_OK(clattn_multi_create(specs, 1, &multi), "clattn_multi_create(%s)", name);
-    ck_assert_int_eq(clattn_multi_attention(multi, CLATTN_SPLIT_KEYS, &d, &p.tq, &p.tkp, &p.tvp,
-                                            &to, NULL),
-                     CLATTN_ERROR_UNSUPPORTED);
+    ck_assert_int_eq(
+        clattn_multi_attention(multi, CLATTN_SPLIT_KEYS, &d, &p.tq, &p.tkp, &p.tvp, &to, NULL),
+        CLATTN_ERROR_UNSUPPORTED);
     clattn_multi_release(multi);
     /* the reference takes pages too */
     ck_assert_int_eq(clattn_reference_attention(&d, &p.tq, &p.tkp, &p.tvp, &to), CLATTN_SUCCESS);
@@ -554,9 +561,12 @@ START_TEST(append_rotary_formula)
               vn[4] = {1, 1, 1, 1}, o[4];
         tu_fill_gen(kc, 32, 11, 1.0f);
         tu_fill_gen(vc, 32, 12, 1.0f);
-        clattn_tensor tq = clattn_tensor_host(q, 1, 1, 1, 4), tk = clattn_tensor_host(kc, 1, 1, n_kv, 4);
-        clattn_tensor tv = clattn_tensor_host(vc, 1, 1, n_kv, 4), to = clattn_tensor_host(o, 1, 1, 1, 4);
-        clattn_tensor tkn = clattn_tensor_host(kn, 1, 1, 1, 4), tvn = clattn_tensor_host(vn, 1, 1, 1, 4);
+        clattn_tensor tq = clattn_tensor_host(q, 1, 1, 1, 4),
+                      tk = clattn_tensor_host(kc, 1, 1, n_kv, 4);
+        clattn_tensor tv = clattn_tensor_host(vc, 1, 1, n_kv, 4),
+                      to = clattn_tensor_host(o, 1, 1, 1, 4);
+        clattn_tensor tkn = clattn_tensor_host(kn, 1, 1, 1, 4),
+                      tvn = clattn_tensor_host(vn, 1, 1, 1, 4);
         const int32_t lens[1] = {(int32_t)len};
         const clattn_rotary rot = {0, il, 100.0f};
         clattn_attention_desc d = clattn_attention_desc_default();
@@ -571,18 +581,22 @@ START_TEST(append_rotary_formula)
         double want[4];
         if (il) { /* pairs (0, 1) at frequency 1, (2, 3) at 100^-1/2 */
             want[0] = 1 * cos(p) - 2 * sin(p), want[1] = 2 * cos(p) + 1 * sin(p);
-            want[2] = 3 * cos(p * f1) - 4 * sin(p * f1), want[3] = 4 * cos(p * f1) + 3 * sin(p * f1);
+            want[2] = 3 * cos(p * f1) - 4 * sin(p * f1),
+            want[3] = 4 * cos(p * f1) + 3 * sin(p * f1);
         } else { /* pairs (0, 2) at frequency 1, (1, 3) at 100^-1/2 */
             want[0] = 1 * cos(p) - 3 * sin(p), want[2] = 3 * cos(p) + 1 * sin(p);
-            want[1] = 2 * cos(p * f1) - 4 * sin(p * f1), want[3] = 4 * cos(p * f1) + 2 * sin(p * f1);
+            want[1] = 2 * cos(p * f1) - 4 * sin(p * f1),
+            want[3] = 4 * cos(p * f1) + 2 * sin(p * f1);
         }
         for (int c = 0; c < 4; c++)
             ck_assert_msg(fabs(kc[len * 4 + c] - want[c]) <= 2e-6 * (1 + fabs(want[c])),
                           "%s: appended K[%d] is %.9g, expected %.9g (position %g)",
                           il ? "GPT-J" : "GPT-NeoX", c, (double)kc[len * 4 + c], want[c], p);
         for (int c = 0; c < 4; c++)
-            ck_assert_msg(vc[len * 4 + c] == 1.0f, "appended V[%d] is %g", c, (double)vc[len * 4 + c]);
-        printf("append: rotary %s K row at position %g as the formula\n", il ? "GPT-J" : "GPT-NeoX", p);
+            ck_assert_msg(vc[len * 4 + c] == 1.0f, "appended V[%d] is %g", c,
+                          (double)vc[len * 4 + c]);
+        printf("append: rotary %s K row at position %g as the formula\n", il ? "GPT-J" : "GPT-NeoX",
+               p);
     }
 }
 END_TEST
@@ -593,7 +607,7 @@ END_TEST
 typedef struct acfg {
     int64_t b, h_q, h_kv, n_q, n_new, n_kv, d_k, d_v;
     int32_t lens[2];
-    int rot; /* 0 none, 1 NeoX full, 2 GPT-J partial (dim d_k/2) */
+    int rot;           /* 0 none, 1 NeoX full, 2 GPT-J partial (dim d_k/2) */
     int64_t page_size; /* 0: contiguous cache */
 } acfg;
 
@@ -602,7 +616,7 @@ static const acfg acfgs[] = {
     {2, 8, 2, 3, 3, 64, 32, 24, {20, 61}, 1, 0},
     {2, 4, 4, 1, 1, 40, 16, 16, {0, 39}, 2, 0},
     {2, 8, 2, 3, 3, 64, 32, 24, {15, 45}, 1, 16}, /* paged: rows across a page boundary */
-    {1, 4, 2, 20, 20, 60, 16, 8, {33, 0}, 2, 7},   /* paged prefill, tiled kernels */
+    {1, 4, 2, 20, 20, 60, 16, 8, {33, 0}, 2, 7},  /* paged prefill, tiled kernels */
 };
 
 START_TEST(append_against_reference)
@@ -616,7 +630,10 @@ START_TEST(append_against_reference)
              "rotary %s page_size %lld",
              (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
              (long long)c->n_new, (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
-             c->lens[0], c->lens[1], c->rot == 0 ? "none" : c->rot == 1 ? "NeoX" : "GPT-J half",
+             c->lens[0], c->lens[1],
+             c->rot == 0   ? "none"
+             : c->rot == 1 ? "NeoX"
+                           : "GPT-J half",
              (long long)c->page_size);
     /* caches: contiguous [b, h_kv, n_kv, d], or a paged pool (pages shuffled) */
     paged pg;
@@ -642,8 +659,10 @@ START_TEST(append_against_reference)
         tu_fill_gen(k0, nk, tu_seed() + 1u, 1.0f);
         tu_fill_gen(v0, nv, tu_seed() + 2u, 1.0f);
     }
-    const size_t nq = (size_t)(c->b * c->h_q * c->n_q * c->d_k), no = (size_t)(c->b * c->h_q * c->n_q * c->d_v);
-    const size_t nkn = (size_t)(c->b * c->h_kv * c->n_new * c->d_k), nvn = (size_t)(c->b * c->h_kv * c->n_new * c->d_v);
+    const size_t nq = (size_t)(c->b * c->h_q * c->n_q * c->d_k),
+                 no = (size_t)(c->b * c->h_q * c->n_q * c->d_v);
+    const size_t nkn = (size_t)(c->b * c->h_kv * c->n_new * c->d_k),
+                 nvn = (size_t)(c->b * c->h_kv * c->n_new * c->d_v);
     float *q = tu_alloc(nq, 0.0f), *kn = tu_alloc(nkn, 0.0f), *vn = tu_alloc(nvn, 0.0f);
     tu_fill_gen(q, nq, tu_seed() + 3u, 1.0f);
     tu_fill_gen(kn, nkn, tu_seed() + 4u, 1.0f);
@@ -732,8 +751,9 @@ START_TEST(append_against_reference)
     float o1[1];
     clattn_tensor to1 = clattn_tensor_host(o1, c->b, c->h_q, c->n_q, c->d_v);
     TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &tq, &tkr, &tvr, &to1, &plan), "plan");
-    ck_assert_msg(strncmp(plan.kernels, c->rot ? "append, rope_q, " : "append, ", c->rot ? 16 : 8) == 0,
-                  "%s: kernels \"%s\"", text, plan.kernels);
+    ck_assert_msg(
+        strncmp(plan.kernels, c->rot ? "append, rope_q, " : "append, ", c->rot ? 16 : 8) == 0,
+        "%s: kernels \"%s\"", text, plan.kernels);
     free(eo);
     free(el);
     free(q);
@@ -755,8 +775,8 @@ END_TEST
 static cl_mem buf_of(cl_context cl_ctx, const float *host, size_t n)
 {
     cl_int err;
-    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * 4, (void *)host,
-                              &err);
+    cl_mem m =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * 4, (void *)host, &err);
     ck_assert_int_eq(err, CL_SUCCESS);
     return m;
 }
@@ -788,25 +808,31 @@ START_TEST(append_enqueue_device_lengths)
     cl_mem mkn = buf_of(cl_ctx, kn, nn), mvn = buf_of(cl_ctx, vn, nn), mo = buf_of(cl_ctx, o, nq);
     int32_t lens[2] = {7, 28};
     cl_int err;
-    cl_mem ml = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof lens, lens,
-                               &err);
+    cl_mem ml =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof lens, lens, &err);
     const clattn_rotary rot = {0, 0, 500.0f};
     clattn_attention_desc d0 = clattn_attention_desc_default();
     d0.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     d0.rotary = &rot;
     /* the blocking call with host lengths */
-    clattn_tensor tq = clattn_tensor_host(q, b, h_q, n_q, d), tk = clattn_tensor_host(k, b, h_kv, n_kv, d);
-    clattn_tensor tv = clattn_tensor_host(v, b, h_kv, n_kv, d), to = clattn_tensor_host(o, b, h_q, n_q, d);
-    clattn_tensor tkn = clattn_tensor_host(kn, b, h_kv, n_new, d), tvn = clattn_tensor_host(vn, b, h_kv, n_new, d);
+    clattn_tensor tq = clattn_tensor_host(q, b, h_q, n_q, d),
+                  tk = clattn_tensor_host(k, b, h_kv, n_kv, d);
+    clattn_tensor tv = clattn_tensor_host(v, b, h_kv, n_kv, d),
+                  to = clattn_tensor_host(o, b, h_q, n_q, d);
+    clattn_tensor tkn = clattn_tensor_host(kn, b, h_kv, n_new, d),
+                  tvn = clattn_tensor_host(vn, b, h_kv, n_new, d);
     clattn_attention_desc dh = d0;
     dh.kv_lens = lens;
     dh.k_new = &tkn;
     dh.v_new = &tvn;
     TU_ASSERT_OK(clattn_attention(ctx, &dh, &tq, &tk, &tv, &to), "blocking append");
     /* the enqueue call with the lengths on the device */
-    clattn_tensor bq = clattn_tensor_buffer(mq, b, h_q, n_q, d), bk = clattn_tensor_buffer(mk, b, h_kv, n_kv, d);
-    clattn_tensor bv = clattn_tensor_buffer(mv, b, h_kv, n_kv, d), bo = clattn_tensor_buffer(mo, b, h_q, n_q, d);
-    clattn_tensor bkn = clattn_tensor_buffer(mkn, b, h_kv, n_new, d), bvn = clattn_tensor_buffer(mvn, b, h_kv, n_new, d);
+    clattn_tensor bq = clattn_tensor_buffer(mq, b, h_q, n_q, d),
+                  bk = clattn_tensor_buffer(mk, b, h_kv, n_kv, d);
+    clattn_tensor bv = clattn_tensor_buffer(mv, b, h_kv, n_kv, d),
+                  bo = clattn_tensor_buffer(mo, b, h_q, n_q, d);
+    clattn_tensor bkn = clattn_tensor_buffer(mkn, b, h_kv, n_new, d),
+                  bvn = clattn_tensor_buffer(mvn, b, h_kv, n_new, d);
     clattn_attention_desc db = d0;
     db.kv_lens_buffer = ml;
     db.k_new = &bkn;
@@ -815,9 +841,12 @@ START_TEST(append_enqueue_device_lengths)
     TU_ASSERT_OK(clattn_attention_enqueue(ctx, &db, &bq, &bk, &bv, &bo, 0, NULL, &done),
                  "enqueue append with device lengths");
     float *o2 = tu_alloc(nq, 0), *k2 = tu_alloc(nk, 0), *v2 = tu_alloc(nk, 0);
-    ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, nq * 4, o2, 1, &done, NULL), CL_SUCCESS);
-    ck_assert_int_eq(clEnqueueReadBuffer(queue, mk, CL_TRUE, 0, nk * 4, k2, 0, NULL, NULL), CL_SUCCESS);
-    ck_assert_int_eq(clEnqueueReadBuffer(queue, mv, CL_TRUE, 0, nk * 4, v2, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, nq * 4, o2, 1, &done, NULL),
+                     CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mk, CL_TRUE, 0, nk * 4, k2, 0, NULL, NULL),
+                     CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mv, CL_TRUE, 0, nk * 4, v2, 0, NULL, NULL),
+                     CL_SUCCESS);
     clReleaseEvent(done);
     assert_same_bits("O (enqueue, device lengths)", o2, o, nq, "append");
     assert_same_bits("K cache (enqueue, device lengths)", k2, k, nk, "append");
@@ -825,13 +854,16 @@ START_TEST(append_enqueue_device_lengths)
     /* a device length past the cache: rows past n_kv are not written (no access outside
      * K and V; oclgrind runs this), the attention sees n_kv keys */
     int32_t far[2] = {29, 1000};
-    ck_assert_int_eq(clEnqueueWriteBuffer(queue, ml, CL_TRUE, 0, sizeof far, far, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueWriteBuffer(queue, ml, CL_TRUE, 0, sizeof far, far, 0, NULL, NULL),
+                     CL_SUCCESS);
     TU_ASSERT_OK(clattn_attention_enqueue(ctx, &db, &bq, &bk, &bv, &bo, 0, NULL, &done),
                  "enqueue append past the cache");
     ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
     clReleaseEvent(done);
-    ck_assert_int_eq(clEnqueueReadBuffer(queue, mk, CL_TRUE, 0, (nk + tail) * 4, kt, 0, NULL, NULL), CL_SUCCESS);
-    ck_assert_int_eq(clEnqueueReadBuffer(queue, mv, CL_TRUE, 0, (nk + tail) * 4, vt, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mk, CL_TRUE, 0, (nk + tail) * 4, kt, 0, NULL, NULL),
+                     CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(queue, mv, CL_TRUE, 0, (nk + tail) * 4, vt, 0, NULL, NULL),
+                     CL_SUCCESS);
     tu_assert_untouched("K past the cache", kt, nk, nk + tail, 12345.0f);
     tu_assert_untouched("V past the cache", vt, nk, nk + tail, 12345.0f);
     free(kt);
@@ -849,8 +881,8 @@ END_TEST
 START_TEST(append_validation)
 {
     clattn_context *ctx = tu_ctx();
-    float q[2 * 4 * 8], kc[2 * 2 * 10 * 8], vc[2 * 2 * 10 * 8], kn[2 * 2 * 2 * 8], vn[2 * 2 * 2 * 8],
-        o[2 * 4 * 8];
+    float q[2 * 4 * 8], kc[2 * 2 * 10 * 8], vc[2 * 2 * 10 * 8], kn[2 * 2 * 2 * 8],
+        vn[2 * 2 * 2 * 8], o[2 * 4 * 8];
     tu_fill_gen(q, 64, 1, 1.0f);
     tu_fill_gen(kc, 320, 2, 1.0f);
     tu_fill_gen(vc, 320, 3, 1.0f);
@@ -858,7 +890,8 @@ START_TEST(append_validation)
     tu_fill_gen(vn, 64, 5, 1.0f);
     clattn_tensor tq = clattn_tensor_host(q, 2, 4, 1, 8), tk = clattn_tensor_host(kc, 2, 2, 10, 8);
     clattn_tensor tv = clattn_tensor_host(vc, 2, 2, 10, 8), to = clattn_tensor_host(o, 2, 4, 1, 8);
-    clattn_tensor tkn = clattn_tensor_host(kn, 2, 2, 2, 8), tvn = clattn_tensor_host(vn, 2, 2, 2, 8);
+    clattn_tensor tkn = clattn_tensor_host(kn, 2, 2, 2, 8),
+                  tvn = clattn_tensor_host(vn, 2, 2, 2, 8);
     int32_t lens[2] = {3, 8};
     clattn_rotary rot = {0, 0, 0.0f};
     clattn_attention_desc d = clattn_attention_desc_default();
@@ -867,7 +900,7 @@ START_TEST(append_validation)
     d.v_new = &tvn;
 #define EXPECT(status, what)                                                                       \
     do {                                                                                           \
-        const clattn_status st_ = clattn_attention(ctx, &d, &tq, &tk, &tv, &to);                    \
+        const clattn_status st_ = clattn_attention(ctx, &d, &tq, &tk, &tv, &to);                   \
         ck_assert_msg(st_ == (status), "%s: status %d (%s), expected %d: %s", what, (int)st_,      \
                       clattn_status_string(st_), (int)(status), clattn_last_error_message(ctx));   \
         printf("append validation, %s: %s\n", what, clattn_last_error_message(ctx));               \
@@ -919,13 +952,14 @@ START_TEST(append_validation)
     {
         clattn_tensor ok = clattn_tensor_host(kc, 2, 4, 1, 8);
         const clattn_status st = clattn_attention(ctx, &d, &tq, &tk, &tv, &ok);
-        ck_assert_msg(st == CLATTN_ERROR_INVALID_LAYOUT, "O over K with an append: %d (%s)", (int)st,
-                      clattn_last_error_message(ctx));
+        ck_assert_msg(st == CLATTN_ERROR_INVALID_LAYOUT, "O over K with an append: %d (%s)",
+                      (int)st, clattn_last_error_message(ctx));
     }
     float lse[8];
     clattn_tensor tl = clattn_tensor_host(lse, 2, 4, 1, 1);
-    ck_assert_int_eq(clattn_attention_backward(ctx, &d, &tq, &tk, &tv, &to, &tl, &to, &tq, &tk, &tv),
-                     CLATTN_ERROR_UNSUPPORTED);
+    ck_assert_int_eq(
+        clattn_attention_backward(ctx, &d, &tq, &tk, &tv, &to, &tl, &to, &tq, &tk, &tv),
+        CLATTN_ERROR_UNSUPPORTED);
 #undef EXPECT
 }
 END_TEST

@@ -196,11 +196,11 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             strcmp(alg, "unfused") != 0)
             bad = 1;
         if (bad || n + 1 + both > max) {
-            bench_fail(
-                "bad --shapes entry '%s' (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN]]]], at "
-                "most "
-                "%d cases)",
-                spec, max);
+            bench_fail("bad --shapes entry '%s' "
+                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN]]]], at "
+                       "most "
+                       "%d cases)",
+                       spec, max);
             free(copy);
             return -1;
         }
@@ -372,8 +372,10 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, c->b, c->h_q, c->n_q, c->d_k);
-    clattn_tensor k = clattn_tensor_buffer(mk, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_k);
-    clattn_tensor v = clattn_tensor_buffer(mv, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_v);
+    clattn_tensor k =
+        clattn_tensor_buffer(mk, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_k);
+    clattn_tensor v =
+        clattn_tensor_buffer(mv, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_v);
     const clattn_paged_kv pg = {NULL, mt, max_pages};
     clattn_tensor o = clattn_tensor_buffer(mo, c->b, c->h_q, c->n_q, c->d_v);
     q.dtype = k.dtype = v.dtype = o.dtype = c->dtype;
