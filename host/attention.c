@@ -18,6 +18,9 @@ clattn_status clattn_attention_enqueue(clattn_context *ctx, const clattn_attenti
     clattn_exec_plan plan;
     if (!ctx)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (desc && desc->varlen)
+        return clattn_varlen_run(ctx, CLATTN_VARLEN_ENQUEUE, desc, q, k, v, o, n_wait, wait, done,
+                                 NULL);
     clattn_status st = clattn_resolve_attention(ctx, desc, q, k, v, o, CLATTN_STORAGE_BUFFER, &p);
     if (st == CLATTN_SUCCESS)
         st = clattn_check_wait_list(ctx, n_wait, wait);
@@ -36,6 +39,9 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     clattn_exec_plan plan;
     if (!ctx)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (desc && desc->varlen)
+        return clattn_varlen_run(ctx, CLATTN_VARLEN_BLOCKING, desc, q, k, v, o, 0, NULL, NULL,
+                                 NULL);
     clattn_status st = clattn_resolve_attention(ctx, desc, q, k, v, o, CLATTN_STORAGE_HOST, &host);
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_attention(ctx, &host, &plan);
@@ -63,6 +69,8 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
     clattn_exec_plan plan;
     if (!ctx)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (desc && desc->varlen && out)
+        return clattn_varlen_run(ctx, CLATTN_VARLEN_PLAN, desc, q, k, v, o, 0, NULL, NULL, out);
     clattn_status st = clattn_resolve_attention(ctx, desc, q, k, v, o, CLATTN_STORAGE_ANY, &p);
     if (st == CLATTN_SUCCESS && !out)
         st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "out is NULL");

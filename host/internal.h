@@ -352,6 +352,21 @@ clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const cha
                                 clattn_program_entry **out);
 void clattn_programs_release(clattn_context *ctx);
 
+/* ---- packed variable-length batches (varlen.c): desc.varlen ---- */
+typedef enum {
+    CLATTN_VARLEN_BLOCKING,
+    CLATTN_VARLEN_ENQUEUE,
+    CLATTN_VARLEN_PLAN,
+    CLATTN_VARLEN_REFERENCE
+} clattn_varlen_mode;
+/* The packed call validated once, then one attention per non-empty sequence on slices
+ * (enqueued: each after `wait`, joined in `done`; plan: the longest query sequence's). */
+clattn_status clattn_varlen_run(clattn_context *ctx, clattn_varlen_mode mode,
+                                const clattn_attention_desc *desc, const clattn_tensor *q,
+                                const clattn_tensor *k, const clattn_tensor *v,
+                                const clattn_tensor *o, cl_uint n_wait, const cl_event *wait,
+                                cl_event *done, clattn_plan *plan);
+
 /* ---- numeric helpers ---- */
 /* Rotary embeddings' frequencies f_p = base^(−2p/dim) for p < dim/2, rounded to
  * float32: what the kernels (append.cl, rope_q.cl) and the reference both use. */

@@ -99,6 +99,9 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                                          const clattn_tensor *q_t, const clattn_tensor *k_t,
                                          const clattn_tensor *v_t, const clattn_tensor *o_t)
 {
+    if (desc && desc->varlen)
+        return clattn_varlen_run(NULL, CLATTN_VARLEN_REFERENCE, desc, q_t, k_t, v_t, o_t, 0, NULL,
+                                 NULL, NULL);
     clattn_problem ex;
     clattn_status st =
         clattn_resolve_attention(NULL, desc, q_t, k_t, v_t, o_t, CLATTN_STORAGE_HOST, &ex);
@@ -286,13 +289,14 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
 {
     if (!desc)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
-    if (desc->paged || desc->k_new || desc->rotary)
+    if (desc->paged || desc->k_new || desc->rotary || desc->varlen)
         return clattn_fail(NULL, CLATTN_ERROR_UNSUPPORTED,
                            "%s: the backward pass takes contiguous K and V (and dK, dV), no "
                            "append and no rotary embeddings",
-                           desc->paged   ? "paged K/V"
-                           : desc->k_new ? "k_new, v_new"
-                                         : "rotary");
+                           desc->paged    ? "paged K/V"
+                           : desc->k_new  ? "k_new, v_new"
+                           : desc->rotary ? "rotary"
+                                          : "varlen");
     clattn_attention_desc fwd = *desc; /* the weights and LSE outputs play no part */
     fwd.weights = NULL;
     fwd.lse = NULL;

@@ -608,14 +608,15 @@ clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->desc = desc;
-    if (desc &&
-        (desc->paged || desc->k_new || desc->rotary || desc->kv_lens_buffer || desc->q_lens_buffer))
+    if (desc && (desc->paged || desc->k_new || desc->rotary || desc->kv_lens_buffer ||
+                 desc->q_lens_buffer || desc->varlen))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "%s: the stages (and clattn_reference_scores) take contiguous K and "
                            "V and host lengths (clattn_attention and clattn_reference_attention "
                            "take them)",
                            desc->paged                   ? "paged K/V"
                            : desc->k_new || desc->rotary ? "k_new, v_new, rotary"
+                           : desc->varlen                ? "varlen"
                                                          : "lengths in a cl_mem");
     clattn_status st =
         check_stage(ctx, (int)kind, desc, a, b, c, storage, &out->a, &out->b, &out->c, &ex);

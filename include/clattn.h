@@ -442,6 +442,37 @@ typedef struct clattn_paged_kv {
 } clattn_paged_kv;
 
 /**
+ * A packed batch of variable-length sequences (clattn_attention_desc.varlen; added in
+ * 0.3): FlashAttention's `flash_attn_varlen_func` with `cu_seqlens_q` / `cu_seqlens_k`.
+ *
+ * Q, K, V and O (and the LSE) then hold every sequence's rows one after another along
+ * the seq dimension, with a batch dimension of 1: Q [1, h_q, total_q, d_k], K
+ * [1, h_kv, total_k, d_k], V [1, h_kv, total_k, d_v], O [1, h_q, total_q, d_v], LSE
+ * [1, h_q, total_q, 1], any strides (FlashAttention's packed (total, nheads, headdim) is
+ * the strides {0, d, h·d, 1}). Sequence b is query rows cu_seqlens_q[b] …
+ * cu_seqlens_q[b + 1] − 1 and keys cu_seqlens_k[b] … cu_seqlens_k[b + 1] − 1; every
+ * other term of the desc (masks and their diagonal, window, ALiBi, softcap, positions,
+ * masked_rows) applies to each sequence on its own, as to a batch entry of those
+ * lengths. Rows past cu_seqlens_q[batch] are not written.
+ *
+ * The calls run one attention per non-empty sequence (each with its own plan; the
+ * enqueue call chains them to one `done` event), so the work is that of the unpadded
+ * batch; many very short sequences pay a launch each. Not combined with kv_lens, q_lens
+ * (the offsets give the lengths), a mask tensor, weights, paged K/V or an append
+ * (CLATTN_ERROR_UNSUPPORTED); the backward pass and the several-device layer take no
+ * varlen desc either.
+ */
+typedef struct clattn_varlen {
+    /** Host int32 [batch + 1]: non-decreasing from cu_seqlens_q[0] ≥ 0 to at most
+     *  total_q (Q's seq extent). Read during the call only. */
+    const int32_t *cu_seqlens_q;
+    /** Host int32 [batch + 1], the same for K and V (≤ total_k). */
+    const int32_t *cu_seqlens_k;
+    /** Number of sequences, ≥ 0. */
+    int64_t batch;
+} clattn_varlen;
+
+/**
  * Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer") applied by the call to
  * Q and to the appended K rows (clattn_attention_desc.rotary; added in 0.3), as
  * FlashAttention's `rotary_cos` / `rotary_sin` / `rotary_interleaved` arguments of
@@ -572,6 +603,9 @@ typedef struct clattn_attention_desc {
      *  clattn_rotary). The cache keeps rotated keys, as FlashAttention's does. NULL:
      *  none. Added in 0.3. */
     const clattn_rotary *rotary;
+    /** Optional: a packed batch of variable-length sequences (see clattn_varlen). NULL:
+     *  the tensors' batch dimension is the batch. Added in 0.3. */
+    const clattn_varlen *varlen;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

@@ -30,6 +30,15 @@ check() { # name, command...
     fi
 }
 
+# CLATTN_OCLGRIND_PAGED=1 (ctest's slow test_oclgrind_paged): only test_paged's paged
+# configurations in both kernel families (decode, split-KV, the tiled kernels)
+if [ -n "${CLATTN_PAGED_BIN:-}" ] && [ "${CLATTN_OCLGRIND_PAGED:-0}" = 1 ]; then
+    CK_RUN_CASE=equal check "paged, decode" "$CLATTN_PAGED_BIN"
+    CK_RUN_CASE=equal_more CK_INCLUDE_TAGS=slow check "paged, tiled" "$CLATTN_PAGED_BIN"
+    echo "test_oclgrind (paged): $pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+    exit
+fi
 check demo "$bin" demo
 for fb in gpu:default gpu:4,8,32 cpu:default cpu:4,8,32; do
     export CLATTN_KERNEL_FAMILY=${fb%%:*}
@@ -91,8 +100,6 @@ fi
 # split-KV decoding, the tiled kernels staging rows page by page)
 if [ -n "${CLATTN_PAGED_BIN:-}" ]; then
     CK_RUN_CASE=device check "paged, device table" "$CLATTN_PAGED_BIN"
-    CK_RUN_CASE=equal check "paged, decode" "$CLATTN_PAGED_BIN"
-    CK_RUN_CASE=equal_more CK_INCLUDE_TAGS=slow check "paged, tiled" "$CLATTN_PAGED_BIN"
     # append.cl and rope_q.cl: rows appended into the cache, rotary, device lengths past it
     CK_RUN_CASE=append check "append, rotary" "$CLATTN_PAGED_BIN"
 fi

@@ -964,6 +964,177 @@ START_TEST(append_validation)
 }
 END_TEST
 
+/* ---- packed variable-length batches (desc.varlen) ------------------------------------ */
+
+/* Three sequences packed in FlashAttention's (total, heads, d) layout, one of them with
+ * no query (and cu_seqlens_q starting at 1: row 0 is not a sequence's), against the
+ * reference on the padded batch with q_lens / kv_lens (same doubles), the device within
+ * tolerance, the enqueue call with the same bits, rows outside the sequences untouched,
+ * and every status. */
+START_TEST(varlen_packed)
+{
+    clattn_context *ctx = tu_ctx();
+    enum { NB = 3, HQ = 4, HK = 2, DK = 24, DV = 16, TQ = 25, TK = 46, MQ = 17, MK = 30 };
+    const int32_t cu_q[NB + 1] = {1, 6, 6, 23}, cu_k[NB + 1] = {0, 9, 13, 43};
+    float *q = tu_alloc((size_t)TQ * HQ * DK, 0), *k = tu_alloc((size_t)TK * HK * DK, NAN),
+          *v = tu_alloc((size_t)TK * HK * DV, NAN), *o = tu_alloc((size_t)TQ * HQ * DV, -7.0f),
+          *lse = tu_alloc((size_t)TQ * HQ, -7.0f);
+    tu_fill_gen(q, (size_t)TQ * HQ * DK, tu_seed() + 61u, 1.0f);
+    tu_fill_gen(k, (size_t)cu_k[NB] * HK * DK, tu_seed() + 62u, 1.0f); /* (NaN past the keys) */
+    tu_fill_gen(v, (size_t)cu_k[NB] * HK * DV, tu_seed() + 63u, 1.0f);
+    /* packed views [1, h, total, d] with FlashAttention's strides */
+    const int64_t sq[4] = {(int64_t)TQ * HQ * DK, DK, HQ * DK, 1},
+                  sk[4] = {(int64_t)TK * HK * DK, DK, HK * DK, 1};
+    const int64_t sv[4] = {(int64_t)TK * HK * DV, DV, HK * DV, 1},
+                  so[4] = {(int64_t)TQ * HQ * DV, DV, HQ * DV, 1};
+    const int64_t shq[4] = {1, HQ, TQ, DK}, shk[4] = {1, HK, TK, DK}, shv[4] = {1, HK, TK, DV},
+                  sho[4] = {1, HQ, TQ, DV}, shl[4] = {1, HQ, TQ, 1}, sl[4] = {TQ * HQ, 1, HQ, 1};
+    clattn_tensor tq = tu_view(q, shq, sq, 0), tk = tu_view(k, shk, sk, 0),
+                  tv = tu_view(v, shv, sv, 0);
+    clattn_tensor to = tu_view(o, sho, so, 0), tl = tu_view(lse, shl, sl, 0);
+    float slopes[HQ] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    const clattn_varlen vl = {cu_q, cu_k, NB};
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    d.window = 1;
+    d.window_left = 12;
+    d.window_right = -1;
+    d.alibi_slopes = slopes;
+    d.lse = &tl;
+    d.varlen = &vl;
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "varlen");
+    /* the padded batch [NB, h, max, d] with lengths, on the reference */
+    float *pq = tu_alloc((size_t)NB * HQ * MQ * DK, 0),
+          *pk = tu_alloc((size_t)NB * HK * MK * DK, 0),
+          *pv = tu_alloc((size_t)NB * HK * MK * DV, 0),
+          *po = tu_alloc((size_t)NB * HQ * MQ * DV, 0), *pl = tu_alloc((size_t)NB * HQ * MQ, 0);
+    int32_t ql[NB], kl[NB];
+    for (int b = 0; b < NB; b++) {
+        ql[b] = cu_q[b + 1] - cu_q[b];
+        kl[b] = cu_k[b + 1] - cu_k[b];
+        for (int h = 0; h < HQ; h++)
+            for (int i = 0; i < ql[b]; i++)
+                for (int c = 0; c < DK; c++)
+                    pq[((b * HQ + h) * MQ + i) * DK + c] = q[((cu_q[b] + i) * HQ + h) * DK + c];
+        for (int h = 0; h < HK; h++)
+            for (int j = 0; j < kl[b]; j++) {
+                for (int c = 0; c < DK; c++)
+                    pk[((b * HK + h) * MK + j) * DK + c] = k[((cu_k[b] + j) * HK + h) * DK + c];
+                for (int c = 0; c < DV; c++)
+                    pv[((b * HK + h) * MK + j) * DV + c] = v[((cu_k[b] + j) * HK + h) * DV + c];
+            }
+    }
+    clattn_tensor tpq = clattn_tensor_host(pq, NB, HQ, MQ, DK),
+                  tpk = clattn_tensor_host(pk, NB, HK, MK, DK);
+    clattn_tensor tpv = clattn_tensor_host(pv, NB, HK, MK, DV),
+                  tpo = clattn_tensor_host(po, NB, HQ, MQ, DV);
+    clattn_tensor tpl = clattn_tensor_host(pl, NB, HQ, MQ, 1);
+    clattn_attention_desc dp = d;
+    dp.varlen = NULL;
+    dp.q_lens = ql;
+    dp.kv_lens = kl;
+    dp.lse = &tpl;
+    ck_assert_int_eq(clattn_reference_attention(&dp, &tpq, &tpk, &tpv, &tpo), CLATTN_SUCCESS);
+    /* the reference on the packed call gives the same doubles (as floats) */
+    float *ro = tu_alloc((size_t)TQ * HQ * DV, -7.0f), *rl = tu_alloc((size_t)TQ * HQ, -7.0f);
+    clattn_tensor tro = tu_view(ro, sho, so, 0), trl = tu_view(rl, shl, sl, 0);
+    clattn_attention_desc dr = d;
+    dr.lse = &trl;
+    ck_assert_int_eq(clattn_reference_attention(&dr, &tq, &tk, &tv, &tro), CLATTN_SUCCESS);
+    int checked = 0;
+    for (int i = 0; i < TQ; i++) {
+        int b = -1;
+        for (int s2 = 0; s2 < NB; s2++)
+            if (i >= cu_q[s2] && i < cu_q[s2 + 1])
+                b = s2;
+        for (int h = 0; h < HQ; h++) {
+            const float got_l = lse[i * HQ + h], ref_l = rl[i * HQ + h];
+            if (b < 0) { /* not a sequence's row: untouched */
+                ck_assert_msg(got_l == -7.0f && ref_l == -7.0f, "varlen: row %d head %d written", i,
+                              h);
+                for (int c = 0; c < DV; c++)
+                    ck_assert_msg(o[(i * HQ + h) * DV + c] == -7.0f, "varlen: O row %d written", i);
+                continue;
+            }
+            const int r = i - cu_q[b];
+            const float want_l = pl[(b * HQ + h) * MQ + r];
+            ck_assert_msg(ref_l == want_l, "varlen reference: LSE row %d head %d %.9g, padded %.9g",
+                          i, h, (double)ref_l, (double)want_l);
+            ck_assert_msg(tu_within(got_l, want_l, TU_TOL_DEFAULT),
+                          "varlen: LSE of sequence %d row %d head %d is %.9g, expected %.9g", b, r,
+                          h, (double)got_l, (double)want_l);
+            for (int c = 0; c < DV; c++) {
+                const float want = po[((b * HQ + h) * MQ + r) * DV + c];
+                ck_assert_msg(ro[(i * HQ + h) * DV + c] == want, "varlen reference: O differs");
+                ck_assert_msg(tu_within(o[(i * HQ + h) * DV + c], want, TU_TOL_DEFAULT),
+                              "varlen: O of sequence %d row %d head %d col %d is %.9g, expected "
+                              "%.9g",
+                              b, r, h, c, (double)o[(i * HQ + h) * DV + c], (double)want);
+                checked++;
+            }
+        }
+    }
+    ck_assert_int_eq(checked, (cu_q[NB] - cu_q[0]) * HQ * DV);
+    /* the enqueue call: the same bits */
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue), CLATTN_SUCCESS);
+    cl_mem mq = buf_of(cl_ctx, q, (size_t)TQ * HQ * DK),
+           mk = buf_of(cl_ctx, k, (size_t)TK * HK * DK);
+    cl_mem mv = buf_of(cl_ctx, v, (size_t)TK * HK * DV);
+    float *o2 = tu_alloc((size_t)TQ * HQ * DV, -7.0f);
+    cl_mem mo = buf_of(cl_ctx, o2, (size_t)TQ * HQ * DV);
+    clattn_tensor bq = tq, bk = tk, bv = tv, bo = to;
+    bq.host = bk.host = bv.host = bo.host = NULL;
+    bq.buffer = mq, bk.buffer = mk, bv.buffer = mv, bo.buffer = mo;
+    clattn_attention_desc de = d;
+    de.lse = NULL;
+    cl_event done = NULL;
+    TU_ASSERT_OK(clattn_attention_enqueue(ctx, &de, &bq, &bk, &bv, &bo, 0, NULL, &done),
+                 "varlen enqueue");
+    ck_assert_ptr_nonnull(done);
+    ck_assert_int_eq(
+        clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, (size_t)TQ * HQ * DV * 4, o2, 1, &done, NULL),
+        CL_SUCCESS);
+    clReleaseEvent(done);
+    assert_same_bits("O (varlen enqueue)", o2, o, (size_t)TQ * HQ * DV, "varlen");
+    /* the plan: the longest query sequence (17 rows) */
+    clattn_plan plan;
+    TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &tq, &tk, &tv, &to, &plan), "varlen plan");
+    printf("varlen: plan of the longest sequence: %s (%s)\n", plan.kernels, plan.reason);
+    /* statuses */
+    int32_t bad_q[NB + 1] = {1, 6, 5, 23};
+    clattn_varlen vb = vl;
+    vb.cu_seqlens_q = bad_q;
+    de.varlen = &vb;
+    ck_assert_int_eq(clattn_attention(ctx, &de, &tq, &tk, &tv, &to), CLATTN_ERROR_INVALID_SHAPE);
+    bad_q[2] = 6;
+    bad_q[3] = TQ + 1;
+    ck_assert_int_eq(clattn_attention(ctx, &de, &tq, &tk, &tv, &to), CLATTN_ERROR_INVALID_SHAPE);
+    vb.cu_seqlens_q = NULL;
+    ck_assert_int_eq(clattn_attention(ctx, &de, &tq, &tk, &tv, &to), CLATTN_ERROR_INVALID_ARGUMENT);
+    de.varlen = &vl;
+    de.kv_lens = kl;
+    ck_assert_int_eq(clattn_attention(ctx, &de, &tq, &tk, &tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    de.kv_lens = NULL;
+    ck_assert_int_eq(clattn_attention_enqueue(ctx, &de, &tq, &tk, &tv, &to, 0, NULL, NULL),
+                     CLATTN_ERROR_INVALID_LAYOUT); /* host views in the enqueue call */
+    ck_assert_int_eq(
+        clattn_attention_backward(ctx, &de, &tq, &tk, &tv, &to, &tl, &to, &tq, &tk, &tv),
+        CLATTN_ERROR_UNSUPPORTED);
+    /* a batch dimension other than 1 */
+    ck_assert_int_eq(clattn_attention(ctx, &de, &tpq, &tpk, &tpv, &tpo),
+                     CLATTN_ERROR_INVALID_SHAPE);
+    cl_mem all[4] = {mq, mk, mv, mo};
+    for (int i = 0; i < 4; i++)
+        clReleaseMemObject(all[i]);
+    float *bufs[12] = {q, k, v, o, lse, pq, pk, pv, po, pl, ro, rl};
+    for (int i = 0; i < 12; i++)
+        free(bufs[i]);
+    free(o2);
+}
+END_TEST
+
 int main(void)
 {
     tu_seed_init(0x9a6edu);
@@ -993,12 +1164,17 @@ int main(void)
     tcase_set_timeout(ta, 900);
     tcase_add_test(ta, append_rotary_formula);
     tcase_add_test(ta, append_enqueue_device_lengths);
-    tcase_add_loop_test(ta, append_against_reference, 0, 3);
+    tcase_add_loop_test(ta, append_against_reference, 0, 1);
     suite_add_tcase(s, ta);
-    TCase *tam = tcase_create("append_paged");
+    /* the other configurations (rotary, paged; programs per shape and family): slow */
+    TCase *tvl = tcase_create("varlen");
+    tcase_set_timeout(tvl, 900);
+    tcase_add_test(tvl, varlen_packed);
+    suite_add_tcase(s, tvl);
+    TCase *tam = tcase_create("append_more");
     tcase_set_tags(tam, "slow");
     tcase_set_timeout(tam, 900);
-    tcase_add_loop_test(tam, append_against_reference, 3, (int)(sizeof acfgs / sizeof acfgs[0]));
+    tcase_add_loop_test(tam, append_against_reference, 1, (int)(sizeof acfgs / sizeof acfgs[0]));
     suite_add_tcase(s, tam);
     return tu_run_suite(s);
 }

@@ -79,13 +79,15 @@ class Desc(ctypes.Structure):
         ("q_start", c_int64),
         ("kv_start", c_int64),
         # 0.3's KV-cache fields (clattn_paged_kv *, cl_mem, cl_mem, clattn_tensor *,
-        # clattn_tensor *, clattn_rotary *); the package does not set them yet
+        # clattn_tensor *, clattn_rotary *, clattn_varlen *); the package does not set
+        # them yet
         ("paged", ctypes.c_void_p),
         ("kv_lens_buffer", ctypes.c_void_p),
         ("q_lens_buffer", ctypes.c_void_p),
         ("k_new", ctypes.POINTER(Tensor)),
         ("v_new", ctypes.POINTER(Tensor)),
         ("rotary", ctypes.c_void_p),
+        ("varlen", ctypes.c_void_p),
     ]
 
 
