@@ -120,8 +120,7 @@ clattn_status clattn_varlen_run(clattn_context *ctx, clattn_varlen_mode mode,
                                (long long)vl->batch);
     }
     cl_uint n_ev = 0;
-    for (int pass = mode == CLATTN_VARLEN_ENQUEUE ? 0 : 1; pass < 2 && st == CLATTN_SUCCESS;
-         pass++)
+    for (int pass = mode == CLATTN_VARLEN_ENQUEUE ? 0 : 1; pass < 2 && st == CLATTN_SUCCESS; pass++)
         for (int64_t b = 0; b < vl->batch && st == CLATTN_SUCCESS; b++) {
             const int64_t q0 = cq[b], nq = cq[b + 1] - cq[b], k0 = ck[b], nk = ck[b + 1] - ck[b];
             if (nq == 0)
