@@ -1,0 +1,226 @@
+/* A decode loop with continuous batching over a paged KV cache, as an inference engine
+ * runs attention (one layer, random weights): sequences of different prompt lengths join
+ * and leave; each joining sequence's prompt is one prefill call, and each step decodes
+ * one token for every running sequence in one call. Every call appends the step's K and
+ * V rows into the cache's pages with rotary embeddings (desc.k_new, desc.v_new,
+ * desc.rotary) and attends through the block table (desc.paged) with the cache's
+ * lengths (desc.kv_lens = cache_seqlens), on device buffers that stay on the device.
+ * Pages come from a free list and go back to it when a sequence leaves, so later
+ * sequences reuse pages in a shuffled order.
+ *
+ * Each call is checked against clattn_reference_attention (float64), which runs the same
+ * call on host copies of the pools: O within 1e-4 + 1e-4·|O|. Prints one line per call
+ * and exits 1 on a mismatch or a failed call.
+ *
+ *   ./serve_paged [DEVICE]     (DEVICE: "P:D" or part of its name; default: the first GPU,
+ *                               else the first device)
+ */
+#include <clattn.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { H_Q = 8, H_KV = 2, D = 64, PAGE = 16, PAGES = 48, SLOTS = 4, MAX_PAGES = 12 };
+
+/* a small deterministic generator: values in [-1, 1) */
+static float gen(unsigned *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) / 8388608.0f - 1.0f;
+}
+
+typedef struct seq {
+    int id, active, len, decoded; /* len: tokens in the cache (cache_seqlens) */
+    int32_t pages[MAX_PAGES];
+} seq;
+
+static int free_pages[PAGES], n_free;
+
+static int take_pages(seq *s, int upto)
+{
+    for (int p = (s->len + PAGE - 1) / PAGE; p * PAGE < upto; p++) {
+        if (n_free == 0 || p >= MAX_PAGES)
+            return -1;
+        s->pages[p] = free_pages[--n_free];
+    }
+    return 0;
+}
+
+/* One call for the batch `seqs` (n_q new tokens each): device and reference, compared. */
+static int step(clattn_context *ctx, cl_command_queue queue, cl_mem kpool, cl_mem vpool, float *hk,
+                float *hv, seq **seqs, int b, int n_q, unsigned *rng, const char *what)
+{
+    const size_t nq = (size_t)b * H_Q * n_q * D, nn = (size_t)b * H_KV * n_q * D;
+    float *q = malloc(nq * 4), *kn = malloc(nn * 4), *vn = malloc(nn * 4), *o = malloc(nq * 4),
+          *ro = malloc(nq * 4);
+    int32_t table[SLOTS * MAX_PAGES], lens[SLOTS];
+    int rc = 1;
+    if (!q || !kn || !vn || !o || !ro)
+        goto done;
+    for (size_t i = 0; i < nq; i++)
+        q[i] = gen(rng);
+    for (size_t i = 0; i < nn; i++)
+        kn[i] = gen(rng), vn[i] = gen(rng);
+    for (int i = 0; i < b; i++) {
+        if (take_pages(seqs[i], seqs[i]->len + n_q) != 0) {
+            fprintf(stderr, "serve_paged: out of pages\n");
+            goto done;
+        }
+        memcpy(table + i * MAX_PAGES, seqs[i]->pages, sizeof seqs[i]->pages);
+        lens[i] = seqs[i]->len;
+    }
+    /* the pools: [pages, page_size, h_kv, d] (FlashAttention's), as clattn views */
+    const int64_t pool_st[4] = {PAGE * H_KV * D, D, H_KV * D, 1};
+    clattn_tensor tk = clattn_tensor_buffer(kpool, PAGES, H_KV, PAGE, D),
+                  tv = clattn_tensor_buffer(vpool, PAGES, H_KV, PAGE, D);
+    memcpy(tk.strides, pool_st, sizeof pool_st);
+    memcpy(tv.strides, pool_st, sizeof pool_st);
+    cl_int err;
+    cl_context cl_ctx;
+    clattn_context_get_cl(ctx, &cl_ctx, NULL, NULL);
+    cl_mem bq = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nq * 4, q, &err);
+    cl_mem bkn = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nn * 4, kn, &err);
+    cl_mem bvn = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nn * 4, vn, &err);
+    cl_mem bo = clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, nq * 4, NULL, &err);
+    clattn_tensor tq = clattn_tensor_buffer(bq, b, H_Q, n_q, D),
+                  to = clattn_tensor_buffer(bo, b, H_Q, n_q, D);
+    clattn_tensor tkn = clattn_tensor_buffer(bkn, b, H_KV, n_q, D),
+                  tvn = clattn_tensor_buffer(bvn, b, H_KV, n_q, D);
+    const clattn_paged_kv pg = {table, NULL, MAX_PAGES};
+    const clattn_rotary rot = {0, 0, 10000.0f}; /* Llama's layout over the whole head */
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    desc.paged = &pg;
+    desc.kv_lens = lens;
+    desc.k_new = &tkn;
+    desc.v_new = &tvn;
+    desc.rotary = &rot;
+    cl_event done = NULL;
+    clattn_status st = bq && bkn && bvn && bo ? clattn_attention_enqueue(ctx, &desc, &tq, &tk, &tv,
+                                                                         &to, 0, NULL, &done)
+                                              : CLATTN_ERROR_OUT_OF_DEVICE_MEMORY;
+    if (st == CLATTN_SUCCESS &&
+        clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, nq * 4, o, 1, &done, NULL) != CL_SUCCESS)
+        st = CLATTN_ERROR_OPENCL;
+    if (done)
+        clReleaseEvent(done);
+    /* the reference: the same call on the host copies of the pools */
+    clattn_tensor rq = clattn_tensor_host(q, b, H_Q, n_q, D),
+                  rout = clattn_tensor_host(ro, b, H_Q, n_q, D);
+    clattn_tensor rkn = clattn_tensor_host(kn, b, H_KV, n_q, D),
+                  rvn = clattn_tensor_host(vn, b, H_KV, n_q, D);
+    clattn_tensor rk = clattn_tensor_host(hk, PAGES, H_KV, PAGE, D),
+                  rv = clattn_tensor_host(hv, PAGES, H_KV, PAGE, D);
+    memcpy(rk.strides, pool_st, sizeof pool_st);
+    memcpy(rv.strides, pool_st, sizeof pool_st);
+    desc.k_new = &rkn;
+    desc.v_new = &rvn;
+    clattn_status rst =
+        st == CLATTN_SUCCESS ? clattn_reference_attention(&desc, &rq, &rk, &rv, &rout) : st;
+    cl_mem all[4] = {bq, bkn, bvn, bo};
+    for (int i = 0; i < 4; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    if (st != CLATTN_SUCCESS || rst != CLATTN_SUCCESS) {
+        fprintf(stderr, "serve_paged: %s: %s: %s\n", what, clattn_status_string(st ? st : rst),
+                clattn_last_error_message(st ? ctx : NULL));
+        goto done;
+    }
+    double worst = 0.0;
+    for (size_t i = 0; i < nq; i++) {
+        const double e = fabs((double)o[i] - (double)ro[i]) / (1e-4 + 1e-4 * fabs((double)ro[i]));
+        worst = e > worst || isnan(e) ? e : worst;
+    }
+    printf("%-26s batch %d x %2d tokens, cache lengths", what, b, n_q);
+    for (int i = 0; i < b; i++) {
+        seqs[i]->len += n_q; /* the caller updates the lengths */
+        printf(" %d:%d", seqs[i]->id, seqs[i]->len);
+    }
+    printf("; worst |O - reference| / tolerance %.3f\n", worst);
+    rc = worst <= 1.0 ? 0 : 1;
+    if (rc)
+        fprintf(stderr, "serve_paged: %s: O differs from the reference\n", what);
+done:
+    free(q);
+    free(kn);
+    free(vn);
+    free(o);
+    free(ro);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    clattn_context_options opt = {0};
+    opt.device = argc > 1 ? argv[1] : NULL;
+    clattn_context *ctx = NULL;
+    clattn_status st = clattn_context_create(&opt, &ctx);
+    if (st != CLATTN_SUCCESS) {
+        fprintf(stderr, "serve_paged: %s: %s\n", clattn_status_string(st),
+                clattn_last_error_message(NULL));
+        return 1;
+    }
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
+    const size_t pool = (size_t)PAGES * PAGE * H_KV * D;
+    float *hk = calloc(pool, 4), *hv = calloc(pool, 4);
+    cl_int err;
+    cl_mem kpool =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, pool * 4, hk, &err);
+    cl_mem vpool =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, pool * 4, hv, &err);
+    n_free = 0;
+    for (int p = PAGES - 1; p >= 0; p--)
+        free_pages[n_free++] = (p * 17) % PAGES; /* a shuffled free list */
+    /* sequences: id, prompt, tokens to decode, the step at which each joins */
+    static const int plan[][4] = {{0, 20, 12, 0}, {1, 7, 20, 2},   {2, 33, 6, 4},
+                                  {3, 1, 9, 8},   {4, 18, 10, 13}, {5, 45, 4, 15}};
+    const int n_seqs = (int)(sizeof plan / sizeof plan[0]);
+    seq seqs[6];
+    memset(seqs, 0, sizeof seqs);
+    unsigned rng = 12345u;
+    int rc = (!hk || !hv || !kpool || !vpool) ? 1 : 0;
+    for (int t = 0; rc == 0 && t < 40; t++) {
+        /* joining sequences: their prompt in one prefill call each */
+        for (int s = 0; rc == 0 && s < n_seqs; s++)
+            if (plan[s][3] == t) {
+                seqs[s].id = plan[s][0];
+                seqs[s].active = 1;
+                seq *one[1] = {&seqs[s]};
+                char what[64];
+                snprintf(what, sizeof what, "step %2d: prefill seq %d", t, s);
+                rc = step(ctx, queue, kpool, vpool, hk, hv, one, 1, plan[s][1], &rng, what);
+            }
+        /* one decode step of every running sequence, in one call */
+        seq *run[SLOTS];
+        int b = 0;
+        for (int s = 0; s < n_seqs && b < SLOTS; s++)
+            if (seqs[s].active)
+                run[b++] = &seqs[s];
+        if (rc == 0 && b > 0) {
+            char what[64];
+            snprintf(what, sizeof what, "step %2d: decode", t);
+            rc = step(ctx, queue, kpool, vpool, hk, hv, run, b, 1, &rng, what);
+        }
+        /* finished sequences leave and give their pages back */
+        for (int i = 0; rc == 0 && i < b; i++)
+            if (++run[i]->decoded >= plan[run[i] - seqs][2]) {
+                run[i]->active = 0;
+                for (int p = 0; p * PAGE < run[i]->len; p++)
+                    free_pages[n_free++] = run[i]->pages[p];
+                printf("step %2d: seq %d leaves (%d tokens)\n", t, run[i]->id, run[i]->len);
+            }
+    }
+    if (kpool)
+        clReleaseMemObject(kpool);
+    if (vpool)
+        clReleaseMemObject(vpool);
+    free(hk);
+    free(hv);
+    clattn_context_release(ctx);
+    printf(rc == 0 ? "serve_paged: every call matched the reference\n" : "serve_paged: FAILED\n");
+    return rc;
+}
