@@ -4,7 +4,9 @@
  * one token for every running sequence in one call. Every call appends the step's K and
  * V rows into the cache's pages with rotary embeddings (desc.k_new, desc.v_new,
  * desc.rotary) and attends through the block table (desc.paged) with the cache's
- * lengths (desc.kv_lens = cache_seqlens), on device buffers that stay on the device.
+ * lengths (desc.kv_lens = cache_seqlens), on device buffers made once and reused (the
+ * first call of each shape builds its programs; an engine would call
+ * clattn_attention_plan for its shapes at start-up).
  * Pages come from a free list and go back to it when a sequence leaves, so later
  * sequences reuse pages in a shuffled order.
  *
@@ -23,6 +25,17 @@
 #include <string.h>
 
 enum { H_Q = 8, H_KV = 2, D = 64, PAGE = 16, PAGES = 48, SLOTS = 4, MAX_PAGES = 12 };
+enum { MAX_ROWS = 64 }; /* tokens of one call, all sequences: the step buffers' size */
+
+/* What stays on the device across calls: the K and V pools and the buffers each call
+ * writes this step's Q, new K and V rows into and reads O from (an engine would also
+ * keep the lengths and the block table there: desc.kv_lens_buffer, block_table_buffer). */
+typedef struct engine {
+    clattn_context *ctx;
+    cl_command_queue queue;
+    cl_mem kpool, vpool, q, k_new, v_new, o;
+    float *hk, *hv; /* the reference's host copies of the pools */
+} engine;
 
 /* a small deterministic generator: values in [-1, 1) */
 static float gen(unsigned *s)
@@ -49,9 +62,10 @@ static int take_pages(seq *s, int upto)
 }
 
 /* One call for the batch `seqs` (n_q new tokens each): device and reference, compared. */
-static int step(clattn_context *ctx, cl_command_queue queue, cl_mem kpool, cl_mem vpool, float *hk,
-                float *hv, seq **seqs, int b, int n_q, unsigned *rng, const char *what)
+static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, const char *what)
 {
+    clattn_context *ctx = e->ctx;
+    float *hk = e->hk, *hv = e->hv;
     const size_t nq = (size_t)b * H_Q * n_q * D, nn = (size_t)b * H_KV * n_q * D;
     float *q = malloc(nq * 4), *kn = malloc(nn * 4), *vn = malloc(nn * 4), *o = malloc(nq * 4),
           *ro = malloc(nq * 4);
@@ -73,17 +87,19 @@ static int step(clattn_context *ctx, cl_command_queue queue, cl_mem kpool, cl_me
     }
     /* the pools: [pages, page_size, h_kv, d] (FlashAttention's), as clattn views */
     const int64_t pool_st[4] = {PAGE * H_KV * D, D, H_KV * D, 1};
-    clattn_tensor tk = clattn_tensor_buffer(kpool, PAGES, H_KV, PAGE, D),
-                  tv = clattn_tensor_buffer(vpool, PAGES, H_KV, PAGE, D);
+    clattn_tensor tk = clattn_tensor_buffer(e->kpool, PAGES, H_KV, PAGE, D),
+                  tv = clattn_tensor_buffer(e->vpool, PAGES, H_KV, PAGE, D);
     memcpy(tk.strides, pool_st, sizeof pool_st);
     memcpy(tv.strides, pool_st, sizeof pool_st);
-    cl_int err;
-    cl_context cl_ctx;
-    clattn_context_get_cl(ctx, &cl_ctx, NULL, NULL);
-    cl_mem bq = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nq * 4, q, &err);
-    cl_mem bkn = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nn * 4, kn, &err);
-    cl_mem bvn = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nn * 4, vn, &err);
-    cl_mem bo = clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, nq * 4, NULL, &err);
+    /* this step's rows into the engine's buffers (in-order queue: before the call) */
+    cl_mem bq = e->q, bkn = e->k_new, bvn = e->v_new, bo = e->o;
+    if ((size_t)b * n_q > MAX_ROWS ||
+        clEnqueueWriteBuffer(e->queue, bq, CL_FALSE, 0, nq * 4, q, 0, NULL, NULL) != CL_SUCCESS ||
+        clEnqueueWriteBuffer(e->queue, bkn, CL_FALSE, 0, nn * 4, kn, 0, NULL, NULL) != CL_SUCCESS ||
+        clEnqueueWriteBuffer(e->queue, bvn, CL_TRUE, 0, nn * 4, vn, 0, NULL, NULL) != CL_SUCCESS) {
+        fprintf(stderr, "serve_paged: %s: cannot write the step's rows\n", what);
+        goto done;
+    }
     clattn_tensor tq = clattn_tensor_buffer(bq, b, H_Q, n_q, D),
                   to = clattn_tensor_buffer(bo, b, H_Q, n_q, D);
     clattn_tensor tkn = clattn_tensor_buffer(bkn, b, H_KV, n_q, D),
@@ -98,11 +114,9 @@ static int step(clattn_context *ctx, cl_command_queue queue, cl_mem kpool, cl_me
     desc.v_new = &tvn;
     desc.rotary = &rot;
     cl_event done = NULL;
-    clattn_status st = bq && bkn && bvn && bo ? clattn_attention_enqueue(ctx, &desc, &tq, &tk, &tv,
-                                                                         &to, 0, NULL, &done)
-                                              : CLATTN_ERROR_OUT_OF_DEVICE_MEMORY;
+    clattn_status st = clattn_attention_enqueue(ctx, &desc, &tq, &tk, &tv, &to, 0, NULL, &done);
     if (st == CLATTN_SUCCESS &&
-        clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, nq * 4, o, 1, &done, NULL) != CL_SUCCESS)
+        clEnqueueReadBuffer(e->queue, bo, CL_TRUE, 0, nq * 4, o, 1, &done, NULL) != CL_SUCCESS)
         st = CLATTN_ERROR_OPENCL;
     if (done)
         clReleaseEvent(done);
@@ -119,10 +133,6 @@ static int step(clattn_context *ctx, cl_command_queue queue, cl_mem kpool, cl_me
     desc.v_new = &rvn;
     clattn_status rst =
         st == CLATTN_SUCCESS ? clattn_reference_attention(&desc, &rq, &rk, &rv, &rout) : st;
-    cl_mem all[4] = {bq, bkn, bvn, bo};
-    for (int i = 0; i < 4; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
     if (st != CLATTN_SUCCESS || rst != CLATTN_SUCCESS) {
         fprintf(stderr, "serve_paged: %s: %s: %s\n", what, clattn_status_string(st ? st : rst),
                 clattn_last_error_message(st ? ctx : NULL));
@@ -163,15 +173,19 @@ int main(int argc, char **argv)
         return 1;
     }
     cl_context cl_ctx;
-    cl_command_queue queue;
-    clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
-    const size_t pool = (size_t)PAGES * PAGE * H_KV * D;
-    float *hk = calloc(pool, 4), *hv = calloc(pool, 4);
+    engine e = {ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    clattn_context_get_cl(ctx, &cl_ctx, NULL, &e.queue);
+    const size_t pool = (size_t)PAGES * PAGE * H_KV * D, rows = (size_t)MAX_ROWS * H_Q * D;
+    e.hk = calloc(pool, 4);
+    e.hv = calloc(pool, 4);
     cl_int err;
-    cl_mem kpool =
-        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, pool * 4, hk, &err);
-    cl_mem vpool =
-        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, pool * 4, hv, &err);
+    const cl_mem_flags rw = CL_MEM_READ_WRITE;
+    e.kpool = e.hk ? clCreateBuffer(cl_ctx, rw | CL_MEM_COPY_HOST_PTR, pool * 4, e.hk, &err) : NULL;
+    e.vpool = e.hv ? clCreateBuffer(cl_ctx, rw | CL_MEM_COPY_HOST_PTR, pool * 4, e.hv, &err) : NULL;
+    e.q = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, rows * 4, NULL, &err);
+    e.k_new = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, rows * 4, NULL, &err);
+    e.v_new = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, rows * 4, NULL, &err);
+    e.o = clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, rows * 4, NULL, &err);
     n_free = 0;
     for (int p = PAGES - 1; p >= 0; p--)
         free_pages[n_free++] = (p * 17) % PAGES; /* a shuffled free list */
@@ -182,7 +196,7 @@ int main(int argc, char **argv)
     seq seqs[6];
     memset(seqs, 0, sizeof seqs);
     unsigned rng = 12345u;
-    int rc = (!hk || !hv || !kpool || !vpool) ? 1 : 0;
+    int rc = (!e.kpool || !e.vpool || !e.q || !e.k_new || !e.v_new || !e.o) ? 1 : 0;
     for (int t = 0; rc == 0 && t < 40; t++) {
         /* joining sequences: their prompt in one prefill call each */
         for (int s = 0; rc == 0 && s < n_seqs; s++)
@@ -192,7 +206,7 @@ int main(int argc, char **argv)
                 seq *one[1] = {&seqs[s]};
                 char what[64];
                 snprintf(what, sizeof what, "step %2d: prefill seq %d", t, s);
-                rc = step(ctx, queue, kpool, vpool, hk, hv, one, 1, plan[s][1], &rng, what);
+                rc = step(&e, one, 1, plan[s][1], &rng, what);
             }
         /* one decode step of every running sequence, in one call */
         seq *run[SLOTS];
@@ -203,7 +217,7 @@ int main(int argc, char **argv)
         if (rc == 0 && b > 0) {
             char what[64];
             snprintf(what, sizeof what, "step %2d: decode", t);
-            rc = step(ctx, queue, kpool, vpool, hk, hv, run, b, 1, &rng, what);
+            rc = step(&e, run, b, 1, &rng, what);
         }
         /* finished sequences leave and give their pages back */
         for (int i = 0; rc == 0 && i < b; i++)
@@ -214,12 +228,12 @@ int main(int argc, char **argv)
                 printf("step %2d: seq %d leaves (%d tokens)\n", t, run[i]->id, run[i]->len);
             }
     }
-    if (kpool)
-        clReleaseMemObject(kpool);
-    if (vpool)
-        clReleaseMemObject(vpool);
-    free(hk);
-    free(hv);
+    cl_mem all[6] = {e.kpool, e.vpool, e.q, e.k_new, e.v_new, e.o};
+    for (int i = 0; i < 6; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(e.hk);
+    free(e.hv);
     clattn_context_release(ctx);
     printf(rc == 0 ? "serve_paged: every call matched the reference\n" : "serve_paged: FAILED\n");
     return rc;

@@ -371,6 +371,10 @@ clattn_status clattn_varlen_run(clattn_context *ctx, clattn_varlen_mode mode,
 /* Rotary embeddings' frequencies f_p = base^(−2p/dim) for p < dim/2, rounded to
  * float32: what the kernels (append.cl, rope_q.cl) and the reference both use. */
 void clattn_rope_freqs(const clattn_rotary *r, int64_t dim, float *out);
+/* How far apart the rotated queries sit: 1 (query i at the cache's length + i) with a
+ * causal mask or a window, else 0 (every query at the cache's length), as
+ * FlashAttention's flash_attn_with_kvcache rotates them. */
+int clattn_rope_q_step(const clattn_attention_desc *d);
 float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k);
 /* Query heads per KV head (GQA's group): h_q / h_kv, and 1 for a problem without heads
  * (h_q = h_kv = 0, which validation allows as empty; no division by zero). */

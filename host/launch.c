@@ -466,6 +466,7 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_exec_plan 
     arg_long(&r, k->n[2]);
     arg_int(&r, d_k);
     arg_long(&r, d->kv_start);
+    arg_int(&r, clattn_rope_q_step(d));
     arg_int(&r, rot_dim);
     arg_int(&r, interleaved);
     arg(&r, sizeof(cl_mem), freq);

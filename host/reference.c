@@ -151,7 +151,8 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                 for (int64_t i = 0; i < q0.n[2]; i++)
                     for (int64_t c = 0; c < d_k; c++)
                         qr[((b * q0.n[1] + h) * q0.n[2] + i) * d_k + c] = (float)rope64(
-                            &q0, b, h, i, c, rot, dim, f, desc->kv_start + desc->kv_lens[b] + i);
+                            &q0, b, h, i, c, rot, dim, f,
+                            desc->kv_start + desc->kv_lens[b] + clattn_rope_q_step(desc) * i);
     }
     clattn_attention_desc after = *desc;
     after.kv_lens = lens;

@@ -136,3 +136,9 @@ void clattn_rope_freqs(const clattn_rotary *r, int64_t dim, float *out)
     for (int64_t p = 0; p < dim / 2; p++)
         out[p] = (float)pow(base, -2.0 * (double)p / (double)dim);
 }
+
+int clattn_rope_q_step(const clattn_attention_desc *d)
+{
+    return d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ||
+           d->window;
+}

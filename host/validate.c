@@ -326,7 +326,7 @@ static clattn_status check_append(clattn_context *ctx, const clattn_attention_de
         for (int64_t b = 0; b < cv->q.n[0]; b++)
             if (desc->kv_lens[b] + n_new > n_kv)
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                                   "kv_lens[%lld] is %d: with %lld appended rows the cache needs "
+                                   "kv_lens[%lld] is %d: with %lld appended row(s) the cache needs "
                                    "%lld keys; it holds n_kv %lld",
                                    LL(b), (int)desc->kv_lens[b], LL(n_new),
                                    LL(desc->kv_lens[b] + n_new), LL(n_kv));
@@ -358,6 +358,13 @@ static clattn_status check_append(clattn_context *ctx, const clattn_attention_de
                                        "%s overlaps %s in the same cl_mem (the append reads one "
                                        "while it writes the other)",
                                        a ? "v_new" : "k_new", c ? "V" : "K");
+        for (int a = 0; a < 3; a++) /* the outputs are written while k_new, v_new are read */
+            if (outs[a] && (clattn_views_overlap(outs[a], kn) || clattn_views_overlap(outs[a], vn)))
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
+                                   "%s overlaps k_new or v_new in the same cl_mem",
+                                   a == 0   ? "O"
+                                   : a == 1 ? "weights"
+                                            : "lse");
         if ((st = clattn_view_check_buffer(ctx, "k_new", kn)) != CLATTN_SUCCESS ||
             (st = clattn_view_check_buffer(ctx, "v_new", vn)) != CLATTN_SUCCESS)
             return st;

@@ -7,7 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The offsets against the packed problem, and what a varlen call does not take. */
+/* What a varlen call does not take (before the other checks, so that their messages
+ * do not send the caller to lengths varlen refuses). */
+static clattn_status not_combined(clattn_context *ctx, const clattn_attention_desc *d)
+{
+    const char *no = d->kv_lens || d->kv_lens_buffer ? "kv_lens"
+                     : d->q_lens || d->q_lens_buffer ? "q_lens"
+                     : d->mask_tensor                ? "a mask tensor"
+                     : d->weights                    ? "weights"
+                     : d->paged                      ? "paged K/V"
+                     : d->k_new || d->rotary         ? "k_new, v_new, rotary"
+                                                     : NULL;
+    if (no)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "varlen: not combined with %s (the offsets give each sequence's "
+                           "lengths; each sequence is its own call)",
+                           no);
+    return CLATTN_SUCCESS;
+}
+
+/* The offsets against the packed problem. */
 static clattn_status check_varlen(clattn_context *ctx, const clattn_attention_desc *d,
                                   const clattn_problem *pr)
 {
@@ -23,18 +42,6 @@ static clattn_status check_varlen(clattn_context *ctx, const clattn_attention_de
                            "varlen: Q, K, V and O have a batch dimension of 1 (the sequences "
                            "are packed along seq); Q has %lld",
                            (long long)pr->q.n[0]);
-    const char *no = d->kv_lens || d->kv_lens_buffer ? "kv_lens"
-                     : d->q_lens || d->q_lens_buffer ? "q_lens"
-                     : d->mask_tensor                ? "a mask tensor"
-                     : d->weights                    ? "weights"
-                     : d->paged                      ? "paged K/V"
-                     : d->k_new || d->rotary         ? "k_new, v_new, rotary"
-                                                     : NULL;
-    if (no)
-        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "varlen: not combined with %s (the offsets give each sequence's "
-                           "lengths)",
-                           no);
     const int32_t *cus[2] = {vl->cu_seqlens_q, vl->cu_seqlens_k};
     const int64_t totals[2] = {pr->q.n[2], pr->k.n[2]};
     static const char *const names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
@@ -83,7 +90,9 @@ clattn_status clattn_varlen_run(clattn_context *ctx, clattn_varlen_mode mode,
                                    : mode == CLATTN_VARLEN_PLAN  ? CLATTN_STORAGE_ANY
                                                                  : CLATTN_STORAGE_HOST;
     clattn_problem pr;
-    clattn_status st = clattn_resolve_attention(ctx, desc, q, k, v, o, storage, &pr);
+    clattn_status st = not_combined(ctx, desc); /* first: what varlen does not take */
+    if (st == CLATTN_SUCCESS)
+        st = clattn_resolve_attention(ctx, desc, q, k, v, o, storage, &pr);
     if (st == CLATTN_SUCCESS)
         st = check_varlen(ctx, desc, &pr);
     if (st == CLATTN_SUCCESS && mode == CLATTN_VARLEN_ENQUEUE)

@@ -483,8 +483,11 @@ typedef struct clattn_varlen {
  * tables): (x₁, x₂) → (x₁·cos − x₂·sin, x₂·cos + x₁·sin). The angle and its cosine
  * and sine are computed in float64 on devices with cl_khr_fp64, else in float32 (an
  * angle error of about pos·2⁻²⁴ rad). Columns from dim on are copied unchanged.
- * Positions: appended key row t of batch entry b sits at kv_start + kv_lens[b] + t, and
- * query row i at kv_start + kv_lens[b] + i (FlashAttention's cache_seqlens + i).
+ * Positions: appended key row t of batch entry b sits at kv_start + kv_lens[b] + t;
+ * query row i at kv_start + kv_lens[b] + i with a causal mask or a window, else every
+ * query row at kv_start + kv_lens[b] (FlashAttention's convention: cache_seqlens + i,
+ * or cache_seqlens). Llama's Hugging Face weights use interleaved 0; Meta's original
+ * code and GGUF files (llama.cpp) rotate adjacent pairs: interleaved 1.
  */
 typedef struct clattn_rotary {
     /** Rotated columns from the start of each head: even, 2 ≤ dim ≤ d_k; 0 = d_k

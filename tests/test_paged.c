@@ -601,6 +601,50 @@ START_TEST(append_rotary_formula)
 }
 END_TEST
 
+/* Rotated query positions (FlashAttention's convention): without a causal mask or a
+ * window every query row sits at the cache's length, so equal query rows give equal
+ * outputs; with a window (here unbounded: the same keys for every row) row i sits at the
+ * length + i, and they differ. */
+START_TEST(append_rotary_query_positions)
+{
+    clattn_context *ctx = tu_ctx();
+    enum { NQ = 3, DK = 8, NKV = 16 };
+    float q[NQ * DK], kc[NKV * DK], vc[NKV * DK], kn[NQ * DK], vn[NQ * DK], o[NQ * DK];
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < DK; c++)
+            q[i * DK + c] = tu_gen(91, (uint32_t)c); /* every row the same */
+    for (int w = 0; w < 2; w++) {
+        tu_fill_gen(kc, NKV * DK, 92, 1.0f);
+        tu_fill_gen(vc, NKV * DK, 93, 1.0f);
+        tu_fill_gen(kn, NQ * DK, 94, 1.0f);
+        tu_fill_gen(vn, NQ * DK, 95, 1.0f);
+        clattn_tensor tq = clattn_tensor_host(q, 1, 1, NQ, DK),
+                      tk = clattn_tensor_host(kc, 1, 1, NKV, DK);
+        clattn_tensor tv = clattn_tensor_host(vc, 1, 1, NKV, DK),
+                      to = clattn_tensor_host(o, 1, 1, NQ, DK);
+        clattn_tensor tkn = clattn_tensor_host(kn, 1, 1, NQ, DK),
+                      tvn = clattn_tensor_host(vn, 1, 1, NQ, DK);
+        const int32_t lens[1] = {5};
+        const clattn_rotary rot = {0, 0, 0.0f};
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.kv_lens = lens;
+        d.k_new = &tkn;
+        d.v_new = &tvn;
+        d.rotary = &rot;
+        d.window = w; /* w 1: window (-1, -1), unbounded: every key visible, as without */
+        d.window_left = d.window_right = -1;
+        TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "rotary, window %d", w);
+        const bool same = memcmp(o, o + DK, sizeof(float) * DK) == 0 &&
+                          memcmp(o, o + 2 * DK, sizeof(float) * DK) == 0;
+        ck_assert_msg(same == (w == 0),
+                      "rotary %s: equal query rows give %s outputs (query rows must sit at %s)",
+                      w ? "with a window" : "without a causal mask or window",
+                      same ? "equal" : "different",
+                      w ? "the cache's length + i" : "the cache's length");
+    }
+}
+END_TEST
+
 /* One append configuration: the device call against the reference on copies of the same
  * caches (O, LSE, the caches after), and without rotary against the call on caches
  * written by hand (same bits); rows outside the appended ones untouched. */
@@ -1163,6 +1207,7 @@ int main(void)
     TCase *ta = tcase_create("append");
     tcase_set_timeout(ta, 900);
     tcase_add_test(ta, append_rotary_formula);
+    tcase_add_test(ta, append_rotary_query_positions);
     tcase_add_test(ta, append_enqueue_device_lengths);
     tcase_add_loop_test(ta, append_against_reference, 0, 1);
     suite_add_tcase(s, ta);
