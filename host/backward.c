@@ -23,14 +23,9 @@ static clattn_status resolve_backward(clattn_context *ctx, const clattn_attentio
     if (!lse)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "lse is NULL: the backward pass needs the forward call's LSE");
-    if (desc->paged || desc->k_new || desc->rotary || desc->varlen)
-        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "%s: the backward pass takes contiguous K and V (and dK, dV), no "
-                           "append and no rotary embeddings",
-                           desc->paged    ? "paged K/V"
-                           : desc->k_new  ? "k_new, v_new"
-                           : desc->rotary ? "rotary"
-                                          : "varlen");
+    clattn_status st0 = clattn_check_backward_desc(ctx, desc);
+    if (st0 != CLATTN_SUCCESS)
+        return st0;
     *fwd = *desc;
     fwd->weights = NULL;
     fwd->weights_head_mean = 0;

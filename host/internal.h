@@ -176,6 +176,9 @@ clattn_status clattn_resolve_gradients(clattn_context *ctx, const clattn_problem
                                        const clattn_view *d_o, const clattn_tensor *const t[3],
                                        clattn_storage storage, clattn_view out[3]);
 clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
+/* What the backward pass (device and reference) does not take: paged K/V, an append,
+ * rotary embeddings, varlen. */
+clattn_status clattn_check_backward_desc(clattn_context *ctx, const clattn_attention_desc *desc);
 clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const cl_event *wait);
 
 /* ---- planning (plan.c): algorithm, kernels, -D options, blocking, workspace ---- */

@@ -290,14 +290,9 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
 {
     if (!desc)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
-    if (desc->paged || desc->k_new || desc->rotary || desc->varlen)
-        return clattn_fail(NULL, CLATTN_ERROR_UNSUPPORTED,
-                           "%s: the backward pass takes contiguous K and V (and dK, dV), no "
-                           "append and no rotary embeddings",
-                           desc->paged    ? "paged K/V"
-                           : desc->k_new  ? "k_new, v_new"
-                           : desc->rotary ? "rotary"
-                                          : "varlen");
+    const clattn_status st0 = clattn_check_backward_desc(NULL, desc);
+    if (st0 != CLATTN_SUCCESS)
+        return st0;
     clattn_attention_desc fwd = *desc; /* the weights and LSE outputs play no part */
     fwd.weights = NULL;
     fwd.lse = NULL;

@@ -49,6 +49,19 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
     return CLATTN_SUCCESS;
 }
 
+clattn_status clattn_check_backward_desc(clattn_context *ctx, const clattn_attention_desc *desc)
+{
+    if (desc->paged || desc->k_new || desc->rotary || desc->varlen)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "%s: the backward pass takes contiguous K and V (and dK, dV), no "
+                           "append, no rotary embeddings and no varlen",
+                           desc->paged    ? "paged K/V"
+                           : desc->k_new  ? "k_new, v_new"
+                           : desc->rotary ? "rotary"
+                                          : "varlen");
+    return CLATTN_SUCCESS;
+}
+
 static clattn_status check_attention_shapes(clattn_context *ctx, const clattn_view *q,
                                             const clattn_view *k, const clattn_view *v,
                                             const clattn_view *o, const clattn_view *w,
