@@ -38,7 +38,6 @@ __kernel void clattn_append(__global const ELEM_T(KN_DT) *kn, long kn_off, long4
         new_lens[b] = (int)min(len + n_new, n_kv);
     if (t >= n_new || j >= n_kv) /* (n_new 0: one row of work-items for the lengths) */
         return;
-    const pages kvp = KV_PAGES;
     if (c < d_k) {
         float x = LD(KN_DT, kn, view_at(kn_off, kn_st, b, h, t, c));
 #if ROPE
@@ -46,9 +45,9 @@ __kernel void clattn_append(__global const ELEM_T(KN_DT) *kn, long kn_off, long4
         x = rope_at(x, LD(KN_DT, kn, view_at(kn_off, kn_st, b, h, t, o)), c, rot_dim,
                     rot_interleaved, inv_freq, kv_start + j);
 #endif
-        ST(K_DT, k, kv_row(k_off, k_st, b, h, j, kvp) + c * k_st.s3, x);
+        ST(K_DT, k, kv_row(k_off, k_st, b, h, j KV_PAGES) + c * k_st.s3, x);
     }
     if (c < d_v)
-        ST(V_DT, v, kv_row(v_off, v_st, b, h, j, kvp) + c * v_st.s3,
+        ST(V_DT, v, kv_row(v_off, v_st, b, h, j KV_PAGES) + c * v_st.s3,
            LD(VN_DT, vn, view_at(vn_off, vn_st, b, h, t, c)));
 }

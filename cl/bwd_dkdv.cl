@@ -32,7 +32,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
 {
     __local float q_r[RT * DKP], g_r[RT * DVP]; /* the tile's Q and dO rows */
     __local float s_l[RT * WG]; /* s_l[row·WG + key]: the scores, then with their terms */
-    const pages nop = NO_PAGES;
     __local float row_d[RT], row_lse[RT];
     const int lid = get_local_id(0);
     const long j0 = get_group_id(0) * WG, j = j0 + lid, bhk = get_global_id(1);
@@ -66,10 +65,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
             }
         }
         for (long i0 = t_first; i0 < t_end; i0 += RT) {
-            TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, DKP, RT, WG, false, q_r,
-                                    nop);
+            TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, DKP, RT, WG, false, q_r NO_PAGES);
             TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, DVP, RT, WG, false,
-                                     g_r, nop);
+                                     g_r NO_PAGES);
             if (lid < RT) {
                 const long i = i0 + lid, row = (b * h_q + h) * n_q + i;
                 row_d[lid] = i < n_q ? rows[2 * row] : 0.0f;

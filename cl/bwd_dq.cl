@@ -30,7 +30,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
 {
     __local float kt[DK_N * KT], vt[DV_N * KT], k_r[KT * DKP];
-    const pages nop = NO_PAGES;
     const int lid = get_local_id(0);
     const long g0 = get_group_id(0) * WG, i = g0 + lid, bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
@@ -53,9 +52,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     /* the keys any row of the group sees (uniform) */
     const long2 kr = group_key_range(RULE_ARGS, b, g0, g0 + WG - 1, n_q, n_kv);
     for (long j0 = kr.x / KT * KT; j0 < kr.y; j0 += KT) {
-        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, KT, WG, true, kt, nop);
-        TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V, KT, WG, true, vt, nop);
-        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, DKP, KT, WG, false, k_r, nop);
+        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, KT, WG, true, kt NO_PAGES);
+        TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V, KT, WG, true, vt NO_PAGES);
+        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, DKP, KT, WG, false, k_r NO_PAGES);
         barrier(CLK_LOCAL_MEM_FENCE); /* the tile staged */
         if (active && j0 < r.hi && j0 + KT > r.lo) {
             float16 raw = 0.0f;

@@ -297,27 +297,37 @@ long view_at(long off, long4 st, long b, long h, long s, long d)
  * Key row j of batch entry b is slot j % size of page table[b·stride + j / size] of a
  * pool view (st.s0 strides pages, st.s2 slots). Entries are clamped into [0, count): a
  * bad table on the device reads a wrong page of the pool, never memory outside it.
- * Kernels pass `pages` to the staging helpers: their K/V tables, or none (a NULL table)
- * for Q and dO. */
+ * Kernels pass their K/V tables (KV_PAGES) or none (NO_PAGES, Q and dO) to the staging
+ * helpers. */
 #ifndef PAGED
 #define PAGED 0
 #endif
 #define PAGE_PARAMS                                                                         \
     __global const int *block_table, long bt_stride, long page_size, long num_pages
-typedef struct pages {
-    __global const int *table; /* NULL: a plain view */
-    long stride, size, count;
-} pages;
-#define KV_PAGES {block_table, bt_stride, page_size, num_pages} /* a kernel's K/V pages */
-#define NO_PAGES {0, 0, 1, 1}
+/* The helpers' paging parameters, appended to their parameter lists (and arguments) only
+ * in programs built with -DPAGED=1: a table (NULL: a plain view), its row stride, the
+ * page size and the pool's page count. Programs without pages keep the helpers' plain
+ * signatures (with four more parameters on stage4, unused, PoCL 3.1 miscompiled
+ * decode_gpu.cl for d_v 4: its outputs were zeros). */
+#if PAGED
+#define PG_PARAMS , __global const int *pg_table, long pg_stride, long pg_size, long pg_count
+#define PG_ARGS , pg_table, pg_stride, pg_size, pg_count
+#define KV_PAGES , block_table, bt_stride, page_size, num_pages /* a kernel's K/V pages */
+#define NO_PAGES , 0, 0, 1, 1                                   /* Q, dO: no pages */
+#else
+#define PG_PARAMS
+#define PG_ARGS
+#define KV_PAGES
+#define NO_PAGES
+#endif
 
 /* Element offset of element 0 of key row j of head h, batch entry b. */
-long kv_row(long off, long4 st, long b, long h, long j, pages pg)
+long kv_row(long off, long4 st, long b, long h, long j PG_PARAMS)
 {
 #if PAGED
-    if (pg.table) {
-        const long e = clamp((long)pg.table[b * pg.stride + j / pg.size], 0L, pg.count - 1);
-        return off + e * st.s0 + h * st.s1 + (j % pg.size) * st.s2;
+    if (pg_table) {
+        const long e = clamp((long)pg_table[b * pg_stride + j / pg_size], 0L, pg_count - 1);
+        return off + e * st.s0 + h * st.s1 + (j % pg_size) * st.s2;
     }
 #endif
     return view_at(off, st, b, h, j, 0);
@@ -359,11 +369,11 @@ float rope_at(float x_c, float x_o, int c, int dim, int interleaved,
 
 /* Whether rows j … j + n − 1 are consecutive rows of one view (always without pages):
  * then row j + t lies t·st.s2 elements after row j. */
-bool rows_contiguous(long j, int n, pages pg)
+bool rows_contiguous(long j, int n PG_PARAMS)
 {
 #if PAGED
-    if (pg.table)
-        return j / pg.size == (j + n - 1) / pg.size;
+    if (pg_table)
+        return j / pg_size == (j + n - 1) / pg_size;
 #endif
     return true;
 }
@@ -482,14 +492,14 @@ void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, fl
 #define DEFINE_STAGE_ROWS(dt)                                                               \
     void stage_rows_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h, \
                          long j0, long n, int d, int d_pad, int tile, int wg, bool transpose, \
-                         __local float *dst, pages pg)                                      \
+                         __local float *dst PG_PARAMS)                                     \
     {                                                                                       \
         if (transpose) {                                                                    \
             for (int kb = get_local_id(0); kb < tile / 8; kb += wg) {                       \
                 const int jj0 = 8 * kb;                                                     \
                 int c = 0;                                                                  \
-                if (st.s3 == 1 && j0 + jj0 + 8 <= n && rows_contiguous(j0 + jj0, 8, pg)) {  \
-                    const long base = kv_row(off, st, b, h, j0 + jj0, pg);                  \
+                if (st.s3 == 1 && j0 + jj0 + 8 <= n && rows_contiguous(j0 + jj0, 8 PG_ARGS)) {  \
+                    const long base = kv_row(off, st, b, h, j0 + jj0 PG_ARGS);                  \
                     for (; c + 8 <= d; c += 8) {                                            \
                         const __global const ELEM_T_##dt *p_ = src + base + c;              \
                         store_transposed8(LD8_##dt(p_, 0), LD8_##dt(p_, st.s2),             \
@@ -501,7 +511,7 @@ void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, fl
                 }                                                                           \
                 for (int k = 0; k < 8; k++) { /* what the blocks did not cover */          \
                     const long j = j0 + jj0 + k;                                            \
-                    const long base = kv_row(off, st, b, h, j < n ? j : 0, pg);             \
+                    const long base = kv_row(off, st, b, h, j < n ? j : 0 PG_ARGS);             \
                     for (int cc = c; cc < d; cc++)                                          \
                         dst[cc * tile + jj0 + k] =                                          \
                             j < n ? LD_##dt(src, base + cc * st.s3) : 0.0f;                 \
@@ -511,7 +521,7 @@ void store_transposed8(float8 r0, float8 r1, float8 r2, float8 r3, float8 r4, fl
         for (int jj = get_local_id(0); jj < tile; jj += wg) {                               \
             const long j = j0 + jj;                                                         \
             const bool in = j < n;                                                          \
-            const long base = kv_row(off, st, b, h, in ? j : 0, pg);                        \
+            const long base = kv_row(off, st, b, h, in ? j : 0 PG_ARGS);                        \
             int c = 0;                                                                      \
             if (in && st.s3 == 1) {                                                         \
                 for (; c + 16 <= d; c += 16)                                                \
@@ -540,7 +550,7 @@ DEFINE_STAGE_ROWS(2)
 #define DEFINE_STAGE4(dt)                                                                   \
     bool stage4_##dt(__global const ELEM_T_##dt *src, long off, long4 st, long b, long h,  \
                      long r0, long n, int rows, int d, int dpad, int stride,                \
-                     __local float *dst, pages pg)                                          \
+                     __local float *dst PG_PARAMS)                                         \
     {                                                                                       \
         const int per_row = dpad / 4;                                                       \
         int4 bad = 0;                                                                       \
@@ -550,7 +560,7 @@ DEFINE_STAGE_ROWS(2)
             const long row = r0 + rr;                                                       \
             float4 x = 0.0f;                                                                \
             if (row < n) {                                                                  \
-                const long base = kv_row(off, st, b, h, row, pg);                           \
+                const long base = kv_row(off, st, b, h, row PG_ARGS);                           \
                 if (st.s3 == 1 && c + 4 <= d) {                                             \
                     x = LD4_##dt(src, base + c);                                            \
                 } else {                                                                    \

@@ -53,7 +53,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
     const long h_kv = h_q / group, bhk = get_global_id(1);
     const long b = bhk / h_kv, hk = bhk % h_kv;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const pages kvp = KV_PAGES;
 
     float16 q16[NR][N_QV], acc[NR][N_AV];
     float m[NR], l[NR], slope[NR];
@@ -88,16 +87,16 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const int tlo = rel_bound(klo, j0, 16), thi = rel_bound(khi, j0, 16);
         /* the step's first K and V rows; with pages, the others follow them when the step
          * lies in one page (one table read per step, not per key) */
-        const bool one_page = rows_contiguous(j0, 16, kvp);
-        const long kb0 = kv_row(k_off, k_st, b, hk, j0, kvp);
-        const long vb0 = kv_row(v_off, v_st, b, hk, j0, kvp);
+        const bool one_page = rows_contiguous(j0, 16 KV_PAGES);
+        const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
+        const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
         /* raw scores: each K vector feeds SB rows' FMAs, one horizontal sum per row */
         for (int t = 0; t < 16; t++) {
             const bool in = t >= tlo && t < thi; /* keys outside are masked below */
             const long kb = one_page ? kb0 + t * k_st.s2
-                                     : kv_row(k_off, k_st, b, hk, in ? j0 + t : 0, kvp);
+                                     : kv_row(k_off, k_st, b, hk, in ? j0 + t : 0 KV_PAGES);
             if (in) { /* V row t, read next to K row t (two sequential streams) */
-                const long vb = one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t, kvp);
+                const long vb = one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES);
                 for (int a = 0; a < N_AV; a++)
                     vstore16(TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V), a, v_rows + t * D_V_PAD);
             }

@@ -84,7 +84,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     const long b = bhk / h_kv, hk = bhk % h_kv;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const bool terms = MASK_T || ALIBI || SOFTCAP || mask == MASK_NO_SELF;
-    const pages kvp = KV_PAGES; /* staged keys stay below k_hi: the pages the table holds */
 
     for (int e = t; e < RB * DK8; e += WG) {
         const int r = e / DK8, c = e % DK8;
@@ -127,7 +126,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
          * t % KB with rows t / KB, t / KB + WG/KB, … */
         for (int sb = 0; sb < WG; sb += KB) {
             (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0 + sb, k_hi, KB, D_K, DK8, K_STRIDE,
-                                      k_s, kvp);
+                                      k_s KV_PAGES);
             barrier(CLK_LOCAL_MEM_FENCE);
             const int kk = t % KB;
             for (int r = t / KB; r < RB; r += WG / KB) {
@@ -197,7 +196,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
          * once) in K's buffer; staged keys past the split weigh 0 */
         for (int sb = 0; sb < WG && j0 + sb < k_hi; sb += KB) {
             (void)TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0 + sb, k_hi, KB, D_V, DVW, DVW,
-                                      k_s, kvp);
+                                      k_s KV_PAGES);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int jj = kh; jj < KB; jj += KS) {
                 float vv[NCOL];

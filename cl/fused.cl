@@ -72,7 +72,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float slope = ALIBI ? alibi[h] : 0.0f;
-    const pages kvp = KV_PAGES;
     /* K/V rows past the batch entry's keys are staged as zeros, not read (with pages,
      * the table holds no page for them) */
     const long nkv_b = seq_len(kv_lens, b, n_kv);
@@ -101,10 +100,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     /* key tiles outside every row's range are fully masked: the group skips them */
     const long2 kr = group_key_range(RULE_ARGS, b, g0, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
-        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, D_K, D_K, TILE_KV, WG, true, k_t,
-                                kvp);
+        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, D_K, D_K, TILE_KV, WG, true, k_t KV_PAGES);
         TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, D_V, D_V_PAD, TILE_KV, WG, false,
-                                v_tile, kvp);
+                                v_tile KV_PAGES);
         /* keys of weight 0 must add nothing even when V holds inf or NaN: one test per
          * tile (each work-item checks the rows it staged), not one per product */
         tile_bad[get_local_id(0)] = rows_nonfinite(v_tile, TILE_KV, D_V_PAD, WG);

@@ -80,12 +80,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float slope = ALIBI ? alibi[h] : 0.0f;
-    const pages kvp = KV_PAGES, nop = NO_PAGES;
     /* K/V rows past the batch entry's keys are staged as zeros, not read (with pages,
      * the table holds no page for them) */
     const long nkv_b = seq_len(kv_lens, b, n_kv);
 
-    (void)TYPED(stage4, Q_DT)(q, q_off, q_st, b, h, g0, n_q, BQ, D_K, DK4, QK_STRIDE, q_s, nop);
+    (void)TYPED(stage4, Q_DT)(q, q_off, q_st, b, h, g0, n_q, BQ, D_K, DK4, QK_STRIDE, q_s NO_PAGES);
     if (lid == 0)
         v_bad = 0;
     barrier(CLK_LOCAL_MEM_FENCE); /* v_bad cleared before any work-item stages V */
@@ -111,10 +110,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const bool terms = MASK_T || ALIBI || SOFTCAP || mask == MASK_NO_SELF;
 
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
-        (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, TILE_KV, D_K, DK4, QK_STRIDE, k_s,
-                                  kvp);
+        (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, TILE_KV, D_K, DK4, QK_STRIDE, k_s KV_PAGES);
 #if !KV_SHARED
-        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s, kvp))
+        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
             v_bad = 1; /* read after the row-max barrier, reset after the next one */
 #endif
         barrier(CLK_LOCAL_MEM_FENCE); /* Q, K (and V) staged */
@@ -155,7 +153,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         }
 #if KV_SHARED
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with K */
-        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s, kvp))
+        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
             v_bad = 1;
 #endif
 

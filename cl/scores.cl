@@ -36,7 +36,6 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
               RULE_PARAMS, TERM_PARAMS)
 {
     __local float k_t[D_K * TILE_KV]; /* K tile transposed: k_t[c·TILE_KV + key] */
-    const pages nop = NO_PAGES;
     const long i0 = (get_group_id(0) * WG + get_local_id(0)) * RQ;
     const long j0 = get_group_id(1) * TILE_KV, bh = get_global_id(2);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
@@ -54,8 +53,7 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
         skip = j0 >= gr.y || j0 + TILE_KV <= gr.x;
     }
     if (!skip)
-        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t,
-                                nop);
+        TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, n_kv, D_K, D_K, TILE_KV, WG, true, k_t NO_PAGES);
     barrier(CLK_LOCAL_MEM_FENCE); /* K tile staged before anyone reads it */
     if (skip)
         return;

@@ -38,7 +38,6 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
 {
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
     __local int tile_bad[WG];                /* work-item t staged a row holding inf/NaN */
-    const pages nop = NO_PAGES;
     const long g0 = get_group_id(0) * (WG * RQ), i0 = g0 + get_local_id(0) * RQ;
     const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
@@ -60,7 +59,7 @@ clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
         kr = (long2)(0, min(n_kv, (long)TILE_KV));
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
         TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, n_kv, D_V, D_V_PAD, TILE_KV, WG, false,
-                                v_tile, nop);
+                                v_tile NO_PAGES);
         tile_bad[get_local_id(0)] = rows_nonfinite(v_tile, TILE_KV, D_V_PAD, WG);
         barrier(CLK_LOCAL_MEM_FENCE); /* V tile staged before anyone reads it */
         bool v_finite = true; /* then weights of 0 need no test (fused.cl) */

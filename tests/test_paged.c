@@ -254,11 +254,12 @@ static const config configs[] = {
     {3, 4, 4, 1, 64, 64, 16, 9, {144, 37, 0}, false, false},
     {2, 8, 2, 3, 40, 24, 7, 20, {140, 60, 0}, true, true},
     {2, 8, 2, 1, 128, 128, 256, 3, {768, 300, 0}, true, false}, /* split-KV: 2 splits */
+    {2, 4, 2, 3, 4, 4, 5, 8, {40, 17, 0}, true, false}, /* head dims 4 (PoCL once broke it) */
     /* the tiled kernels (test_paged_sweep) */
     {2, 4, 2, 37, 32, 48, 5, 20, {100, 71, 0}, true, true},
     {1, 2, 1, 20, 16, 16, 1, 50, {-1, 0, 0}, false, false},
 };
-#define N_DECODE_CONFIGS 3
+#define N_DECODE_CONFIGS 4
 
 static void desc_for(const config *c, clattn_attention_desc *d, float *slopes)
 {
