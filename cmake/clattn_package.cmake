@@ -79,6 +79,8 @@ install(TARGETS ${_clattn_targets} EXPORT clattnTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
+              "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_kvcache.h"
+              "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_multi.h"
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET clattn_cli)
   install(TARGETS clattn_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

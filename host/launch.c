@@ -474,6 +474,21 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_exec_plan 
     return launch(ctx, "rope_q", &r, 3, gq, NULL, n_wait, wait, &ev[1]);
 }
 
+/* What enqueue_append made, released (the runtime frees each once the kernels that use
+ * it finish): its events, the frequencies, the rotated Q, the lengths before the append
+ * unless they are the caller's, and x (which holds the lengths after it). */
+static void append_release(cl_event pre[2], cl_mem freq, cl_mem q_rot, cl_mem old_lens, aux_t *x)
+{
+    release_events(pre, 2);
+    if (old_lens == x->kv_lens || old_lens == x->lens_given[1])
+        old_lens = NULL; /* (x's own, or the caller's) */
+    const cl_mem own[3] = {freq, q_rot, old_lens};
+    for (int i = 0; i < 3; i++)
+        if (own[i])
+            clReleaseMemObject(own[i]);
+    aux_release(x);
+}
+
 /* Runs a planned attention on device views. Events chain the kernels, so an
  * out-of-order queue is fine. */
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *p,
@@ -500,8 +515,9 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     clattn_view q_rot = clattn_view_packed(0, 0, 0, 0);
     if (dv->has_append) {
         st = enqueue_append(ctx, p, dv, &x, n_wait, wait, &lens_new, &freq, &q_rot, pre);
-        if (st == CLATTN_SUCCESS) {
+        if (lens_new) /* the attention reads (and aux_release releases) the lengths after */
             x.kv_lens = lens_new;
+        if (st == CLATTN_SUCCESS) {
             if (q_rot.buffer)
                 q = &q_rot;
             n_wait = pre[1] ? 2 : 1;
@@ -510,13 +526,7 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
         if (st == CLATTN_SUCCESS && q->count == 0)
             st = enqueue_marker(ctx, n_wait, wait, done);
         if (st != CLATTN_SUCCESS || q->count == 0) {
-            release_events(pre, 2);
-            cl_mem own[4] = {lens_new, freq, q_rot.buffer,
-                             old_lens != x.lens_given[1] ? old_lens : NULL};
-            for (int i = 0; i < 4; i++)
-                if (own[i] && own[i] != x.kv_lens)
-                    clReleaseMemObject(own[i]);
-            aux_release(&x);
+            append_release(pre, freq, q_rot.buffer, old_lens, &x);
             return st;
         }
     }
@@ -593,14 +603,10 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     for (int i = 0; i < 3; i++)
         if (ws_mem[i]) /* freed by the runtime once the kernels that use it finish */
             clReleaseMemObject(ws_mem[i]);
-    if (dv->has_append) {
-        release_events(pre, 2);
-        cl_mem own[3] = {freq, q_rot.buffer, old_lens != x.lens_given[1] ? old_lens : NULL};
-        for (int i = 0; i < 3; i++)
-            if (own[i])
-                clReleaseMemObject(own[i]);
-    }
-    aux_release(&x); /* (with the lengths after the append) */
+    if (dv->has_append)
+        append_release(pre, freq, q_rot.buffer, old_lens, &x);
+    else
+        aux_release(&x);
     return st;
 }
 /* bwd_dq's and bwd_dkdv's arguments before their gradients, and after them */
