@@ -596,21 +596,47 @@ DEFINE_STAGE4(2)
         __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
         long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
         int lse_relative, \
-        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS
+        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks
+
+/* ---- attention sinks (the desc's sinks; host twin: reference.c) ----
+ * Head h's sink is one more key of logit sinks[h] and value zero in every row's softmax.
+ * Folds it into row i's online-softmax state (m, l), relative to the row's ALiBi
+ * reference as the scores are (sinks[h] + slope·ref), and returns the factor the row's
+ * accumulator takes (exp(m − m_new); 1 when the max does not move). No sinks (NULL), a
+ * sink of −∞ and padding rows: nothing changes. A row with no visible key gets m = the
+ * sink and l = 1: output zeros, LSE = the sink. Split-KV decoding folds it in the merge
+ * (split_merge.cl), as one more part of O = 0. */
+float fold_sink(__global const float *sinks, long h, __global const int *q_lens, long b, long i,
+                float *m, float *l, float slope, long ref)
+{
+    if (!sinks || row_padding(q_lens, b, i))
+        return 1.0f;
+    const float s = sinks[h] + slope * (float)ref;
+    if (s == -INFINITY)
+        return 1.0f;
+    const float m_new = max_nan(*m, s);
+    const float alpha = m_new == *m ? 1.0f : exp(*m - m_new); /* 0 from an empty row */
+    *l = *l * alpha + exp(s - m_new);
+    *m = m_new;
+    return alpha;
+}
 
 /* Row i of head h, batch entry b (variables at the use; D_V, D_V_PAD and N_AV from the
- * kernel file): acc / l, acc / l, or for a row with no visible
- * key zeros (NaN with masked_nan, but zeros for padding rows); LSE = m + log l (−∞ for no visible key). */
+ * kernel file): the sink folded in (fold_sink), then acc / l, or for a row with no
+ * visible key zeros (NaN with masked_nan, but zeros for padding rows); LSE = m + log l
+ * (−∞ for no visible key). */
 #define STORE_ROW(acc_row, m_row, l_row, slope_row, ref_row)                                \
     do {                                                                                    \
         float out_[D_V_PAD];                                                                \
-        const bool empty_ = (m_row == -INFINITY);                                           \
+        float ms_ = (m_row), ls_ = (l_row);                                                 \
+        const float as_ = fold_sink(sinks, h, q_lens, b, i, &ms_, &ls_, slope_row, ref_row); \
+        const bool empty_ = (ms_ == -INFINITY);                                             \
         const float fill_ = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;          \
         _Pragma("unroll") for (int a_ = 0; a_ < N_AV; a_++)                                 \
-            vstore16(empty_ ? (float16)(fill_) : (acc_row)[a_] / (l_row), a_, out_);        \
+            vstore16(empty_ ? (float16)(fill_) : (acc_row)[a_] * as_ / ls_, a_, out_);      \
         for (int c_ = 0; c_ < D_V; c_++)                                                    \
             ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
-        STORE_LSE(empty_, m_row, l_row, slope_row, ref_row);                                \
+        STORE_LSE(empty_, ms_, ls_, slope_row, ref_row);                                    \
     } while (0)
 
 /* The LSE of row i (variables at the use): −∞ for a row with no visible key, else

@@ -285,11 +285,17 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         for (int t = 0; t < CT; t++)
             lt += red[(ty * RQ + r) * CT + t];
         const row_rule rule = rule_at(RULE_ARGS, b, i, n_q, n_kv);
-        const bool empty = m[r] == -INFINITY || rule.hi <= rule.lo;
+        const bool no_keys = m[r] == -INFINITY || rule.hi <= rule.lo;
+        const long ref = ALIBI ? alibi_ref(rule) : 0;
+        float mr = no_keys ? -INFINITY : m[r];
+        lt = no_keys ? 0.0f : lt;
+        const float as = fold_sink(sinks, h, q_lens, b, i, &mr, &lt, slope, ref);
+        const bool empty = mr == -INFINITY;
         const float fill = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
         for (int n = 0; n < NTD; n++) {
             float out[4];
-            vstore4(empty ? (float4)(fill) : acc[r][n] / lt, 0, out);
+            vstore4(empty ? (float4)(fill) : no_keys ? (float4)(0.0f) : acc[r][n] * as / lt, 0,
+                    out);
             for (int e = 0; e < 4; e++) {
                 const int c = 4 * (tx + CT * n) + e;
                 if (c < D_V)
@@ -297,6 +303,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
             }
         }
         if (tx == 0)
-            STORE_LSE(empty, m[r], lt, slope, ALIBI ? alibi_ref(rule) : 0);
+            STORE_LSE(empty, mr, lt, slope, ref);
     }
 }

@@ -34,7 +34,8 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
                              __global float *y, long y_off, long4 y_st,
                              __global lse_t *lse, long lse_off, long4 lse_st,
                              int heads, long width, long n_q, int masked_nan, int sparse,
-                             __global const float *alibi, RULE_PARAMS, __local float *red)
+                             __global const float *alibi, RULE_PARAMS,
+                             __global const float *sinks, __local float *red)
 {
     const int lid = get_local_id(0), wg = get_local_size(0);
     const long r = get_global_id(1), bh = get_global_id(2);
@@ -64,6 +65,11 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     for (long j = 16 * n16 + lid; j < n; j += wg)
         m = max_nan(m, x[xrow + j * x_st.s3]);
     WG_REDUCE(red, m, max_nan);
+    /* the sink (common.cl fold_sink): one more key of value zero, in l and the LSE */
+    float l_sink = 0.0f;
+    const float slope = alibi ? alibi[h] : 0.0f;
+    const long ref = alibi ? alibi_ref(rr) : 0;
+    fold_sink(sinks, h, q_lens, b, r, &m, &l_sink, slope, ref);
 
     if (m == -INFINITY) { /* every key masked: zeros (NaN if asked, not for padding rows) */
         const float fill = masked_nan && !row_padding(q_lens, b, r) ? NAN : 0.0f;
@@ -81,10 +87,10 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     for (long j = 16 * n16 + lid; j < n; j += wg)
         l += exp(x[xrow + j * x_st.s3] - m);
     WG_REDUCE(red, l, ADD);
+    l += l_sink;
     /* relative ALiBi scores (alibi set: common.cl alibi_ref): the row's constant back */
     if (lse && lid == 0)
-        lse[view_at(lse_off, lse_st, b, h, r, 0)] =
-            LSE_ABS(m + log(l), alibi ? alibi[h] : 0.0f, alibi ? alibi_ref(rr) : 0);
+        lse[view_at(lse_off, lse_st, b, h, r, 0)] = LSE_ABS(m + log(l), slope, ref);
 
     for (long c = lid; c < n16; c += wg)
         vstore16(exp(vload16(c, x + xrow) - m) / l, c, y + yrow);

@@ -5,7 +5,8 @@
  * the merge of clattn_merge (merge.cl) done in one pass over all splits. Splits whose
  * LSE is −∞ (no visible key there) add nothing, whatever their O; a row with none
  * anywhere is an empty row (zeros, NaN with masked_nan, zeros for padding rows; LSE
- * −∞). A NaN LSE makes the row NaN. NDRange (d_v, n_q, batch·h_q), one element per
+ * −∞). A sink (the desc's sinks) joins as one more part, of LSE = the sink and O = 0
+ * (common.cl fold_sink), so the splits run without it. A NaN LSE makes the row NaN. NDRange (d_v, n_q, batch·h_q), one element per
  * work-item; the column-0 work-item writes the LSE.
  */
 #ifndef D_V
@@ -16,13 +17,16 @@ __kernel void clattn_split_merge(__global const float *part_o, __global const fl
                                  int n_splits, __global ELEM_T(O_DT) *o, long o_off, long4 o_st,
                                  __global lse_t *lse, long lse_off, long4 lse_st, int h_q,
                                  long n_q, long n_kv, int masked_nan, __global const float *alibi,
-                                 RULE_PARAMS)
+                                 RULE_PARAMS, __global const float *sinks)
 {
     const int c = get_global_id(0);
     const long i = get_global_id(1), bh = get_global_id(2);
     const long b = bh / h_q, h = bh % h_q, row = bh * n_q + i;
     const int lse_relative = 0; /* (STORE_LSE) the weights pass does not split */
     __global const float *pl = part_lse + row * n_splits;
+    const row_rule rule = rule_at(RULE_ARGS, b, i, n_q, n_kv);
+    const float slope = ALIBI ? alibi[h] : 0.0f;
+    const long ref = ALIBI ? alibi_ref(rule) : 0;
     float mx = -INFINITY;
     for (int s = 0; s < n_splits; s++)
         mx = max_nan(mx, pl[s]);
@@ -35,11 +39,11 @@ __kernel void clattn_split_merge(__global const float *part_o, __global const fl
             sum += w;
             acc = fma(w, part_o[(row * n_splits + s) * D_V + c], acc);
         }
+    /* the sink (common.cl fold_sink): one more part, of O = 0 */
+    acc *= fold_sink(sinks, h, q_lens, b, i, &mx, &sum, slope, ref);
     const bool empty = mx == -INFINITY;
     const float fill = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
     ST(O_DT, o, view_at(o_off, o_st, b, h, i, c), empty ? fill : acc / sum);
-    if (c == 0) {
-        const row_rule rule = rule_at(RULE_ARGS, b, i, n_q, n_kv);
-        STORE_LSE(empty, mx, sum, ALIBI ? alibi[h] : 0.0f, ALIBI ? alibi_ref(rule) : 0);
-    }
+    if (c == 0)
+        STORE_LSE(empty, mx, sum, slope, ref);
 }

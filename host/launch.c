@@ -73,7 +73,7 @@ static clattn_status launch(clattn_context *ctx, const char *name, arg_list *a, 
  * runtime keeps them alive until the kernels that use them finish). */
 typedef struct aux_t {
     const clattn_attention_desc *desc; /* NULL: plain rows (the public softmax stage) */
-    cl_mem q_lens, kv_lens, alibi;
+    cl_mem q_lens, kv_lens, alibi, sinks;
     cl_mem lens_given[2];    /* the desc's q_lens_buffer, kv_lens_buffer (not ours) */
     const clattn_view *mask; /* device view, or NULL */
     float softcap;
@@ -170,6 +170,7 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
     arg_int(&a, sparse);
     arg(&a, sizeof(cl_mem), &aux->alibi); /* the scores are relative to the ALiBi reference */
     arg_rule(&a, aux);
+    arg(&a, sizeof(cl_mem), &aux->sinks);
     arg(&a, wg * sizeof(float), NULL);
     const size_t global[3] = {wg, (size_t)x->n[2], (size_t)(x->n[0] * x->n[1])};
     const size_t local[3] = {wg, 1, 1};
@@ -220,6 +221,7 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_rule(&a, x);
     arg_terms(&a, x);
     arg_pages(&a, x);
+    arg(&a, sizeof(cl_mem), &x->sinks);
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
      * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
     const int64_t rows = bk->decode ? q->n[2] * clattn_group(q->n[1], k->n[1]) : q->n[2];
@@ -288,6 +290,7 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
         arg_int(&a, x->desc->masked_rows);
         arg(&a, sizeof(cl_mem), &x->alibi);
         arg_rule(&a, x);
+        arg(&a, sizeof(cl_mem), &x->sinks);
         const size_t global[3] = {(size_t)o->n[3], (size_t)q->n[2], (size_t)(q->n[0] * q->n[1])};
         st = launch(ctx, "split_merge", &a, 3, global, NULL, 1, &ev, done);
     }
@@ -374,6 +377,8 @@ static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *
         x->kv_lens = desc->kv_lens_buffer;
     if (st == CLATTN_SUCCESS && desc->alibi_slopes && q->n[1] > 0)
         st = clattn_create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->alibi_slopes, &x->alibi);
+    if (st == CLATTN_SUCCESS && desc->sinks && q->n[1] > 0)
+        st = clattn_create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->sinks, &x->sinks);
     if (st == CLATTN_SUCCESS && k && k->paged) {
         x->pages = k;
         x->table = k->page_table_buffer;
@@ -388,9 +393,9 @@ static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *
 
 static void aux_release(aux_t *x)
 {
-    cl_mem *bufs[3] = {&x->q_lens, &x->kv_lens, &x->alibi};
-    for (int i = 0; i < 3; i++)
-        if (*bufs[i] && (i == 2 || *bufs[i] != x->lens_given[i])) {
+    cl_mem *bufs[4] = {&x->q_lens, &x->kv_lens, &x->alibi, &x->sinks};
+    for (int i = 0; i < 4; i++)
+        if (*bufs[i] && (i >= 2 || *bufs[i] != x->lens_given[i])) {
             (void)clReleaseMemObject(*bufs[i]); /* freed once the kernels that use it finish */
             *bufs[i] = NULL;
         }

@@ -450,6 +450,8 @@ static clattn_status split_heads(clattn_multi *m, const clattn_attention_desc *d
                 d.q_lens += b0;
             if (d.alibi_slopes)
                 d.alibi_slopes += h0 * group;
+            if (d.sinks)
+                d.sinks += h0 * group;
             sub.desc = &d;
             job *j = &jobs[n_jobs++];
             j->dev = dev;
@@ -491,10 +493,11 @@ static double part_lse(const clattn_view *lse, size_t r)
     return clattn_host_load64(lse, (int64_t)r);
 }
 
-static void merge_on_host(const clattn_problem *c, size_t n_parts, const float *part_o,
-                          const clattn_view *lse_views)
+static void merge_on_host(const clattn_attention_desc *desc, const clattn_problem *c,
+                          size_t n_parts, const float *part_o, const clattn_view *lse_views)
 {
     const int64_t batch = c->q.n[0], h_q = c->q.n[1], n_q = c->q.n[2], d_v = c->v.n[3];
+    const int64_t n_kv = c->k.n[2];
     const size_t rows = (size_t)(batch * h_q * n_q), n_o = rows * (size_t)d_v;
     size_t r = 0;
     for (int64_t b = 0; b < batch; b++)
@@ -507,9 +510,16 @@ static void merge_on_host(const clattn_problem *c, size_t n_parts, const float *
                     if (part_lse(&lse_views[p], r) > mx)
                         mx = part_lse(&lse_views[p], r);
                 }
+                /* the sink: one more part, of LSE sinks[h] and O = 0 (not for padding
+                 * rows); the parts ran without it */
+                const double sink = desc->sinks && clattn_rule(desc, b, i, n_q, n_kv).valid
+                                        ? (double)desc->sinks[h]
+                                        : -INFINITY;
+                if (sink > mx)
+                    mx = sink;
                 if (nan)
                     mx = NAN;
-                double sum = 0.0;
+                double sum = mx != -INFINITY && sink != -INFINITY ? exp(sink - mx) : 0.0;
                 for (size_t p = 0; p < n_parts; p++)
                     if (mx != -INFINITY && part_lse(&lse_views[p], r) != -INFINITY)
                         sum += exp(part_lse(&lse_views[p], r) - mx); /* NaN when mx is */
@@ -609,6 +619,7 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
             sub.mask = clattn_view_slice(&c->mask, 3, c0, len);
         clattn_attention_desc d = *desc;
         d.kv_start = desc->kv_start + c0;
+        d.sinks = NULL; /* added once, by the merge */
         if (desc->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) { /* as top-left, shifted */
             d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
             d.q_start = desc->q_start + n_kv - n_q;
@@ -634,7 +645,7 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
     }
     st = finish_jobs(m, jobs, p, st);
     if (st == CLATTN_SUCCESS)
-        merge_on_host(c, n_run, part_o, lse_views);
+        merge_on_host(desc, c, n_run, part_o, lse_views);
 done:
     free(part_o);
     free(part_l);

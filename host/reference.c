@@ -5,6 +5,7 @@
  *  - masked keys (and keys whose weight is exactly 0) contribute nothing;
  *  - a row with no visible key outputs zeros (or NaN with CLATTN_MASKED_ROWS_NAN) and
  *    LSE −∞; rows past q_lens[b] output zeros and LSE −∞;
+ *  - a sink (desc->sinks) is one more visible key of logit sinks[h] and value zero;
  *  - NaN and +inf follow IEEE arithmetic within their own row. */
 #include "internal.h"
 
@@ -197,9 +198,15 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
             for (int64_t i = 0; i < n_q; i++) {
                 const bool valid = clattn_rule(desc, b, i, n_q, n_kv).valid;
                 int64_t ref = 0;
-                const double m = row_scores(desc, &q, &k, &ex, scale, b, h, hk, i, p, &ref);
+                double m = row_scores(desc, &q, &k, &ex, scale, b, h, hk, i, p, &ref);
                 const double shift =
                     desc->alibi_slopes ? -(double)desc->alibi_slopes[h] * (double)ref : 0.0;
+                /* the sink: one more key of logit sinks[h] (relative to the row's ALiBi
+                 * reference, as the scores are) and value zero; not for padding rows */
+                const double sink =
+                    desc->sinks && valid ? (double)desc->sinks[h] - shift : -INFINITY;
+                if (sink > m)
+                    m = sink;
                 const bool empty = (m == -INFINITY);
                 /* padding rows (past q_lens) are zeros; fully masked rows zeros or NaN */
                 const double fill = (!valid || !nan_rows) ? 0.0 : NAN;
@@ -215,6 +222,8 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                         acc[c] +=
                             p[j] * (double)clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
                 }
+                if (!empty && sink != -INFINITY)
+                    l += exp(sink - m); /* its value is zero: nothing into acc */
                 for (int64_t c = 0; c < d_v; c++)
                     clattn_host_store(&o, clattn_view_index(&o, b, h, i, c),
                                       empty ? (float)fill : (float)(acc[c] / l));

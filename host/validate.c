@@ -169,6 +169,13 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                                    "alibi_slopes[%lld] is %g; slopes must be finite", LL(h),
                                    (double)desc->alibi_slopes[h]);
+    if (desc->sinks)
+        for (int64_t h = 0; h < h_q; h++)
+            if (isnan(desc->sinks[h]) || desc->sinks[h] == INFINITY)
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                                   "sinks[%lld] is %g; a sink logit must be finite or -inf "
+                                   "(no sink for that head)",
+                                   LL(h), (double)desc->sinks[h]);
     if (desc->mask_tensor) {
         out->has_mask = true;
         st = clattn_view_make(ctx, "mask_tensor", desc->mask_tensor, storage, false, &out->mask);

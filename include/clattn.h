@@ -519,6 +519,15 @@ typedef struct clattn_attention_desc {
     /** Optional: a packed batch of variable-length sequences (see clattn_varlen). NULL:
      *  the tensors' batch dimension is the batch. Added in 0.3. */
     const clattn_varlen *varlen;
+    /** Optional, host array of h_q attention-sink logits (gpt-oss; Xiao et al. 2024,
+     *  "Efficient Streaming Language Models with Attention Sinks"): each query row of
+     *  head h gets one more key, of logit sinks[h] (not scaled, capped or biased) and of
+     *  value zero, so softmax's denominator gains exp(sinks[h]) and a row's weights sum
+     *  to less than 1; the LSE includes it. Each entry finite, or −∞ (that head has no
+     *  sink). A row whose keys are all masked then outputs zeros with LSE = sinks[h]
+     *  (the sink is visible), not the masked_rows fill; padding rows stay padding. Read
+     *  during the call only. NULL: none. Added in 0.3. */
+    const float *sinks;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

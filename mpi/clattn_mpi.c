@@ -183,6 +183,30 @@ static clattn_status common_checks(clattn_context *ctx, MPI_Comm comm,
     return st;
 }
 
+/* The sinks (desc->sinks), folded into the merged packed (O, LSE) [B, HQ, NQ] rows as
+ * one more part of LSE sinks[h] and O = 0 (the blocks ran without them):
+ * LSE' = log(exp(LSE) + exp(sink)), O' = exp(LSE − LSE')·O. */
+static void fold_sinks(const clattn_attention_desc *desc, int64_t B, int64_t HQ, int64_t NQ,
+                       int64_t DV, float *acc_o, double *acc_l)
+{
+    if (!desc->sinks)
+        return;
+    size_t row = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < HQ; h++)
+            for (int64_t i = 0; i < NQ; i++, row++) {
+                const double s = (double)desc->sinks[h], l = acc_l[row];
+                if (s == -INFINITY || isnan(l))
+                    continue;
+                const double mx = l > s ? l : s;
+                const double lse = mx + log(exp(l - mx) + exp(s - mx));
+                const double f = l == -INFINITY ? 0.0 : exp(l - lse);
+                for (int64_t c = 0; c < DV; c++)
+                    acc_o[row * (size_t)DV + (size_t)c] = (float)(f * acc_o[row * (size_t)DV + (size_t)c]);
+                acc_l[row] = lse;
+            }
+}
+
 /* Writes the packed float32 (O, LSE) into the caller's views (any dtype and strides;
  * rows with LSE −∞ become zeros), with the core's view checks and stores. */
 static clattn_status deliver(const clattn_attention_desc *desc, const clattn_tensor *o,
@@ -318,6 +342,7 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
     }
     clattn_attention_desc d = *desc;
     d.lse = NULL;
+    d.sinks = NULL; /* folded into the merged rows at the end */
     if (d.mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) { /* as top-left, queries shifted */
         d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
         q0 += n_kv_total - n_q_total;
@@ -471,8 +496,10 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
                     acc_l[i] = widen_at(acc_l, i);
         }
     }
-    if (st == CLATTN_SUCCESS && NQ > 0)
+    if (st == CLATTN_SUCCESS && NQ > 0) {
+        fold_sinks(desc, B, HQ, NQ, DV, acc_o, acc_l);
         st = deliver(desc, o, acc_o, acc_l);
+    }
 out:
     if (dev.queue)
         clFinish(dev.queue);
@@ -529,6 +556,7 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
     const int64_t B = q->shape[0], HQ = q->shape[1], NQ = q->shape[2], DV = v->shape[3];
     const size_t rows = (size_t)(B * HQ * NQ), n_o = rows * (size_t)DV;
     clattn_attention_desc d = *desc;
+    d.sinks = NULL; /* folded into the merged rows at the end */
     if (d.mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) {
         d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
         d.q_start += n_kv_total - NQ;
@@ -594,8 +622,10 @@ clattn_status clattn_mpi_split_kv_attention(clattn_context *ctx, MPI_Comm comm,
                 z > 0 ? (float)(tot[i * (size_t)DV + (size_t)j] / z) : 0.0f;
         part_l[i] = z > 0 ? max_l[i] + log(z) : -INFINITY;
     }
-    if (NQ > 0)
+    if (NQ > 0) {
+        fold_sinks(desc, B, HQ, NQ, DV, part_o, part_l);
         st = deliver(desc, o, part_o, part_l);
+    }
 out:
     free(part_o);
     free(part_l);

@@ -34,6 +34,7 @@ typedef struct fproblem {
     clattn_tensor mt; /* the mask tensor view */
     int32_t *kv_lens, *q_lens;
     float *slopes;
+    float *sinks;
     char text[512]; /* the configuration, for failure messages */
 } fproblem;
 
@@ -45,6 +46,7 @@ static void fproblem_free(fproblem *f)
     free(f->kv_lens);
     free(f->q_lens);
     free(f->slopes);
+    free(f->sinks);
 }
 
 /* A random configuration: every feature on or off independently. group, n_q > 0 fix
@@ -145,6 +147,18 @@ static void fproblem_random_shape(fproblem *f, uint32_t seed, int64_t group, int
         d->kv_start = (int64_t)rnd(40);
         pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " q_start %lld kv_start %lld",
                         (long long)d->q_start, (long long)d->kv_start);
+    }
+    if (rnd(3) == 0) { /* attention sinks: none (−∞), comparable to the scores, dominant */
+        f->sinks = malloc(sizeof(float) * (size_t)h_q);
+        for (int64_t h = 0; h < h_q; h++) {
+            const uint32_t kind = rnd(6);
+            f->sinks[h] = kind == 0   ? -INFINITY
+                          : kind == 1 ? 12.0f
+                                      : ((float)rnd(200) - 100.0f) / 40.0f;
+        }
+        d->sinks = f->sinks;
+        pos += snprintf(f->text + pos, sizeof f->text - (size_t)pos, " sinks[0]=%g",
+                        (double)f->sinks[0]);
     }
 }
 
