@@ -14,7 +14,7 @@ static clattn_status resolve_backward(clattn_context *ctx, const clattn_attentio
                                       const clattn_tensor *dq, const clattn_tensor *dk,
                                       const clattn_tensor *dv, clattn_storage storage,
                                       clattn_attention_desc *fwd, clattn_problem *out,
-                                      clattn_view *d_o_view, clattn_view g[3])
+                                      clattn_view *d_o_view, clattn_view g[4])
 {
     if (!ctx)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
@@ -42,7 +42,7 @@ static clattn_status resolve_backward(clattn_context *ctx, const clattn_attentio
                              (long long)d_o_view->n[d], d, (long long)out->o.n[d]);
     if (st == CLATTN_SUCCESS && storage == CLATTN_STORAGE_BUFFER)
         st = clattn_view_check_buffer(ctx, "dO", d_o_view);
-    const clattn_tensor *const t[3] = {dq, dk, dv};
+    const clattn_tensor *const t[4] = {dq, dk, dv, desc->d_sinks};
     if (st == CLATTN_SUCCESS)
         st = clattn_resolve_gradients(ctx, out, d_o_view, t, storage, g);
     return st;
@@ -59,7 +59,7 @@ clattn_status clattn_attention_backward_enqueue(clattn_context *ctx,
 {
     clattn_attention_desc fwd;
     clattn_problem p;
-    clattn_view d_o_view, g[3];
+    clattn_view d_o_view, g[4];
     clattn_backward_plan plan;
     clattn_status st = resolve_backward(ctx, desc, q, k, v, o, lse, d_o, dq, dk, dv,
                                         CLATTN_STORAGE_BUFFER, &fwd, &p, &d_o_view, g);
@@ -81,14 +81,15 @@ clattn_status clattn_attention_backward(clattn_context *ctx, const clattn_attent
 {
     clattn_attention_desc fwd;
     clattn_problem host, dev;
-    clattn_view d_o_host, d_o_dev, g_host[3], g_dev[3];
+    clattn_view d_o_host, d_o_dev, g_host[4], g_dev[4];
     clattn_backward_plan plan;
     clattn_status st = resolve_backward(ctx, desc, q, k, v, o, lse, d_o, dq, dk, dv,
                                         CLATTN_STORAGE_HOST, &fwd, &host, &d_o_host, g_host);
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_backward(ctx, &host, &d_o_host, g_host, &plan);
     if (st != CLATTN_SUCCESS ||
-        (g_host[0].count == 0 && g_host[1].count == 0 && g_host[2].count == 0))
+        (g_host[0].count == 0 && g_host[1].count == 0 && g_host[2].count == 0 &&
+         g_host[3].count == 0))
         return st;
     clattn_staging sg = {NULL, 0, 0};
     cl_event done = NULL;
@@ -102,14 +103,17 @@ clattn_status clattn_attention_backward(clattn_context *ctx, const clattn_attent
         st = clattn_stage_view(ctx, &sg, &host.mask, true, &dev.mask);
     if (st == CLATTN_SUCCESS)
         st = clattn_stage_view(ctx, &sg, &d_o_host, true, &d_o_dev);
-    for (int i = 0; i < 3 && st == CLATTN_SUCCESS; i++)
-        st = clattn_stage_view(ctx, &sg, &g_host[i], false, &g_dev[i]);
+    g_dev[3] = g_host[3]; /* (count 0: no d_sinks) */
+    for (int i = 0; i < 4 && st == CLATTN_SUCCESS; i++)
+        if (i < 3 || g_host[3].count > 0)
+            st = clattn_stage_view(ctx, &sg, &g_host[i], false, &g_dev[i]);
     if (st == CLATTN_SUCCESS)
         st = clattn_launch_backward(ctx, &plan, &dev, &d_o_dev, g_dev, 0, NULL, &done);
     if (st == CLATTN_SUCCESS)
         st = clattn_wait(ctx, done);
-    for (int i = 0; i < 3 && st == CLATTN_SUCCESS; i++)
-        st = clattn_unstage(ctx, &g_host[i], &g_dev[i]);
+    for (int i = 0; i < 4 && st == CLATTN_SUCCESS; i++)
+        if (i < 3 || g_host[3].count > 0)
+            st = clattn_unstage(ctx, &g_host[i], &g_dev[i]);
     clattn_staging_release(&sg);
     return st;
 }

@@ -170,11 +170,12 @@ clattn_status clattn_resolve_merge(clattn_context *ctx, size_t n_parts,
                                    const clattn_tensor *o, const clattn_tensor *lse,
                                    clattn_storage storage, clattn_merge_problem *out);
 void clattn_merge_problem_free(clattn_merge_problem *m);
-/* dQ, dK, dV (t[0..2]) of the backward pass against the forward problem ex (whose O is
- * dO for the reference, d_o NULL; the device call passes its dO view). */
+/* dQ, dK, dV (t[0..2]) and the optional d_sinks (t[3], may be NULL: out[3] zeroed) of
+ * the backward pass against the forward problem ex (whose O is dO for the reference, d_o
+ * NULL; the device call passes its dO view). */
 clattn_status clattn_resolve_gradients(clattn_context *ctx, const clattn_problem *ex,
-                                       const clattn_view *d_o, const clattn_tensor *const t[3],
-                                       clattn_storage storage, clattn_view out[3]);
+                                       const clattn_view *d_o, const clattn_tensor *const t[4],
+                                       clattn_storage storage, clattn_view out[4]);
 clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc *desc);
 /* What the backward pass (device and reference) does not take: paged K/V, an append,
  * rotary embeddings, varlen. */
@@ -275,13 +276,15 @@ clattn_status clattn_wait(clattn_context *ctx, cl_event done);
 #define CLATTN_BACKWARD_WG 32 /* rows (bwd_dq) or keys (bwd_dkdv) per work-group */
 typedef struct clattn_backward_plan {
     clattn_program_entry *prep, *dq, *dkdv;
+    clattn_program_entry *dsinks; /* NULL without d_sinks */
 } clattn_backward_plan;
+/* g: dQ, dK, dV and d_sinks (g[3].count 0 without one) */
 clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr,
-                                   const clattn_view *d_o, const clattn_view g[3],
+                                   const clattn_view *d_o, const clattn_view g[4],
                                    clattn_backward_plan *out);
 clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_plan *plan,
                                      const clattn_problem *dev, const clattn_view *d_o,
-                                     const clattn_view g[3], cl_uint n_wait, const cl_event *wait,
+                                     const clattn_view g[4], cl_uint n_wait, const cl_event *wait,
                                      cl_event *done);
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *plan,
                                       const clattn_problem *dev, cl_uint n_wait,

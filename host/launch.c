@@ -642,7 +642,7 @@ static void arg_bwd_sizes(arg_list *a, int64_t h_q, int64_t group, int64_t n_q, 
  * write every element of their gradients (zeros where nothing adds). */
 clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_plan *plan,
                                      const clattn_problem *dev, const clattn_view *d_o,
-                                     const clattn_view g[3], cl_uint n_wait, const cl_event *wait,
+                                     const clattn_view g[4], cl_uint n_wait, const cl_event *wait,
                                      cl_event *done)
 {
     const clattn_attention_desc *desc = dev->desc;
@@ -651,12 +651,12 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
     const int64_t rows = batch * h_q * n_q, keys = batch * h_kv * n_kv;
     const int64_t group = clattn_group(h_q, h_kv);
     const float scale = clattn_effective_scale(desc, q->n[3]);
-    if (rows == 0 && keys == 0)
+    if (rows == 0 && keys == 0 && !plan->dsinks)
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
     clattn_status st = aux_make(ctx, desc, q, NULL, dev->has_mask ? &dev->mask : NULL, &x);
     cl_mem ws = NULL;
-    cl_event ev[3] = {NULL, NULL, NULL};
+    cl_event ev[4] = {NULL, NULL, NULL, NULL};
     if (st == CLATTN_SUCCESS)
         st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * 2 * 4, NULL, &ws);
     if (st == CLATTN_SUCCESS && rows > 0) {
@@ -695,16 +695,28 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
         const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
         st = launch(ctx, "bwd_dkdv", &a, 2, global, local, nw, w, &ev[2]);
     }
+    if (st == CLATTN_SUCCESS && plan->dsinks) { /* bwd_dsinks.cl: after prep's D */
+        arg_list a = {plan->dsinks->kernel, 0, CL_SUCCESS};
+        arg(&a, sizeof(cl_mem), &ws);
+        arg_view(&a, &dev->lse);
+        arg(&a, sizeof(cl_mem), &x.sinks);
+        arg_view(&a, &g[3]);
+        arg_long(&a, batch);
+        arg_int(&a, h_q);
+        arg_long(&a, n_q);
+        arg_rule(&a, &x);
+        const size_t global[1] = {(size_t)h_q};
+        st = launch(ctx, "bwd_dsinks", &a, 1, global, NULL, nw, w, &ev[3]);
+    }
     if (st == CLATTN_SUCCESS) {
-        cl_event last[2];
+        cl_event last[3];
         cl_uint n_last = 0;
-        if (ev[1])
-            last[n_last++] = ev[1];
-        if (ev[2])
-            last[n_last++] = ev[2];
+        for (int e = 1; e < 4; e++)
+            if (ev[e])
+                last[n_last++] = ev[e];
         st = enqueue_marker(ctx, n_last, last, done);
     }
-    release_events(ev, 3);
+    release_events(ev, 4);
     if (ws) /* freed by the runtime once the kernels that use it finish */
         clReleaseMemObject(ws);
     aux_release(&x);

@@ -669,7 +669,7 @@ clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, cla
  * keep rows of d_k and d_v floats in private memory: head dims up to
  * CLATTN_BACKWARD_MAX_D. */
 clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr,
-                                   const clattn_view *d_o, const clattn_view g[3],
+                                   const clattn_view *d_o, const clattn_view g[4],
                                    clattn_backward_plan *out)
 {
     features f;
@@ -698,6 +698,8 @@ clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr
         st = clattn_get_kernel(ctx, "bwd_dq.cl", opts, &out->dq);
     if (st == CLATTN_SUCCESS)
         st = clattn_get_kernel(ctx, "bwd_dkdv.cl", opts, &out->dkdv);
+    if (st == CLATTN_SUCCESS && g[3].count > 0)
+        st = clattn_get_kernel(ctx, "bwd_dsinks.cl", opts, &out->dsinks);
     if (st == CLATTN_SUCCESS && (out->dq->kernel_wg_max < CLATTN_BACKWARD_WG ||
                                  out->dkdv->kernel_wg_max < CLATTN_BACKWARD_WG))
         st = clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,

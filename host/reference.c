@@ -290,7 +290,8 @@ clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const c
  * with g_ij = 1 − tanh²(scale·q_i·k_j / softcap) under a softcap (1 otherwise); ALiBi and
  * float masks are constants of s, so they take no gradient. dK and dV sum over every
  * query head of a KV head's group. A row with no visible key (and a padding row) has
- * P = 0: it adds nothing, and its dQ row is 0. Keys of weight exactly 0 add nothing. */
+ * P = 0: it adds nothing, and its dQ row is 0. Keys of weight exactly 0 add nothing.
+ * Sinks (desc->sinks) are one more key of value zero in l; d_sinks[h] = −Σ P_sink·D_i. */
 clattn_status
 clattn_reference_attention_backward(const clattn_attention_desc *desc, const clattn_tensor *q_t,
                                     const clattn_tensor *k_t, const clattn_tensor *v_t,
@@ -310,8 +311,8 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
         clattn_resolve_attention(NULL, &fwd, q_t, k_t, v_t, do_t, CLATTN_STORAGE_HOST, &ex);
     if (st != CLATTN_SUCCESS)
         return st;
-    const clattn_tensor *const outs_t[3] = {dq_t, dk_t, dv_t};
-    clattn_view g[3];
+    const clattn_tensor *const outs_t[4] = {dq_t, dk_t, dv_t, desc->d_sinks};
+    clattn_view g[4];
     st = clattn_resolve_gradients(NULL, &ex, NULL, outs_t, CLATTN_STORAGE_HOST, g);
     if (st != CLATTN_SUCCESS)
         return st;
@@ -327,11 +328,13 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
     double *row = malloc(sizeof(double) * (size_t)(2 * d_k + 2 * d_v + 1));
     double *dk = calloc(kv_elems * (size_t)d_k + 1, sizeof(double));
     double *dv = calloc(kv_elems * (size_t)d_v + 1, sizeof(double));
-    if (!p || !row || !dk || !dv) {
+    double *dsink = calloc((size_t)h_q + 1, sizeof(double)); /* ∂L/∂sinks[h] */
+    if (!p || !row || !dk || !dv || !dsink) {
         free(p);
         free(row);
         free(dk);
         free(dv);
+        free(dsink);
         return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
                            "reference backward: cannot allocate %lld doubles",
                            (long long)(kv_elems * (size_t)(d_k + d_v)));
@@ -344,10 +347,16 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
         for (int64_t h = 0; h < h_q; h++) {
             const int64_t hk = h / group;
             for (int64_t i = 0; i < n_q; i++) {
-                const double m = row_scores(&fwd, &q, &k, &ex, scale, b, h, hk, i, p, NULL);
+                const double m_keys = row_scores(&fwd, &q, &k, &ex, scale, b, h, hk, i, p, NULL);
+                /* the sink: one more key of logit sinks[h] and value zero (not for padding
+                 * rows); its weight P_sink takes the gradient −P_sink·D_i */
+                const double sink = desc->sinks && clattn_rule(desc, b, i, n_q, n_kv).valid
+                                        ? (double)desc->sinks[h]
+                                        : -INFINITY;
+                const double m = sink > m_keys ? sink : m_keys;
                 for (int64_t c = 0; c < d_k; c++)
                     dq[c] = 0.0;
-                if (m != -INFINITY) {
+                if (m_keys != -INFINITY) {
                     for (int64_t c = 0; c < d_k; c++)
                         qi[c] = clattn_host_load(&q, clattn_view_index(&q, b, h, i, c));
                     for (int64_t c = 0; c < d_v; c++)
@@ -355,6 +364,8 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                     double l = 0.0;
                     for (int64_t j = 0; j < n_kv; j++)
                         l += (p[j] = exp(p[j] - m));
+                    if (sink != -INFINITY)
+                        l += exp(sink - m);
                     for (int64_t c = 0; c < d_v; c++)
                         o[c] = 0.0;
                     for (int64_t j = 0; j < n_kv; j++) {
@@ -365,6 +376,8 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                     double dsum = 0.0; /* D_i */
                     for (int64_t c = 0; c < d_v; c++)
                         dsum += o[c] * goi[c];
+                    if (sink != -INFINITY)
+                        dsink[h] -= exp(sink - m) / l * dsum;
                     for (int64_t j = 0; j < n_kv; j++) {
                         if (p[j] == 0.0)
                             continue; /* masked, or a weight that underflowed to 0 */
@@ -402,9 +415,12 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                                       (float)dv[(hk * n_kv + j) * d_v + c]);
             }
     }
+    for (int64_t h = 0; desc->d_sinks && h < h_q; h++)
+        clattn_host_store(&g[3], clattn_view_index(&g[3], 0, h, 0, 0), (float)dsink[h]);
     free(p);
     free(row);
     free(dk);
     free(dv);
+    free(dsink);
     return CLATTN_SUCCESS;
 }

@@ -488,11 +488,20 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
  * shaped as Q, K and V, float storage, none overlapping another or any input (ex's Q, K,
  * V, O, LSE and mask, and d_o when given), and on buffers a cl_mem that holds them. */
 clattn_status clattn_resolve_gradients(clattn_context *ctx, const clattn_problem *ex,
-                                       const clattn_view *d_o, const clattn_tensor *const t[3],
-                                       clattn_storage storage, clattn_view out[3])
+                                       const clattn_view *d_o, const clattn_tensor *const t[4],
+                                       clattn_storage storage, clattn_view out[4])
 {
-    static const char *const names[3] = {"dQ", "dK", "dV"};
-    const clattn_view *like[3] = {&ex->q, &ex->k, &ex->v};
+    static const char *const names[4] = {"dQ", "dK", "dV", "d_sinks"};
+    /* d_sinks: [1, h_q, 1, 1] float32, with sinks only */
+    clattn_view sinks_like;
+    memset(&sinks_like, 0, sizeof sinks_like);
+    sinks_like.n[0] = sinks_like.n[2] = sinks_like.n[3] = 1;
+    sinks_like.n[1] = ex->q.n[1];
+    const clattn_view *like[4] = {&ex->q, &ex->k, &ex->v, &sinks_like};
+    memset(&out[3], 0, sizeof out[3]);
+    if (t[3] && !ex->desc->sinks)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "d_sinks is set but sinks is NULL: there is no sink to differentiate");
     const clattn_view *inputs[6] = {&ex->q,
                                     &ex->k,
                                     &ex->v,
@@ -500,18 +509,22 @@ clattn_status clattn_resolve_gradients(clattn_context *ctx, const clattn_problem
                                     ex->has_lse ? &ex->lse : NULL,
                                     ex->has_mask ? &ex->mask : NULL};
     static const char *const in_names[6] = {"Q", "K", "V", "O", "lse", "mask_tensor"};
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < 4; a++) {
+        if (a == 3 && !t[3])
+            break;
         clattn_status st = clattn_view_make(ctx, names[a], t[a], storage, true, &out[a]);
         if (st == CLATTN_SUCCESS)
-            st = clattn_view_check_dtype(ctx, names[a], &out[a], CLATTN_DT_FLOATS);
+            st = clattn_view_check_dtype(ctx, names[a], &out[a],
+                                         a == 3 ? CLATTN_DT_F32 : CLATTN_DT_FLOATS);
         if (st != CLATTN_SUCCESS)
             return st;
         for (int d = 0; d < 4; d++)
             if (out[a].n[d] != like[a]->n[d])
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                                   "%s has extent %lld in dimension %d; %s has %lld", names[a],
-                                   (long long)out[a].n[d], d, names[a] + 1,
-                                   (long long)like[a]->n[d]);
+                                   "%s has extent %lld in dimension %d; %s%s %lld", names[a],
+                                   (long long)out[a].n[d], d,
+                                   a == 3 ? "it must be [1, h_q, 1, 1], here" : names[a] + 1,
+                                   a == 3 ? "" : " has", (long long)like[a]->n[d]);
         for (int b = 0; b < a; b++)
             if (clattn_views_overlap(&out[a], &out[b]))
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s overlaps %s", names[a],

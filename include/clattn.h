@@ -528,6 +528,10 @@ typedef struct clattn_attention_desc {
      *  (the sink is visible), not the masked_rows fill; padding rows stay padding. Read
      *  during the call only. NULL: none. Added in 0.3. */
     const float *sinks;
+    /** Optional output of the backward pass (clattn_backward.h), ignored by forward
+     *  calls: ∂L/∂sinks, float32 [1, h_q, 1, 1], same storage kind as the gradients.
+     *  Needs sinks; a head whose sink is −∞ gets 0. Added in 0.3. */
+    const clattn_tensor *d_sinks;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

@@ -23,7 +23,7 @@ static void usage(void)
             "usage: clattn_ring [--mode ring|decode] [--n N_KV] [--n-q N_Q] [--batch B]\n"
             "                   [--heads H_Q] [--kv-heads H_KV] [--dim D] [--repeat R]\n"
             "                   [--mask none|causal|causal-bottom-right|no-self] [--seed S]\n"
-            "                   [--alibi SLOPE] [--q-start POS]\n"
+            "                   [--alibi SLOPE] [--q-start POS] [--sink LOGIT]\n"
             "  ring:   queries and keys are one sequence of N_KV tokens (N_Q = N_KV unless\n"
             "          given), split into one block per rank\n"
             "  decode: every rank has the N_Q (default 1) queries, the keys are split\n");
@@ -57,7 +57,7 @@ int main(int argc, char **argv)
     const char *mode = "ring", *mask_name = "none";
     long long n_kv = 512, n_q = -1, batch = 1, h_q = 4, h_kv = 2, dim = 64, repeat = 1;
     unsigned seed = 1;
-    double alibi = 0.0;
+    double alibi = 0.0, sink = NAN; /* --sink: sinks[h] = LOGIT·(h + 1), head 1 none */
     long long q_start = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -96,6 +96,8 @@ int main(int argc, char **argv)
             seed = (unsigned)atoll(val);
         else if (!strcmp(a, "--alibi"))
             alibi = atof(val);
+        else if (!strcmp(a, "--sink"))
+            sink = atof(val);
         else if (!strcmp(a, "--q-start"))
             q_start = atoll(val);
         else {
@@ -161,6 +163,15 @@ int main(int argc, char **argv)
         slopes[h] = (float)alibi * (float)(h + 1);
     if (alibi != 0.0)
         desc.alibi_slopes = slopes;
+    float *sinks = malloc((size_t)h_q * sizeof *sinks);
+    if (!sinks) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (long long h = 0; h < h_q; h++)
+        sinks[h] = h == 1 ? -INFINITY : (float)sink * (float)(h + 1);
+    if (!isnan(sink))
+        desc.sinks = sinks;
     if (rank == 0) { /* the single-process result */
         clattn_tensor tq = clattn_tensor_host(Q, batch, h_q, n_q, dim);
         clattn_tensor tk = clattn_tensor_host(K, batch, h_kv, n_kv, dim);
@@ -270,6 +281,7 @@ int main(int argc, char **argv)
     free(ref);
     free(ref_l);
     free(slopes);
+    free(sinks);
     free(out);
     free(out_l);
     clattn_context_release(ctx);

@@ -34,28 +34,33 @@ typedef struct config {
     int alibi, lens, mask_tensor; /* mask_tensor: 1 bool, 2 float */
     float softcap, scale;
     int64_t q_start, kv_start;
+    int sinks; /* attention sinks (one head without) and their gradient */
 } config;
 
 static const config CONFIGS[] = {
-    {"plain", 1, 2, 2, 4, 6, 5, 3, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0},
+    {"plain", 1, 2, 2, 4, 6, 5, 3, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0},
     {"gqa_causal", 2, 4, 2, 5, 7, 4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f,
-     0, 0},
+     0, 0, 0},
     {"bottom_right_lengths", 2, 2, 1, 4, 7, 3, 4, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 1, 0,
-     0.0f, 0.0f, 0, 0},
+     0.0f, 0.0f, 0, 0, 0},
     {"no_self_positions", 1, 2, 2, 5, 6, 4, 4, CLATTN_MASK_NO_SELF, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 3,
-     2},
-    {"window_alibi", 1, 3, 1, 6, 8, 3, 2, CLATTN_MASK_NONE, 1, 2, 1, 1, 0, 0, 0.0f, 0.0f, 0, 0},
-    {"softcap_scale", 1, 2, 2, 4, 5, 6, 3, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0, 1.5f, 0.9f, 0, 0},
-    {"bool_mask", 2, 2, 2, 4, 6, 4, 4, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 1, 0.0f, 0.0f, 0, 0},
+     2, 0},
+    {"window_alibi", 1, 3, 1, 6, 8, 3, 2, CLATTN_MASK_NONE, 1, 2, 1, 1, 0, 0, 0.0f, 0.0f, 0, 0, 0},
+    {"softcap_scale", 1, 2, 2, 4, 5, 6, 3, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0, 1.5f, 0.9f, 0, 0, 0},
+    {"bool_mask", 2, 2, 2, 4, 6, 4, 4, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 1, 0.0f, 0.0f, 0, 0, 0},
     {"float_mask_softcap_causal", 1, 4, 2, 5, 5, 4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 1, 0,
-     2, 2.0f, 0.0f, 0, 0},
+     2, 2.0f, 0.0f, 0, 0, 0},
+    {"sinks_gqa_causal_lengths", 2, 4, 2, 5, 7, 4, 3, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0,
+     1, 0, 0.0f, 0.0f, 0, 0, 1},
+    {"sinks_window_alibi_softcap", 1, 3, 1, 6, 8, 3, 2, CLATTN_MASK_NONE, 1, 2, 1, 1, 0, 0, 1.5f,
+     0.0f, 0, 0, 1},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
 typedef struct setup {
     tu_problem p;
     clattn_attention_desc desc;
-    float *d_o, *mask, *slopes;
+    float *d_o, *mask, *slopes, *sinks;
     int32_t kv_lens[2], q_lens[2];
     clattn_tensor t_do, t_mask;
 } setup;
@@ -87,6 +92,12 @@ static void setup_init(setup *s, const config *c, uint32_t seed)
             s->slopes[h] = 0.5f / (float)(h + 1);
         d->alibi_slopes = s->slopes;
     }
+    if (c->sinks) { /* head 1 has none (−∞): its gradient is 0 */
+        s->sinks = tu_alloc((size_t)c->h_q, 0.0f);
+        for (int64_t h = 0; h < c->h_q; h++)
+            s->sinks[h] = h == 1 ? -INFINITY : 0.6f * (float)h - 0.4f;
+        d->sinks = s->sinks;
+    }
     if (c->lens) { /* entry 0 partial, entry 1 full keys and one padding row */
         s->kv_lens[0] = (int32_t)(c->n_kv - 2), s->kv_lens[1] = (int32_t)c->n_kv;
         s->q_lens[0] = (int32_t)c->n_q, s->q_lens[1] = (int32_t)(c->n_q - 1);
@@ -115,14 +126,19 @@ static void setup_free(setup *s)
     free(s->d_o);
     free(s->mask);
     free(s->slopes);
+    free(s->sinks);
 }
 
-/* The reference backward of the setup's problem into the three gradient views. */
+/* The reference backward of the setup's problem into the three gradient views, and with
+ * sinks their gradient into d_sinks (h_q floats; NULL: not asked). */
 static clattn_status backward(const setup *s, const clattn_tensor *dq, const clattn_tensor *dk,
-                              const clattn_tensor *dv)
+                              const clattn_tensor *dv, float *d_sinks)
 {
-    return clattn_reference_attention_backward(&s->desc, &s->p.tq, &s->p.tk, &s->p.tv, &s->t_do, dq,
-                                               dk, dv);
+    clattn_attention_desc d = s->desc;
+    clattn_tensor t = clattn_tensor_host(d_sinks, 1, s->p.h_q, 1, 1);
+    d.d_sinks = d_sinks ? &t : NULL;
+    return clattn_reference_attention_backward(&d, &s->p.tq, &s->p.tk, &s->p.tv, &s->t_do, dq, dk,
+                                               dv);
 }
 
 /* L = Σ dO·O with O from the forward reference, in double. */
@@ -153,7 +169,8 @@ START_TEST(finite_differences)
         tg[a] = *tin[a];
         tg[a].host = g[a];
     }
-    TU_ASSERT_OK(backward(&s, &tg[0], &tg[1], &tg[2]), "reference backward (%s)", c->name);
+    float *g_sinks = c->sinks ? tu_alloc((size_t)c->h_q, NAN) : NULL;
+    TU_ASSERT_OK(backward(&s, &tg[0], &tg[1], &tg[2], g_sinks), "reference backward (%s)", c->name);
     static const char *const names[3] = {"dQ", "dK", "dV"};
     const double h = 1e-2;
     const tu_tol tol = {1e-3, 1e-3};
@@ -175,6 +192,25 @@ START_TEST(finite_differences)
         free(fd);
         free(g[a]);
     }
+    if (c->sinks) { /* d_sinks; head 1's sink is −∞: exactly 0 */
+        double fd[8];
+        for (int64_t e = 0; e < c->h_q; e++) {
+            const float x = s.sinks[e];
+            s.sinks[e] = (float)(x + h);
+            const double lp = loss(&s);
+            s.sinks[e] = (float)(x - h);
+            const double lm = loss(&s);
+            s.sinks[e] = x;
+            fd[e] = e == 1 ? 0.0 : (lp - lm) / (2 * h);
+        }
+        clattn_tensor ts = clattn_tensor_host(g_sinks, 1, c->h_q, 1, 1);
+        char what[96];
+        snprintf(what, sizeof what, "d_sinks of %s vs central differences", c->name);
+        TU_ASSERT_CLOSE(what, &ts, fd, NULL, tol);
+        ck_assert_msg(g_sinks[1] == 0.0f, "%s: d_sinks of a -inf sink is %g", c->name,
+                      (double)g_sinks[1]);
+    }
+    free(g_sinks);
     setup_free(&s);
 }
 END_TEST
@@ -184,7 +220,7 @@ START_TEST(masked_rows_and_keys)
     /* row 1 of every head sees no key (bool mask); keys 3..5 are masked for every row
      * and hold NaN and inf in K and V; entry's last row is padding (q_lens) */
     const config c = {"masked", 1, 2, 1, 4,    6,    4, 3, CLATTN_MASK_NONE, 0, 0,
-                      0,        0, 0, 1, 0.0f, 0.0f, 0, 0};
+                      0,        0, 0, 1, 0.0f, 0.0f, 0, 0, 0};
     setup s;
     setup_init(&s, &c, tu_seed() + 7u);
     uint8_t *m = (uint8_t *)s.mask;
@@ -202,7 +238,7 @@ START_TEST(masked_rows_and_keys)
     float dq[2 * 4 * 4], dk[6 * 4], dv[6 * 3];
     clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 4, 4), tk = clattn_tensor_host(dk, 1, 1, 6, 4),
                   tv = clattn_tensor_host(dv, 1, 1, 6, 3);
-    TU_ASSERT_OK(backward(&s, &tq, &tk, &tv), "reference backward with masked rows and keys");
+    TU_ASSERT_OK(backward(&s, &tq, &tk, &tv, NULL), "reference backward with masked rows and keys");
     tu_assert_finite("dQ", &tq);
     tu_assert_finite("dK", &tk);
     tu_assert_finite("dV", &tv);
@@ -224,7 +260,7 @@ START_TEST(masked_rows_and_keys)
         for (int64_t i = 1; i < 4; i += 2)
             for (int64_t x = 0; x < 3; x++)
                 s.d_o[(h * 4 + i) * 3 + x] = 1e6f;
-    TU_ASSERT_OK(backward(&s, &tq, &tk2, &tv2), "reference backward, poisoned dO rows");
+    TU_ASSERT_OK(backward(&s, &tq, &tk2, &tv2, NULL), "reference backward, poisoned dO rows");
     ck_assert_msg(memcmp(dk, dk2, sizeof dk) == 0 && memcmp(dv, dv2, sizeof dv) == 0,
                   "dO of a row without keys (or a padding row) changed dK or dV");
     setup_free(&s);
@@ -234,19 +270,19 @@ END_TEST
 START_TEST(storage_and_validation)
 {
     const config c = {"storage", 1, 2, 2, 3,    5,    4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
-                      0,         0, 0, 0, 0.0f, 0.0f, 0, 0};
+                      0,         0, 0, 0, 0.0f, 0.0f, 0, 0, 0};
     setup s;
     setup_init(&s, &c, tu_seed() + 11u);
     float dq[24], dk[40], dv[30];
     clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 3, 4), tk = clattn_tensor_host(dk, 1, 2, 5, 4),
                   tv = clattn_tensor_host(dv, 1, 2, 5, 3);
-    TU_ASSERT_OK(backward(&s, &tq, &tk, &tv), "reference backward, float32");
+    TU_ASSERT_OK(backward(&s, &tq, &tk, &tv, NULL), "reference backward, float32");
     /* float16 and bfloat16 dQ: the float32 result rounded once (to nearest, ties even) */
     uint16_t h16[24];
     clattn_tensor t16 = clattn_tensor_host(h16, 1, 2, 3, 4);
     for (int dt = CLATTN_FLOAT16; dt <= CLATTN_BFLOAT16; dt++) {
         t16.dtype = (clattn_dtype)dt;
-        TU_ASSERT_OK(backward(&s, &t16, &tk, &tv), "reference backward, 16-bit dQ");
+        TU_ASSERT_OK(backward(&s, &t16, &tk, &tv, NULL), "reference backward, 16-bit dQ");
         for (int i = 0; i < 24; i++) {
             const uint16_t want =
                 dt == CLATTN_FLOAT16 ? clattn_f32_to_f16(dq[i]) : clattn_f32_to_bf16(dq[i]);
@@ -258,17 +294,47 @@ START_TEST(storage_and_validation)
     float canary[40];
     tu_fill_value(canary, 40, 7.0f);
     clattn_tensor bad = clattn_tensor_host(canary, 1, 2, 4, 4); /* dQ with n_q 4, not 3 */
-    ck_assert_int_eq(backward(&s, &bad, &tk, &tv), CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_int_eq(backward(&s, &bad, &tk, &tv, NULL), CLATTN_ERROR_INVALID_SHAPE);
     ck_assert_msg(strstr(clattn_last_error_message(NULL), "dQ") != NULL, "message: %s",
                   clattn_last_error_message(NULL));
     clattn_tensor alias = clattn_tensor_host(dk, 1, 2, 3, 4); /* dQ over dK's memory */
-    ck_assert_int_eq(backward(&s, &alias, &tk, &tv), CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_int_eq(backward(&s, &alias, &tk, &tv, NULL), CLATTN_ERROR_INVALID_LAYOUT);
     clattn_tensor over_q = s.p.tq; /* dQ over Q */
-    ck_assert_int_eq(backward(&s, &over_q, &tk, &tv), CLATTN_ERROR_INVALID_LAYOUT);
+    ck_assert_int_eq(backward(&s, &over_q, &tk, &tv, NULL), CLATTN_ERROR_INVALID_LAYOUT);
     clattn_tensor c_k = clattn_tensor_host(canary, 1, 2, 5, 4);
     ck_assert_int_eq(clattn_reference_attention_backward(NULL, &s.p.tq, &s.p.tk, &s.p.tv, &s.t_do,
                                                          &tq, &c_k, &tv),
                      CLATTN_ERROR_INVALID_ARGUMENT);
+    /* d_sinks without sinks; of the wrong shape or dtype; over dQ (host and device calls) */
+    ck_assert_int_eq(backward(&s, &tq, &c_k, &tv, canary + 30), CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(clattn_last_error_message(NULL), "d_sinks") != NULL, "message: %s",
+                  clattn_last_error_message(NULL));
+    const float sinks[2] = {0.5f, -1.0f};
+    s.desc.sinks = sinks;
+    clattn_tensor ds_bad[3] = {clattn_tensor_host(canary + 30, 1, 3, 1, 1),
+                               clattn_tensor_host(canary + 30, 1, 2, 1, 1),
+                               clattn_tensor_host(dq, 1, 2, 1, 1)}; /* over dQ */
+    ds_bad[1].dtype = CLATTN_FLOAT16;
+    const clattn_status want[3] = {CLATTN_ERROR_INVALID_SHAPE, CLATTN_ERROR_INVALID_ARGUMENT,
+                                   CLATTN_ERROR_INVALID_LAYOUT};
+    float o[18], lse[6];
+    clattn_tensor to = tu_problem_o(&s.p, o), tl = clattn_tensor_host(lse, 1, 2, 3, 1);
+    clattn_attention_desc df = s.desc;
+    df.lse = &tl;
+    TU_ASSERT_OK(clattn_attention(tu_ctx(), &df, &s.p.tq, &s.p.tk, &s.p.tv, &to), "forward");
+    for (int e = 0; e < 3; e++) {
+        clattn_attention_desc d = s.desc;
+        d.d_sinks = &ds_bad[e];
+        ck_assert_int_eq(clattn_reference_attention_backward(&d, &s.p.tq, &s.p.tk, &s.p.tv,
+                                                             &s.t_do, &tq, &c_k, &tv),
+                         want[e]);
+        ck_assert_int_eq(clattn_attention_backward(tu_ctx(), &d, &s.p.tq, &s.p.tk, &s.p.tv, &to,
+                                                   &tl, &s.t_do, &tq, &c_k, &tv),
+                         want[e]);
+        ck_assert_msg(strstr(clattn_last_error_message(tu_ctx()), "d_sinks") != NULL,
+                      "d_sinks case %d: message: %s", e, clattn_last_error_message(tu_ctx()));
+    }
+    s.desc.sinks = NULL;
     tu_assert_untouched("dK after failed calls", canary, 0, 40, 7.0f);
     setup_free(&s);
 }
@@ -280,12 +346,14 @@ END_TEST
  * 16-key vectors, head dims that are not multiples of 4 or 16. */
 static const config DEVICE_CONFIGS[] = {
     {"gqa_causal_lengths", 2, 4, 2, 37, 53, 64, 32, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 1, 0,
-     0.0f, 0.0f, 0, 0},
+     0.0f, 0.0f, 0, 0, 0},
     {"window_alibi_softcap_float_mask", 1, 2, 1, 41, 70, 40, 24, CLATTN_MASK_NONE, 1, 9, 3, 1, 0, 2,
-     2.5f, 0.0f, 0, 0},
+     2.5f, 0.0f, 0, 0, 0},
     {"bottom_right_positions_bool_mask", 2, 2, 2, 19, 33, 17, 33, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT,
-     0, 0, 0, 1, 1, 1, 0.0f, 0.7f, 5, 2},
-    {"no_self_mqa", 1, 3, 1, 20, 20, 8, 1, CLATTN_MASK_NO_SELF, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0},
+     0, 0, 0, 1, 1, 1, 0.0f, 0.7f, 5, 2, 0},
+    {"no_self_mqa", 1, 3, 1, 20, 20, 8, 1, CLATTN_MASK_NO_SELF, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0},
+    {"sinks_gqa_lengths_bool_mask", 2, 4, 2, 37, 53, 64, 32, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0,
+     1, 1, 1, 0.0f, 0.0f, 0, 0, 1},
 };
 #define N_DEVICE_CONFIGS ((int)(sizeof DEVICE_CONFIGS / sizeof DEVICE_CONFIGS[0]))
 
@@ -298,7 +366,8 @@ static const config DEVICE_CONFIGS[] = {
 /* The forward on the device (O and a float32 LSE into o and lse), then the device
  * backward into dq, dk, dv (host views the caller made). */
 static clattn_status device_backward(const setup *s, float *o, float *lse, const clattn_tensor *dq,
-                                     const clattn_tensor *dk, const clattn_tensor *dv)
+                                     const clattn_tensor *dk, const clattn_tensor *dv,
+                                     float *d_sinks)
 {
     const tu_problem *p = &s->p;
     clattn_tensor to = tu_problem_o(p, o);
@@ -308,8 +377,11 @@ static clattn_status device_backward(const setup *s, float *o, float *lse, const
     clattn_status st = clattn_attention(tu_ctx(), &d, &p->tq, &p->tk, &p->tv, &to);
     if (st != CLATTN_SUCCESS)
         return st;
-    return clattn_attention_backward(tu_ctx(), &s->desc, &p->tq, &p->tk, &p->tv, &to, &tl, &s->t_do,
-                                     dq, dk, dv);
+    clattn_attention_desc db = s->desc;
+    clattn_tensor ts = clattn_tensor_host(d_sinks, 1, p->h_q, 1, 1);
+    db.d_sinks = d_sinks ? &ts : NULL;
+    return clattn_attention_backward(tu_ctx(), &db, &p->tq, &p->tk, &p->tv, &to, &tl, &s->t_do, dq,
+                                     dk, dv);
 }
 
 static void check_device(const config *c, uint32_t seed)
@@ -331,8 +403,17 @@ static void check_device(const config *c, uint32_t seed)
     clattn_tensor trq = clattn_tensor_host(rq, c->b, c->h_q, c->n_q, c->d_k),
                   trk = clattn_tensor_host(rk, c->b, c->h_kv, c->n_kv, c->d_k),
                   trv = clattn_tensor_host(rv, c->b, c->h_kv, c->n_kv, c->d_v);
-    TU_ASSERT_OK(backward(&s, &trq, &trk, &trv), "%s: reference backward", c->name);
-    TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "%s: device backward", c->name);
+    float ds[8], rds[8], ds2[8]; /* d_sinks with sinks (h_q <= 8) */
+    TU_ASSERT_OK(backward(&s, &trq, &trk, &trv, c->sinks ? rds : NULL), "%s: reference backward",
+                 c->name);
+    TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, c->sinks ? ds : NULL),
+                 "%s: device backward", c->name);
+    if (c->sinks) {
+        clattn_tensor tds = clattn_tensor_host(ds, 1, c->h_q, 1, 1);
+        char what[160];
+        snprintf(what, sizeof what, "%s (seed %u) d_sinks", c->name, seed);
+        TU_ASSERT_CLOSE(what, &tds, NULL, rds, TOL_DEVICE);
+    }
     /* all three compared before failing, so a failure shows each gradient's worst */
     const clattn_tensor *got[3] = {&tq, &tk, &tv};
     const float *want[3] = {rq, rk, rv};
@@ -354,9 +435,11 @@ static void check_device(const config *c, uint32_t seed)
     clattn_tensor tq2 = clattn_tensor_host(dq2, c->b, c->h_q, c->n_q, c->d_k),
                   tk2 = clattn_tensor_host(dk2, c->b, c->h_kv, c->n_kv, c->d_k),
                   tv2 = clattn_tensor_host(dv2, c->b, c->h_kv, c->n_kv, c->d_v);
-    TU_ASSERT_OK(device_backward(&s, o, lse, &tq2, &tk2, &tv2), "%s: second run", c->name);
+    TU_ASSERT_OK(device_backward(&s, o, lse, &tq2, &tk2, &tv2, c->sinks ? ds2 : NULL),
+                 "%s: second run", c->name);
     ck_assert_msg(memcmp(dq, dq2, n_q * 4) == 0 && memcmp(dk, dk2, n_k * 4) == 0 &&
-                      memcmp(dv, dv2, n_v * 4) == 0,
+                      memcmp(dv, dv2, n_v * 4) == 0 &&
+                      (!c->sinks || memcmp(ds, ds2, sizeof(float) * (size_t)c->h_q) == 0),
                   "%s: a second run gave different bits", c->name);
     printf("device backward %s: seed %u, within %g + %g|x| of the reference, bitwise "
            "reproducible\n",
@@ -390,7 +473,7 @@ END_TEST
 START_TEST(device_masked_rows_and_keys)
 {
     const config c = {"masked", 1, 2, 1, 4,    6,    4, 3, CLATTN_MASK_NONE, 0, 0,
-                      0,        0, 0, 1, 0.0f, 0.0f, 0, 0};
+                      0,        0, 0, 1, 0.0f, 0.0f, 0, 0, 0};
     for (int policy = 0; policy < 2; policy++) {
         setup s;
         setup_init(&s, &c, tu_seed() + 17u);
@@ -414,8 +497,8 @@ START_TEST(device_masked_rows_and_keys)
         clattn_tensor trq = clattn_tensor_host(rq, 1, 2, 4, 4),
                       trk = clattn_tensor_host(rk, 1, 1, 6, 4),
                       trv = clattn_tensor_host(rv, 1, 1, 6, 3);
-        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv), "reference, masked rows policy %d", policy);
-        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "device, masked rows policy %d",
+        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv, NULL), "reference, masked rows policy %d", policy);
+        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, NULL), "device, masked rows policy %d",
                      policy);
         tu_assert_finite("dQ", &tq);
         tu_assert_finite("dK", &tk);
@@ -439,7 +522,7 @@ END_TEST
 START_TEST(device_huge_scores_finite)
 {
     const config c = {"huge", 1, 2, 1, 3,    5,    4, 4, CLATTN_MASK_NONE, 0, 0,
-                      0,      0, 0, 0, 0.0f, 0.0f, 0, 0};
+                      0,      0, 0, 0, 0.0f, 0.0f, 0, 0, 0};
     for (uint32_t seed = 0; seed < 16; seed++) { /* rounding decides: several draws */
         setup s;
         setup_init(&s, &c, tu_seed() + 31u + 7u * seed);
@@ -449,7 +532,7 @@ START_TEST(device_huge_scores_finite)
         clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 3, 4),
                       tk = clattn_tensor_host(dk, 1, 1, 5, 4),
                       tv = clattn_tensor_host(dv, 1, 1, 5, 4);
-        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "scores near 1e9, draw %u", seed);
+        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, NULL), "scores near 1e9, draw %u", seed);
         char what[64];
         snprintf(what, sizeof what, "dQ (scores near 1e9, draw %u)", seed);
         tu_assert_finite(what, &tq);
@@ -468,7 +551,7 @@ END_TEST
 START_TEST(device_storage_types)
 {
     const config c = {"storage", 1, 4, 2, 9,    21,   16, 8, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
-                      0,         1, 0, 0, 0.0f, 0.0f, 0,  0};
+                      0,         1, 0, 0, 0.0f, 0.0f, 0,  0, 0};
     for (int dt = CLATTN_FLOAT16; dt <= CLATTN_BFLOAT16; dt++) {
         setup s;
         setup_init(&s, &c, tu_seed() + 23u);
@@ -493,7 +576,7 @@ START_TEST(device_storage_types)
         clattn_tensor trq = clattn_tensor_host(rq, 1, 4, 9, 16),
                       trk = clattn_tensor_host(rk, 1, 2, 21, 16),
                       trv = clattn_tensor_host(rv, 1, 2, 21, 8);
-        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv), "reference on the rounded inputs");
+        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv, NULL), "reference on the rounded inputs");
         clattn_tensor hq = p->tq, hk = p->tk, hv = p->tv, hdo = s.t_do;
         hq.host = q16, hk.host = k16, hv.host = v16, hdo.host = do16;
         hq.dtype = hk.dtype = hv.dtype = hdo.dtype = t16;
@@ -561,14 +644,14 @@ END_TEST
 START_TEST(device_enqueue_empty_and_validation)
 {
     const config c = {"enqueue", 1, 2, 1, 5,    9,    8, 4, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
-                      0,         0, 0, 0, 0.0f, 0.0f, 0, 0};
+                      0,         0, 0, 0, 0.0f, 0.0f, 0, 0, 0};
     setup s;
     setup_init(&s, &c, tu_seed() + 29u);
     tu_problem *p = &s.p;
     float o[40], lse[10], dq[80], dk[72], dv[36];
     clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 5, 8), tk = clattn_tensor_host(dk, 1, 1, 9, 8),
                   tv = clattn_tensor_host(dv, 1, 1, 9, 4);
-    TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv), "blocking backward");
+    TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, NULL), "blocking backward");
 
     cl_context cl_ctx = NULL;
     cl_command_queue queue = NULL;

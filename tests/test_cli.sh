@@ -1,9 +1,9 @@
 #!/bin/sh
 # End-to-end tests of the `clattn` program: demo, run (round trips, ranks, masks,
 # weights, --check, and the options of the desc: mask files, lengths, windows, ALiBi,
-# softcap, positions, masked rows, LSE, head-mean weights, float16 and bfloat16
-# files), usage errors, malformed inputs that must fail without touching
-# an existing output file, and outputs that must never be replaced (inputs, folders,
+# attention sinks, softcap, positions, masked rows, LSE, head-mean weights, float16 and
+# bfloat16 files), usage errors, malformed inputs that must fail without touching an
+# existing output file, and outputs that must never be replaced (inputs, folders,
 # symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, cut, ln, mkfifo and
 # mktemp: the .npy inputs are written here with printf.
 #
@@ -319,6 +319,32 @@ run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --alibi 0.
     --out "$tmp/o2h.npy" --check
 expect_rc "run --alibi two heads" 0
 
+# --sinks: a float32 file of h_q logits. A sink far above the scores takes every row's
+# weight (O = 0, LSE = the sink); a sink of -inf is no sink; with two query heads (GQA)
+# and sinks 0.5, -inf only the first head's weights sum below 1
+npy "$tmp/sink1000.npy" '<f4' '(1,)' 447a0000
+npy "$tmp/sink-inf.npy" '<f4' '(1,)' ff800000
+npy "$tmp/sinks2.npy" '<f4' '(2,)' 3f000000 ff800000
+run_6x3 x.npy --sinks "$tmp/sink1000.npy" --out "$tmp/osk.npy" --lse "$tmp/lsk.npy" --check
+expect_rc "run --sinks 1000" 0
+expect_values "run --sinks 1000" "$tmp/osk.npy" "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0" 1e-6
+expect_values "run --sinks 1000 (LSE)" "$tmp/lsk.npy" "1000 1000 1000 1000 1000 1000"
+expect_text "run --sinks 1000" "$tmp/out" "check LSE: max abs error"
+for algorithm in fused unfused; do
+    rm -f "$tmp/osk.npy"
+    run_6x3 x.npy --sinks "$tmp/sink-inf.npy" --algorithm "$algorithm" --out "$tmp/osk.npy" --check
+    expect_rc "run --sinks -inf $algorithm" 0
+    expect_values "run --sinks -inf $algorithm (no sink)" "$tmp/osk.npy" "$X_Z"
+done
+run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --scale 1 \
+    --sinks "$tmp/sinks2.npy" --out "$tmp/o2s.npy" --weights "$tmp/w2s.npy" --lse "$tmp/l2s.npy" --check
+expect_rc "run --sinks two heads" 0
+expect_text "run --sinks two heads" "$tmp/out" "check W: max abs error"
+if values_of "$tmp/w2s.npy" | awk '{ for (r = 0; r < 12; ++r) { t = 0
+        for (j = 1; j <= 6; ++j) t += $(6 * r + j)
+        if (r < 6 ? t > 0.99 : t < 0.99999 || t > 1.00001) exit 1 } }'
+then pass; else fail "run --sinks two heads: the weights of the head with a sink sum to 1, or the other's do not"; fi
+
 # a softcap far above the scores changes nothing; a small one passes --check
 run_6x3 x.npy --softcap 1000 --out "$tmp/os.npy" --check
 expect_rc "run --softcap 1000" 0
@@ -567,6 +593,20 @@ expect_failure "--kv-lens file of float32" 1 "$x" "dtype '<f4' is not supported 
     --q "$x" --k "$x" --v "$x" --lse "$n" --kv-lens "$x"
 expect_failure "--kv-lens file of 2 values" 1 "$tmp/lens2.npy" "needs one int32 per batch entry" \
     --q "$x" --k "$x" --v "$x" --lse "$n" --kv-lens "$tmp/lens2.npy"
+npy "$tmp/sink-nan.npy" '<f4' '(1,)' 7fc00000
+expect_failure "--sinks of 2 logits, 1 head" 1 "$tmp/sinks2.npy" \
+    "--sinks needs one float32 logit per query head, shape (h_q,) = (1,), not (2,)" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --sinks "$tmp/sinks2.npy"
+expect_failure "--sinks of rank 2" 1 "$x" "--sinks needs one float32 logit per query head" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --sinks "$x"
+expect_failure "--sinks NaN" 1 "$tmp/sink-nan.npy" "--sinks value nan (head 0) is not a sink logit" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --sinks "$tmp/sink-nan.npy"
+expect_failure "--sinks float16" 1 "$tmp/x16.npy" "dtype '<f2' is not supported" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --sinks "$tmp/x16.npy"
+expect_failure "--sinks missing" 1 "$tmp/nonexistent.npy" "cannot open" \
+    --q "$x" --k "$x" --v "$x" --lse "$n" --sinks "$tmp/nonexistent.npy"
+expect_failure "--lse is --sinks" 2 "--lse '$tmp/sinks2.npy' is the same file as --sinks" \
+    "would destroy an input" --q "$x" --k "$x" --v "$x" --sinks "$tmp/sinks2.npy" --lse "$tmp/sinks2.npy"
 expect_failure "--q-lens file negative" 1 "$tmp/lens-neg.npy" "value -1 (batch entry 0) is outside 0..n_q" \
     --q "$x" --k "$x" --v "$x" --lse "$n" --q-lens "$tmp/lens-neg.npy"
 expect_failure "uint16 input without --dtype bf16" 1 "$tmp/xbf.npy" "is read only with --dtype bf16" \

@@ -401,11 +401,19 @@ START_TEST(decode_splits_every_term)
             rng_state = 0x5eed0007u;
             for (size_t i = 0; i < n_mask; i++)
                 f.keep[i] = rnd(6) != 0;
-            /* one row (b 0, head 5, query 1) sees no key at all */
+            /* rows (b 0, heads 5 and 6, query 1) see no key at all: head 5 has no sink
+             * (NaN row), head 6 has one (zeros, LSE = the sink) */
             memset(f.keep + ((0 * h_q + 5) * n_q + 1) * n_kv, 0, (size_t)n_kv);
+            memset(f.keep + ((0 * h_q + 6) * n_q + 1) * n_kv, 0, (size_t)n_kv);
             f.mt = clattn_tensor_host(f.keep, b, h_q, n_q, n_kv);
             f.mt.dtype = CLATTN_BOOL;
             ds->mask_tensor = &f.mt;
+        }
+        if (variant != 2) { /* sinks: one more part in the merge */
+            f.sinks = malloc(sizeof(float) * (size_t)h_q);
+            for (int64_t h = 0; h < h_q; h++)
+                f.sinks[h] = h == 5 ? -INFINITY : (float)(h % 4) - 1.5f;
+            ds->sinks = f.sinks;
         }
         for (size_t c = 0; c < sizeof splits / sizeof splits[0]; c++) {
             TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, splits[c]), "splits %d", splits[c]);
@@ -414,9 +422,9 @@ START_TEST(decode_splits_every_term)
                      "d_v %lld kv_lens {%d,555}%s",
                      splits[c], (long long)d_k, (long long)d_v, f.kv_lens[0],
                      all ? ", causal-bottom-right window(300,1) softcap 3 alibi bool-mask "
-                           "q_lens {3,2} masked_rows nan"
+                           "q_lens {3,2} masked_rows nan sinks"
                      : variant == 2 ? ", causal-bottom-right"
-                                    : "");
+                                    : ", sinks");
             float *o = tu_alloc((size_t)(b * h_q * n_q * d_v), 0.0f);
             clattn_tensor to = tu_problem_o(&f.p, o);
             clattn_plan plan;

@@ -44,6 +44,10 @@ run --mode decode --n 77 --n-q 1 --batch 3 --heads 4 --kv-heads 4 --dim 64 --mas
 # about -5e7, so the merge needs float64 LSEs to weight the blocks right
 run --mode ring --n 8 --heads 2 --kv-heads 1 --dim 4 --alibi 0.5 --q-start 100000000 --seed 8
 run --mode decode --n 9 --n-q 2 --heads 2 --kv-heads 2 --dim 4 --alibi 0.5 --q-start 100000000 --seed 9
+# attention sinks (one head without): each query row gets its head's sink once, in the
+# final merge, however the keys are split
+run --mode ring --n 61 --heads 3 --kv-heads 1 --dim 8 --mask causal --sink 0.75 --seed 10
+run --mode decode --n 301 --n-q 2 --heads 4 --kv-heads 2 --dim 16 --sink -0.5 --seed 11
 if [ $fails -ne 0 ]; then
     echo "test_mpi: $fails run(s) failed with $NP ranks"
     exit 1

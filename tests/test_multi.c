@@ -153,6 +153,7 @@ START_TEST(heads_uneven_weights_and_extras)
     const double w[2][2] = {{0.1, 0.9}, {1.0, 0.0}};
     int32_t kv_lens[2] = {31, 12}, q_lens[2] = {9, 4};
     float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    const float sinks[4] = {0.5f, -INFINITY, 2.0f, -1.0f};
     uint8_t keep[4 * 9 * 31];
     for (size_t i = 0; i < sizeof keep; i++)
         keep[i] = (uint8_t)(tu_gen(s + 3, (uint32_t)i) > -0.7f);
@@ -171,9 +172,10 @@ START_TEST(heads_uneven_weights_and_extras)
             desc.window_right = -1;
             desc.mask_tensor = &mt;
             desc.q_start = 3;
+            desc.sinks = sinks;
             clattn_multi_part parts[2];
             char label[128];
-            snprintf(label, sizeof label, "weights %g/%g, %s, lengths+alibi+window+mask", w[c][0],
+            snprintf(label, sizeof label, "weights %g/%g, %s, lengths+alibi+window+mask+sinks", w[c][0],
                      w[c][1], tu_mask_name(masks[m]));
             compare(&p, &desc, CLATTN_SPLIT_HEADS, true, parts, label);
             if (c == 1)
@@ -267,6 +269,7 @@ START_TEST(keys_decode_and_extras)
     tu_problem_init(&p, 2, 4, 1, 13, 47, 9, 6, s + 5, s + 6, s + 7, 0);
     int32_t kv_lens[2] = {40, 19};
     float slopes[4] = {0.3f, 0.2f, 0.1f, 0.05f};
+    const float sinks[4] = {1.0f, -2.0f, -INFINITY, 0.25f};
     float *add = tu_alloc((size_t)(2 * 13 * 47), 0.0f);
     for (size_t i = 0; i < (size_t)(2 * 13 * 47); i++)
         add[i] = tu_gen(s + 8, (uint32_t)i) < -0.8f ? -INFINITY : tu_gen(s + 9, (uint32_t)i);
@@ -285,9 +288,10 @@ START_TEST(keys_decode_and_extras)
         desc.mask_tensor = &mt;
         desc.q_start = 30;
         desc.kv_start = 2;
+        desc.sinks = m % 2 ? sinks : NULL; /* the merge adds them once */
         char label[128];
-        snprintf(label, sizeof label, "%s, lengths+alibi+window+softcap+float mask",
-                 tu_mask_name(masks[m]));
+        snprintf(label, sizeof label, "%s, lengths+alibi+window+softcap+float mask%s",
+                 tu_mask_name(masks[m]), desc.sinks ? "+sinks" : "");
         compare(&p, &desc, CLATTN_SPLIT_KEYS, false, parts, label);
     }
     free(add);

@@ -8,6 +8,7 @@
 #include "outfile.h"
 #include "run_args.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +18,13 @@
  * on, or an exit status. */
 static int check_output_paths(const run_args *a)
 {
-    enum { N_OUTS = 4, N_INS = 6 };
+    enum { N_OUTS = 4, N_INS = 7 };
     const char *const out_names[N_OUTS] = {"--out", "--weights", "--lse", "--scores"};
     const char *const outs[N_OUTS] = {a->out, a->weights, a->lse, a->scores};
-    const char *const in_names[N_INS] = {"--q",         "--k",       "--v",
-                                         "--mask-file", "--kv-lens", "--q-lens"};
-    const char *const ins[N_INS] = {a->q,          a->k, a->v, a->mask_file, a->kv_lens_file,
-                                    a->q_lens_file};
+    const char *const in_names[N_INS] = {"--q",       "--k",      "--v",    "--mask-file",
+                                         "--kv-lens", "--q-lens", "--sinks"};
+    const char *const ins[N_INS] = {
+        a->q, a->k, a->v, a->mask_file, a->kv_lens_file, a->q_lens_file, a->sinks_file};
     for (int i = 0; i < N_OUTS; ++i) {
         for (int j = 0; j < N_INS && outs[i] != NULL; ++j) {
             if (ins[j] != NULL && same_file(outs[i], ins[j])) {
@@ -156,9 +157,9 @@ static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
     return n;
 }
 
-/* The inputs of a run after reading: Q, K, V and the optional mask. */
+/* The inputs of a run after reading: Q, K, V and the optional mask, lengths and sinks. */
 typedef struct run_inputs {
-    npy_data q, k, v, mask, kv_lens, q_lens;
+    npy_data q, k, v, mask, kv_lens, q_lens, sinks;
     clattn_dtype dq, dk, dv;
     int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
 } run_inputs;
@@ -183,6 +184,20 @@ static int input_dtype(const run_args *a, const char *path, const npy_data *d, c
     }
 }
 
+/* "(a, b)" for the shape of `d` ("(a,)" for rank 1), into buf. */
+static const char *shape_text(const npy_data *d, char *buf, size_t size)
+{
+    snprintf(buf, size, "(");
+    for (int i = 0; i < d->ndim; ++i) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "%lld%s", (long long)d->shape[i],
+                 i + 1 < d->ndim ? ", "
+                 : d->ndim == 1  ? ",)"
+                                 : ")");
+    }
+    return buf;
+}
+
 /* The mask tensor view of the mask file broadcast to (b, h_q, n_q, n_kv): dimensions of
  * 1 broadcast (b and h through shape 1, n_q and n_kv through stride 0). Returns 1, or
  * 0 after a message. */
@@ -195,19 +210,12 @@ static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out
     static const char *const names[4] = {"b", "h_q", "n_q", "n_kv"};
     for (int i = 0; i < 4; ++i) {
         if (fs[i] != 1 && fs[i] != target[i]) {
-            char shape[128] = "(";
-            for (int d = 0; d < m->ndim; ++d) {
-                size_t used = strlen(shape);
-                snprintf(shape + used, sizeof shape - used, "%lld%s", (long long)m->shape[d],
-                         d + 1 < m->ndim ? ", "
-                         : m->ndim == 1  ? ",)"
-                                         : ")");
-            }
+            char shape[128];
             cli_error("%s: the mask's shape %s does not broadcast to (b, h_q, n_q, n_kv) = (%lld, "
                       "%lld, %lld, %lld): its %s dimension is %lld, need 1 or %lld",
-                      a->mask_file, shape, (long long)target[0], (long long)target[1],
-                      (long long)target[2], (long long)target[3], names[i], (long long)fs[i],
-                      (long long)target[i]);
+                      a->mask_file, shape_text(m, shape, sizeof shape), (long long)target[0],
+                      (long long)target[1], (long long)target[2], (long long)target[3], names[i],
+                      (long long)fs[i], (long long)target[i]);
             return 0;
         }
     }
@@ -255,6 +263,27 @@ static int check_lengths(const char *option, const char *what, const int32_t *li
         }
     }
     *out = list;
+    return -1;
+}
+
+/* --sinks: the file (already read) holds one float32 logit per query head, each finite
+ * or -inf. Returns -1 to go on, or an exit status (1: a file's fault). */
+static int check_sinks(const char *path, const npy_data *sinks, int64_t h_q)
+{
+    char shape[128];
+    if (sinks->ndim != 1 || (int64_t)sinks->count != h_q) {
+        return cli_error("%s: --sinks needs one float32 logit per query head, shape (h_q,) = "
+                         "(%lld,), not %s",
+                         path, (long long)h_q, shape_text(sinks, shape, sizeof shape));
+    }
+    const float *logits = sinks->data;
+    for (size_t h = 0; h < sinks->count; ++h) {
+        if (isnan(logits[h]) || logits[h] == INFINITY) {
+            return cli_error("%s: --sinks value %g (head %zu) is not a sink logit (finite, or "
+                             "-inf for no sink)",
+                             path, (double)logits[h], h);
+        }
+    }
     return -1;
 }
 
@@ -455,6 +484,14 @@ static int run_attention(const run_args *a, run_inputs *in)
                          a->n_alibi, a->n_alibi == 1 ? "" : "s", (long long)in->qs[1]);
         goto done;
     }
+    if (a->sinks_file != NULL) {
+        lrc = check_sinks(a->sinks_file, &in->sinks, in->qs[1]);
+        if (lrc >= 0) {
+            rc = lrc;
+            goto done;
+        }
+        desc.sinks = in->sinks.data;
+    }
     if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
         goto done;
     }
@@ -531,6 +568,10 @@ static int read_inputs(const run_args *a, run_inputs *in)
             return cli_error("%s", message);
         }
     }
+    if (a->sinks_file != NULL && npy_read(a->sinks_file, NPY_ACCEPT(NPY_F32), 1, "(h_q,)",
+                                          &in->sinks, message, sizeof message) != 0) {
+        return cli_error("%s", message);
+    }
     return -1;
 }
 
@@ -551,7 +592,7 @@ int cmd_run(int argc, char **argv)
     if (rc < 0) {
         rc = run_attention(&a, &in);
     }
-    npy_data *const arrays[] = {&in.q, &in.k, &in.v, &in.mask, &in.kv_lens, &in.q_lens};
+    npy_data *const arrays[] = {&in.q, &in.k, &in.v, &in.mask, &in.kv_lens, &in.q_lens, &in.sinks};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; ++i) {
         npy_data_free(arrays[i]);
     }

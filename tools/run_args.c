@@ -45,6 +45,11 @@ static const char run_usage_1[] =
     "                    (integers; -1 = unbounded on that side)\n"
     "  --alibi S,...     ALiBi slopes, one per query head (h_q finite numbers): the score\n"
     "                    of key j for query i of head h gets -S_h*|a_i - j|\n"
+    "  --sinks FILE      attention-sink logits (gpt-oss): a float32 ('<f4') .npy of\n"
+    "                    shape (h_q,), entry h finite or -inf (= no sink for head h);\n"
+    "                    each query row of head h gets one more key, of logit L_h (not\n"
+    "                    scaled, capped or biased) and value 0: its weights sum below 1,\n"
+    "                    and a row with no visible key outputs zeros with LSE L_h\n"
     "  --softcap C       logit softcap (Gemma 2): scaled scores s -> C*tanh(s/C), before\n"
     "                    masks and biases (finite, > 0; default off)\n"
     "  --q-start N       absolute position of the first query (default 0)\n"
@@ -60,7 +65,8 @@ static const char run_usage_2[] =
     "                    n_kv) for rank 4, (1, n_q, n_kv) for rank 3 (PyTorch drops it:\n"
     "                    w[:, 0] in NumPy)\n"
     "  --lse FILE        also write each query row's log-sum-exp of its visible scores\n"
-    "                    (float32, natural log; -inf for a row with no visible key),\n"
+    "                    and its sink (float32, natural log; -inf for a row with no\n"
+    "                    visible key and no sink),\n"
     "                    shaped like O without its last dimension\n"
     "  --scores FILE     also write the score matrix (float32, shaped like the weights),\n"
     "                    whichever algorithm runs, at the stage --scores-stage names:\n"
@@ -86,6 +92,7 @@ static const char run_usage_2[] =
     "causal-bottom-right, where n_q and n_kv are the batch entry's valid lengths (after\n"
     "--q-lens and --kv-lens). A key is visible only if every mask lets it through; the\n"
     "score of a visible key is softcap(scale*q.k) - alibi_slope*|a_i - j| + float mask.\n"
+    "With --sinks, the softmax of a row of head h also counts exp(L_h), a key of value 0.\n"
     "\n"
     "Exit status: 0 success, 1 failure (a file, the library or --check), 2 usage error\n"
     "(including --kv-lens, --q-lens and --alibi lists that do not fit the inputs).\n";
@@ -263,6 +270,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--q-lens", &a->q_lens_text, NULL},
         {"--window", &a->window_text, NULL},
         {"--alibi", &a->alibi_text, NULL},
+        {"--sinks", &a->sinks_file, NULL},
         {"--softcap", &a->softcap_text, NULL},
         {"--q-start", &a->q_start_text, NULL},
         {"--kv-start", &a->kv_start_text, NULL},

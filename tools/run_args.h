@@ -32,6 +32,7 @@ typedef struct run_args {
     const char *kv_lens_file, *q_lens_file;
     float *alibi; /* malloc'd */
     size_t n_alibi;
+    const char *sinks_file; /* --sinks: a float32 .npy of h_q sink logits */
 } run_args;
 
 /* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;

@@ -81,6 +81,23 @@ def test_option_errors():
         sdpa(Q, Q, Q, q_start=1.5)
 
 
+def test_sinks_errors():
+    """sinks: one float per query head (the package's ValueError otherwise, like
+    alibi_slopes); NaN and +inf are the library's InvalidArgumentError."""
+    with pytest.raises(ValueError, match=r"sinks must have 2 entries, not shape \(1,\)"):
+        sdpa(Q, Q, Q, sinks=[1.0])
+    with pytest.raises(ValueError, match=r"sinks must have 2 entries, not shape \(3,\)"):
+        sdpa(Q, Q, Q, sinks=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="sinks must have 2 entries"):
+        sdpa(Q, Q, Q, sinks=np.zeros((2, 1), np.float32))
+    with pytest.raises(ValueError, match="sinks must have 2 entries"):
+        clattn.reference_attention(Q, Q, Q, sinks=[0.0])
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(clattn.InvalidArgumentError, match=r"sinks\[1\]") as e:
+            sdpa(Q, Q, Q, sinks=[0.0, bad])
+        assert e.value.status_name == "invalid argument"
+
+
 def test_out_errors_write_nothing():
     out = np.full((1, 2, 3, 4), 5.0, np.float32)
     with pytest.raises(ValueError, match="out has shape"):

@@ -78,6 +78,75 @@ def test_features_against_oracle(ctx, name, kw, okw, n_q):
     assert_close(lse, else_, **F32_TOL, what=f"{name} LSE")
 
 
+def _sink_reference(q, k, v, sinks, kv_lens=None):
+    """float64 attention with sinks, written out apart from the oracle: per batch entry,
+    scores = scale·Q·Kᵀ (scale 1/sqrt(d_k); keys j ≥ kv_lens[b] masked), one more column
+    of sinks[h], softmax over the n_kv + 1 columns, that last column dropped, times V.
+    LSE = logsumexp over the n_kv + 1 columns. Returns (O, LSE, W)."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    b, hq, n_q, dk = q.shape
+    g = hq // k.shape[1]
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    n_kv = k.shape[2]
+    s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(dk)
+    if kv_lens is not None:
+        visible = np.arange(n_kv)[None, :] < np.asarray(kv_lens)[:, None]  # [b, n_kv]
+        s = np.where(visible[:, None, None, :], s, -np.inf)
+    sink = np.broadcast_to(np.asarray(sinks, np.float64)[None, :, None, None], (b, hq, n_q, 1))
+    s = np.concatenate([s, sink], axis=-1)
+    mx = s.max(axis=-1, keepdims=True)
+    empty = mx == -np.inf  # no visible key and no sink: zeros, LSE -inf
+    e = np.exp(s - np.where(empty, 0.0, mx))
+    l = e.sum(axis=-1, keepdims=True)
+    w = np.where(empty, 0.0, e / np.where(empty, 1.0, l))[..., :-1]
+    o = np.einsum("bhij,bhjd->bhid", w, v)
+    lse = np.where(empty, -np.inf, mx + np.log(np.where(empty, 1.0, l)))[..., 0]
+    return o, lse, w
+
+
+SINKS = [0.5, -np.inf, 3.0, -2.0]  # per query head; -inf = no sink for head 1
+
+
+@pytest.mark.parametrize("algorithm", ["fused", "unfused"])
+@pytest.mark.parametrize("n_q", [5, 37], ids=["decode", "tiled"])
+def test_sinks_against_numpy(ctx, algorithm, n_q):
+    """Attention sinks (gpt-oss): GQA (4 query heads on 2 KV heads), sinks finite and
+    -inf; O, the LSE (which includes the sink) and the weights (which sum below 1 where
+    a head has a sink) against _sink_reference. Batch entry 1 sees no key (kv_lens 0):
+    its rows output zeros with LSE = the sink, or -inf where the head has none."""
+    r = rng(60 + n_q)
+    q, k, v = randn(r, 2, 4, n_q, 8), randn(r, 2, 2, 11, 8), randn(r, 2, 2, 11, 8)
+    kv_lens = [9, 0]
+    o, lse, w = clattn.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True, sinks=SINKS, kv_lens=kv_lens, return_lse=True,
+        return_weights=True, algorithm=algorithm)
+    eo, else_, ew = _sink_reference(q, k, v, SINKS, kv_lens)
+    assert_close(o, eo, **F32_TOL, what="sinks O")
+    assert_close(lse, else_, **F32_TOL, what="sinks LSE")
+    assert_close(w, ew, **F32_TOL, what="sinks W")
+    sums = w[0].sum(axis=-1)  # [h, n_q]
+    assert np.all(sums[[0, 2, 3]] < 1 - 1e-3) and np.allclose(sums[1], 1.0, atol=1e-5)
+    assert np.all(o[1] == 0)
+    assert_close(lse[1], np.broadcast_to(np.array(SINKS)[:, None], (4, n_q)), atol=0, rtol=0,
+                 what="LSE of rows without keys")
+    # the float64 C reference agrees; a float64 array of sinks is taken as well
+    ro, rlse = clattn.reference_attention(q, k, v, enable_gqa=True,
+                                          sinks=np.array(SINKS, np.float64),
+                                          kv_lens=kv_lens, return_lse=True)
+    assert_close(ro, eo, **F32_TOL, what="reference_attention sinks O")
+    assert_close(rlse, else_, **F32_TOL, what="reference_attention sinks LSE")
+
+
+def test_sinks_of_minus_inf_change_nothing(ctx):
+    r = rng(59)
+    q, k, v = randn(r, 1, 2, 6, 8), randn(r, 1, 2, 10, 8), randn(r, 1, 2, 10, 8)
+    o, lse = clattn.scaled_dot_product_attention(q, k, v, return_lse=True)
+    so, slse = clattn.scaled_dot_product_attention(q, k, v, return_lse=True,
+                                                   sinks=[-np.inf, -np.inf])
+    assert_close(so, o, atol=0, rtol=0, what="O")
+    assert_close(slse, lse, atol=0, rtol=0, what="LSE")
+
+
 @pytest.mark.parametrize("mask_shape", [(37, 11), (2, 1, 37, 11), (1, 4, 1, 11)],
                          ids=["LS", "B1LS", "1H1S"])
 def test_masks_broadcast(ctx, mask_shape):

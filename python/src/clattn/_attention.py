@@ -144,6 +144,9 @@ class _Call:
         if o["alibi_slopes"] is not None:
             arr, d.alibi_slopes = _arrays.host_float32(o["alibi_slopes"], "alibi_slopes", hq)
             self.keep.append(arr)
+        if o["sinks"] is not None:
+            arr, d.sinks = _arrays.host_float32(o["sinks"], "sinks", hq)
+            self.keep.append(arr)
         self.mask: Optional[View] = None
         if attn_mask is not None:
             self.mask = self._mask(attn_mask, q, (b, hq, n_q, n_kv), nb)
@@ -311,9 +314,10 @@ def _check_no_grad(*xs: Any) -> None:
 
 
 _OPTION_DEFAULTS: Dict[str, Any] = dict(
-    causal_alignment="top_left", no_self=False, window=None, alibi_slopes=None, softcap=None,
-    kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False, return_weights=False,
-    weights_head_mean=False, masked_rows="zero", algorithm="auto", out=None)
+    causal_alignment="top_left", no_self=False, window=None, alibi_slopes=None, sinks=None,
+    softcap=None, kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False,
+    return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
+    out=None)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
 _FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean")
 
@@ -349,7 +353,10 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     Keyword options (clattn's additions; docs/SEMANTICS.md states each):
       ``window=(left, right)``: sliding window around the diagonal, FlashAttention's
       ``window_size`` (-1 or None = unbounded); ``alibi_slopes`` (H_q floats);
-      ``softcap`` (logit softcap, Gemma 2); ``kv_lens`` / ``q_lens`` (valid key / query
+      ``sinks`` (H_q attention-sink logits, gpt-oss: each row's softmax gains one more
+      key of that logit and value zero, so its weights sum below 1 and the LSE includes
+      it; -inf = no sink for that head; NaN and +inf are refused); ``softcap`` (logit
+      softcap, Gemma 2); ``kv_lens`` / ``q_lens`` (valid key / query
       counts per batch entry, batch = the leading dims flattened); ``no_self`` (no query
       sees its own position); ``q_start`` / ``kv_start`` (absolute positions of the first
       query and key); ``return_lse`` (also return the log-sum-exp, float32

@@ -88,6 +88,10 @@ class Desc(ctypes.Structure):
         ("v_new", ctypes.POINTER(Tensor)),
         ("rotary", ctypes.c_void_p),
         ("varlen", ctypes.c_void_p),
+        # attention sinks: h_q float32 logits (host), and the backward pass's optional
+        # output d_sinks (clattn_backward.h; the package leaves it NULL)
+        ("sinks", ctypes.POINTER(ctypes.c_float)),
+        ("d_sinks", ctypes.POINTER(Tensor)),
     ]
 
 
