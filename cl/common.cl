@@ -51,19 +51,24 @@
 #define ELEM_T_0 float
 #define ELEM_T_1 half
 #define ELEM_T_2 ushort
+#define ELEM_T_5 char /* int8 K/V (a quantized cache): the stored integer; the kernels
+                       * multiply by the row's scale (K_SCALED, V_SCALED below) */
 #define LD(dt, p, i) LD_(dt, p, i)
 #define LD_(dt, p, i) LD_##dt(p, i)
 #define LD_0(p, i) ((p)[i])
 #define LD_1(p, i) vload_half((i), (p))
 #define LD_2(p, i) as_float(((uint)(p)[i]) << 16)
+#define LD_5(p, i) ((float)(p)[i])
 #define LD16(dt, p, i) LD16_(dt, p, i)
 #define LD16_(dt, p, i) LD16_##dt(p, i)
 #define LD16_0(p, i) vload16(0, (p) + (i))
 #define LD16_1(p, i) vload_half16(0, (p) + (i))
 #define LD16_2(p, i) as_float16(convert_uint16(vload16(0, (p) + (i))) << 16)
+#define LD16_5(p, i) convert_float16(vload16(0, (p) + (i)))
 #define LD8_0(p, i) vload8(0, (p) + (i))
 #define LD8_1(p, i) vload_half8(0, (p) + (i))
 #define LD8_2(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)
+#define LD8_5(p, i) convert_float8(vload8(0, (p) + (i)))
 #define ST(dt, p, i, x) ST_(dt, p, i, x)
 #define ST_(dt, p, i, x) ST_##dt(p, i, x)
 #define ST_0(p, i, x) ((p)[i] = (x))
@@ -405,6 +410,9 @@ DEFINE_LOAD_ROW16(1)
 #if READS_DT(2)
 DEFINE_LOAD_ROW16(2)
 #endif
+#if READS_DT(5)
+DEFINE_LOAD_ROW16(5)
+#endif
 
 /* acc[r][a] += p[r][jj] · V[jj] (vector a) for every key jj of a staged V tile, for the
  * RQ rows of a work-item; keys of weight exactly 0 contribute nothing, even NaN or inf
@@ -541,6 +549,9 @@ DEFINE_STAGE_ROWS(1)
 #if READS_DT(2)
 DEFINE_STAGE_ROWS(2)
 #endif
+#if READS_DT(5)
+DEFINE_STAGE_ROWS(5)
+#endif
 
 /* Rows [r0, r0 + rows) of head (b, h) of a view into local memory, row-major with
  * `stride` floats per row, columns [0, dpad) (zeros past d and past n); every work-item
@@ -578,6 +589,7 @@ DEFINE_STAGE_ROWS(2)
 #define LD4_0(p, i) vload4(0, (p) + (i))
 #define LD4_1(p, i) vload_half4(0, (p) + (i))
 #define LD4_2(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
+#define LD4_5(p, i) convert_float4(vload4(0, (p) + (i)))
 #if READS_DT(0)
 DEFINE_STAGE4(0)
 #endif
@@ -586,6 +598,9 @@ DEFINE_STAGE4(1)
 #endif
 #if READS_DT(2)
 DEFINE_STAGE4(2)
+#endif
+#if READS_DT(5)
+DEFINE_STAGE4(5)
 #endif
 
 /* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
@@ -596,7 +611,26 @@ DEFINE_STAGE4(2)
         __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
         long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
         int lse_relative, \
-        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks
+        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks,                \
+        __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc,  \
+        long vs_off, long4 vs_st
+
+/* ---- a quantized K/V cache (the desc's k_scale, v_scale; -DK_SCALED=1, -DV_SCALED=1) ----
+ * K (or V) stores int8 values (K_DT 5); key row j's values are the integers times its
+ * scale, element (b, h, j) of a float32 view [b|1, h_kv, n_kv|1, 1] (a stride 0 where the
+ * extent is 1: one scale per head, or per token and head), read through the block table
+ * when paged, as K is. The kernels apply K's scale to the row's dot product and V's to
+ * its weight in the sum (not in the softmax's denominator): the same products. */
+#ifndef K_SCALED
+#define K_SCALED 0
+#endif
+#ifndef V_SCALED
+#define V_SCALED 0
+#endif
+float kv_scale(__global const float *sc, long off, long4 st, long b, long h, long j PG_PARAMS)
+{
+    return sc[kv_row(off, st, b, h, j PG_ARGS)];
+}
 
 /* ---- attention sinks (the desc's sinks; host twin: reference.c) ----
  * Head h's sink is one more key of logit sinks[h] and value zero in every row's softmax.

@@ -97,9 +97,14 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                                      : kv_row(k_off, k_st, b, hk, in ? j0 + t : 0 KV_PAGES);
             if (in) { /* V row t, read next to K row t (two sequential streams) */
                 const long vb = one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES);
+                /* int8 values: times the row's scale here, once per row */
+                const float vsc = V_SCALED ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + t KV_PAGES) : 1.0f;
                 for (int a = 0; a < N_AV; a++)
-                    vstore16(TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V), a, v_rows + t * D_V_PAD);
+                    vstore16(TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V) * vsc, a,
+                             v_rows + t * D_V_PAD);
             }
+            /* int8 keys: each row's dot product times the key's scale */
+            const float ksc = K_SCALED && in ? kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES) : 1.0f;
             for (int r0 = 0; r0 < NR; r0 += SB) {
                 float16 d[SB];
 #pragma unroll
@@ -118,7 +123,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
 #pragma unroll
                 for (int r = 0; r < SB; r++)
                     if (r0 + r < NR)
-                        p[r0 + r][t] = hsum(d[r]);
+                        p[r0 + r][t] = hsum(d[r]) * ksc;
             }
         }
         /* the online softmax of each row over the 16 keys */

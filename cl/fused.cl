@@ -66,6 +66,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     __local float k_t[D_K * TILE_KV];        /* K tile transposed: k_t[c·TILE_KV + key] */
     __local float v_tile[TILE_KV * D_V_PAD]; /* V tile, columns zero-padded to D_V_PAD */
     __local int tile_bad[WG];                /* work-item t staged a row holding inf/NaN */
+#if K_SCALED || V_SCALED
+    __local float ks_tile[TILE_KV], vs_tile[TILE_KV]; /* the tile's int8 scales (0 past the keys) */
+#endif
     const long g0 = get_group_id(0) * (WG * RQ);      /* first query of the group */
     const long i0 = g0 + get_local_id(0) * RQ;        /* first query of this work-item */
     const long bh = get_global_id(1);
@@ -106,6 +109,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         /* keys of weight 0 must add nothing even when V holds inf or NaN: one test per
          * tile (each work-item checks the rows it staged), not one per product */
         tile_bad[get_local_id(0)] = rows_nonfinite(v_tile, TILE_KV, D_V_PAD, WG);
+#if K_SCALED || V_SCALED
+        for (int jj = get_local_id(0); jj < TILE_KV; jj += WG) {
+            const bool in = j0 + jj < nkv_b;
+            ks_tile[jj] = K_SCALED && in ? kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + jj KV_PAGES) : 0.0f;
+            vs_tile[jj] = V_SCALED && in ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + jj KV_PAGES) : 0.0f;
+        }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE); /* K and V tiles staged before anyone reads them */
         bool v_finite = true;
         for (int t = 0; t < WG; t++)
@@ -146,6 +156,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 float16 m16 = (float16)(-INFINITY);
                 for (int sv = 0; sv < N_SV; sv++) {
                     float16 x = vload16(sv, p[r]) * scale;
+#if K_SCALED
+                    x *= vload16(sv, ks_tile); /* the int8 keys' scales */
+#endif
                     if (!plain)
                         x = score_terms16(x, lane + 16 * sv, lo, hi, self, j0, n_kv, mt, mt_off,
                                           mt_st, alibi, softcap, mbase, rule[r].diag, slope,
@@ -164,7 +177,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 for (int sv = 0; sv < N_SV; sv++) {
                     const float16 pv = exp(vload16(sv, p[r]) - m_new);
                     l16 += pv;
+#if V_SCALED
+                    vstore16(pv * vload16(sv, vs_tile), sv, p[r]); /* the int8 values' scales */
+#else
                     vstore16(pv, sv, p[r]);
+#endif
                 }
                 l[r] += hsum(l16);
                 m[r] = m_new;

@@ -86,6 +86,7 @@ typedef struct clattn_view {
 #define CLATTN_DT_F32 (1u << CLATTN_FLOAT32)
 #define CLATTN_DT_FLOATS ((1u << CLATTN_FLOAT32) | (1u << CLATTN_FLOAT16) | (1u << CLATTN_BFLOAT16))
 #define CLATTN_DT_MASK ((1u << CLATTN_FLOAT32) | (1u << CLATTN_BOOL))
+#define CLATTN_DT_KV (CLATTN_DT_FLOATS | (1u << CLATTN_INT8)) /* K, V: int8 with scales */
 #define CLATTN_DT_LSE ((1u << CLATTN_FLOAT32) | (1u << CLATTN_FLOAT64))
 
 /* ---- errors (status.c) ---- */
@@ -139,6 +140,10 @@ typedef struct clattn_problem {
     /* desc.k_new / v_new: rows appended into K and V (which the call then writes) */
     clattn_view k_new, v_new;
     bool has_append;
+    /* desc.k_scale / v_scale: an int8 K or V's scales (stride 0 where broadcast; paged
+     * as K is) */
+    clattn_view k_scale, v_scale;
+    bool has_k_scale, has_v_scale;
 } clattn_problem;
 clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                        const clattn_tensor *q, const clattn_tensor *k,
@@ -411,6 +416,7 @@ static inline float clattn_host_load(const clattn_view *v, int64_t idx)
     case CLATTN_BFLOAT16: return clattn_bf16_to_f32(((const uint16_t *)v->host)[idx]);
     case CLATTN_BOOL: return ((const uint8_t *)v->host)[idx] ? 1.0f : 0.0f;
     case CLATTN_FLOAT64: return (float)((const double *)v->host)[idx];
+    case CLATTN_INT8: return (float)((const int8_t *)v->host)[idx]; /* (before its scale) */
     default: return ((const float *)v->host)[idx];
     }
 }

@@ -78,6 +78,7 @@ typedef struct aux_t {
     const clattn_view *mask; /* device view, or NULL */
     float softcap;
     const clattn_view *pages; /* paged K (the block table's shape), or NULL */
+    const clattn_view *k_scale, *v_scale; /* an int8 K's and V's scales, or NULL */
     cl_mem table;             /* its block table on the device */
     bool own_table;           /* … copied from the host table here */
 } aux_t;
@@ -222,6 +223,8 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_terms(&a, x);
     arg_pages(&a, x);
     arg(&a, sizeof(cl_mem), &x->sinks);
+    arg_opt_view(&a, x->k_scale); /* an int8 K's and V's scales, or none */
+    arg_opt_view(&a, x->v_scale);
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
      * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
     const int64_t rows = bk->decode ? q->n[2] * clattn_group(q->n[1], k->n[1]) : q->n[2];
@@ -513,6 +516,8 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
         aux_release(&x);
         return st;
     }
+    x.k_scale = dv->has_k_scale ? &dv->k_scale : NULL;
+    x.v_scale = dv->has_v_scale ? &dv->v_scale : NULL;
     /* the append first (and the rotated Q): the attention waits for them, reads the
      * lengths after the append and the rotated Q */
     cl_event pre[2] = {NULL, NULL};

@@ -673,10 +673,10 @@ clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
         clattn_resolve_attention(multi->ctx[0], desc, q, k, v, o, CLATTN_STORAGE_HOST, &c);
     if (st != CLATTN_SUCCESS)
         return device_fail(multi, 0, st);
-    if (c.k.paged || c.has_append || desc->varlen) /* parts slice plain, read-only views */
+    if (c.k.paged || c.has_append || desc->varlen || c.has_k_scale || c.has_v_scale)
         return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
-                          "paged K/V, k_new / v_new, varlen: the several-device layer takes "
-                          "contiguous K and V that it only reads, and a batch");
+                          "paged K/V, k_new / v_new, varlen, int8 K/V: the several-device layer "
+                          "takes contiguous float K and V that it only reads, and a batch");
     clattn_multi_part local[64];
     clattn_multi_part *pp = parts;
     if (!pp) {

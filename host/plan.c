@@ -121,11 +121,12 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
 /* What a call adds to the plain problem: the desc's optional terms and outputs, and
  * the storage types, as compile-time options of the kernels that read them. */
 typedef struct features {
-    char opts[160];      /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0" */
+    char opts[200];      /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0" */
     bool weights;        /* weights requested */
     bool head_mean;      /* … averaged over heads */
     bool lse;            /* LSE requested */
     clattn_dtype lse_dt; /* its dtype (float32 or float64) */
+    bool quantized;      /* an int8 K or V with scales */
 } features;
 
 /* The -D options of the storage types and score terms; a type of -1 is left out. */
@@ -162,6 +163,12 @@ static void make_features(const clattn_problem *p, features *f)
     if (p->k.paged) { /* K and V rows through the block table (common.cl kv_row) */
         const size_t at = strlen(f->opts);
         snprintf(f->opts + at, sizeof f->opts - at, " -DPAGED=1");
+    }
+    f->quantized = p->has_k_scale || p->has_v_scale;
+    if (f->quantized) { /* int8 K or V with scales (common.cl kv_scale) */
+        const size_t at = strlen(f->opts);
+        snprintf(f->opts + at, sizeof f->opts - at, " -DK_SCALED=%d -DV_SCALED=%d",
+                 (int)p->has_k_scale, (int)p->has_v_scale);
     }
 }
 
@@ -342,7 +349,7 @@ static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k,
                                   size_t tile, size_t wg_request, const char *feat,
                                   clattn_blocked *out)
 {
-    char dims[240];
+    char dims[280];
     snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld %s", (long long)d_k, (long long)d_v, feat);
     /* private floats per query: q row, accumulator, scores and weights of a tile */
     const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
@@ -469,7 +476,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
      * once per KV head for all its query heads; with no keys at all it just writes the
      * empty rows */
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
-    const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
+    /* an int8 K/V: the CPU family's kernels (fused.cl, decode.cl) whatever the family */
+    const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU && !f->quantized;
     const int64_t group = clattn_group(h_q, k->n[1]); /* query heads per KV head */
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
      * caller's weights), the per-head weights before averaging, the fused LSE */
@@ -492,6 +500,16 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         ws_fused = ws_lse + wm;
     }
 
+    if (f->quantized) { /* the scales are read by the fused kernels only */
+        if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "an int8 K/V (k_scale, v_scale) runs with the fused algorithm only");
+        if (fused_why[0])
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "an int8 K/V needs the fused algorithm, which cannot run this "
+                               "shape: %s",
+                               fused_why);
+    }
     if (pr->k.paged) { /* the block table is read by the fused kernels only */
         if (f->weights)
             return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,

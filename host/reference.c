@@ -6,6 +6,7 @@
  *  - a row with no visible key outputs zeros (or NaN with CLATTN_MASKED_ROWS_NAN) and
  *    LSE −∞; rows past q_lens[b] output zeros and LSE −∞;
  *  - a sink (desc->sinks) is one more visible key of logit sinks[h] and value zero;
+ *  - an int8 K or V (k_scale, v_scale) is dequantized in double: integer × row scale;
  *  - NaN and +inf follow IEEE arithmetic within their own row. */
 #include "internal.h"
 
@@ -61,6 +62,9 @@ static double row_scores(const clattn_attention_desc *desc, const clattn_view *q
         for (int64_t c = 0; c < d_k; c++)
             dot += (double)clattn_host_load(q, clattn_view_index(q, b, h, i, c)) *
                    (double)clattn_host_load(k, clattn_view_index(k, b, hk, j, c));
+        if (ex->has_k_scale) /* an int8 K: the row's integers times its scale */
+            dot *= (double)clattn_host_load(&ex->k_scale,
+                                            clattn_view_index(&ex->k_scale, b, hk, j, 0));
         double s = scale * dot;
         if (desc->softcap > 0.0f)
             s = desc->softcap * tanh(s / desc->softcap);
@@ -218,9 +222,14 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                     if (p[j] == 0.0)
                         continue; /* masked or zero weight: contributes nothing */
                     l += p[j];
+                    /* an int8 V: the row's integers times its scale */
+                    const double vs = ex.has_v_scale
+                                          ? (double)clattn_host_load(
+                                                &ex.v_scale, clattn_view_index(&ex.v_scale, b, hk, j, 0))
+                                          : 1.0;
                     for (int64_t c = 0; c < d_v; c++)
-                        acc[c] +=
-                            p[j] * (double)clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
+                        acc[c] += p[j] * vs *
+                                  (double)clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
                 }
                 if (!empty && sink != -INFINITY)
                     l += exp(sink - m); /* its value is zero: nothing into acc */

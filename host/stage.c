@@ -146,6 +146,10 @@ clattn_status clattn_stage_problem(clattn_context *ctx, clattn_staging *sg,
         st = clattn_stage_view(ctx, sg, &host->k_new, true, &dev->k_new);
     if (st == CLATTN_SUCCESS && host->has_append)
         st = clattn_stage_view(ctx, sg, &host->v_new, true, &dev->v_new);
+    if (st == CLATTN_SUCCESS && host->has_k_scale)
+        st = clattn_stage_view(ctx, sg, &host->k_scale, true, &dev->k_scale);
+    if (st == CLATTN_SUCCESS && host->has_v_scale)
+        st = clattn_stage_view(ctx, sg, &host->v_scale, true, &dev->v_scale);
     if (st == CLATTN_SUCCESS)
         st = clattn_stage_view(ctx, sg, &host->o, false, &dev->o);
     if (st == CLATTN_SUCCESS && host->has_w)

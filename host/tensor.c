@@ -59,7 +59,8 @@ size_t clattn_dtype_size(clattn_dtype dtype)
     case CLATTN_FLOAT32: return 4;
     case CLATTN_FLOAT16:
     case CLATTN_BFLOAT16: return 2;
-    case CLATTN_BOOL: return 1;
+    case CLATTN_BOOL:
+    case CLATTN_INT8: return 1;
     case CLATTN_FLOAT64: return 8;
     default: return 0;
     }

@@ -51,14 +51,16 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
 
 clattn_status clattn_check_backward_desc(clattn_context *ctx, const clattn_attention_desc *desc)
 {
-    if (desc->paged || desc->k_new || desc->rotary || desc->varlen)
+    if (desc->paged || desc->k_new || desc->rotary || desc->varlen || desc->k_scale ||
+        desc->v_scale)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "%s: the backward pass takes contiguous K and V (and dK, dV), no "
-                           "append, no rotary embeddings and no varlen",
+                           "%s: the backward pass takes contiguous float K and V (and dK, dV), "
+                           "no append, no rotary embeddings and no varlen",
                            desc->paged    ? "paged K/V"
                            : desc->k_new  ? "k_new, v_new"
                            : desc->rotary ? "rotary"
-                                          : "varlen");
+                           : desc->varlen ? "varlen"
+                                          : "an int8 K/V (k_scale, v_scale)");
     return CLATTN_SUCCESS;
 }
 
@@ -107,9 +109,9 @@ static clattn_status check_attention_shapes(clattn_context *ctx, const clattn_vi
                           w_head_mean ? "1 (weights_head_mean)" : "heads_q");
     clattn_status st = clattn_view_check_dtype(ctx, "Q", q, CLATTN_DT_FLOATS);
     if (st == CLATTN_SUCCESS)
-        st = clattn_view_check_dtype(ctx, "K", k, CLATTN_DT_FLOATS);
+        st = clattn_view_check_dtype(ctx, "K", k, CLATTN_DT_KV);
     if (st == CLATTN_SUCCESS)
-        st = clattn_view_check_dtype(ctx, "V", v, CLATTN_DT_FLOATS);
+        st = clattn_view_check_dtype(ctx, "V", v, CLATTN_DT_KV);
     if (st == CLATTN_SUCCESS)
         st = clattn_view_check_dtype(ctx, "O", o, CLATTN_DT_FLOATS);
     if (st == CLATTN_SUCCESS && w)
@@ -285,6 +287,73 @@ static clattn_status make_paged(clattn_context *ctx, const clattn_attention_desc
 #undef LL
 }
 
+/* desc.k_scale / v_scale: the scales of an int8 K or V (a quantized cache). Each is
+ * [b or 1, h_kv, n_kv or 1, 1] float32 (a paged pool: [num_pages or 1, h_kv, page_size
+ * or 1, 1], read through K's block table); extents of 1 broadcast (stride 0). */
+static clattn_status check_quant(clattn_context *ctx, const clattn_attention_desc *desc,
+                                 clattn_storage storage, clattn_problem *cv)
+{
+#define LL(x) ((long long)(x))
+    const clattn_tensor *sc[2] = {desc->k_scale, desc->v_scale};
+    const clattn_view *kv[2] = {&cv->k, &cv->v};
+    clattn_view *out[2] = {&cv->k_scale, &cv->v_scale};
+    bool *has[2] = {&cv->has_k_scale, &cv->has_v_scale};
+    static const char *const names[2] = {"k_scale", "v_scale"}, *const of[2] = {"K", "V"};
+    for (int t = 0; t < 2; t++) {
+        const bool int8 = kv[t]->dtype == CLATTN_INT8;
+        if (int8 != (sc[t] != NULL))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               int8 ? "%s has dtype int8: set %s, its float32 scales [b or 1, "
+                                      "h_kv, n_kv or 1, 1]"
+                                    : "%s is not int8: %s goes with an int8 (quantized) %s only",
+                               int8 ? of[t] : names[t], int8 ? names[t] : of[t], of[t]);
+        if (!int8)
+            continue;
+        clattn_status st = clattn_view_make(ctx, names[t], sc[t], storage, false, out[t]);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, names[t], out[t], CLATTN_DT_F32);
+        if (st == CLATTN_SUCCESS && storage == CLATTN_STORAGE_BUFFER)
+            st = clattn_view_check_buffer(ctx, names[t], out[t]);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        /* the extents of K's storage: batch and keys, or pages and slots of a pool */
+        const clattn_view *k = kv[t];
+        const int64_t n0 = k->paged ? k->num_pages : k->n[0], n2 = k->paged ? k->page_size : k->n[2];
+        clattn_view *v = out[t];
+        if ((v->n[0] != 1 && v->n[0] != n0) || v->n[1] != k->n[1] ||
+            (v->n[2] != 1 && v->n[2] != n2) || v->n[3] != 1)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "%s is [%lld, %lld, %lld, %lld], expected [%lld or 1, %lld, %lld "
+                               "or 1, 1] (%s)",
+                               names[t], LL(v->n[0]), LL(v->n[1]), LL(v->n[2]), LL(v->n[3]),
+                               LL(n0), LL(k->n[1]), LL(n2),
+                               k->paged ? "pages, h_kv, slots of the pool" : "batch, h_kv, n_kv");
+        for (int d = 0; d < 3; d += 2)
+            if (v->n[d] == 1)
+                v->s[d] = 0;
+        if (k->paged) { /* through the block table, as K */
+            v->paged = true;
+            v->page_table = k->page_table;
+            v->page_table_buffer = k->page_table_buffer;
+            v->page_size = k->page_size;
+            v->page_stride = k->page_stride;
+            v->num_pages = k->num_pages;
+        }
+        *has[t] = true;
+    }
+    if ((cv->has_k_scale || cv->has_v_scale) &&
+        (cv->has_w || cv->has_append || desc->varlen || desc->d_sinks))
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "an int8 K/V cache: no %s (the fused forward only)",
+                           cv->has_w ? "attention weights"
+                           : cv->has_append ? "k_new / v_new append (quantizing new rows is "
+                                              "the caller's)"
+                           : desc->varlen   ? "varlen"
+                                            : "backward");
+    return CLATTN_SUCCESS;
+#undef LL
+}
+
 /* desc.k_new / v_new (rows appended into K and V at kv_lens) and desc.rotary. */
 static clattn_status check_append(clattn_context *ctx, const clattn_attention_desc *desc,
                                   const clattn_tensor *k, const clattn_tensor *v,
@@ -448,6 +517,8 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
         st = check_extras(ctx, desc, &cv->q, &cv->k, storage, cv);
     if (st == CLATTN_SUCCESS)
         st = check_append(ctx, desc, k, v, storage, cv);
+    if (st == CLATTN_SUCCESS)
+        st = check_quant(ctx, desc, storage, cv);
     if (st == CLATTN_SUCCESS)
         st = check_block_table(ctx, desc, &cv->k);
     if (st != CLATTN_SUCCESS)

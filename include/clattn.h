@@ -313,10 +313,13 @@ typedef enum clattn_dtype {
      *  otherwise): the LSE of a row whose keys all lie far from it under ALiBi is about
      *  −slope·distance, where float32's spacing loses the differences a merge needs
      *  (case R17); in float64 a split equals one call. Added in 0.3. */
-    CLATTN_FLOAT64 = 4
+    CLATTN_FLOAT64 = 4,
+    /** Signed 8-bit integers (int8_t): a quantized K or V cache only, each row's values
+     *  times its float32 scale (clattn_attention_desc.k_scale, v_scale). Added in 0.3. */
+    CLATTN_INT8 = 5
 } clattn_dtype;
 
-/** Bytes per element of a dtype. @return 4, 2, 2 or 1; 0 for an unknown value. */
+/** Bytes per element of a dtype. @return 4, 2, 2, 1, 8 or 1; 0 for an unknown value. */
 size_t clattn_dtype_size(clattn_dtype dtype);
 
 /** Conversions between float32 and the 16-bit storage types, as the kernels do them:
@@ -532,6 +535,17 @@ typedef struct clattn_attention_desc {
      *  calls: ∂L/∂sinks, float32 [1, h_q, 1, 1], same storage kind as the gradients.
      *  Needs sinks; a head whose sink is −∞ gets 0. Added in 0.3. */
     const clattn_tensor *d_sinks;
+    /** A quantized K/V cache (added in 0.3): with K of dtype CLATTN_INT8, key row j of
+     *  batch entry b, KV head h holds the integers k_int and means k_scale[b, h, j]·k_int
+     *  (symmetric quantization; vLLM's and FlashInfer's per-token-head scales). A float32
+     *  view [b or 1, h_kv, n_kv or 1, 1] (an extent 1 broadcasts: [1, h_kv, 1, 1] is one
+     *  scale per head), same storage kind as K; with paged K/V a pool [num_pages or 1,
+     *  h_kv, page_size or 1, 1] read through the same block table. Required with an
+     *  int8 K, refused otherwise. The fused algorithm only (the CPU kernel family's
+     *  kernels, whatever the context's family); no weights, backward, append or varlen
+     *  (CLATTN_ERROR_UNSUPPORTED). */
+    const clattn_tensor *k_scale;
+    const clattn_tensor *v_scale; /**< the same for V (an int8 V) */
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

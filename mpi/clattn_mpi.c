@@ -154,10 +154,11 @@ static clattn_status common_checks(clattn_context *ctx, MPI_Comm comm,
         st = fail(CLATTN_ERROR_INVALID_ARGUMENT, "ctx, desc, q, k, v and o must be non-NULL");
     else if (desc->weights || desc->mask_tensor || desc->kv_lens || desc->q_lens ||
              desc->masked_rows == CLATTN_MASKED_ROWS_NAN || desc->paged || desc->k_new ||
-             desc->rotary || desc->kv_lens_buffer || desc->q_lens_buffer || desc->varlen)
+             desc->rotary || desc->kv_lens_buffer || desc->q_lens_buffer || desc->varlen ||
+             desc->k_scale || desc->v_scale)
         st = fail(CLATTN_ERROR_UNSUPPORTED,
                   "clattn-mpi does not take weights, mask_tensor, kv_lens, q_lens, "
-                  "masked_rows = NAN, paged K/V, k_new / v_new, rotary or varlen");
+                  "masked_rows = NAN, paged K/V, k_new / v_new, rotary, varlen or int8 K/V");
     else if (!q->host || !k->host || !v->host || !o->host)
         st = fail(CLATTN_ERROR_INVALID_LAYOUT, "clattn-mpi takes host views");
     else {

@@ -319,6 +319,273 @@ START_TEST(paged_equals_contiguous)
 }
 END_TEST
 
+/* ---- an int8 K/V cache (desc.k_scale, v_scale) ------------------------------------- */
+
+/* The problem's K and V (pools and gathered copies) quantized to int8 with symmetric
+ * scales, per (token, KV head) (per_head false: max |x| of the row / 127) or one per KV
+ * head (max over the head's keys), as vLLM and FlashInfer quantize caches. Unused pool
+ * slots (NaN in the float pools) become 0 with scale 1. */
+typedef struct quant {
+    int8_t *kpool, *vpool, *k, *v;
+    float *kspool, *vspool, *ks, *vs; /* scales: pools [pages, h_kv, slot, 1], flat [b, h_kv, n_kv, 1] */
+    clattn_tensor tkp, tvp, tk, tv, tksp, tvsp, tks, tvs;
+} quant;
+
+static void quantize_rows(const float *x, int8_t *q, float *sc, int64_t rows, int64_t d,
+                          const float *head_scale, int64_t rows_per_head, int64_t h_kv)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float mx = 0.0f;
+        for (int64_t c = 0; c < d; c++)
+            if (fabsf(x[r * d + c]) > mx || isnan(x[r * d + c]))
+                mx = fabsf(x[r * d + c]);
+        const bool unused = isnan(mx);
+        const float s = head_scale       ? head_scale[(r / rows_per_head) % h_kv]
+                        : unused || mx == 0.0f ? 1.0f
+                                               : mx / 127.0f;
+        sc[r] = s;
+        for (int64_t c = 0; c < d; c++)
+            q[r * d + c] =
+                unused ? 0 : (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, x[r * d + c] / s)));
+    }
+}
+
+/* per_head: one scale per KV head (from the gathered keys of every sequence) */
+static void quant_init(quant *qz, const paged *p, bool per_head)
+{
+    memset(qz, 0, sizeof *qz);
+    const int64_t pool_rows = p->num_pages * p->h_kv * p->page_size;
+    const int64_t flat_rows = p->b * p->h_kv * p->n_kv;
+    qz->kpool = malloc((size_t)(pool_rows * p->d_k));
+    qz->vpool = malloc((size_t)(pool_rows * p->d_v));
+    qz->k = malloc((size_t)(flat_rows * p->d_k));
+    qz->v = malloc((size_t)(flat_rows * p->d_v));
+    qz->kspool = tu_alloc((size_t)pool_rows, 0.0f);
+    qz->vspool = tu_alloc((size_t)pool_rows, 0.0f);
+    qz->ks = tu_alloc((size_t)flat_rows, 0.0f);
+    qz->vs = tu_alloc((size_t)flat_rows, 0.0f);
+    float hs[2][16]; /* per head: max |x| over the used keys / 127 */
+    for (int t = 0; t < 2; t++) {
+        const float *x = t ? p->v : p->k;
+        const int64_t d = t ? p->d_v : p->d_k;
+        for (int64_t h = 0; h < p->h_kv; h++) {
+            float mx = 0.0f;
+            for (int64_t s = 0; s < p->b; s++)
+                for (int64_t j = 0; j < (p->lens ? p->lens[s] : p->n_kv); j++)
+                    for (int64_t c = 0; c < d; c++)
+                        mx = fmaxf(mx, fabsf(x[((s * p->h_kv + h) * p->n_kv + j) * d + c]));
+            hs[t][h] = mx > 0.0f ? mx / 127.0f : 1.0f;
+        }
+    }
+    /* the clattn pool layout only ([pages, h_kv, slot, d]): rows of d, head-major */
+    ck_assert(!p->fa_layout);
+    const float *hk = per_head ? hs[0] : NULL, *hv = per_head ? hs[1] : NULL;
+    quantize_rows(p->kpool, qz->kpool, qz->kspool, pool_rows, p->d_k, hk, p->page_size, p->h_kv);
+    quantize_rows(p->vpool, qz->vpool, qz->vspool, pool_rows, p->d_v, hv, p->page_size, p->h_kv);
+    quantize_rows(p->k, qz->k, qz->ks, flat_rows, p->d_k, hk, p->n_kv, p->h_kv);
+    quantize_rows(p->v, qz->v, qz->vs, flat_rows, p->d_v, hv, p->n_kv, p->h_kv);
+    qz->tkp = clattn_tensor_host(qz->kpool, p->num_pages, p->h_kv, p->page_size, p->d_k);
+    qz->tvp = clattn_tensor_host(qz->vpool, p->num_pages, p->h_kv, p->page_size, p->d_v);
+    qz->tk = clattn_tensor_host(qz->k, p->b, p->h_kv, p->n_kv, p->d_k);
+    qz->tv = clattn_tensor_host(qz->v, p->b, p->h_kv, p->n_kv, p->d_v);
+    qz->tkp.dtype = qz->tvp.dtype = qz->tk.dtype = qz->tv.dtype = CLATTN_INT8;
+    if (per_head) { /* [1, h_kv, 1, 1]: the first row of each head's scales */
+        qz->tksp = clattn_tensor_host(qz->kspool, 1, p->h_kv, 1, 1);
+        qz->tvsp = clattn_tensor_host(qz->vspool, 1, p->h_kv, 1, 1);
+        qz->tksp.strides[1] = qz->tvsp.strides[1] = p->page_size;
+        qz->tks = clattn_tensor_host(qz->ks, 1, p->h_kv, 1, 1);
+        qz->tvs = clattn_tensor_host(qz->vs, 1, p->h_kv, 1, 1);
+        qz->tks.strides[1] = qz->tvs.strides[1] = p->n_kv;
+    } else {
+        qz->tksp = clattn_tensor_host(qz->kspool, p->num_pages, p->h_kv, p->page_size, 1);
+        qz->tvsp = clattn_tensor_host(qz->vspool, p->num_pages, p->h_kv, p->page_size, 1);
+        qz->tks = clattn_tensor_host(qz->ks, p->b, p->h_kv, p->n_kv, 1);
+        qz->tvs = clattn_tensor_host(qz->vs, p->b, p->h_kv, p->n_kv, 1);
+    }
+}
+
+static void quant_free(quant *qz)
+{
+    free(qz->kpool);
+    free(qz->vpool);
+    free(qz->k);
+    free(qz->v);
+    free(qz->kspool);
+    free(qz->vspool);
+    free(qz->ks);
+    free(qz->vs);
+}
+
+/* O of one int8 call: paged or contiguous, device or reference; v_int8 false keeps V
+ * float32 (only K quantized) */
+static clattn_status quant_run(const paged *p, const quant *qz, const clattn_attention_desc *base,
+                               bool use_pages, bool v_int8, bool reference, float *o, float *lse)
+{
+    clattn_tensor to = clattn_tensor_host(o, p->b, p->h_q, p->n_q, p->d_v);
+    clattn_tensor tl = clattn_tensor_host(lse, p->b, p->h_q, p->n_q, 1);
+    clattn_attention_desc d = *base;
+    d.kv_lens = p->lens;
+    d.lse = &tl;
+    d.paged = use_pages ? &p->pg : NULL;
+    d.k_scale = use_pages ? &qz->tksp : &qz->tks;
+    d.v_scale = v_int8 ? (use_pages ? &qz->tvsp : &qz->tvs) : NULL;
+    const clattn_tensor *k = use_pages ? &qz->tkp : &qz->tk;
+    const clattn_tensor *v = v_int8 ? (use_pages ? &qz->tvp : &qz->tv) : (use_pages ? &p->tvp : &p->tv);
+    return reference ? clattn_reference_attention(&d, &p->tq, k, v, &to)
+                     : clattn_attention(tu_ctx(), &d, &p->tq, k, v, &to);
+}
+
+/* int8 K and V (and int8 K with float32 V), scales per (token, head) and per head,
+ * contiguous and paged, decode and tiled prefill, both kernel families (the GPU family
+ * runs the CPU family's kernels): against the float64 reference on the same int8 data,
+ * and the quantization error against float32 K/V reported. */
+START_TEST(int8_kv_cache)
+{
+    static const config qc[] = {
+        {2, 8, 2, 1, 64, 64, 16, 6, {90, 33, 0}, false, false},
+        {2, 4, 2, 3, 40, 24, 7, 12, {80, 41, 0}, false, true},
+        {1, 4, 4, 37, 32, 48, 16, 6, {77, 0, 0}, false, true},
+    };
+    clattn_context *ctx = tu_ctx();
+    const clattn_kernel_family family = clattn_context_kernel_family(ctx);
+    for (int ci = 0; ci < 3; ci++) {
+        const config *c = &qc[ci];
+        paged p;
+        paged_init(&p, c->b, c->h_q, c->h_kv, c->n_q, c->d_k, c->d_v, c->page_size, c->max_pages,
+                   c->lens, false, tu_seed() + 31u * (uint32_t)ci);
+        float slopes[16];
+        clattn_attention_desc d;
+        desc_for(c, &d, slopes);
+        const size_t no = (size_t)(p.b * p.h_q * p.n_q * p.d_v), nl = (size_t)(p.b * p.h_q * p.n_q);
+        float *o = tu_alloc(no, -7.0f), *lse = tu_alloc(nl, -7.0f);
+        float *ro = tu_alloc(no, -7.0f), *rl = tu_alloc(nl, -7.0f);
+        float *fo = tu_alloc(no, -7.0f), *fl = tu_alloc(nl, -7.0f);
+        result flt; /* float32 K/V, for the quantization error */
+        ck_assert_int_eq(run(&p, &d, false, true, &flt), CLATTN_SUCCESS);
+        for (int per_head = 0; per_head < 2; per_head++) {
+            quant qz;
+            quant_init(&qz, &p, per_head);
+            for (int v_int8 = 0; v_int8 < 2; v_int8++) {
+                TU_ASSERT_OK(quant_run(&p, &qz, &d, false, v_int8, true, ro, rl), "reference");
+                double qerr = 0.0;
+                for (size_t i = 0; i < no; i++)
+                    qerr = fmax(qerr, fabs((double)ro[i] - (double)flt.o[i]));
+                for (int f = 0; f < 2; f++) {
+                    TU_ASSERT_OK(clattn_context_set_kernel_family(
+                                     ctx, f ? CLATTN_KERNEL_FAMILY_GPU : CLATTN_KERNEL_FAMILY_CPU),
+                                 "family");
+                    for (int pages = 0; pages < 2; pages++) {
+                        char text[400];
+                        snprintf(text, sizeof text,
+                                 "int8 K%s, scales per %s, %s, %s family: %s", v_int8 ? " and V" : "",
+                                 per_head ? "head" : "token and head", pages ? "paged" : "contiguous",
+                                 f ? "GPU" : "CPU", p.text);
+                        TU_ASSERT_OK(quant_run(&p, &qz, &d, pages, v_int8, false, o, lse), "%s", text);
+                        clattn_tensor to = clattn_tensor_host(o, p.b, p.h_q, p.n_q, p.d_v);
+                        clattn_tensor tl = clattn_tensor_host(lse, p.b, p.h_q, p.n_q, 1);
+                        char what[460];
+                        snprintf(what, sizeof what, "%s: O", text);
+                        TU_ASSERT_CLOSE(what, &to, NULL, ro, TU_TOL_DEFAULT);
+                        snprintf(what, sizeof what, "%s: LSE", text);
+                        TU_ASSERT_CLOSE(what, &tl, NULL, rl, TU_TOL_DEFAULT);
+                        if (pages) { /* paged and contiguous: the same bits */
+                            TU_ASSERT_OK(quant_run(&p, &qz, &d, false, v_int8, false, fo, fl), "%s", text);
+                            assert_same_bits("O", o, fo, no, text);
+                        }
+                    }
+                }
+                printf("int8 K%s, scales per %s: %s: within tolerance of the reference; "
+                       "max |O_int8 - O_float32| = %.3g (quantization)\n",
+                       v_int8 ? " and V" : "", per_head ? "head" : "token and head", p.text, qerr);
+                /* symmetric int8 of O(1) values: a few 1e-3 (a kernel error is far larger) */
+                ck_assert_msg(qerr < 0.05, "%s: quantization error %g", p.text, qerr);
+            }
+            quant_free(&qz);
+        }
+        result_free(&flt);
+        free(o);
+        free(lse);
+        free(ro);
+        free(rl);
+        free(fo);
+        free(fl);
+        paged_free(&p);
+    }
+    TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
+}
+END_TEST
+
+/* An int8 K without k_scale, a scale with a float K, a scale of the wrong shape or dtype,
+ * and what an int8 cache does not run with (unfused, weights, backward, append): clear
+ * statuses, naming the field, and nothing written. */
+START_TEST(int8_kv_validation)
+{
+    paged p;
+    paged_init(&p, 2, 4, 2, 1, 16, 16, 8, 4, (const int32_t[]){30, 9}, false, tu_seed() + 5u);
+    quant qz;
+    quant_init(&qz, &p, false);
+    float o[2 * 4 * 16], lse[8];
+    tu_fill_value(o, 2 * 4 * 16, 7.0f);
+    clattn_tensor to = clattn_tensor_host(o, 2, 4, 1, 16), tl = clattn_tensor_host(lse, 2, 4, 1, 1);
+    clattn_tensor bad_shape = clattn_tensor_host(qz.ks, 2, 1, p.n_kv, 1);
+    clattn_tensor bad_dtype = qz.tks;
+    bad_dtype.dtype = CLATTN_FLOAT16;
+    float w[2 * 4 * 32];
+    clattn_tensor tw = clattn_tensor_host(w, 2, 4, 1, p.n_kv);
+    struct {
+        const char *what;
+        const clattn_tensor *k, *k_scale;
+        clattn_algorithm alg;
+        const clattn_tensor *weights;
+        clattn_status want;
+        const char *needle;
+    } cases[] = {
+        {"int8 K without k_scale", &qz.tk, NULL, CLATTN_ALGORITHM_AUTO, NULL,
+         CLATTN_ERROR_INVALID_ARGUMENT, "k_scale"},
+        {"k_scale with a float32 K", &p.tk, &qz.tks, CLATTN_ALGORITHM_AUTO, NULL,
+         CLATTN_ERROR_INVALID_ARGUMENT, "k_scale"},
+        {"k_scale of the wrong shape", &qz.tk, &bad_shape, CLATTN_ALGORITHM_AUTO, NULL,
+         CLATTN_ERROR_INVALID_SHAPE, "k_scale"},
+        {"k_scale float16", &qz.tk, &bad_dtype, CLATTN_ALGORITHM_AUTO, NULL,
+         CLATTN_ERROR_INVALID_ARGUMENT, "k_scale"},
+        {"unfused", &qz.tk, &qz.tks, CLATTN_ALGORITHM_UNFUSED, NULL, CLATTN_ERROR_UNSUPPORTED,
+         "fused"},
+        {"weights", &qz.tk, &qz.tks, CLATTN_ALGORITHM_AUTO, &tw, CLATTN_ERROR_UNSUPPORTED,
+         "weights"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.kv_lens = p.lens;
+        d.lse = &tl;
+        d.k_scale = cases[i].k_scale;
+        d.algorithm = cases[i].alg;
+        d.weights = cases[i].weights;
+        const clattn_status st = clattn_attention(tu_ctx(), &d, &p.tq, cases[i].k, &p.tv, &to);
+        ck_assert_msg(st == cases[i].want, "%s: status %s, expected %s", cases[i].what,
+                      clattn_status_string(st), clattn_status_string(cases[i].want));
+        ck_assert_msg(strstr(clattn_last_error_message(tu_ctx()), cases[i].needle) != NULL,
+                      "%s: message \"%s\" does not name %s", cases[i].what,
+                      clattn_last_error_message(tu_ctx()), cases[i].needle);
+        if (cases[i].want == CLATTN_ERROR_UNSUPPORTED)
+            continue; /* (the reference has no algorithms) */
+        const clattn_status rs = clattn_reference_attention(&d, &p.tq, cases[i].k, &p.tv, &to);
+        ck_assert_msg(rs == cases[i].want, "%s: reference status %s", cases[i].what,
+                      clattn_status_string(rs));
+    }
+    tu_assert_untouched("O after failed calls", o, 0, 2 * 4 * 16, 7.0f);
+    /* the backward pass takes no int8 K/V */
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.k_scale = &qz.tks;
+    float g[2 * 4 * 16];
+    clattn_tensor tg = clattn_tensor_host(g, 2, 4, 1, 16);
+    ck_assert_int_eq(clattn_reference_attention_backward(&d, &p.tq, &qz.tk, &p.tv, &to, &tg, &p.tk,
+                                                         &p.tv),
+                     CLATTN_ERROR_UNSUPPORTED);
+    quant_free(&qz);
+    paged_free(&p);
+}
+END_TEST
+
 /* The enqueue call with the table on the device: same bits as the host table; entries
  * outside the pool are clamped into it (no access outside the pool's cl_mem). */
 START_TEST(paged_device_table)
@@ -1197,12 +1464,17 @@ int main(void)
     tcase_add_loop_test(tm, paged_equals_contiguous, N_DECODE_CONFIGS,
                         (int)(sizeof configs / sizeof configs[0]));
     suite_add_tcase(s, tm);
+    TCase *tq = tcase_create("int8");
+    tcase_set_timeout(tq, 600);
+    tcase_add_test(tq, int8_kv_cache);
+    suite_add_tcase(s, tq);
     TCase *td = tcase_create("device");
     tcase_set_timeout(td, 900);
     tcase_add_test(td, paged_device_table);
     suite_add_tcase(s, td);
     TCase *tv = tcase_create("validation");
     tcase_add_test(tv, paged_validation);
+    tcase_add_test(tv, int8_kv_validation);
     tcase_add_test(tv, append_validation);
     suite_add_tcase(s, tv);
     TCase *ta = tcase_create("append");
