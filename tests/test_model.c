@@ -323,6 +323,67 @@ START_TEST(test_reference_kv_lens)
 }
 END_TEST
 
+/* An int8 K/V cache of the model (symmetric, one scale per token and head: max |x| / 127):
+ * clattn on the int8 data equals the float64 reference on the same data within
+ * 1e-5 + 1e-5·|x|, and the quantization error against the model's float32 O (valid
+ * keys by kv_lens, every row) is printed and bounded. */
+START_TEST(test_int8_kv_cache)
+{
+    const int layer = _i;
+    char what[64];
+    snprintf(what, sizeof what, "int8 K/V, layer %d", layer);
+    layer_fixture fx;
+    fixture_load(&fx, layer);
+    const int64_t rows = fx.b * fx.h * fx.n;
+    int8_t *k8 = malloc((size_t)fx.k.count), *v8 = malloc((size_t)fx.v.count);
+    float *ks = tu_alloc((size_t)rows, 0.0f), *vs = tu_alloc((size_t)rows, 0.0f);
+    for (int t = 0; t < 2; t++) {
+        const float *x = t ? fx.v.data : fx.k.data;
+        int8_t *q = t ? v8 : k8;
+        float *sc = t ? vs : ks;
+        for (int64_t r = 0; r < rows; r++) {
+            float mx = 0.0f;
+            for (int64_t c = 0; c < fx.d; c++)
+                mx = fmaxf(mx, fabsf(x[r * fx.d + c]));
+            sc[r] = mx > 0.0f ? mx / 127.0f : 1.0f;
+            for (int64_t c = 0; c < fx.d; c++)
+                q[r * fx.d + c] = (int8_t)lrintf(x[r * fx.d + c] / sc[r]);
+        }
+    }
+    clattn_tensor tq = view_of(&fx, fx.q.data), tk = view_of(&fx, NULL), tv = view_of(&fx, NULL);
+    tk.host = k8;
+    tv.host = v8;
+    tk.dtype = tv.dtype = CLATTN_INT8;
+    clattn_tensor tks = clattn_tensor_host(ks, fx.b, fx.h, fx.n, 1),
+                  tvs = clattn_tensor_host(vs, fx.b, fx.h, fx.n, 1);
+    float *o = tu_alloc(fx.o.count, NAN), *ro = tu_alloc(fx.o.count, NAN);
+    clattn_tensor to = view_of(&fx, o), tro = view_of(&fx, ro);
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    desc.kv_lens = fx.kv_lens;
+    desc.k_scale = &tks;
+    desc.v_scale = &tvs;
+    TU_ASSERT_OK(clattn_attention(tu_ctx(), &desc, &tq, &tk, &tv, &to), "%s", what);
+    TU_ASSERT_OK(clattn_reference_attention(&desc, &tq, &tk, &tv, &tro), "%s: reference", what);
+    TU_ASSERT_CLOSE(what, &to, NULL, ro, TU_TOL_DEFAULT);
+    double err = 0.0, mag = 0.0;
+    for (int64_t i = 0; i < (int64_t)fx.o.count; i++) {
+        err = fmax(err, fabs((double)o[i] - (double)fx.o.data[i]));
+        mag = fmax(mag, fabs((double)fx.o.data[i]));
+    }
+    printf("%s: within tolerance of the reference on the int8 data; max |O_int8 - O_model| = "
+           "%.3g (max |O_model| %.3g)\n",
+           what, err, mag);
+    ck_assert_msg(err < 0.02 * mag, "%s: quantization error %g of max |O| %g", what, err, mag);
+    free(k8);
+    free(v8);
+    free(ks);
+    free(vs);
+    free(o);
+    free(ro);
+    fixture_free(&fx);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -337,6 +398,9 @@ static Suite *model_suite(void)
     tcase_add_loop_test(padded, test_padded_q_lens, 0, 2 * N_LAYERS);
     tcase_add_loop_test(padded, test_padded_mask_tensor, 0, 2 * N_LAYERS);
     suite_add_tcase(s, padded);
+    TCase *int8 = tcase_create("int8");
+    tcase_add_loop_test(int8, test_int8_kv_cache, 0, N_LAYERS);
+    suite_add_tcase(s, int8);
     return s;
 }
 
