@@ -53,22 +53,26 @@
 #define ELEM_T_2 ushort
 #define ELEM_T_5 char /* int8 K/V (a quantized cache): the stored integer; the kernels
                        * multiply by the row's scale (K_SCALED, V_SCALED below) */
+#define ELEM_T_6 uchar /* FP8 E4M3 K/V (OCP e4m3fn), decoded by fp8_16 below */
 #define LD(dt, p, i) LD_(dt, p, i)
 #define LD_(dt, p, i) LD_##dt(p, i)
 #define LD_0(p, i) ((p)[i])
 #define LD_1(p, i) vload_half((i), (p))
 #define LD_2(p, i) as_float(((uint)(p)[i]) << 16)
 #define LD_5(p, i) ((float)(p)[i])
+#define LD_6(p, i) fp8_16((uchar16)((p)[i])).s0
 #define LD16(dt, p, i) LD16_(dt, p, i)
 #define LD16_(dt, p, i) LD16_##dt(p, i)
 #define LD16_0(p, i) vload16(0, (p) + (i))
 #define LD16_1(p, i) vload_half16(0, (p) + (i))
 #define LD16_2(p, i) as_float16(convert_uint16(vload16(0, (p) + (i))) << 16)
 #define LD16_5(p, i) convert_float16(vload16(0, (p) + (i)))
+#define LD16_6(p, i) fp8_16(vload16(0, (p) + (i)))
 #define LD8_0(p, i) vload8(0, (p) + (i))
 #define LD8_1(p, i) vload_half8(0, (p) + (i))
 #define LD8_2(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)
 #define LD8_5(p, i) convert_float8(vload8(0, (p) + (i)))
+#define LD8_6(p, i) fp8_16((uchar16)(vload8(0, (p) + (i)), (uchar8)(0))).lo
 #define ST(dt, p, i, x) ST_(dt, p, i, x)
 #define ST_(dt, p, i, x) ST_##dt(p, i, x)
 #define ST_0(p, i, x) ((p)[i] = (x))
@@ -98,6 +102,20 @@ ushort f32_to_bf16(float x)
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (ushort)((u >> 16) | 0x40u);
     return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* FP8 E4M3 (OCP e4m3fn: sign, 4 exponent bits of bias 7, 3 mantissa bits; no
+ * infinities, S.1111.111 is NaN) to float, 16 at a time (host twin: clattn_fp8e4m3_to_f32):
+ * normal values rebuild the float's bits (exponent + 120, mantissa shifted to the top),
+ * subnormals are m·2⁻⁹. */
+float16 fp8_16(uchar16 x)
+{
+    const uint16 u = convert_uint16(x);
+    const uint16 e = (u >> 3) & 15u, m = u & 7u, sign = (u & 0x80u) << 24;
+    const float16 normal = as_float16(sign | ((e + 120u) << 23) | (m << 20));
+    const float16 sub = as_float16(sign | as_uint16(convert_float16(m) * 0x1p-9f));
+    const float16 v = select(normal, sub, convert_int16(e == 0u));
+    return select(v, (float16)(NAN), convert_int16((u & 0x7fu) == 0x7fu));
 }
 
 /* ---- which keys a query row sees (same rule as host/internal.h clattn_rule) ----
@@ -413,6 +431,9 @@ DEFINE_LOAD_ROW16(2)
 #if READS_DT(5)
 DEFINE_LOAD_ROW16(5)
 #endif
+#if READS_DT(6)
+DEFINE_LOAD_ROW16(6)
+#endif
 
 /* acc[r][a] += p[r][jj] · V[jj] (vector a) for every key jj of a staged V tile, for the
  * RQ rows of a work-item; keys of weight exactly 0 contribute nothing, even NaN or inf
@@ -552,6 +573,9 @@ DEFINE_STAGE_ROWS(2)
 #if READS_DT(5)
 DEFINE_STAGE_ROWS(5)
 #endif
+#if READS_DT(6)
+DEFINE_STAGE_ROWS(6)
+#endif
 
 /* Rows [r0, r0 + rows) of head (b, h) of a view into local memory, row-major with
  * `stride` floats per row, columns [0, dpad) (zeros past d and past n); every work-item
@@ -590,6 +614,7 @@ DEFINE_STAGE_ROWS(5)
 #define LD4_1(p, i) vload_half4(0, (p) + (i))
 #define LD4_2(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
 #define LD4_5(p, i) convert_float4(vload4(0, (p) + (i)))
+#define LD4_6(p, i) fp8_16((uchar16)(vload4(0, (p) + (i)), (uchar4)(0), (uchar8)(0))).lo.lo
 #if READS_DT(0)
 DEFINE_STAGE4(0)
 #endif
@@ -601,6 +626,9 @@ DEFINE_STAGE4(2)
 #endif
 #if READS_DT(5)
 DEFINE_STAGE4(5)
+#endif
+#if READS_DT(6)
+DEFINE_STAGE4(6)
 #endif
 
 /* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----

@@ -86,7 +86,8 @@ typedef struct clattn_view {
 #define CLATTN_DT_F32 (1u << CLATTN_FLOAT32)
 #define CLATTN_DT_FLOATS ((1u << CLATTN_FLOAT32) | (1u << CLATTN_FLOAT16) | (1u << CLATTN_BFLOAT16))
 #define CLATTN_DT_MASK ((1u << CLATTN_FLOAT32) | (1u << CLATTN_BOOL))
-#define CLATTN_DT_KV (CLATTN_DT_FLOATS | (1u << CLATTN_INT8)) /* K, V: int8 with scales */
+/* K, V: also int8 with scales, FP8 E4M3 with optional scales */
+#define CLATTN_DT_KV (CLATTN_DT_FLOATS | (1u << CLATTN_INT8) | (1u << CLATTN_FLOAT8_E4M3))
 #define CLATTN_DT_LSE ((1u << CLATTN_FLOAT32) | (1u << CLATTN_FLOAT64))
 
 /* ---- errors (status.c) ---- */
@@ -145,6 +146,12 @@ typedef struct clattn_problem {
     clattn_view k_scale, v_scale;
     bool has_k_scale, has_v_scale;
 } clattn_problem;
+/* Whether K or V is a quantized cache (int8, FP8): the fused forward of the CPU family. */
+static inline bool clattn_problem_quantized(const clattn_problem *p)
+{
+    return p->k.dtype == CLATTN_INT8 || p->v.dtype == CLATTN_INT8 ||
+           p->k.dtype == CLATTN_FLOAT8_E4M3 || p->v.dtype == CLATTN_FLOAT8_E4M3;
+}
 clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                        const clattn_tensor *q, const clattn_tensor *k,
                                        const clattn_tensor *v, const clattn_tensor *o,
@@ -417,6 +424,7 @@ static inline float clattn_host_load(const clattn_view *v, int64_t idx)
     case CLATTN_BOOL: return ((const uint8_t *)v->host)[idx] ? 1.0f : 0.0f;
     case CLATTN_FLOAT64: return (float)((const double *)v->host)[idx];
     case CLATTN_INT8: return (float)((const int8_t *)v->host)[idx]; /* (before its scale) */
+    case CLATTN_FLOAT8_E4M3: return clattn_fp8e4m3_to_f32(((const uint8_t *)v->host)[idx]);
     default: return ((const float *)v->host)[idx];
     }
 }

@@ -673,7 +673,7 @@ clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
         clattn_resolve_attention(multi->ctx[0], desc, q, k, v, o, CLATTN_STORAGE_HOST, &c);
     if (st != CLATTN_SUCCESS)
         return device_fail(multi, 0, st);
-    if (c.k.paged || c.has_append || desc->varlen || c.has_k_scale || c.has_v_scale)
+    if (c.k.paged || c.has_append || desc->varlen || clattn_problem_quantized(&c))
         return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
                           "paged K/V, k_new / v_new, varlen, int8 K/V: the several-device layer "
                           "takes contiguous float K and V that it only reads, and a batch");

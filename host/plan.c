@@ -164,8 +164,8 @@ static void make_features(const clattn_problem *p, features *f)
         const size_t at = strlen(f->opts);
         snprintf(f->opts + at, sizeof f->opts - at, " -DPAGED=1");
     }
-    f->quantized = p->has_k_scale || p->has_v_scale;
-    if (f->quantized) { /* int8 K or V with scales (common.cl kv_scale) */
+    f->quantized = clattn_problem_quantized(p);
+    if (p->has_k_scale || p->has_v_scale) { /* int8 / FP8 K or V scales (common.cl kv_scale) */
         const size_t at = strlen(f->opts);
         snprintf(f->opts + at, sizeof f->opts - at, " -DK_SCALED=%d -DV_SCALED=%d",
                  (int)p->has_k_scale, (int)p->has_v_scale);
@@ -476,7 +476,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
      * once per KV head for all its query heads; with no keys at all it just writes the
      * empty rows */
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
-    /* an int8 K/V: the CPU family's kernels (fused.cl, decode.cl) whatever the family */
+    /* an int8 or FP8 K/V: the CPU family's kernels (fused.cl, decode.cl) whatever the
+     * family */
     const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU && !f->quantized;
     const int64_t group = clattn_group(h_q, k->n[1]); /* query heads per KV head */
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
@@ -503,10 +504,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     if (f->quantized) { /* the scales are read by the fused kernels only */
         if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED)
             return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                               "an int8 K/V (k_scale, v_scale) runs with the fused algorithm only");
+                               "an int8 or FP8 K/V runs with the fused algorithm only");
         if (fused_why[0])
             return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                               "an int8 K/V needs the fused algorithm, which cannot run this "
+                               "an int8 or FP8 K/V needs the fused algorithm, which cannot run this "
                                "shape: %s",
                                fused_why);
     }

@@ -60,7 +60,8 @@ size_t clattn_dtype_size(clattn_dtype dtype)
     case CLATTN_FLOAT16:
     case CLATTN_BFLOAT16: return 2;
     case CLATTN_BOOL:
-    case CLATTN_INT8: return 1;
+    case CLATTN_INT8:
+    case CLATTN_FLOAT8_E4M3: return 1;
     case CLATTN_FLOAT64: return 8;
     default: return 0;
     }
@@ -142,4 +143,35 @@ int clattn_rope_q_step(const clattn_attention_desc *d)
 {
     return d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ||
            d->window;
+}
+
+float clattn_fp8e4m3_to_f32(uint8_t x)
+{
+    const int e = (x >> 3) & 15, m = x & 7;
+    if (e == 15 && m == 7)
+        return NAN;
+    const float v = e == 0 ? ldexpf((float)m, -9) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+    return (x & 0x80) ? -v : v;
+}
+
+uint8_t clattn_f32_to_fp8e4m3(float f)
+{
+    if (isnan(f))
+        return 0x7f;
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    if (a > 448.0f)
+        a = 448.0f; /* saturate (no infinities in E4M3) */
+    if (a < 0x1p-6f) /* subnormals: steps of 2^-9 (8 steps reach the smallest normal, 0x08) */
+        return (uint8_t)(sign | (uint8_t)lrintf(a * 512.0f));
+    int e2;
+    const float fr = frexpf(a, &e2); /* a = fr·2^e2, fr in [0.5, 1) */
+    int m = (int)lrintf((fr * 2.0f - 1.0f) * 8.0f), e = e2 + 6;
+    if (m == 8) {
+        m = 0;
+        e++;
+    }
+    if (e > 15 || (e == 15 && m == 7))
+        return (uint8_t)(sign | 0x7e);
+    return (uint8_t)(sign | (e << 3) | m);
 }

@@ -301,13 +301,18 @@ static clattn_status check_quant(clattn_context *ctx, const clattn_attention_des
     static const char *const names[2] = {"k_scale", "v_scale"}, *const of[2] = {"K", "V"};
     for (int t = 0; t < 2; t++) {
         const bool int8 = kv[t]->dtype == CLATTN_INT8;
-        if (int8 != (sc[t] != NULL))
+        const bool fp8 = kv[t]->dtype == CLATTN_FLOAT8_E4M3;
+        if (int8 && !sc[t])
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                               int8 ? "%s has dtype int8: set %s, its float32 scales [b or 1, "
-                                      "h_kv, n_kv or 1, 1]"
-                                    : "%s is not int8: %s goes with an int8 (quantized) %s only",
-                               int8 ? of[t] : names[t], int8 ? names[t] : of[t], of[t]);
-        if (!int8)
+                               "%s has dtype int8: set %s, its float32 scales [b or 1, h_kv, "
+                               "n_kv or 1, 1]",
+                               of[t], names[t]);
+        if (!int8 && !fp8 && sc[t])
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "%s is set but %s is not int8 or float8_e4m3: scales go with a "
+                               "quantized %s only",
+                               names[t], of[t], of[t]);
+        if (!sc[t])
             continue;
         clattn_status st = clattn_view_make(ctx, names[t], sc[t], storage, false, out[t]);
         if (st == CLATTN_SUCCESS)
@@ -341,10 +346,10 @@ static clattn_status check_quant(clattn_context *ctx, const clattn_attention_des
         }
         *has[t] = true;
     }
-    if ((cv->has_k_scale || cv->has_v_scale) &&
+    if (clattn_problem_quantized(cv) &&
         (cv->has_w || cv->has_append || desc->varlen || desc->d_sinks))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "an int8 K/V cache: no %s (the fused forward only)",
+                           "an int8 or FP8 K/V cache: no %s (the fused forward only)",
                            cv->has_w ? "attention weights"
                            : cv->has_append ? "k_new / v_new append (quantizing new rows is "
                                               "the caller's)"

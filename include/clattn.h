@@ -316,10 +316,15 @@ typedef enum clattn_dtype {
     CLATTN_FLOAT64 = 4,
     /** Signed 8-bit integers (int8_t): a quantized K or V cache only, each row's values
      *  times its float32 scale (clattn_attention_desc.k_scale, v_scale). Added in 0.3. */
-    CLATTN_INT8 = 5
+    CLATTN_INT8 = 5,
+    /** FP8 E4M3 (OCP 8-bit floating point, "e4m3fn": sign, 4 exponent bits of bias 7, 3
+     *  mantissa bits; finite to ±448, no infinities, 0x7f/0xff NaN; uint8_t on the host):
+     *  a K or V cache only, optionally times a float32 scale (k_scale, v_scale; usually one
+     *  per head). Added in 0.3. */
+    CLATTN_FLOAT8_E4M3 = 6
 } clattn_dtype;
 
-/** Bytes per element of a dtype. @return 4, 2, 2, 1, 8 or 1; 0 for an unknown value. */
+/** Bytes per element of a dtype. @return 4, 2, 2, 1, 8, 1 or 1; 0 for an unknown value. */
 size_t clattn_dtype_size(clattn_dtype dtype);
 
 /** Conversions between float32 and the 16-bit storage types, as the kernels do them:
@@ -330,6 +335,14 @@ float clattn_f16_to_f32(uint16_t h);
 uint16_t clattn_f32_to_f16(float f);
 float clattn_bf16_to_f32(uint16_t h);
 uint16_t clattn_f32_to_bf16(float f);
+/** @} */
+
+/** FP8 E4M3 (CLATTN_FLOAT8_E4M3) to and from float32: exact widening (0x7f/0xff give
+ *  NaN); narrowing rounds to nearest, ties to even, saturates to ±448 beyond the range
+ *  (CUDA's __NV_SATFINITE) and keeps NaN a NaN. Added in 0.3. @return the value. */
+/** @{ */
+float clattn_fp8e4m3_to_f32(uint8_t x);
+uint8_t clattn_f32_to_fp8e4m3(float f);
 /** @} */
 
 /**
@@ -535,17 +548,18 @@ typedef struct clattn_attention_desc {
      *  calls: ∂L/∂sinks, float32 [1, h_q, 1, 1], same storage kind as the gradients.
      *  Needs sinks; a head whose sink is −∞ gets 0. Added in 0.3. */
     const clattn_tensor *d_sinks;
-    /** A quantized K/V cache (added in 0.3): with K of dtype CLATTN_INT8, key row j of
-     *  batch entry b, KV head h holds the integers k_int and means k_scale[b, h, j]·k_int
-     *  (symmetric quantization; vLLM's and FlashInfer's per-token-head scales). A float32
-     *  view [b or 1, h_kv, n_kv or 1, 1] (an extent 1 broadcasts: [1, h_kv, 1, 1] is one
-     *  scale per head), same storage kind as K; with paged K/V a pool [num_pages or 1,
-     *  h_kv, page_size or 1, 1] read through the same block table. Required with an
-     *  int8 K, refused otherwise. The fused algorithm only (the CPU kernel family's
+    /** A quantized K/V cache (added in 0.3): with K of dtype CLATTN_INT8 (or
+     *  CLATTN_FLOAT8_E4M3), key row j of batch entry b, KV head h holds k_q and means
+     *  k_scale[b, h, j]·k_q (symmetric quantization; vLLM's and FlashInfer's
+     *  per-token-head scales). A float32 view [b or 1, h_kv, n_kv or 1, 1] (an extent 1
+     *  broadcasts: [1, h_kv, 1, 1] is one scale per head), same storage kind as K; with
+     *  paged K/V a pool [num_pages or 1, h_kv, page_size or 1, 1] read through the same
+     *  block table. Required with an int8 K, optional with an FP8 K (NULL: scale 1),
+     *  refused with a float K. The fused algorithm only (the CPU kernel family's
      *  kernels, whatever the context's family); no weights, backward, append or varlen
      *  (CLATTN_ERROR_UNSUPPORTED). */
     const clattn_tensor *k_scale;
-    const clattn_tensor *v_scale; /**< the same for V (an int8 V) */
+    const clattn_tensor *v_scale; /**< the same for V (an int8 or FP8 V) */
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

@@ -331,9 +331,14 @@ typedef struct quant {
     clattn_tensor tkp, tvp, tk, tv, tksp, tvsp, tks, tvs;
 } quant;
 
+/* fp8: FP8 E4M3 codes (scale max |x| / 448, rounded by clattn_f32_to_fp8e4m3) instead
+ * of int8 ones */
+static bool quant_fp8;
+
 static void quantize_rows(const float *x, int8_t *q, float *sc, int64_t rows, int64_t d,
                           const float *head_scale, int64_t rows_per_head, int64_t h_kv)
 {
+    const float top = quant_fp8 ? 448.0f : 127.0f;
     for (int64_t r = 0; r < rows; r++) {
         float mx = 0.0f;
         for (int64_t c = 0; c < d; c++)
@@ -342,11 +347,12 @@ static void quantize_rows(const float *x, int8_t *q, float *sc, int64_t rows, in
         const bool unused = isnan(mx);
         const float s = head_scale       ? head_scale[(r / rows_per_head) % h_kv]
                         : unused || mx == 0.0f ? 1.0f
-                                               : mx / 127.0f;
+                                               : mx / top;
         sc[r] = s;
         for (int64_t c = 0; c < d; c++)
-            q[r * d + c] =
-                unused ? 0 : (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, x[r * d + c] / s)));
+            q[r * d + c] = unused     ? 0
+                           : quant_fp8 ? (int8_t)clattn_f32_to_fp8e4m3(x[r * d + c] / s)
+                                       : (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, x[r * d + c] / s)));
     }
 }
 
@@ -374,7 +380,7 @@ static void quant_init(quant *qz, const paged *p, bool per_head)
                 for (int64_t j = 0; j < (p->lens ? p->lens[s] : p->n_kv); j++)
                     for (int64_t c = 0; c < d; c++)
                         mx = fmaxf(mx, fabsf(x[((s * p->h_kv + h) * p->n_kv + j) * d + c]));
-            hs[t][h] = mx > 0.0f ? mx / 127.0f : 1.0f;
+            hs[t][h] = mx > 0.0f ? mx / (quant_fp8 ? 448.0f : 127.0f) : 1.0f;
         }
     }
     /* the clattn pool layout only ([pages, h_kv, slot, d]): rows of d, head-major */
@@ -388,7 +394,8 @@ static void quant_init(quant *qz, const paged *p, bool per_head)
     qz->tvp = clattn_tensor_host(qz->vpool, p->num_pages, p->h_kv, p->page_size, p->d_v);
     qz->tk = clattn_tensor_host(qz->k, p->b, p->h_kv, p->n_kv, p->d_k);
     qz->tv = clattn_tensor_host(qz->v, p->b, p->h_kv, p->n_kv, p->d_v);
-    qz->tkp.dtype = qz->tvp.dtype = qz->tk.dtype = qz->tv.dtype = CLATTN_INT8;
+    qz->tkp.dtype = qz->tvp.dtype = qz->tk.dtype = qz->tv.dtype =
+        quant_fp8 ? CLATTN_FLOAT8_E4M3 : CLATTN_INT8;
     if (per_head) { /* [1, h_kv, 1, 1]: the first row of each head's scales */
         qz->tksp = clattn_tensor_host(qz->kspool, 1, p->h_kv, 1, 1);
         qz->tvsp = clattn_tensor_host(qz->vspool, 1, p->h_kv, 1, 1);
@@ -462,7 +469,9 @@ START_TEST(int8_kv_cache)
         float *fo = tu_alloc(no, -7.0f), *fl = tu_alloc(nl, -7.0f);
         result flt; /* float32 K/V, for the quantization error */
         ck_assert_int_eq(run(&p, &d, false, true, &flt), CLATTN_SUCCESS);
-        for (int per_head = 0; per_head < 2; per_head++) {
+        for (int fmt_head = 0; fmt_head < 4; fmt_head++) {
+            const int per_head = fmt_head % 2;
+            quant_fp8 = fmt_head >= 2; /* int8, then FP8 E4M3 */
             quant qz;
             quant_init(&qz, &p, per_head);
             for (int v_int8 = 0; v_int8 < 2; v_int8++) {
@@ -477,7 +486,8 @@ START_TEST(int8_kv_cache)
                     for (int pages = 0; pages < 2; pages++) {
                         char text[400];
                         snprintf(text, sizeof text,
-                                 "int8 K%s, scales per %s, %s, %s family: %s", v_int8 ? " and V" : "",
+                                 "%s K%s, scales per %s, %s, %s family: %s",
+                                 quant_fp8 ? "fp8" : "int8", v_int8 ? " and V" : "",
                                  per_head ? "head" : "token and head", pages ? "paged" : "contiguous",
                                  f ? "GPU" : "CPU", p.text);
                         TU_ASSERT_OK(quant_run(&p, &qz, &d, pages, v_int8, false, o, lse), "%s", text);
@@ -494,9 +504,10 @@ START_TEST(int8_kv_cache)
                         }
                     }
                 }
-                printf("int8 K%s, scales per %s: %s: within tolerance of the reference; "
-                       "max |O_int8 - O_float32| = %.3g (quantization)\n",
-                       v_int8 ? " and V" : "", per_head ? "head" : "token and head", p.text, qerr);
+                printf("%s K%s, scales per %s: %s: within tolerance of the reference; "
+                       "max |O_quantized - O_float32| = %.3g (quantization)\n",
+                       quant_fp8 ? "fp8" : "int8", v_int8 ? " and V" : "",
+                       per_head ? "head" : "token and head", p.text, qerr);
                 /* symmetric int8 of O(1) values: a few 1e-3 (a kernel error is far larger) */
                 ck_assert_msg(qerr < 0.05, "%s: quantization error %g", p.text, qerr);
             }
@@ -512,6 +523,55 @@ START_TEST(int8_kv_cache)
         paged_free(&p);
     }
     TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
+}
+END_TEST
+
+/* FP8 E4M3: the host conversions (every code round-trips; ties to even; saturation;
+ * NaN) and the kernels' decoder on all 256 codes (one key, so O is its V row exactly;
+ * no scale: an unscaled FP8 V), in the decode and the tiled kernel. */
+START_TEST(fp8_codes)
+{
+    for (int c = 0; c < 256; c++) {
+        const float f = clattn_fp8e4m3_to_f32((uint8_t)c);
+        if ((c & 0x7f) == 0x7f) {
+            ck_assert_msg(isnan(f), "code 0x%02x decodes to %g, not NaN", c, (double)f);
+            continue;
+        }
+        ck_assert_msg(clattn_f32_to_fp8e4m3(f) == c, "code 0x%02x (%g) encodes to 0x%02x", c,
+                      (double)f, clattn_f32_to_fp8e4m3(f));
+        if ((c & 0x7f) < 0x7e) { /* the midpoint to the next code rounds to the even one */
+            const float g = clattn_fp8e4m3_to_f32((uint8_t)(c + 1));
+            const uint8_t even = (c & 1) ? (uint8_t)(c + 1) : (uint8_t)c;
+            ck_assert_msg(clattn_f32_to_fp8e4m3(0.5f * (f + g)) == even,
+                          "midpoint of 0x%02x and 0x%02x encodes to 0x%02x", c, c + 1,
+                          clattn_f32_to_fp8e4m3(0.5f * (f + g)));
+        }
+    }
+    ck_assert_int_eq(clattn_f32_to_fp8e4m3(1000.0f), 0x7e);
+    ck_assert_int_eq(clattn_f32_to_fp8e4m3(-INFINITY), 0xfe);
+    ck_assert_int_eq(clattn_f32_to_fp8e4m3(NAN) & 0x7f, 0x7f);
+    ck_assert(clattn_fp8e4m3_to_f32(0x7e) == 448.0f && clattn_fp8e4m3_to_f32(0x01) == 0x1p-9f);
+    uint8_t codes[256];
+    for (int c = 0; c < 256; c++)
+        codes[c] = (uint8_t)c;
+    for (int n_q = 1; n_q <= 20; n_q += 19) { /* decode.cl, then fused.cl */
+        float q[20 * 4], k[4] = {0.5f, -1.0f, 0.25f, 2.0f}, o[20 * 256];
+        for (int i = 0; i < 20 * 4; i++)
+            q[i] = 0.1f * (float)(i % 7);
+        clattn_tensor tq = clattn_tensor_host(q, 1, 1, n_q, 4), tk = clattn_tensor_host(k, 1, 1, 1, 4),
+                      tv = clattn_tensor_host(codes, 1, 1, 1, 256),
+                      to = clattn_tensor_host(o, 1, 1, n_q, 256);
+        tv.dtype = CLATTN_FLOAT8_E4M3;
+        clattn_attention_desc d = clattn_attention_desc_default();
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &tq, &tk, &tv, &to), "fp8 codes, n_q %d", n_q);
+        for (int i = 0; i < n_q; i++)
+            for (int c = 0; c < 256; c++) {
+                const float want = clattn_fp8e4m3_to_f32((uint8_t)c), got = o[i * 256 + c];
+                ck_assert_msg(isnan(want) ? isnan(got) : got == want,
+                              "n_q %d: code 0x%02x decodes to %g on the device, %g on the host", n_q,
+                              c, (double)got, (double)want);
+            }
+    }
 }
 END_TEST
 
@@ -1467,6 +1527,7 @@ int main(void)
     TCase *tq = tcase_create("int8");
     tcase_set_timeout(tq, 600);
     tcase_add_test(tq, int8_kv_cache);
+    tcase_add_test(tq, fp8_codes);
     suite_add_tcase(s, tq);
     TCase *td = tcase_create("device");
     tcase_set_timeout(td, 900);
