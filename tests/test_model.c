@@ -323,57 +323,66 @@ START_TEST(test_reference_kv_lens)
 }
 END_TEST
 
-/* An int8 K/V cache of the model (symmetric, one scale per token and head: max |x| / 127):
+/* An int8 and an FP8 K/V cache of the model (symmetric, one scale per token and head:
+ * max |x| / 127, or / 448 for FP8 E4M3):
  * clattn on the int8 data equals the float64 reference on the same data within
  * 1e-5 + 1e-5·|x|, and the quantization error against the model's float32 O (valid
  * keys by kv_lens, every row) is printed and bounded. */
 START_TEST(test_int8_kv_cache)
 {
     const int layer = _i;
-    char what[64];
-    snprintf(what, sizeof what, "int8 K/V, layer %d", layer);
     layer_fixture fx;
     fixture_load(&fx, layer);
     const int64_t rows = fx.b * fx.h * fx.n;
-    int8_t *k8 = malloc((size_t)fx.k.count), *v8 = malloc((size_t)fx.v.count);
+    uint8_t *k8 = malloc((size_t)fx.k.count), *v8 = malloc((size_t)fx.v.count);
     float *ks = tu_alloc((size_t)rows, 0.0f), *vs = tu_alloc((size_t)rows, 0.0f);
-    for (int t = 0; t < 2; t++) {
-        const float *x = t ? fx.v.data : fx.k.data;
-        int8_t *q = t ? v8 : k8;
-        float *sc = t ? vs : ks;
-        for (int64_t r = 0; r < rows; r++) {
-            float mx = 0.0f;
-            for (int64_t c = 0; c < fx.d; c++)
-                mx = fmaxf(mx, fabsf(x[r * fx.d + c]));
-            sc[r] = mx > 0.0f ? mx / 127.0f : 1.0f;
-            for (int64_t c = 0; c < fx.d; c++)
-                q[r * fx.d + c] = (int8_t)lrintf(x[r * fx.d + c] / sc[r]);
-        }
-    }
-    clattn_tensor tq = view_of(&fx, fx.q.data), tk = view_of(&fx, NULL), tv = view_of(&fx, NULL);
-    tk.host = k8;
-    tv.host = v8;
-    tk.dtype = tv.dtype = CLATTN_INT8;
-    clattn_tensor tks = clattn_tensor_host(ks, fx.b, fx.h, fx.n, 1),
-                  tvs = clattn_tensor_host(vs, fx.b, fx.h, fx.n, 1);
     float *o = tu_alloc(fx.o.count, NAN), *ro = tu_alloc(fx.o.count, NAN);
-    clattn_tensor to = view_of(&fx, o), tro = view_of(&fx, ro);
-    clattn_attention_desc desc = clattn_attention_desc_default();
-    desc.kv_lens = fx.kv_lens;
-    desc.k_scale = &tks;
-    desc.v_scale = &tvs;
-    TU_ASSERT_OK(clattn_attention(tu_ctx(), &desc, &tq, &tk, &tv, &to), "%s", what);
-    TU_ASSERT_OK(clattn_reference_attention(&desc, &tq, &tk, &tv, &tro), "%s: reference", what);
-    TU_ASSERT_CLOSE(what, &to, NULL, ro, TU_TOL_DEFAULT);
-    double err = 0.0, mag = 0.0;
-    for (int64_t i = 0; i < (int64_t)fx.o.count; i++) {
-        err = fmax(err, fabs((double)o[i] - (double)fx.o.data[i]));
-        mag = fmax(mag, fabs((double)fx.o.data[i]));
+    for (int fp8 = 0; fp8 < 2; fp8++) { /* int8, then FP8 E4M3 (scale max |x| / 448) */
+        char what[64];
+        snprintf(what, sizeof what, "%s K/V, layer %d", fp8 ? "fp8" : "int8", layer);
+        const float top = fp8 ? 448.0f : 127.0f;
+        for (int t = 0; t < 2; t++) {
+            const float *x = t ? fx.v.data : fx.k.data;
+            uint8_t *q = t ? v8 : k8;
+            float *sc = t ? vs : ks;
+            for (int64_t r = 0; r < rows; r++) {
+                float mx = 0.0f;
+                for (int64_t c = 0; c < fx.d; c++)
+                    mx = fmaxf(mx, fabsf(x[r * fx.d + c]));
+                sc[r] = mx > 0.0f ? mx / top : 1.0f;
+                for (int64_t c = 0; c < fx.d; c++)
+                    q[r * fx.d + c] = fp8 ? clattn_f32_to_fp8e4m3(x[r * fx.d + c] / sc[r])
+                                          : (uint8_t)(int8_t)lrintf(x[r * fx.d + c] / sc[r]);
+            }
+        }
+        clattn_tensor tq = view_of(&fx, fx.q.data), tk = view_of(&fx, NULL),
+                      tv = view_of(&fx, NULL);
+        tk.host = k8;
+        tv.host = v8;
+        tk.dtype = tv.dtype = fp8 ? CLATTN_FLOAT8_E4M3 : CLATTN_INT8;
+        clattn_tensor tks = clattn_tensor_host(ks, fx.b, fx.h, fx.n, 1),
+                      tvs = clattn_tensor_host(vs, fx.b, fx.h, fx.n, 1);
+        clattn_tensor to = view_of(&fx, o), tro = view_of(&fx, ro);
+        clattn_attention_desc desc = clattn_attention_desc_default();
+        desc.kv_lens = fx.kv_lens;
+        desc.k_scale = &tks;
+        desc.v_scale = &tvs;
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &desc, &tq, &tk, &tv, &to), "%s", what);
+        TU_ASSERT_OK(clattn_reference_attention(&desc, &tq, &tk, &tv, &tro), "%s: reference",
+                     what);
+        TU_ASSERT_CLOSE(what, &to, NULL, ro, TU_TOL_DEFAULT);
+        double err = 0.0, mag = 0.0;
+        for (int64_t i = 0; i < (int64_t)fx.o.count; i++) {
+            err = fmax(err, fabs((double)o[i] - (double)fx.o.data[i]));
+            mag = fmax(mag, fabs((double)fx.o.data[i]));
+        }
+        printf("%s: within tolerance of the reference on the quantized data; max |O_q - "
+               "O_model| = %.3g (max |O_model| %.3g)\n",
+               what, err, mag);
+        /* int8 about 0.5 % of max |O|, FP8 (3 mantissa bits) a few times more */
+        ck_assert_msg(err < (fp8 ? 0.06 : 0.02) * mag, "%s: quantization error %g of max |O| %g",
+                      what, err, mag);
     }
-    printf("%s: within tolerance of the reference on the int8 data; max |O_int8 - O_model| = "
-           "%.3g (max |O_model| %.3g)\n",
-           what, err, mag);
-    ck_assert_msg(err < 0.02 * mag, "%s: quantization error %g of max |O| %g", what, err, mag);
     free(k8);
     free(v8);
     free(ks);
