@@ -69,7 +69,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
     long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
     __global float *part_o, __global float *part_lse, int h_q, int group, long n_q, long n_kv,
-    float scale, int n_splits, long chunk, RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS)
+    float scale, int n_splits, long chunk, RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS,
+    __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc, long vs_off,
+    long4 vs_st)
 {
     __local float q_s[RB * DK8];
     __local float k_s[KV_FLOATS]; /* K rows, then V rows, of the step, KB at a time */
@@ -139,6 +141,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
                     x = fma(qv.z, kv.z, x);
                     x = fma(qv.w, kv.w, x);
                 }
+#if K_SCALED /* a quantized key: its scale (common.cl kv_scale) */
+                if (j0 + sb + kk < k_hi)
+                    x *= kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + sb + kk KV_PAGES);
+#endif
                 s_s[r * WG + sb + kk] = j0 + sb + kk < k_hi ? x * scale : -INFINITY;
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */
@@ -200,6 +206,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int jj = kh; jj < KB; jj += KS) {
                 float vv[NCOL];
+#if V_SCALED /* a quantized value row: its scale on the weight (not in l) */
+                const float vsc = j0 + sb + jj < k_hi
+                                      ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + sb + jj KV_PAGES)
+                                      : 0.0f;
+#else
+                const float vsc = 1.0f;
+#endif
                 #pragma unroll
                 for (int n = 0; n < NCOL; n++)
                     vv[n] = k_s[jj * DVW + col + CW * n];
@@ -209,7 +222,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
                     l[r] += p;
                     if (p != 0.0f) /* weight 0 adds nothing, even inf or NaN values */
                         for (int n = 0; n < NCOL; n++)
-                            acc[r][n] = fma(p, vv[n], acc[r][n]);
+                            acc[r][n] = fma(p * vsc, vv[n], acc[r][n]);
                 }
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */

@@ -273,6 +273,8 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
         arg_rule(&a, x);
         arg_terms(&a, x);
         arg_pages(&a, x);
+        arg_opt_view(&a, x->k_scale); /* a quantized K's and V's scales, or none */
+        arg_opt_view(&a, x->v_scale);
         const int64_t kv_rows = q->n[2] * clattn_group(q->n[1], k->n[1]);
         const size_t global[3] = {(size_t)ns * bk->wg,
                                   (size_t)clattn_ceil_div(kv_rows, (int64_t)bk->rows),

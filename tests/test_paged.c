@@ -491,6 +491,24 @@ START_TEST(int8_kv_cache)
                                  per_head ? "head" : "token and head", pages ? "paged" : "contiguous",
                                  f ? "GPU" : "CPU", p.text);
                         TU_ASSERT_OK(quant_run(&p, &qz, &d, pages, v_int8, false, o, lse), "%s", text);
+                        { /* the kernels meant: the GPU family decodes quantized caches,
+                           * its tiled kernel is the CPU family's */
+                            clattn_plan plan;
+                            clattn_attention_desc dp = d;
+                            clattn_tensor t1 = clattn_tensor_host(fo, p.b, p.h_q, p.n_q, p.d_v);
+                            dp.kv_lens = p.lens;
+                            dp.k_scale = &qz.tks;
+                            dp.v_scale = v_int8 ? &qz.tvs : NULL;
+                            TU_ASSERT_OK(clattn_attention_plan(ctx, &dp, &p.tq, &qz.tk,
+                                                               v_int8 ? &qz.tv : &p.tv, &t1, &plan),
+                                         "%s: plan", text);
+                            const char *want = p.n_q > 16 ? "fused"
+                                               : f        ? "decode_gpu, split_merge"
+                                                          : "decode";
+                            ck_assert_msg(strcmp(plan.kernels, want) == 0,
+                                          "%s: kernels \"%s\", expected \"%s\"", text,
+                                          plan.kernels, want);
+                        }
                         clattn_tensor to = clattn_tensor_host(o, p.b, p.h_q, p.n_q, p.d_v);
                         clattn_tensor tl = clattn_tensor_host(lse, p.b, p.h_q, p.n_q, 1);
                         char what[460];
@@ -528,7 +546,7 @@ END_TEST
 
 /* FP8 E4M3: the host conversions (every code round-trips; ties to even; saturation;
  * NaN) and the kernels' decoder on all 256 codes (one key, so O is its V row exactly;
- * no scale: an unscaled FP8 V), in the decode and the tiled kernel. */
+ * no scale: an unscaled FP8 V), in the decode and the tiled kernel of each family. */
 START_TEST(fp8_codes)
 {
     for (int c = 0; c < 256; c++) {
@@ -554,7 +572,13 @@ START_TEST(fp8_codes)
     uint8_t codes[256];
     for (int c = 0; c < 256; c++)
         codes[c] = (uint8_t)c;
-    for (int n_q = 1; n_q <= 20; n_q += 19) { /* decode.cl, then fused.cl */
+    clattn_context *ctx = tu_ctx();
+    const clattn_kernel_family family = clattn_context_kernel_family(ctx);
+    for (int run = 0; run < 4; run++) { /* decode.cl, fused.cl, decode_gpu.cl, fused.cl */
+        const int n_q = run % 2 ? 20 : 1;
+        TU_ASSERT_OK(clattn_context_set_kernel_family(
+                         ctx, run < 2 ? CLATTN_KERNEL_FAMILY_CPU : CLATTN_KERNEL_FAMILY_GPU),
+                     "family");
         float q[20 * 4], k[4] = {0.5f, -1.0f, 0.25f, 2.0f}, o[20 * 256];
         for (int i = 0; i < 20 * 4; i++)
             q[i] = 0.1f * (float)(i % 7);
@@ -568,10 +592,12 @@ START_TEST(fp8_codes)
             for (int c = 0; c < 256; c++) {
                 const float want = clattn_fp8e4m3_to_f32((uint8_t)c), got = o[i * 256 + c];
                 ck_assert_msg(isnan(want) ? isnan(got) : got == want,
-                              "n_q %d: code 0x%02x decodes to %g on the device, %g on the host", n_q,
-                              c, (double)got, (double)want);
+                              "run %d, n_q %d: code 0x%02x decodes to %g on the device, %g on the "
+                              "host",
+                              run, n_q, c, (double)got, (double)want);
             }
     }
+    TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
 }
 END_TEST
 
