@@ -28,7 +28,7 @@ __kernel void clattn_append(__global const ELEM_T(KN_DT) *kn, long kn_off, long4
                             __global const int *kv_lens, __global int *new_lens, int h_kv,
                             long n_new, long n_kv, int d_k, int d_v, long kv_start,
                             int rot_dim, int rot_interleaved, __global const float *inv_freq,
-                            PAGE_PARAMS)
+                            long rope_len, PAGE_PARAMS)
 {
     const int c = get_global_id(0);
     const long t = get_global_id(1), bh = get_global_id(2);
@@ -43,7 +43,7 @@ __kernel void clattn_append(__global const ELEM_T(KN_DT) *kn, long kn_off, long4
 #if ROPE
         const int o = rope_partner(c, rot_dim, rot_interleaved);
         x = rope_at(x, LD(KN_DT, kn, view_at(kn_off, kn_st, b, h, t, o)), c, rot_dim,
-                    rot_interleaved, inv_freq, kv_start + j);
+                    rot_interleaved, inv_freq, rope_len, kv_start + j);
 #endif
         ST(K_DT, k, kv_row(k_off, k_st, b, h, j KV_PAGES) + c * k_st.s3, x);
     }

@@ -361,6 +361,9 @@ long kv_row(long off, long4 st, long b, long h, long j PG_PARAMS)
  * Element c of a row, x_c, with its pair's other element x_o, at position pos: pair p
  * (c and c + dim/2, or 2p and 2p + 1 when interleaved) turns by pos · inv_freq[p]
  * radians; (x₁, x₂) → (x₁·cos − x₂·sin, x₂·cos + x₁·sin). Columns from dim on: x_c. */
+#ifndef ROPE_TABLE
+#define ROPE_TABLE 0
+#endif
 #if ROPE
 #if ROPE_FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -371,15 +374,20 @@ int rope_partner(int c, int dim, int interleaved)
     return c >= dim ? c : interleaved ? (c ^ 1) : (c < hd ? c + hd : c - hd);
 }
 
+/* inv_freq: the frequencies [dim/2], or with -DROPE_TABLE=1 the caller's tables
+ * [2][rope_len][dim/2] (cos rows, then sin rows; positions clamped into the table) */
 float rope_at(float x_c, float x_o, int c, int dim, int interleaved,
-              __global const float *inv_freq, long pos)
+              __global const float *inv_freq, long rope_len, long pos)
 {
     if (c >= dim)
         return x_c;
     const int hd = dim / 2;
     const int pair = interleaved ? c / 2 : (c < hd ? c : c - hd);
     const bool first = interleaved ? (c % 2 == 0) : (c < hd);
-#if ROPE_FP64
+#if ROPE_TABLE
+    const long t = clamp(pos, 0L, rope_len - 1);
+    const float cs = inv_freq[t * hd + pair], sn = inv_freq[(rope_len + t) * hd + pair];
+#elif ROPE_FP64
     const double angle = (double)pos * (double)inv_freq[pair];
     const float cs = (float)cos(angle), sn = (float)sin(angle);
 #else

@@ -13,7 +13,7 @@
 __kernel void clattn_rope_q(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
                             __global float *qr, __global const int *kv_lens, int h_q, long n_q,
                             long n_kv, int d_k, long kv_start, int q_step, int rot_dim,
-                            int rot_interleaved, __global const float *inv_freq)
+                            int rot_interleaved, __global const float *inv_freq, long rope_len)
 {
     const int c = get_global_id(0);
     const long i = get_global_id(1), bh = get_global_id(2);
@@ -22,5 +22,5 @@ __kernel void clattn_rope_q(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_
     const float x = LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c));
     const float xo = LD(Q_DT, q, view_at(q_off, q_st, b, h, i, o));
     qr[((bh * n_q) + i) * d_k + c] =
-        rope_at(x, xo, c, rot_dim, rot_interleaved, inv_freq, kv_start + seq_len(kv_lens, b, n_kv) + q_step * i);
+        rope_at(x, xo, c, rot_dim, rot_interleaved, inv_freq, rope_len, kv_start + seq_len(kv_lens, b, n_kv) + q_step * i);
 }

@@ -416,6 +416,26 @@ static clattn_status rope_freqs(clattn_context *ctx, const clattn_rotary *r, int
 {
     float f[2048];
     const int64_t half = dim / 2;
+    if (r->table_buffer) { /* the caller's tables [2][table_len][dim/2]: used as they are */
+        *out = r->table_buffer;
+        return clRetainMemObject(*out) == CL_SUCCESS
+                   ? CLATTN_SUCCESS
+                   : clattn_fail(ctx, CLATTN_ERROR_OPENCL, "rotary table_buffer: not a cl_mem");
+    }
+    if (r->cos_table) { /* host tables: cos rows, then sin rows, in one buffer */
+        const size_t bytes = (size_t)(r->table_len * half) * 4;
+        clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_ONLY, 2 * (int64_t)bytes, NULL, out);
+        cl_int err = CL_SUCCESS;
+        if (st == CLATTN_SUCCESS && bytes > 0)
+            err = clEnqueueWriteBuffer(ctx->queue, *out, CL_TRUE, 0, bytes, r->cos_table, 0, NULL,
+                                       NULL);
+        if (st == CLATTN_SUCCESS && bytes > 0 && err == CL_SUCCESS)
+            err = clEnqueueWriteBuffer(ctx->queue, *out, CL_TRUE, bytes, bytes, r->sin_table, 0,
+                                       NULL, NULL);
+        return st != CLATTN_SUCCESS   ? st
+               : err != CL_SUCCESS    ? clattn_fail_cl(ctx, err, "clEnqueueWriteBuffer(rotary tables)")
+                                      : CLATTN_SUCCESS;
+    }
     if (half > 2048)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "rotary dim %lld above 4096",
                            (long long)dim);
@@ -436,6 +456,8 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_exec_plan 
     const int64_t d_k = k->n[3], d_v = v->n[3];
     const int64_t rot_dim = d->rotary ? (d->rotary->dim ? d->rotary->dim : d_k) : 0;
     const int interleaved = d->rotary ? d->rotary->interleaved : 0;
+    const bool table = d->rotary && (d->rotary->cos_table || d->rotary->table_buffer);
+    const int64_t rope_len = table ? d->rotary->table_len : 0; /* (rows of the caller's tables) */
     clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, batch * 4, NULL, lens_new);
     if (st == CLATTN_SUCCESS && d->rotary)
         st = rope_freqs(ctx, d->rotary, rot_dim, freq);
@@ -457,6 +479,7 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_exec_plan 
     arg_int(&a, rot_dim);
     arg_int(&a, interleaved);
     arg(&a, sizeof(cl_mem), freq);
+    arg_long(&a, rope_len);
     arg_pages(&a, x);
     const size_t global[3] = {(size_t)(d_k > d_v ? d_k : d_v), (size_t)(n_new > 0 ? n_new : 1),
                               (size_t)(batch * h_kv)};
@@ -480,6 +503,7 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_exec_plan 
     arg_int(&r, rot_dim);
     arg_int(&r, interleaved);
     arg(&r, sizeof(cl_mem), freq);
+    arg_long(&r, rope_len);
     const size_t gq[3] = {(size_t)d_k, (size_t)q->n[2], (size_t)(q->n[0] * q->n[1])};
     return launch(ctx, "rope_q", &r, 3, gq, NULL, n_wait, wait, &ev[1]);
 }

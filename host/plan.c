@@ -437,7 +437,10 @@ static clattn_status plan_append(clattn_context *ctx, const clattn_problem *pr, 
     if (!pr->has_append)
         return CLATTN_SUCCESS;
     const bool rope = pr->desc->rotary != NULL;
-    const char *fp64 = rope && ctx->has_fp64 ? " -DROPE_FP64=1" : "";
+    const bool table = rope && (pr->desc->rotary->cos_table || pr->desc->rotary->table_buffer);
+    const char *fp64 = table                    ? " -DROPE_TABLE=1" /* the caller's tables */
+                       : rope && ctx->has_fp64 ? " -DROPE_FP64=1"
+                                               : "";
     char opts[320];
     snprintf(opts, sizeof opts,
              CL_STD " -DKN_DT=%d -DVN_DT=%d -DK_DT=%d -DV_DT=%d -DPAGED=%d -DROPE=%d%s",

@@ -81,7 +81,8 @@ static double row_scores(const clattn_attention_desc *desc, const clattn_view *q
 }
 
 /* Element c of a row at position pos with rotary embeddings (append.cl's rope_at in
- * float64): pair p turns by pos·f[p] (f: clattn_rope_freqs, float32 values). */
+ * float64): pair p turns by pos·f[p] (f: clattn_rope_freqs, float32 values), or by the
+ * caller's table entries cos_table / sin_table[pos][p]. */
 static double rope64(const clattn_view *x, int64_t b, int64_t h, int64_t s, int64_t c,
                      const clattn_rotary *r, int64_t dim, const float *f, int64_t pos)
 {
@@ -93,7 +94,15 @@ static double rope64(const clattn_view *x, int64_t b, int64_t h, int64_t s, int6
     const int64_t o = r->interleaved ? (c ^ 1) : (c < half ? c + half : c - half);
     const bool first = r->interleaved ? c % 2 == 0 : c < half;
     const double xo = clattn_host_load(x, clattn_view_index(x, b, h, s, o));
-    const double a = (double)pos * (double)f[pair], cs = cos(a), sn = sin(a);
+    double cs, sn;
+    if (r->cos_table) { /* the caller's tables (positions validated within them) */
+        cs = (double)r->cos_table[pos * half + pair];
+        sn = (double)r->sin_table[pos * half + pair];
+    } else {
+        const double a = (double)pos * (double)f[pair];
+        cs = cos(a);
+        sn = sin(a);
+    }
     return first ? xc * cs - xo * sn : xc * cs + xo * sn;
 }
 

@@ -387,6 +387,26 @@ static clattn_status check_append(clattn_context *ctx, const clattn_attention_de
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                                "rotary base %g: 0 (10000) or finite and positive",
                                (double)rot->base);
+        const bool host_tab = rot->cos_table || rot->sin_table;
+        if (host_tab && (!rot->cos_table || !rot->sin_table || rot->table_buffer))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "rotary tables: set both cos_table and sin_table (host), or "
+                               "table_buffer (a cl_mem), or none");
+        if (rot->table_buffer && storage != CLATTN_STORAGE_BUFFER)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                               "rotary table_buffer is for the *_enqueue calls; the blocking "
+                               "calls take cos_table and sin_table on the host");
+        if ((host_tab || rot->table_buffer) && rot->table_len < 1)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "rotary table_len is %lld; the tables need at least one row",
+                               LL(rot->table_len));
+        if (rot->table_buffer) { /* [2, table_len, dim/2] float32 from byte 0 */
+            clattn_view tv = clattn_view_packed(1, 2, rot->table_len, dim / 2);
+            tv.buffer = rot->table_buffer;
+            clattn_status st = clattn_view_check_buffer(ctx, "rotary table_buffer", &tv);
+            if (st != CLATTN_SUCCESS)
+                return st;
+        }
     }
     if (!desc->k_new)
         return CLATTN_SUCCESS;
@@ -424,6 +444,20 @@ static clattn_status check_append(clattn_context *ctx, const clattn_attention_de
                                    "%lld keys; it holds n_kv %lld",
                                    LL(b), (int)desc->kv_lens[b], LL(n_new),
                                    LL(desc->kv_lens[b] + n_new), LL(n_kv));
+    /* the caller's rotary tables cover every position rotated (host lengths; device
+     * lengths: the kernels clamp) */
+    if (rot && (rot->cos_table || rot->table_buffer) && desc->kv_lens)
+        for (int64_t b = 0; b < cv->q.n[0]; b++) {
+            const int64_t first = desc->kv_start + desc->kv_lens[b];
+            const int64_t q_last = first + clattn_rope_q_step(desc) * (cv->q.n[2] - 1);
+            const int64_t last = n_new - 1 > q_last - first ? first + n_new - 1 : q_last;
+            if (first < 0 || last >= rot->table_len)
+                return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                                   "rotary tables: batch entry %lld rotates positions %lld..%lld; "
+                                   "the tables hold 0..%lld (table_len %lld)",
+                                   LL(b), LL(first), LL(last), LL(rot->table_len - 1),
+                                   LL(rot->table_len));
+        }
     /* K and V are written: writable views (no broadcast, no self-overlap) */
     clattn_view w;
     if ((st = clattn_view_make(ctx, "K (written by the append)", k, storage, true, &w)) !=

@@ -101,8 +101,23 @@ struct clattn_rotary {
     /** 0: GPT-NeoX / Llama pairs (c, c + dim/2) (`rotate_half`); 1: GPT-J pairs
      *  (2c, 2c + 1). */
     int interleaved;
-    /** θ, the base of the frequencies; 0 = 10000. Finite and > 0 otherwise. */
+    /** θ, the base of the frequencies; 0 = 10000. Finite and > 0 otherwise. Not used
+     *  with tables. */
     float base;
+    /** Optional: the caller's tables (FlashAttention's rotary_cos / rotary_sin), for
+     *  frequencies no base gives (NTK or YaRN scaling, Llama 3's rope_scaling): row t,
+     *  column p is cos (sin) of the angle of pair p at position t. Host float32 arrays
+     *  [table_len, dim/2] row-major (copied to the device per call; read during the call
+     *  only), or table_buffer: a cl_mem of float32 [2, table_len, dim/2] from byte 0 (cos
+     *  rows, then sin rows), for the *_enqueue calls. At most one of the two forms; both
+     *  cos and sin with the host form. Every position the call rotates must be below
+     *  table_len (CLATTN_ERROR_INVALID_SHAPE with host lengths; with lengths in a cl_mem
+     *  the kernels clamp positions into 0..table_len − 1). NULL: angles from base.
+     *  Added in 0.3. */
+    const float *cos_table;
+    const float *sin_table; /**< see cos_table */
+    cl_mem table_buffer;    /**< see cos_table */
+    int64_t table_len;      /**< rows of the tables (positions 0..table_len − 1) */
 };
 
 #endif

@@ -922,7 +922,7 @@ START_TEST(append_rotary_formula)
         clattn_tensor tkn = clattn_tensor_host(kn, 1, 1, 1, 4),
                       tvn = clattn_tensor_host(vn, 1, 1, 1, 4);
         const int32_t lens[1] = {(int32_t)len};
-        const clattn_rotary rot = {0, il, 100.0f};
+        const clattn_rotary rot = {.dim = 0, .interleaved = il, .base = 100.0f};
         clattn_attention_desc d = clattn_attention_desc_default();
         d.kv_lens = lens;
         d.k_new = &tkn;
@@ -979,7 +979,7 @@ START_TEST(append_rotary_query_positions)
         clattn_tensor tkn = clattn_tensor_host(kn, 1, 1, NQ, DK),
                       tvn = clattn_tensor_host(vn, 1, 1, NQ, DK);
         const int32_t lens[1] = {5};
-        const clattn_rotary rot = {0, 0, 0.0f};
+        const clattn_rotary rot = {.dim = 0, .interleaved = 0, .base = 0.0f};
         clattn_attention_desc d = clattn_attention_desc_default();
         d.kv_lens = lens;
         d.k_new = &tkn;
@@ -995,6 +995,166 @@ START_TEST(append_rotary_query_positions)
                       w ? "with a window" : "without a causal mask or window",
                       same ? "equal" : "different",
                       w ? "the cache's length + i" : "the cache's length");
+    }
+}
+END_TEST
+
+static cl_mem buf_of(cl_context cl_ctx, const float *host, size_t n)
+{
+    cl_int err;
+    cl_mem m =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * 4, (void *)host, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    return m;
+}
+
+/* The caller's rotary tables (cos_table, sin_table; table_buffer): tables holding the
+ * base-θ angles give the same bits as the base (the same float32 cos and sin on a device
+ * with float64); tables of other angles (as NTK / YaRN scaling gives) match the
+ * reference, blocking with host tables and enqueued with a cl_mem of the same tables
+ * (same bits); every status of a bad table. */
+START_TEST(rotary_tables)
+{
+    clattn_context *ctx = tu_ctx();
+    enum { B = 2, HQ = 4, HKV = 2, NQ = 3, DK = 16, NKV = 24, LEN = 40, HALF = DK / 2 };
+    float q[B * HQ * NQ * DK], kn[B * HKV * NQ * DK], vn[B * HKV * NQ * DK];
+    float k0[B * HKV * NKV * DK], v0[B * HKV * NKV * DK];
+    float kc[4][B * HKV * NKV * DK], vc[4][B * HKV * NKV * DK], o[4][B * HQ * NQ * DK];
+    float cs[2][LEN * HALF], sn[2][LEN * HALF], f[HALF];
+    tu_fill_gen(q, sizeof q / 4, 201, 1.0f);
+    tu_fill_gen(kn, sizeof kn / 4, 202, 1.0f);
+    tu_fill_gen(vn, sizeof vn / 4, 203, 1.0f);
+    tu_fill_gen(k0, sizeof k0 / 4, 204, 1.0f);
+    tu_fill_gen(v0, sizeof v0 / 4, 205, 1.0f);
+    const clattn_rotary base = {.dim = 0, .interleaved = 1, .base = 500.0f};
+    for (int p = 0; p < HALF; p++) /* f_p = base^(−2p/dim) rounded to float32, as clattn's */
+        f[p] = (float)pow(500.0, -2.0 * (double)p / (double)DK);
+    for (int t = 0; t < LEN; t++)
+        for (int p = 0; p < HALF; p++) { /* [0]: base-θ angles; [1]: other angles */
+            const double a = (double)t * (double)f[p], a2 = 0.37 * (double)t / (double)(p + 1);
+            cs[0][t * HALF + p] = (float)cos(a);
+            sn[0][t * HALF + p] = (float)sin(a);
+            cs[1][t * HALF + p] = (float)cos(a2);
+            sn[1][t * HALF + p] = (float)sin(a2);
+        }
+    const int32_t lens[B] = {7, 20};
+    clattn_tensor tq = clattn_tensor_host(q, B, HQ, NQ, DK), tkn = clattn_tensor_host(kn, B, HKV, NQ, DK),
+                  tvn = clattn_tensor_host(vn, B, HKV, NQ, DK);
+    for (int run = 0; run < 4; run++) { /* base; base tables; other tables; reference */
+        memcpy(kc[run], k0, sizeof k0);
+        memcpy(vc[run], v0, sizeof v0);
+        clattn_rotary rot = base;
+        if (run >= 1) {
+            const int w = run >= 2;
+            rot.cos_table = cs[w];
+            rot.sin_table = sn[w];
+            rot.table_len = LEN;
+        }
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+        d.kv_lens = lens;
+        d.k_new = &tkn;
+        d.v_new = &tvn;
+        d.rotary = &rot;
+        clattn_tensor tk = clattn_tensor_host(kc[run], B, HKV, NKV, DK),
+                      tv = clattn_tensor_host(vc[run], B, HKV, NKV, DK),
+                      to = clattn_tensor_host(o[run], B, HQ, NQ, DK);
+        if (run < 3)
+            TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "rotary tables, run %d", run);
+        else
+            TU_ASSERT_OK(clattn_reference_attention(&d, &tq, &tk, &tv, &to), "reference");
+    }
+    cl_device_id dev;
+    clattn_context_get_cl(ctx, NULL, &dev, NULL);
+    char ext[4096] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
+    if (strstr(ext, "cl_khr_fp64")) { /* base-θ tables: the same values, the same bits */
+        ck_assert_msg(memcmp(o[0], o[1], sizeof o[0]) == 0, "base-θ tables: O differs from the base");
+        ck_assert_msg(memcmp(kc[0], kc[1], sizeof kc[0]) == 0, "base-θ tables: K differs");
+    }
+    clattn_tensor to2 = clattn_tensor_host(o[2], B, HQ, NQ, DK),
+                  tk2 = clattn_tensor_host(kc[2], B, HKV, NKV, DK);
+    TU_ASSERT_CLOSE("other tables: O", &to2, NULL, o[3], TU_TOL_DEFAULT);
+    TU_ASSERT_CLOSE("other tables: K after the append", &tk2, NULL, kc[3], TU_TOL_DEFAULT);
+    /* enqueued, the tables in a cl_mem [2, LEN, HALF]: the same bits as the host tables */
+    {
+        cl_context cl_ctx;
+        cl_command_queue queue;
+        clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
+        float tab[2 * LEN * HALF], kx[B * HKV * NKV * DK], vx[B * HKV * NKV * DK], ox[B * HQ * NQ * DK];
+        memcpy(tab, cs[1], sizeof cs[1]);
+        memcpy(tab + LEN * HALF, sn[1], sizeof sn[1]);
+        memcpy(kx, k0, sizeof k0);
+        memcpy(vx, v0, sizeof v0);
+        cl_mem bt = buf_of(cl_ctx, tab, sizeof tab / 4), bq = buf_of(cl_ctx, q, sizeof q / 4),
+               bk = buf_of(cl_ctx, kx, sizeof kx / 4), bv = buf_of(cl_ctx, vx, sizeof vx / 4),
+               bkn = buf_of(cl_ctx, kn, sizeof kn / 4), bvn = buf_of(cl_ctx, vn, sizeof vn / 4),
+               bo = buf_of(cl_ctx, ox, sizeof ox / 4);
+        clattn_tensor eq = clattn_tensor_buffer(bq, B, HQ, NQ, DK), ek = clattn_tensor_buffer(bk, B, HKV, NKV, DK),
+                      ev = clattn_tensor_buffer(bv, B, HKV, NKV, DK), eo = clattn_tensor_buffer(bo, B, HQ, NQ, DK),
+                      ekn = clattn_tensor_buffer(bkn, B, HKV, NQ, DK), evn = clattn_tensor_buffer(bvn, B, HKV, NQ, DK);
+        clattn_rotary rot = base;
+        rot.table_buffer = bt;
+        rot.table_len = LEN;
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+        d.kv_lens = lens;
+        d.k_new = &ekn;
+        d.v_new = &evn;
+        d.rotary = &rot;
+        cl_event done = NULL;
+        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &d, &eq, &ek, &ev, &eo, 0, NULL, &done), "enqueue, table_buffer");
+        ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
+        clReleaseEvent(done);
+        ck_assert_int_eq(clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, sizeof ox, ox, 0, NULL, NULL), CL_SUCCESS);
+        ck_assert_msg(memcmp(ox, o[2], sizeof ox) == 0, "table_buffer: O differs from the host tables'");
+        /* a table_buffer smaller than [2, table_len, dim/2] */
+        rot.table_len = LEN + 1;
+        ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &eq, &ek, &ev, &eo, 0, NULL, NULL),
+                         CLATTN_ERROR_BUFFER_TOO_SMALL);
+        cl_mem all[7] = {bt, bq, bk, bv, bkn, bvn, bo};
+        for (int i = 0; i < 7; i++)
+            clReleaseMemObject(all[i]);
+    }
+    /* statuses: tables too short for a position, cos without sin, table_len 0, a
+     * table_buffer in a blocking call; nothing written */
+    {
+        float kx[B * HKV * NKV * DK], vx[B * HKV * NKV * DK], ox[B * HQ * NQ * DK];
+        memcpy(kx, k0, sizeof k0);
+        memcpy(vx, v0, sizeof v0);
+        tu_fill_value(ox, sizeof ox / 4, 7.0f);
+        clattn_tensor tk = clattn_tensor_host(kx, B, HKV, NKV, DK), tv = clattn_tensor_host(vx, B, HKV, NKV, DK),
+                      to = clattn_tensor_host(ox, B, HQ, NQ, DK);
+        struct {
+            int len;
+            bool sin;
+            bool buffer;
+            clattn_status want;
+        } bad[4] = {{22, true, false, CLATTN_ERROR_INVALID_SHAPE}, /* entry 1 rotates 20..22 */
+                    {LEN, false, false, CLATTN_ERROR_INVALID_ARGUMENT},
+                    {0, true, false, CLATTN_ERROR_INVALID_SHAPE},
+                    {LEN, true, true, CLATTN_ERROR_INVALID_ARGUMENT}};
+        for (int i = 0; i < 4; i++) {
+            clattn_rotary rot = base;
+            rot.cos_table = bad[i].buffer ? NULL : cs[1];
+            rot.sin_table = bad[i].sin && !bad[i].buffer ? sn[1] : NULL;
+            rot.table_buffer = bad[i].buffer ? (cl_mem)ctx : NULL; /* (never read: refused first) */
+            rot.table_len = bad[i].len;
+            clattn_attention_desc d = clattn_attention_desc_default();
+            d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+            d.kv_lens = lens;
+            d.k_new = &tkn;
+            d.v_new = &tvn;
+            d.rotary = &rot;
+            const clattn_status st = clattn_attention(ctx, &d, &tq, &tk, &tv, &to);
+            ck_assert_msg(st == bad[i].want, "bad table %d: %s, expected %s (%s)", i,
+                          clattn_status_string(st), clattn_status_string(bad[i].want),
+                          clattn_last_error_message(ctx));
+            ck_assert_msg(strstr(clattn_last_error_message(ctx), "rotary") != NULL,
+                          "bad table %d: message \"%s\"", i, clattn_last_error_message(ctx));
+        }
+        tu_assert_untouched("O after bad tables", ox, 0, sizeof ox / 4, 7.0f);
+        ck_assert_msg(memcmp(kx, k0, sizeof k0) == 0, "K written by a refused call");
     }
 }
 END_TEST
@@ -1068,7 +1228,7 @@ START_TEST(append_against_reference)
     clattn_tensor tq = clattn_tensor_host(q, c->b, c->h_q, c->n_q, c->d_k);
     clattn_tensor tkn = clattn_tensor_host(kn, c->b, c->h_kv, c->n_new, c->d_k);
     clattn_tensor tvn = clattn_tensor_host(vn, c->b, c->h_kv, c->n_new, c->d_v);
-    const clattn_rotary rot = {c->rot == 2 ? c->d_k / 2 : 0, c->rot == 2, 0.0f};
+    const clattn_rotary rot = {.dim = c->rot == 2 ? c->d_k / 2 : 0, .interleaved = c->rot == 2, .base = 0.0f};
     clattn_attention_desc d = clattn_attention_desc_default();
     d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     d.kv_lens = c->lens;
@@ -1170,14 +1330,6 @@ END_TEST
 
 /* The enqueue call with the lengths in a cl_mem: the same bits (O, K and V caches) as the
  * blocking call with host lengths; device lengths past the cache are clamped. */
-static cl_mem buf_of(cl_context cl_ctx, const float *host, size_t n)
-{
-    cl_int err;
-    cl_mem m =
-        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * 4, (void *)host, &err);
-    ck_assert_int_eq(err, CL_SUCCESS);
-    return m;
-}
 
 START_TEST(append_enqueue_device_lengths)
 {
@@ -1208,7 +1360,7 @@ START_TEST(append_enqueue_device_lengths)
     cl_int err;
     cl_mem ml =
         clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof lens, lens, &err);
-    const clattn_rotary rot = {0, 0, 500.0f};
+    const clattn_rotary rot = {.dim = 0, .interleaved = 0, .base = 500.0f};
     clattn_attention_desc d0 = clattn_attention_desc_default();
     d0.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     d0.rotary = &rot;
@@ -1291,7 +1443,7 @@ START_TEST(append_validation)
     clattn_tensor tkn = clattn_tensor_host(kn, 2, 2, 2, 8),
                   tvn = clattn_tensor_host(vn, 2, 2, 2, 8);
     int32_t lens[2] = {3, 8};
-    clattn_rotary rot = {0, 0, 0.0f};
+    clattn_rotary rot = {.dim = 0, .interleaved = 0, .base = 0.0f};
     clattn_attention_desc d = clattn_attention_desc_default();
     d.kv_lens = lens;
     d.k_new = &tkn;
@@ -1568,6 +1720,7 @@ int main(void)
     tcase_set_timeout(ta, 900);
     tcase_add_test(ta, append_rotary_formula);
     tcase_add_test(ta, append_rotary_query_positions);
+    tcase_add_test(ta, rotary_tables);
     tcase_add_test(ta, append_enqueue_device_lengths);
     tcase_add_loop_test(ta, append_against_reference, 0, 1);
     suite_add_tcase(s, ta);
