@@ -455,7 +455,8 @@ START_TEST(int8_kv_cache)
     };
     clattn_context *ctx = tu_ctx();
     const clattn_kernel_family family = clattn_context_kernel_family(ctx);
-    for (int ci = 0; ci < 3; ci++) {
+    { /* one configuration per loop index: decode in the README's suite, the others slow */
+        const int ci = _i;
         const config *c = &qc[ci];
         paged p;
         paged_init(&p, c->b, c->h_q, c->h_kv, c->n_q, c->d_k, c->d_v, c->page_size, c->max_pages,
@@ -1704,9 +1705,14 @@ int main(void)
     suite_add_tcase(s, tm);
     TCase *tq = tcase_create("int8");
     tcase_set_timeout(tq, 600);
-    tcase_add_test(tq, int8_kv_cache);
+    tcase_add_loop_test(tq, int8_kv_cache, 0, 1);
     tcase_add_test(tq, fp8_codes);
     suite_add_tcase(s, tq);
+    TCase *tqm = tcase_create("int8_more"); /* GQA with 3 tokens, tiled prefill */
+    tcase_set_tags(tqm, "slow");
+    tcase_set_timeout(tqm, 900);
+    tcase_add_loop_test(tqm, int8_kv_cache, 1, 3);
+    suite_add_tcase(s, tqm);
     TCase *td = tcase_create("device");
     tcase_set_timeout(td, 900);
     tcase_add_test(td, paged_device_table);
