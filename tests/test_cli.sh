@@ -345,6 +345,54 @@ if values_of "$tmp/w2s.npy" | awk '{ for (r = 0; r < 12; ++r) { t = 0
         if (r < 6 ? t > 0.99 : t < 0.99999 || t > 1.00001) exit 1 } }'
 then pass; else fail "run --sinks two heads: the weights of the head with a sink sum to 1, or the other's do not"; fi
 
+# --k-scale / --v-scale: an int8 ('|i1') K and V with their float32 scales. K holds
+# 100*X and V -100*X as integers (X has two decimals), with scale 0.01 per token: the
+# dequantized K and V are X and -X, so O is -X_Z (negative int8 values included); the
+# same with scales that differ per token (K rows X_j times 1, 2, 0.5, ...) passes
+# --check, and one scale per head (1, h_kv, 1, 1) with two KV heads of different scales
+# gives the query heads of KV head 0 the result of X and passes --check
+X100="43 15 89 55 87 66 57 85 64 22 58 33 77 25 10 5 80 55"
+X100N=""
+for n in $X100; do X100N="$X100N $((256 - n))"; done # -n as int8 bytes
+S01=3c23d70a S02=3ca3d70a S005=3ba3d70a
+npy_with u8 "$tmp/k8.npy" '|i1' '(6, 3)' $X100
+npy_with u8 "$tmp/v8.npy" '|i1' '(6, 3)' $X100N
+npy "$tmp/s01.npy" '<f4' '(6, 1)' $S01 $S01 $S01 $S01 $S01 $S01
+npy "$tmp/s01-1.npy" '<f4' '(1, 1)' $S01
+npy "$tmp/s-tok.npy" '<f4' '(6, 1)' $S01 $S02 $S005 $S02 $S01 $S005
+run_clattn run --q "$tmp/x.npy" --k "$tmp/k8.npy" --v "$tmp/v8.npy" --scale 1 \
+    --k-scale "$tmp/s01.npy" --v-scale "$tmp/s01.npy" --out "$tmp/o8.npy" --lse "$tmp/l8.npy" --check
+expect_rc "run int8 K and V" 0
+expect_values "run int8 K and V (O = -X_Z)" "$tmp/o8.npy" "$(for z in $X_Z; do printf -- '-%s ' "$z"; done)"
+expect_text "run int8 K and V" "$tmp/out" "check LSE: max abs error"
+for spec in "s01-1.npy|s-tok.npy" "s-tok.npy|s01.npy" "s-tok.npy|s-tok.npy"; do
+    run_clattn run --q "$tmp/x.npy" --k "$tmp/k8.npy" --v "$tmp/v8.npy" --scale 1 \
+        --k-scale "$tmp/${spec%%|*}" --v-scale "$tmp/${spec#*|}" --out "$tmp/o8.npy" --check
+    expect_rc "run int8 K and V, scales $spec" 0
+    expect_text "run int8 K and V, scales $spec" "$tmp/out" "check O: max abs error"
+done
+# an int8 K with a float32 V (its scale alone), rank 3
+npy_with u8 "$tmp/k8-3.npy" '|i1' '(1, 6, 3)' $X100
+npy "$tmp/s01-3.npy" '<f4' '(1, 6, 1)' $S01 $S01 $S01 $S01 $S01 $S01
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/k8-3.npy" --v "$tmp/x3.npy" --scale 1 \
+    --k-scale "$tmp/s01-3.npy" --out "$tmp/o8.npy" --check
+expect_rc "run int8 K, float V, rank 3" 0
+expect_values "run int8 K, float V, rank 3" "$tmp/o8.npy" "$X_Z"
+# one scale per head: KV head 0 is X (100*X, scale 0.01), head 1 2X (100*X, scale 0.02);
+# two query heads per KV head (GQA)
+npy_with u8 "$tmp/k8-2h.npy" '|i1' '(1, 2, 6, 3)' $X100 $X100
+npy_with u8 "$tmp/v8-2h.npy" '|i1' '(1, 2, 6, 3)' $X100 $X100
+npy "$tmp/s-head.npy" '<f4' '(1, 2, 1, 1)' $S01 $S02
+npy "$tmp/x4h.npy" '<f4' '(1, 4, 6, 3)' $X $X $X $X
+run_clattn run --q "$tmp/x4h.npy" --k "$tmp/k8-2h.npy" --v "$tmp/v8-2h.npy" --scale 1 \
+    --k-scale "$tmp/s-head.npy" --v-scale "$tmp/s-head.npy" --out "$tmp/o8h.npy" --check
+expect_rc "run int8 K and V, a scale per head" 0
+expect_text "run int8 K and V, a scale per head" "$tmp/out" "check O: max abs error"
+expect_shape "run int8 K and V, a scale per head" "$tmp/o8h.npy" "(1, 4, 6, 3)"
+if values_of "$tmp/o8h.npy" | awk -v want="$X_Z $X_Z" '{ n = split(want, w, " ")
+        for (i = 1; i <= n; ++i) { d = $i - w[i]; if (d < 0) d = -d; if (d > 5e-5) exit 1 } }'
+then pass; else fail "run int8, a scale per head: query heads 0 and 1 (KV head 0, X) do not give X_Z"; fi
+
 # a softcap far above the scores changes nothing; a small one passes --check
 run_6x3 x.npy --softcap 1000 --out "$tmp/os.npy" --check
 expect_rc "run --softcap 1000" 0
@@ -607,6 +655,41 @@ expect_failure "--sinks missing" 1 "$tmp/nonexistent.npy" "cannot open" \
     --q "$x" --k "$x" --v "$x" --lse "$n" --sinks "$tmp/nonexistent.npy"
 expect_failure "--lse is --sinks" 2 "--lse '$tmp/sinks2.npy' is the same file as --sinks" \
     "would destroy an input" --q "$x" --k "$x" --v "$x" --sinks "$tmp/sinks2.npy" --lse "$tmp/sinks2.npy"
+# int8 K/V: a scale file is needed with an int8 K or V and refused with a float one;
+# scales float32 only, shaped like K (V) with the last dimension 1; Q is never int8
+npy "$tmp/s01-16.npy" '<f4' '(16, 1)' $S01 $S01 $S01 $S01 $S01 $S01 $S01 $S01 \
+    $S01 $S01 $S01 $S01 $S01 $S01 $S01 $S01
+npy "$tmp/s01-6.npy" '<f4' '(6,)' $S01 $S01 $S01 $S01 $S01 $S01
+npy_with f16 "$tmp/s01-f16.npy" '<f2' '(6, 1)' 211f 211f 211f 211f 211f 211f
+expect_failure "int8 K without --k-scale" 1 "$tmp/k8.npy" \
+    "dtype '|i1' (int8, a quantized cache) needs its float32 scales: add --k-scale FILE" \
+    --q "$x" --k "$tmp/k8.npy" --v "$x" --lse "$n"
+expect_failure "int8 V without --v-scale" 1 "$tmp/v8.npy" "add --v-scale FILE" \
+    --q "$x" --k "$tmp/k8.npy" --v "$tmp/v8.npy" --k-scale "$tmp/s01.npy" --lse "$n"
+expect_failure "--k-scale with a float32 K" 1 "$tmp/s01.npy" \
+    "--k-scale goes with an int8 ('|i1') K only, and $x is float32" \
+    --q "$x" --k "$x" --v "$x" --k-scale "$tmp/s01.npy" --lse "$n"
+expect_failure "--v-scale with a float32 V" 1 "$tmp/s01.npy" "--v-scale goes with an int8 ('|i1') V only" \
+    --q "$x" --k "$tmp/k8.npy" --v "$x" --k-scale "$tmp/s01.npy" --v-scale "$tmp/s01.npy" --lse "$n"
+for spec in "s01-16.npy|(16, 1)" "s01-6.npy|(6,)" "s-head.npy|(1, 2, 1, 1)"; do
+    expect_failure "--k-scale of shape ${spec#*|}" 1 "$tmp/${spec%%|*}" \
+        "--k-scale needs float32 scales shaped (n_kv|1, 1) = (6|1, 1) for $tmp/k8.npy, not ${spec#*|}" \
+        --q "$x" --k "$tmp/k8.npy" --v "$x" --k-scale "$tmp/${spec%%|*}" --lse "$n"
+done
+expect_failure "--v-scale of the wrong heads" 1 "$tmp/s01-3.npy" \
+    "--v-scale needs float32 scales shaped (b|1, h_kv, n_kv|1, 1) = (1|1, 2, 6|1, 1) for $tmp/v8-2h.npy, not (1, 6, 1)" \
+    --q "$tmp/x4h.npy" --k "$tmp/k8-2h.npy" --v "$tmp/v8-2h.npy" --k-scale "$tmp/s-head.npy" \
+    --v-scale "$tmp/s01-3.npy" --lse "$n"
+expect_failure "--k-scale float16" 1 "--k-scale $tmp/s01-f16.npy" "dtype '<f2' is not supported" \
+    --q "$x" --k "$tmp/k8.npy" --v "$x" --k-scale "$tmp/s01-f16.npy" --lse "$n"
+expect_failure "--k-scale missing" 1 "--k-scale $tmp/nonexistent.npy" "cannot open" \
+    --q "$x" --k "$tmp/k8.npy" --v "$x" --k-scale "$tmp/nonexistent.npy" --lse "$n"
+expect_failure "int8 Q" 1 "$tmp/k8.npy" "dtype '|i1' is not supported" \
+    --q "$tmp/k8.npy" --k "$tmp/k8.npy" --v "$x" --k-scale "$tmp/s01.npy" --lse "$n"
+expect_failure "int8 K with --weights" 1 "clattn_attention failed: unsupported" "no attention weights" \
+    --q "$x" --k "$tmp/k8.npy" --v "$x" --k-scale "$tmp/s01.npy" --lse "$n"
+expect_failure "--lse is --k-scale" 2 "--lse '$tmp/s01.npy' is the same file as --k-scale" \
+    "would destroy an input" --q "$x" --k "$tmp/k8.npy" --v "$x" --k-scale "$tmp/s01.npy" --lse "$tmp/s01.npy"
 expect_failure "--q-lens file negative" 1 "$tmp/lens-neg.npy" "value -1 (batch entry 0) is outside 0..n_q" \
     --q "$x" --k "$x" --v "$x" --lse "$n" --q-lens "$tmp/lens-neg.npy"
 expect_failure "uint16 input without --dtype bf16" 1 "$tmp/xbf.npy" "is read only with --dtype bf16" \
@@ -787,6 +870,16 @@ expect_rc "bench --json --quiet" 0
 if [ -s "$tmp/err" ]; then fail "bench --quiet: standard error is not empty"; else pass; fi
 if head -1 "$tmp/out" | grep -q '^\[$' && tail -1 "$tmp/out" | grep -q '^\]$'; then pass; else
     fail "bench --json: standard output is not one JSON array"; fi
+# an int8 K/V cache (per-token scales), contiguous and paged; fused only
+run_clattn bench --shapes "1,2,1,1,32,8,8,none,fused,f32,int8;1,2,1,1,32,8,8,none,fused,f16,page8,int8" --reps 1 --quiet
+expect_rc "bench int8" 0
+expect_text "bench int8" "$tmp/out" "fused f32/i8"
+expect_text "bench int8 (paged)" "$tmp/out" "paged8 f16/i8"
+for bad in "1,2,1,1,32,8,8,none,both,f32,int8" "1,2,1,1,32,8,8,none,fused,f32,int8,int8" "1,2,1,1,32,8,8,none,fused,f32,int4"; do
+    run_clattn bench --shapes "$bad" --reps 1 --quiet
+    expect_rc "bench $bad" 2
+    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
+done
 # two candidates, not the default 48 (each is a program build: minutes on PoCL)
 run_clattn tune --dry-run --shapes "1,1,1,16,16,8,8,none,fused" --reps 1 --rq 2,6 --wg 4 --tile 32
 expect_rc "tune --dry-run" 0

@@ -463,7 +463,8 @@ END_TEST
 
 /* ---- dtypes other than float32 ------------------------------------------------------ */
 
-static const npy_dtype all_dtypes[] = {NPY_F32, NPY_F16, NPY_BOOL, NPY_U8, NPY_U16, NPY_I32};
+static const npy_dtype all_dtypes[] = {NPY_F32, NPY_F16, NPY_BOOL, NPY_U8,
+                                       NPY_U16, NPY_I32, NPY_I8};
 
 /* Every dtype through npy_write() and npy_read(), every round-trip shape: the values
  * (bit patterns) survive, the header names the dtype, the data is little-endian. */
@@ -547,9 +548,10 @@ END_TEST
 
 START_TEST(test_dtype_names)
 {
-    static const char *const descrs[] = {"<f4", "<f2", "|b1", "|u1", "<u2", "<i4"};
-    static const char *const names[] = {"float32", "float16", "bool", "uint8", "uint16", "int32"};
-    static const size_t sizes[] = {4, 2, 1, 1, 2, 4};
+    static const char *const descrs[] = {"<f4", "<f2", "|b1", "|u1", "<u2", "<i4", "|i1"};
+    static const char *const names[] = {"float32", "float16", "bool", "uint8",
+                                        "uint16",  "int32",   "int8"};
+    static const size_t sizes[] = {4, 2, 1, 1, 2, 4, 1};
     for (int d = 0; d < NPY_DTYPE_COUNT; ++d) {
         ck_assert_str_eq(npy_dtype_descr((npy_dtype)d), descrs[d]);
         ck_assert_str_eq(npy_dtype_name((npy_dtype)d), names[d]);
@@ -580,6 +582,7 @@ static const struct {
     {1, STD_DICT("<u2", "False", "(2, 2)"), NPY_U16, 8, 2, {2, 2}},
     {1, STD_DICT("<i4", "False", "(3,)"), NPY_I32, 12, 1, {3}},
     {1, "{\"shape\": (2,), \"fortran_order\": False, \"descr\": \"<i4\"}", NPY_I32, 8, 1, {2}},
+    {1, STD_DICT("|i1", "False", "(2, 3)"), NPY_I8, 6, 2, {2, 3}},
 };
 
 START_TEST(test_typed_files)
@@ -627,7 +630,7 @@ static const struct {
     {STD_DICT(">u2", "False", "(2,)"), 4, NPY_ACCEPT_ALL, "dtype '>u2' is not supported (not"},
     {STD_DICT(">i4", "False", "(2,)"), 8, NPY_ACCEPT_ALL, "dtype '>i4' is not supported (not"},
     {STD_DICT("<b1", "False", "(2,)"), 2, NPY_ACCEPT_ALL, "dtype '<b1' is not supported"},
-    {STD_DICT("|i1", "False", "(2,)"), 2, NPY_ACCEPT_ALL, "dtype '|i1' is not supported"},
+    {STD_DICT("<i1", "False", "(2,)"), 2, NPY_ACCEPT_ALL, "dtype '<i1' is not supported"},
     {STD_DICT("<i8", "False", "(2,)"), 16, NPY_ACCEPT_ALL, "dtype '<i8' is not supported"},
     {STD_DICT("<u4", "False", "(2,)"), 8, NPY_ACCEPT_ALL, "dtype '<u4' is not supported"},
     {STD_DICT("?", "False", "(2,)"), 2, NPY_ACCEPT_ALL, "dtype '?' is not supported"},

@@ -87,15 +87,18 @@ static const char bench_usage[] =
     "\n"
     "Options:\n"
     "  --shapes LIST   cases separated by ';', each\n"
-    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN]]]] with mask\n"
-    "                  none|causal|causal-bottom-right|no-self, alg fused|unfused|both\n"
-    "                  (default both) or backward (the backward pass after one forward\n"
-    "                  call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k + 2*d_v) per head, the\n"
-    "                  five products of FlashAttention-2's backward) and dtype\n"
-    "                  f32|f16|bf16 (storage of Q, K, V and O, and of dO, dQ, dK, dV;\n"
-    "                  default f32); pageN (fused only): K and V in a pool of pages of N\n"
-    "                  keys read through a block table on the device, each sequence's\n"
-    "                  pages shuffled across the pool; default: the CPU set\n"
+    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]]]]\n"
+    "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
+    "                  fused|unfused|both (default both) or backward (the backward pass\n"
+    "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
+    "                  2*d_v) per head, the five products of FlashAttention-2's backward)\n"
+    "                  and dtype f32|f16|bf16 (storage of Q, K, V and O, and of dO, dQ,\n"
+    "                  dK, dV; default f32); pageN (fused only): K and V in a pool of\n"
+    "                  pages of N keys read through a block table on the device, each\n"
+    "                  sequence's pages shuffled across the pool; int8 (fused only, with\n"
+    "                  or without pageN): K and V int8 with float32 scales per token and\n"
+    "                  head (a quantized cache; dtype then stores Q and O, shown as e.g.\n"
+    "                  f32/i8); default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode);\n"
@@ -165,16 +168,28 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         if (!*spec)
             continue;
         bench_case c = {0};
-        char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", page[24] = "";
+        char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", extra[48] = "";
         long long v[7];
-        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%23s",
-                         &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, page);
+        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s",
+                         &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, extra);
         int bad = got < 7 || parse_mask(mask, &c.mask) != 0;
-        if (got >= 11) { /* pageN: a paged K/V pool, fused only */
+        /* pageN (a paged K/V pool) and int8 (an int8 K/V cache), each at most once, in
+         * either order; fused only */
+        char *extra_save = NULL;
+        for (char *tok = got >= 11 ? strtok_r(extra, ",", &extra_save) : NULL; tok && !bad;
+             tok = strtok_r(NULL, ",", &extra_save)) {
             char *end = NULL;
-            c.page_size = strncmp(page, "page", 4) == 0 ? strtoll(page + 4, &end, 10) : 0;
-            bad |= c.page_size < 1 || !end || *end != '\0' || strcmp(alg, "fused") != 0;
+            if (strcmp(tok, "int8") == 0 && !c.int8_kv) {
+                c.int8_kv = 1;
+            } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
+                c.page_size = strtoll(tok + 4, &end, 10);
+                bad = c.page_size < 1 || !end || *end != '\0';
+            } else {
+                bad = 1;
+            }
+            bad |= strcmp(alg, "fused") != 0;
         }
+        bad |= got >= 11 && !c.int8_kv && !c.page_size; /* an empty 11th field */
         for (int i = 0; i < 7 && !bad; i++)
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
         if (!bad) {
@@ -197,7 +212,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             bad = 1;
         if (bad || n + 1 + both > max) {
             bench_fail("bad --shapes entry '%s' "
-                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN]]]], at "
+                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]]]], at "
                        "most "
                        "%d cases)",
                        spec, max);
@@ -239,7 +254,8 @@ static stats summarize(double *v, int n)
     return s;
 }
 
-/* A device buffer of `count` elements of `dtype` filled with values in [-1, 1). */
+/* A device buffer of `count` elements of `dtype` filled with values in [-1, 1) (int8:
+ * those values times 127, rounded). */
 static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t count, unsigned seed,
                             clattn_dtype dtype)
 {
@@ -252,6 +268,8 @@ static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t c
         const float x = (float)(seed >> 8) / 8388608.0f - 1.0f;
         if (dtype == CLATTN_FLOAT32) {
             memcpy(host + 4 * i, &x, 4);
+        } else if (dtype == CLATTN_INT8) { /* -127..127, as a symmetric quantizer stores */
+            host[i] = (unsigned char)(int8_t)lrintf(127.0f * x);
         } else {
             const uint16_t h =
                 dtype == CLATTN_FLOAT16 ? clattn_f32_to_f16(x) : clattn_f32_to_bf16(x);
@@ -333,8 +351,25 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
     const int64_t pages = c->b * max_pages, kv_rows = ps ? pages * ps : c->b * c->n_kv;
-    cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, c->dtype);
-    cl_mem mv = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_v, 3, c->dtype);
+    const clattn_dtype kv_dtype = c->int8_kv ? CLATTN_INT8 : c->dtype;
+    cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, kv_dtype);
+    cl_mem mv = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_v, 3, kv_dtype);
+    /* int8: a float32 scale per key row and head, K's and V's (1/127: values in [-1, 1]),
+     * laid out as K without its last dimension (a pool's through the same table) */
+    cl_mem ms[2] = {NULL, NULL};
+    for (int i = 0; i < 2 && c->int8_kv; i++) {
+        const size_t bytes =
+            sizeof(float) * (size_t)(c->h_kv * kv_rows > 0 ? c->h_kv * kv_rows : 1);
+        const cl_float inv127 = 1.0f / 127.0f;
+        cl_int err;
+        ms[i] = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err);
+        if (ms[i] && (clEnqueueFillBuffer(queue, ms[i], &inv127, sizeof inv127, 0, bytes, 0, NULL,
+                                          NULL) != CL_SUCCESS ||
+                      clFinish(queue) != CL_SUCCESS)) {
+            clReleaseMemObject(ms[i]);
+            ms[i] = NULL;
+        }
+    }
     cl_mem mt = NULL;
     if (ps) {
         int32_t *table = malloc(sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1));
@@ -366,7 +401,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     for (int64_t i = 0; lens && i < c->b; i++)
         lens[i] = (int32_t)c->n_kv;
     int rc = 0;
-    if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens)) {
+    if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens) ||
+        (c->int8_kv && (!ms[0] || !ms[1]))) {
         rc = bench_fail("cannot allocate the operands of %lldx%lldx%lld", (long long)c->b,
                         (long long)c->h_q, (long long)c->n_q);
         goto done;
@@ -378,10 +414,19 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         clattn_tensor_buffer(mv, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_v);
     const clattn_paged_kv pg = {NULL, mt, max_pages};
     clattn_tensor o = clattn_tensor_buffer(mo, c->b, c->h_q, c->n_q, c->d_v);
-    q.dtype = k.dtype = v.dtype = o.dtype = c->dtype;
+    q.dtype = o.dtype = c->dtype;
+    k.dtype = v.dtype = kv_dtype;
+    clattn_tensor ks =
+        clattn_tensor_buffer(ms[0], ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, 1);
+    clattn_tensor vs =
+        clattn_tensor_buffer(ms[1], ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, 1);
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.mask = c->mask;
     desc.algorithm = c->algorithm;
+    if (c->int8_kv) {
+        desc.k_scale = &ks;
+        desc.v_scale = &vs;
+    }
     if (ps) {
         desc.paged = &pg;
         desc.kv_lens = lens;
@@ -431,9 +476,13 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(3 * c->d_k + 2 * c->d_v);
     if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
         flop /= 2;
-    double bytes = (double)clattn_dtype_size(c->dtype) *
-                   ((double)(c->b * c->h_q * c->n_q) * (double)(c->d_k + c->d_v) +
-                    (double)(c->b * c->h_kv * c->n_kv) * (double)(c->d_k + c->d_v));
+    /* Q read and O written; K and V read (int8: one byte an element and a float32 scale
+     * a row, each) */
+    double bytes = (double)clattn_dtype_size(c->dtype) * (double)(c->b * c->h_q * c->n_q) *
+                       (double)(c->d_k + c->d_v) +
+                   (double)(c->b * c->h_kv * c->n_kv) *
+                       ((double)clattn_dtype_size(kv_dtype) * (double)(c->d_k + c->d_v) +
+                        (c->int8_kv ? 2.0 * sizeof(float) : 0.0));
     if (c->backward) /* O and dO read, dQ, dK, dV written too */
         bytes *= 2.0;
     else if (plan.algorithm == CLATTN_ALGORITHM_UNFUSED)
@@ -448,8 +497,8 @@ done:
     for (int i = 0; i < 5; i++)
         if (bw.mem[i])
             clReleaseMemObject(bw.mem[i]);
-    cl_mem all[5] = {mq, mk, mv, mo, mt};
-    for (int i = 0; i < 5; i++)
+    cl_mem all[7] = {mq, mk, mv, mo, mt, ms[0], ms[1]};
+    for (int i = 0; i < 7; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
     free(lens);
@@ -688,7 +737,7 @@ int cmd_bench(int argc, char **argv)
             printf("f32 FMA peak (float16 x 8 accumulators): %.1f GFLOP/s; streaming read: "
                    "%.1f GB/s\n",
                    peak_gflops, peak_gbs);
-        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %-5s %10s %17s %10s %8s %7s %10s%s\n",
+        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %-7s %9s %17s %10s %8s %7s %10s%s\n",
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace",
                peak ? "  of peak    of bw" : "");
@@ -718,9 +767,12 @@ int cmd_bench(int argc, char **argv)
                           : c->page_size                           ? paged_alg
                           : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
                                                                    : "unfused";
-        const char *dt = c->dtype == CLATTN_FLOAT16    ? "f16"
-                         : c->dtype == CLATTN_BFLOAT16 ? "bf16"
-                                                       : "f32";
+        char dt[16]; /* Q's and O's storage, then K's and V's if int8: "f16/i8" */
+        snprintf(dt, sizeof dt, "%s%s",
+                 c->dtype == CLATTN_FLOAT16    ? "f16"
+                 : c->dtype == CLATTN_BFLOAT16 ? "bf16"
+                                               : "f32",
+                 c->int8_kv ? "/i8" : "");
         if (json) {
             printf("  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
                    "\"h_kv\": %lld, \"n_q\": %lld, "
@@ -739,7 +791,7 @@ int cmd_bench(int argc, char **argv)
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
-            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-8s %-8s %-5s %10.3f %17s "
+            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-8s %-8s %-7s %9.3f %17s "
                    "%10.3f %8.1f %7.1f %10zu",
                    (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                    (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,

@@ -15,6 +15,7 @@ typedef struct bench_case {
     clattn_dtype dtype; /* storage of Q, K, V and O */
     int backward;       /* time clattn_attention_backward_enqueue (after one forward) */
     int64_t page_size;  /* > 0: K and V in a paged pool of this page size (fused only) */
+    int int8_kv;        /* K and V int8 with float32 scales per token and head (fused only) */
 } bench_case;
 
 typedef struct stats {

@@ -18,13 +18,21 @@
  * on, or an exit status. */
 static int check_output_paths(const run_args *a)
 {
-    enum { N_OUTS = 4, N_INS = 7 };
+    enum { N_OUTS = 4, N_INS = 9 };
     const char *const out_names[N_OUTS] = {"--out", "--weights", "--lse", "--scores"};
     const char *const outs[N_OUTS] = {a->out, a->weights, a->lse, a->scores};
-    const char *const in_names[N_INS] = {"--q",       "--k",      "--v",    "--mask-file",
-                                         "--kv-lens", "--q-lens", "--sinks"};
-    const char *const ins[N_INS] = {
-        a->q, a->k, a->v, a->mask_file, a->kv_lens_file, a->q_lens_file, a->sinks_file};
+    const char *const in_names[N_INS] = {"--q",         "--k",       "--v",
+                                         "--mask-file", "--kv-lens", "--q-lens",
+                                         "--sinks",     "--k-scale", "--v-scale"};
+    const char *const ins[N_INS] = {a->q,
+                                    a->k,
+                                    a->v,
+                                    a->mask_file,
+                                    a->kv_lens_file,
+                                    a->q_lens_file,
+                                    a->sinks_file,
+                                    a->k_scale_file,
+                                    a->v_scale_file};
     for (int i = 0; i < N_OUTS; ++i) {
         for (int j = 0; j < N_INS && outs[i] != NULL; ++j) {
             if (ins[j] != NULL && same_file(outs[i], ins[j])) {
@@ -157,9 +165,10 @@ static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
     return n;
 }
 
-/* The inputs of a run after reading: Q, K, V and the optional mask, lengths and sinks. */
+/* The inputs of a run after reading: Q, K, V and the optional mask, lengths, sinks and
+ * the scales of an int8 K and V. */
 typedef struct run_inputs {
-    npy_data q, k, v, mask, kv_lens, q_lens, sinks;
+    npy_data q, k, v, mask, kv_lens, q_lens, sinks, k_scale, v_scale;
     clattn_dtype dq, dk, dv;
     int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
 } run_inputs;
@@ -171,6 +180,7 @@ static int input_dtype(const run_args *a, const char *path, const npy_data *d, c
     switch (d->dtype) {
     case NPY_F32: *out = CLATTN_FLOAT32; return 1;
     case NPY_F16: *out = CLATTN_FLOAT16; return 1;
+    case NPY_I8: *out = CLATTN_INT8; return 1; /* K and V only: Q's reader refuses it */
     case NPY_U16:
         if (a->bf16) {
             *out = CLATTN_BFLOAT16;
@@ -283,6 +293,55 @@ static int check_sinks(const char *path, const npy_data *sinks, int64_t h_q)
                              "-inf for no sink)",
                              path, (double)logits[h], h);
         }
+    }
+    return -1;
+}
+
+/* --k-scale / --v-scale: `option` names the scales of the int8 K or V in `kv_path`, read
+ * as `kv`. Exactly one of them and the int8 dtype, or neither; the scales (already read,
+ * float32) have K's (V's) rank, its dimensions but the last, each of b and n_kv either
+ * as in K or 1 (broadcast), and a last dimension of 1. Returns -1 to go on, or an exit
+ * status (1: a file's fault). */
+static int check_scale(const char *option, const char *path, const npy_data *scale,
+                       const char *kv_path, const npy_data *kv)
+{
+    const int r = kv->ndim;
+    if (kv->dtype == NPY_I8 && path == NULL) {
+        return cli_error("%s: dtype '|i1' (int8, a quantized cache) needs its float32 scales: "
+                         "add %s FILE",
+                         kv_path, option);
+    }
+    if (path == NULL) {
+        return -1;
+    }
+    if (kv->dtype != NPY_I8) {
+        return cli_error("%s: %s goes with an int8 ('|i1') %s only, and %s is %s", path, option,
+                         option[2] == 'k' ? "K" : "V", kv_path, npy_dtype_name(kv->dtype));
+    }
+    int ok = scale->ndim == r && scale->shape[r - 1] == 1;
+    for (int i = 0; ok && i < r - 1; ++i) {
+        const int heads = r >= 3 && i == r - 3; /* the heads must match: no broadcast */
+        ok = scale->shape[i] == kv->shape[i] || (!heads && scale->shape[i] == 1);
+    }
+    if (!ok) {
+        /* "(b|1, h_kv, n_kv|1, 1) = (2|1, 4, 16|1, 1)", from the rank of K (V) */
+        static const char *const names[4] = {"b|1", "h_kv", "n_kv|1", "1"};
+        char want[64] = "", values[128] = "", shape[128];
+        for (int i = 0; i < r; ++i) {
+            const int d = 4 - r + i;
+            const char *sep = i + 1 < r ? ", " : "";
+            size_t used = strlen(want);
+            snprintf(want + used, sizeof want - used, "%s%s", names[d], sep);
+            used = strlen(values);
+            if (d == 3) {
+                snprintf(values + used, sizeof values - used, "1");
+            } else {
+                snprintf(values + used, sizeof values - used, "%lld%s%s", (long long)kv->shape[i],
+                         d == 1 ? "" : "|1", sep);
+            }
+        }
+        return cli_error("%s: %s needs float32 scales shaped (%s) = (%s) for %s, not %s", path,
+                         option, want, values, kv_path, shape_text(scale, shape, sizeof shape));
     }
     return -1;
 }
@@ -442,7 +501,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     clattn_tensor tw =
         clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
     clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
-    clattn_tensor tm;
+    clattn_tensor tm, tks, tvs;
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.scale = a->scale;
     desc.mask = a->mask;
@@ -458,6 +517,14 @@ static int run_attention(const run_args *a, run_inputs *in)
     desc.q_start = a->q_start;
     desc.kv_start = a->kv_start;
     desc.alibi_slopes = a->alibi;
+    if (a->k_scale_file != NULL) { /* [b|1, h_kv, n_kv|1, 1]: extents of 1 broadcast */
+        tks = host_view(in->k_scale.data, in->k_scale.shape, ndim, CLATTN_FLOAT32);
+        desc.k_scale = &tks;
+    }
+    if (a->v_scale_file != NULL) {
+        tvs = host_view(in->v_scale.data, in->v_scale.shape, ndim, CLATTN_FLOAT32);
+        desc.v_scale = &tvs;
+    }
     if (a->mask_file != NULL) {
         if (!mask_view(a, in, &tm)) {
             goto done;
@@ -541,7 +608,9 @@ static int read_inputs(const run_args *a, run_inputs *in)
     const char *const paths[] = {a->q, a->k, a->v};
     char message[512];
     for (int i = 0; i < 3; ++i) {
-        if (npy_read(paths[i], floats, 2, RUN_RANKS, arrays[i], message, sizeof message) != 0) {
+        /* K and V may be int8 (with --k-scale, --v-scale), Q not */
+        const unsigned accept = i == 0 ? floats : floats | NPY_ACCEPT(NPY_I8);
+        if (npy_read(paths[i], accept, 2, RUN_RANKS, arrays[i], message, sizeof message) != 0) {
             return cli_error("%s", message);
         }
         if (!input_dtype(a, paths[i], arrays[i], dtypes[i])) {
@@ -554,6 +623,21 @@ static int read_inputs(const run_args *a, run_inputs *in)
     shape4(in->q.shape, in->q.ndim, in->qs);
     shape4(in->k.shape, in->k.ndim, in->ks);
     shape4(in->v.shape, in->v.ndim, in->vs);
+    const char *const scale_options[] = {"--k-scale", "--v-scale"};
+    const char *const scale_paths[] = {a->k_scale_file, a->v_scale_file};
+    npy_data *const scales[] = {&in->k_scale, &in->v_scale};
+    for (int i = 0; i < 2; ++i) {
+        const npy_data *kv = i == 0 ? &in->k : &in->v;
+        if (scale_paths[i] != NULL && kv->dtype == NPY_I8 &&
+            npy_read(scale_paths[i], NPY_ACCEPT(NPY_F32), 1, i == 0 ? "K's rank" : "V's rank",
+                     scales[i], message, sizeof message) != 0) {
+            return cli_error("%s %s", scale_options[i], message); /* "--k-scale FILE: ..." */
+        }
+        int rc = check_scale(scale_options[i], scale_paths[i], scales[i], paths[i + 1], kv);
+        if (rc >= 0) {
+            return rc;
+        }
+    }
     if (a->mask_file != NULL &&
         npy_read(a->mask_file, NPY_ACCEPT(NPY_BOOL) | NPY_ACCEPT(NPY_U8) | NPY_ACCEPT(NPY_F32), 1,
                  "1 to 4 dimensions, broadcast to (b, h_q, n_q, n_kv)", &in->mask, message,
@@ -592,7 +676,8 @@ int cmd_run(int argc, char **argv)
     if (rc < 0) {
         rc = run_attention(&a, &in);
     }
-    npy_data *const arrays[] = {&in.q, &in.k, &in.v, &in.mask, &in.kv_lens, &in.q_lens, &in.sinks};
+    npy_data *const arrays[] = {&in.q,      &in.k,     &in.v,       &in.mask,   &in.kv_lens,
+                                &in.q_lens, &in.sinks, &in.k_scale, &in.v_scale};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; ++i) {
         npy_data_free(arrays[i]);
     }

@@ -18,8 +18,10 @@ static const char run_usage_1[] =
     ".npy files shaped (n, d), (h, n, d) or (b, h, n, d), all of the same rank:\n"
     "Q [b, h_q, n_q, d_k], K [b, h_kv, n_kv, d_k], V [b, h_kv, n_kv, d_v], with h_q a\n"
     "multiple of h_kv. Each of Q, K and V is float32 ('<f4'), float16 ('<f2') or, with\n"
-    "--dtype bf16, bfloat16 stored as uint16 words ('<u2'). O gets Q's rank and shape with\n"
-    "the last dimension d_v, and Q's dtype unless --out-dtype says otherwise.\n"
+    "--dtype bf16, bfloat16 stored as uint16 words ('<u2'); K and V may also be int8\n"
+    "('|i1', a quantized cache) with their scales in --k-scale and --v-scale. O gets Q's\n"
+    "rank and shape with the last dimension d_v, and Q's dtype unless --out-dtype says\n"
+    "otherwise.\n"
     "Output files are written only on success (an existing file is otherwise kept);\n"
     "an output must not name an input or another output, and an existing output must\n"
     "be a regular file (not a directory, symbolic link, device or FIFO).\n"
@@ -50,6 +52,14 @@ static const char run_usage_1[] =
     "                    each query row of head h gets one more key, of logit L_h (not\n"
     "                    scaled, capped or biased) and value 0: its weights sum below 1,\n"
     "                    and a row with no visible key outputs zeros with LSE L_h\n"
+    "  --k-scale FILE    the scales of an int8 ('|i1') K, needed with one and refused\n"
+    "                    otherwise: a float32 ('<f4') .npy shaped like K with the last\n"
+    "                    dimension 1, its b and n_kv each as in K or 1 (broadcast):\n"
+    "                    (b|1, h_kv, n_kv|1, 1), (h_kv, n_kv|1, 1) or (n_kv|1, 1); key j\n"
+    "                    of head h of batch entry b is scale[b, h, j] * K[b, h, j, :]\n"
+    "                    (per token and head; (1, h_kv, 1, 1): one scale per head)\n"
+    "  --v-scale FILE    the same for an int8 V (value rows); int8 K/V run with the\n"
+    "                    fused algorithm only, without --weights or --scores\n"
     "  --softcap C       logit softcap (Gemma 2): scaled scores s -> C*tanh(s/C), before\n"
     "                    masks and biases (finite, > 0; default off)\n"
     "  --q-start N       absolute position of the first query (default 0)\n"
@@ -271,6 +281,8 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--window", &a->window_text, NULL},
         {"--alibi", &a->alibi_text, NULL},
         {"--sinks", &a->sinks_file, NULL},
+        {"--k-scale", &a->k_scale_file, NULL},
+        {"--v-scale", &a->v_scale_file, NULL},
         {"--softcap", &a->softcap_text, NULL},
         {"--q-start", &a->q_start_text, NULL},
         {"--kv-start", &a->kv_start_text, NULL},

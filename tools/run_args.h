@@ -33,6 +33,8 @@ typedef struct run_args {
     float *alibi; /* malloc'd */
     size_t n_alibi;
     const char *sinks_file; /* --sinks: a float32 .npy of h_q sink logits */
+    /* --k-scale / --v-scale: float32 .npy files of an int8 K's / V's scales */
+    const char *k_scale_file, *v_scale_file;
 } run_args;
 
 /* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;

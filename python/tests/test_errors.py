@@ -98,6 +98,39 @@ def test_sinks_errors():
         assert e.value.status_name == "invalid argument"
 
 
+def test_int8_scale_errors():
+    """int8 key / value: the scales are needed with one (the library's
+    InvalidArgumentError naming k_scale / v_scale) and refused with a float one; scales
+    of another shape are the package's ValueError, of an integer dtype its TypeError; a
+    query is never int8; the unfused algorithm, the weights and the backward pass are
+    UnsupportedError."""
+    k8 = np.ones((1, 2, 3, 4), np.int8)
+    ks = np.full((1, 2, 3, 1), 0.5, np.float32)
+    with pytest.raises(clattn.InvalidArgumentError, match="k_scale") as e:
+        sdpa(Q, k8, Q)
+    assert e.value.status_name == "invalid argument"
+    with pytest.raises(clattn.InvalidArgumentError, match="v_scale"):
+        sdpa(Q, k8, k8, k_scale=ks)
+    with pytest.raises(clattn.InvalidArgumentError, match="k_scale"):
+        sdpa(Q, Q, Q, k_scale=ks)
+    with pytest.raises(clattn.InvalidArgumentError, match="v_scale"):
+        clattn.reference_attention(Q, k8, Q, k_scale=ks, v_scale=ks)
+    for bad in (ks[:, :1, :2], np.ones((1, 2, 3, 4), np.float32), np.ones((1, 1, 2, 3, 1))):
+        with pytest.raises(ValueError, match=r"k_scale has shape .* does not broadcast to "
+                                             r"key's shape with the last dim 1, \(1, 2, 3, 1\)"):
+            sdpa(Q, k8, Q, k_scale=bad)
+    with pytest.raises(TypeError, match="k_scale has dtype int32; scales are float32"):
+        sdpa(Q, k8, Q, k_scale=ks.astype(np.int32))
+    with pytest.raises(TypeError, match=r"query has dtype int8; .*float32, float16 or bfloat16"):
+        sdpa(k8, k8, Q, k_scale=ks)
+    with pytest.raises(clattn.UnsupportedError, match="fused"):
+        sdpa(Q, k8, Q, k_scale=ks, algorithm="unfused")
+    with pytest.raises(clattn.UnsupportedError, match="weights"):
+        sdpa(Q, k8, Q, k_scale=ks, return_weights=True)
+    with pytest.raises(clattn.UnsupportedError, match="int8"):
+        clattn.reference_attention_backward(Q, k8, Q, Q, k_scale=ks)
+
+
 def test_out_errors_write_nothing():
     out = np.full((1, 2, 3, 4), 5.0, np.float32)
     with pytest.raises(ValueError, match="out has shape"):

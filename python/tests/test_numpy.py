@@ -147,6 +147,81 @@ def test_sinks_of_minus_inf_change_nothing(ctx):
     assert_close(slse, lse, atol=0, rtol=0, what="LSE")
 
 
+def _quantize(x, axis=-1):
+    """Symmetric int8 quantization per row (the last axis): scale = max|x| / 127, integers
+    round(x / scale) within ±127. Returns (int8 array, float32 scales with that axis 1)."""
+    scale = (np.abs(x).max(axis=axis, keepdims=True) / 127).astype(np.float32)
+    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
+
+
+def _dequantize(x_int, scale):
+    """The values an int8 K or V means, in float64: integers times their (broadcast)
+    scale."""
+    return x_int.astype(np.float64) * np.asarray(scale, np.float64)
+
+
+@pytest.mark.parametrize("n_q", [5, 37], ids=["decode", "tiled"])
+def test_int8_kv_per_token_scales_against_numpy(ctx, n_q):
+    """An int8 K and V (a quantized cache) with float32 scales per token and head, GQA (4
+    query heads on 2 KV heads), causal: O and the LSE against the float64 oracle on the
+    dequantized K and V, which is also what the C reference computes; the quantization
+    error against the float32 K and V stays small."""
+    r = rng(70 + n_q)
+    q, k, v = randn(r, 2, 4, n_q, 16), randn(r, 2, 2, 23, 16), randn(r, 2, 2, 23, 16)
+    k8, ks = _quantize(k)
+    v8, vs = _quantize(v)
+    assert ks.shape == (2, 2, 23, 1) and k8.dtype == np.int8
+    o, lse = clattn.scaled_dot_product_attention(q, k8, v8, is_causal=True, enable_gqa=True,
+                                                 k_scale=ks, v_scale=vs, return_lse=True)
+    eo, else_, _ = oracle(q, _dequantize(k8, ks), _dequantize(v8, vs), causal=True)
+    assert o.dtype == np.float32 and o.shape == (2, 4, n_q, 16)
+    assert_close(o, eo, **F32_TOL, what="int8 O")
+    assert_close(lse, else_, **F32_TOL, what="int8 LSE")
+    ro, rlse = clattn.reference_attention(q, k8, v8, is_causal=True, enable_gqa=True,
+                                          k_scale=ks, v_scale=vs, return_lse=True)
+    assert_close(ro, eo, **F32_TOL, what="reference_attention int8 O")
+    assert_close(rlse, else_, **F32_TOL, what="reference_attention int8 LSE")
+    fo = oracle(q, k, v, causal=True)[0]
+    assert np.abs(o - fo).max() < 0.05, "int8 against float32 K/V: quantization error too big"
+
+
+def test_int8_kv_per_head_scales(ctx):
+    """One scale per KV head: (1, H_kv, 1, 1), or (H_kv, 1, 1) broadcast as in NumPy,
+    give the same result; an int8 K with a float V needs only k_scale; 2-D inputs take
+    (S or 1, 1) scales."""
+    r = rng(75)
+    q, k, v = randn(r, 1, 2, 9, 8), randn(r, 1, 2, 12, 8), randn(r, 1, 2, 12, 8)
+    k8, ks = _quantize(k, axis=(0, 2, 3))  # one scale per head: (1, 2, 1, 1)
+    v8, vs = _quantize(v, axis=(0, 2, 3))
+    assert ks.shape == (1, 2, 1, 1)
+    eo = oracle(q, _dequantize(k8, ks), _dequantize(v8, vs))[0]
+    for kss, vss in ((ks, vs), (ks[0], vs[0]), (ks.astype(np.float64), vs[0, :, :, 0:1])):
+        o = clattn.scaled_dot_product_attention(q, k8, v8, k_scale=kss, v_scale=vss)
+        assert_close(o, eo, **F32_TOL, what=f"per-head scales {kss.shape}, {vss.shape}")
+    o = clattn.scaled_dot_product_attention(q, k8, v, k_scale=ks)  # int8 K, float32 V
+    assert_close(o, oracle(q, _dequantize(k8, ks), v)[0], **F32_TOL, what="int8 K, float V")
+    k2, ks2 = _quantize(k[0, 0])  # 2-D: (S, E) with (S, 1) scales
+    o = clattn.scaled_dot_product_attention(q[0, 0], k2, v[0, 0], k_scale=ks2)
+    eo2 = oracle(q[:1, :1], _dequantize(k2, ks2)[None, None], v[:1, :1])[0][0, 0]
+    assert_close(o, eo2, **F32_TOL, what="2-D int8 K")
+
+
+def test_int8_kv_leading_dims(ctx):
+    """Two leading (batch) dims: scales with the key's leading dims, with 1s (broadcast
+    over them), or mixed (broadcast by a copy)."""
+    r = rng(76)
+    q, k, v = randn(r, 2, 3, 2, 4, 8), randn(r, 2, 3, 2, 10, 8), randn(r, 2, 3, 2, 10, 8)
+    k8, ks = _quantize(k)
+    v8 = np.clip(np.round(v * 40), -127, 127).astype(np.int8)
+    for vs in (np.full((2, 3, 2, 10, 1), 0.025, np.float32),
+               np.full((1, 1, 2, 1, 1), 0.025, np.float32),
+               np.full((2, 1, 2, 10, 1), 0.025, np.float32)):
+        o = clattn.scaled_dot_product_attention(q, k8, v8, k_scale=ks, v_scale=vs)
+        eo = oracle(q.reshape(6, 2, 4, 8), _dequantize(k8, ks).reshape(6, 2, 10, 8),
+                    _dequantize(v8, np.broadcast_to(vs, (2, 3, 2, 10, 1))).reshape(6, 2, 10, 8))[0]
+        assert_close(o, eo.reshape(2, 3, 2, 4, 8), **F32_TOL, what=f"v_scale {vs.shape}")
+
+
 @pytest.mark.parametrize("mask_shape", [(37, 11), (2, 1, 37, 11), (1, 4, 1, 11)],
                          ids=["LS", "B1LS", "1H1S"])
 def test_masks_broadcast(ctx, mask_shape):

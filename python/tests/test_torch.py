@@ -53,6 +53,23 @@ def test_matches_torch_float64(ctx, name, kw, n_q):
     assert_close(got.numpy(), torch_ref(q, k, v, **kw).numpy(), **F32_TOL, what=name)
 
 
+def test_int8_kv_tensors(ctx):
+    """torch.int8 key and value with float32 per-token scales (and a float16 v_scale,
+    converted): against PyTorch's float64 math backend on the dequantized tensors."""
+    r = rng(125)
+    q, k, v = t(r, 2, 4, 9, 16), t(r, 2, 2, 21, 16), t(r, 2, 2, 21, 16)
+    ks = k.abs().amax(-1, keepdim=True) / 127
+    vs = (v.abs().amax(-1, keepdim=True) / 127).half()
+    k8 = torch.round(k / ks).clamp(-127, 127).to(torch.int8)
+    v8 = torch.round(v / vs.float()).clamp(-127, 127).to(torch.int8)
+    got = clattn.scaled_dot_product_attention(q, k8, v8, enable_gqa=True, is_causal=True,
+                                              k_scale=ks, v_scale=vs)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    exp = torch_ref(q, k8.double() * ks.double(), v8.double() * vs.float().double(),
+                    enable_gqa=True, is_causal=True)
+    assert_close(got.numpy(), exp.numpy(), **F32_TOL, what="int8 K/V")
+
+
 @pytest.mark.parametrize("dtype,tol", [("float16", F16_TOL), ("bfloat16", BF16_TOL)])
 def test_16bit_tensors(ctx, dtype, tol):
     r = rng(110)

@@ -46,8 +46,8 @@ static const struct {
     const char *name;
     size_t size;
 } npy_dtypes[NPY_DTYPE_COUNT] = {
-    {"<f4", "float32", 4}, {"<f2", "float16", 2}, {"|b1", "bool", 1},
-    {"|u1", "uint8", 1},   {"<u2", "uint16", 2},  {"<i4", "int32", 4},
+    {"<f4", "float32", 4}, {"<f2", "float16", 2}, {"|b1", "bool", 1}, {"|u1", "uint8", 1},
+    {"<u2", "uint16", 2},  {"<i4", "int32", 4},   {"|i1", "int8", 1},
 };
 
 size_t npy_dtype_size(npy_dtype dtype)

@@ -4,7 +4,7 @@
  * Reads format versions 1.0, 2.0 and 3.0 with fortran_order False, rank
  * 1..NPY_MAX_NDIM and one of these little-endian dtypes (npy_dtype):
  *     '<f4' float32, '<f2' float16, '|b1' bool, '|u1' uint8, '<u2' uint16 (also how
- *     bfloat16 arrays travel: their raw 16-bit words), '<i4' int32.
+ *     bfloat16 arrays travel: their raw 16-bit words), '<i4' int32, '|i1' int8.
  * Big-endian ('>f4'), native-order ('=f4') and every other dtype are refused. Writes
  * version 1.0 with the header padded so that the data starts at a multiple of 64 bytes,
  * as numpy does.
@@ -32,6 +32,7 @@ typedef enum npy_dtype {
     NPY_U8 = 3,   /**< '|u1', uint8_t */
     NPY_U16 = 4,  /**< '<u2', uint16_t (bfloat16 bit patterns, for instance) */
     NPY_I32 = 5,  /**< '<i4', int32_t */
+    NPY_I8 = 6,   /**< '|i1', int8_t (a quantized K/V cache, for instance) */
     NPY_DTYPE_COUNT
 } npy_dtype;
 
@@ -39,7 +40,7 @@ typedef enum npy_dtype {
 #define NPY_ACCEPT(dtype) (1u << (unsigned)(dtype))
 #define NPY_ACCEPT_ALL ((1u << NPY_DTYPE_COUNT) - 1u)
 
-/** Bytes per element (4, 2, 1, 1, 2, 4); 0 for an unknown value. */
+/** Bytes per element (4, 2, 1, 1, 2, 4, 1); 0 for an unknown value. */
 size_t npy_dtype_size(npy_dtype dtype);
 /** The header's descr string ("<f4") and a name for messages ("float32"); "?" for an
  *  unknown value. */
@@ -47,8 +48,8 @@ const char *npy_dtype_descr(npy_dtype dtype);
 const char *npy_dtype_name(npy_dtype dtype);
 
 /** An array of any npy_dtype. `data` holds `count` elements in C order, converted to
- *  the host's byte order (so it can be read as float, uint16_t, uint8_t or int32_t
- *  directly); malloc'd, free with npy_data_free(). */
+ *  the host's byte order (so it can be read as float, uint16_t, uint8_t, int32_t or
+ *  int8_t directly); malloc'd, free with npy_data_free(). */
 typedef struct npy_data {
     npy_dtype dtype;
     int ndim;                    /**< 1..NPY_MAX_NDIM */

@@ -57,7 +57,8 @@ def _torch_dtype_code(x: Any) -> Optional[int]:
         import torch
 
         _TORCH_CODES.update({torch.float32: _lib.FLOAT32, torch.float16: _lib.FLOAT16,
-                             torch.bfloat16: _lib.BFLOAT16, torch.bool: _lib.BOOL})
+                             torch.bfloat16: _lib.BFLOAT16, torch.bool: _lib.BOOL,
+                             torch.int8: _lib.INT8})
     return _TORCH_CODES.get(x.dtype)
 
 
@@ -68,7 +69,7 @@ def _torch_strided() -> Any:
 
 
 _NP_CODES = {np.dtype(np.float32): _lib.FLOAT32, np.dtype(np.float16): _lib.FLOAT16,
-             np.dtype(np.bool_): _lib.BOOL}
+             np.dtype(np.bool_): _lib.BOOL, np.dtype(np.int8): _lib.INT8}
 
 
 def _np_dtype_code(dt: np.dtype) -> Optional[int]:
@@ -139,16 +140,17 @@ def to_numpy_like(x: Any, name: str) -> Any:
     return a.astype(np.float32) if a.dtype == np.float64 else a
 
 
-def dtype_code(x: Any, name: str, allow_bool: bool = False) -> int:
+def dtype_code(x: Any, name: str, allow_bool: bool = False, allow_int8: bool = False) -> int:
     if is_torch(x) and x.layout != _torch_strided():
         raise TypeError(f"{name} is a {x.layout} tensor; clattn reads strided (dense) tensors")
     code = _torch_dtype_code(x) if is_torch(x) else _np_dtype_code(np.dtype(x.dtype))
-    if code == _lib.BOOL and not allow_bool:
+    if (code == _lib.BOOL and not allow_bool) or (code == _lib.INT8 and not allow_int8):
         code = None
     if code is None:
         raise TypeError(f"{name} has dtype {x.dtype}; clattn stores float32, float16 or bfloat16 "
-                        "(bool for masks) and computes in float32: cast it first "
-                        "(float64 would be rounded to float32 anyway)")
+                        "(bool for masks; int8 for key and value with k_scale and v_scale) "
+                        "and computes in float32: cast it first (float64 would be rounded to "
+                        "float32 anyway)")
     return code
 
 

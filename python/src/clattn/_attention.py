@@ -86,7 +86,8 @@ class _Call:
             raise NotImplementedError("dropout_p must be 0: clattn has no dropout yet")
         q, k, v = (_arrays.to_numpy_like(x, n) for x, n in
                    ((query, "query"), (key, "key"), (value, "value")))
-        codes = [_arrays.dtype_code(x, n) for x, n in ((q, "query"), (k, "key"), (v, "value"))]
+        codes = [_arrays.dtype_code(x, n, allow_int8=n != "query")  # int8: a quantized K/V
+                 for x, n in ((q, "query"), (k, "key"), (v, "value"))]
         self.like = query if _arrays.is_torch(query) else q
         if check_grad:
             _check_no_grad(q, k, v, attn_mask, o["out"])
@@ -151,6 +152,15 @@ class _Call:
         if attn_mask is not None:
             self.mask = self._mask(attn_mask, q, (b, hq, n_q, n_kv), nb)
             d.mask_tensor = ctypes.pointer(self.mask.tensor)
+        # an int8 key / value: float32 scales, views [b, h_kv, n_kv, 1] (the library
+        # checks that they come with an int8 K / V and only then)
+        hkv = self.k.tensor.shape[1]
+        self.k_scale = self._scale(o["k_scale"], "k_scale", k, nb, (b, hkv, n_kv, 1))
+        self.v_scale = self._scale(o["v_scale"], "v_scale", v, nb, (b, hkv, n_kv, 1))
+        if self.k_scale is not None:
+            d.k_scale = ctypes.pointer(self.k_scale.tensor)
+        if self.v_scale is not None:
+            d.v_scale = ctypes.pointer(self.v_scale.tensor)
 
         # outputs: the caller's array type (NumPy for a plan on host views)
         np_only = for_plan and self.kind == HOST
@@ -218,6 +228,43 @@ class _Call:
                                  f"broadcast to {q_lead + target4[1:]}") from None
             mb = nb
         return _arrays.view4(m, "attn_mask", target4=target4, batch_dims=mb)
+
+    def _scale(self, x: Any, name: str, kv: Any, nb: int,
+               target4: Tuple[int, int, int, int]) -> Optional[View]:
+        """k_scale / v_scale: float32 scales (other float dtypes converted) broadcast as in
+        NumPy to ``kv``'s shape with the last dim 1, ``(..., H_kv, S, 1)``."""
+        if x is None:
+            return None
+        what = "key" if name == "k_scale" else "value"
+        sc = _arrays.to_numpy_like(x, name)
+        if _arrays.kind_of(sc) != self.kind:
+            raise TypeError(f"{name} must be the same kind of array as {what}")
+        if not _is_float_mask(sc):
+            raise TypeError(f"{name} has dtype {sc.dtype}; scales are float32 (other float "
+                            "dtypes are converted)")
+        if _arrays.is_torch(sc):
+            import torch
+
+            sc = sc if sc.dtype == torch.float32 else sc.float()
+        elif str(np.dtype(sc.dtype)) != "float32":
+            sc = sc.astype(np.float32)
+        full = tuple(kv.shape[:-1]) + (1,)
+        shape = tuple(sc.shape)
+        if len(shape) > len(full) or any(n not in (1, f) for n, f in
+                                         zip(reversed(shape), reversed(full))):
+            raise ValueError(f"{name} has shape {shape}, which does not broadcast to {what}'s "
+                             f"shape with the last dim 1, {full}: one scale per token and head "
+                             "(1s broadcast; (..., H_kv, 1, 1) is one scale per head)")
+        sb = max(0, sc.ndim - 3)
+        s_lead, k_lead = shape[:sb], tuple(kv.shape[:nb])
+        if not (all(n == 1 for n in s_lead) or s_lead == k_lead):
+            if self.kind == DEVICE:
+                raise ValueError(f"{name}'s leading dims {s_lead} must be 1 or equal {what}'s "
+                                 f"{k_lead} for PyOpenCL arrays")
+            full_lead = k_lead + shape[sb:]
+            sc = sc.expand(full_lead) if _arrays.is_torch(sc) else np.broadcast_to(sc, full_lead)
+            sb = nb
+        return _arrays.view4(sc, name, target4=target4, batch_dims=sb, code=_lib.FLOAT32)
 
     def context(self, ctx: Optional[Context]) -> Context:
         if ctx is not None:
@@ -317,7 +364,7 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     causal_alignment="top_left", no_self=False, window=None, alibi_slopes=None, sinks=None,
     softcap=None, kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False,
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
-    out=None)
+    out=None, k_scale=None, v_scale=None)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
 _FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean")
 
@@ -336,7 +383,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     and 2-D inputs are one head. Returns ``(..., H_q, L, E_v)``, the same array type as
     query (NumPy array, PyTorch CPU tensor or ``pyopencl.array.Array``; other DLPack
     producers give NumPy) and its dtype. dtypes: float32, float16, bfloat16 (PyTorch, or
-    ``ml_dtypes`` for NumPy); arithmetic is float32. Any strides are passed through
+    ``ml_dtypes`` for NumPy), and int8 for key and value (a quantized cache, with
+    ``k_scale`` / ``v_scale``); arithmetic is float32. Any strides are passed through
     (stride 0 broadcasts an input); a copy is made only for negative strides or leading
     dims that cannot fold into one batch dim.
 
@@ -356,8 +404,18 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       ``sinks`` (H_q attention-sink logits, gpt-oss: each row's softmax gains one more
       key of that logit and value zero, so its weights sum below 1 and the LSE includes
       it; -inf = no sink for that head; NaN and +inf are refused); ``softcap`` (logit
-      softcap, Gemma 2); ``kv_lens`` / ``q_lens`` (valid key / query
-      counts per batch entry, batch = the leading dims flattened); ``no_self`` (no query
+      softcap, Gemma 2); ``k_scale`` / ``v_scale`` (the float32 scales of an int8 key /
+      value, a quantized K/V cache: key row j of head h means ``k_scale[..., h, j, 0] ·
+      key[..., h, j, :]``, symmetric per token and head as vLLM's and FlashInfer's int8
+      caches; shape ``(..., H_kv, S, 1)`` or anything that broadcasts to it as in NumPy,
+      e.g. ``(B..., H_kv, S, 1)`` per token and head or ``(H_kv, 1, 1)`` one scale per
+      head; other float dtypes are converted; required with an int8 key / value and
+      refused otherwise (:class:`InvalidArgumentError`). Quantizing is the caller's, e.g.
+      ``scale = abs(x).max(-1, keepdims=True) / 127``, ``round(x / scale)`` clipped to
+      ±127. int8 runs the fused algorithm only: ``algorithm="unfused"``,
+      ``return_weights`` and :func:`reference_attention_backward` raise
+      :class:`UnsupportedError`); ``kv_lens`` / ``q_lens`` (valid key / query counts per
+      batch entry, batch = the leading dims flattened); ``no_self`` (no query
       sees its own position); ``q_start`` / ``kv_start`` (absolute positions of the first
       query and key); ``return_lse`` (also return the log-sum-exp, float32
       ``(..., H_q, L)``, natural log, FlashAttention's ``softmax_lse``);
@@ -394,7 +452,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
 def _enqueue(call: _Call, handle: int) -> None:
     import pyopencl as cl
 
-    views = [call.q, call.k, call.v, call.mask, call.o, call.lse, call.weights]
+    views = [call.q, call.k, call.v, call.mask, call.k_scale, call.v_scale, call.o, call.lse,
+             call.weights]
     events = [e for view in views if view is not None for e in view.events]
     wait = (ctypes.c_void_p * max(1, len(events)))(*[e.int_ptr for e in events])
     done = ctypes.c_void_p()
@@ -483,7 +542,9 @@ def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any
     for view, x, name in ((call.q, call.inputs[0], "grad_query"),
                           (call.k, call.inputs[1], "grad_key"),
                           (call.v, call.inputs[2], "grad_value")):
-        arr = _empty(call.like, tuple(x.shape), view.dtype, HOST)
+        # (an int8 key or value: float32 gradients, for the library to refuse the call)
+        arr = _empty(call.like, tuple(x.shape),
+                     _lib.FLOAT32 if view.dtype == _lib.INT8 else view.dtype, HOST)
         grads.append(arr)
         views.append(_arrays.view4(arr, name, output=True, batch_dims=nb))
     status = _lib.lib.clattn_reference_attention_backward(

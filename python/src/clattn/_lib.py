@@ -32,8 +32,8 @@ BUFFER_TOO_SMALL = 11
 OPENCL = 12
 IO = 13
 
-# clattn_dtype
-FLOAT32, FLOAT16, BFLOAT16, BOOL, FLOAT64 = 0, 1, 2, 3, 4
+# clattn_dtype (INT8: a quantized K or V, with the desc's k_scale / v_scale)
+FLOAT32, FLOAT16, BFLOAT16, BOOL, FLOAT64, INT8 = 0, 1, 2, 3, 4, 5
 # clattn_mask
 MASK_NONE, MASK_CAUSAL_TOP_LEFT, MASK_CAUSAL_BOTTOM_RIGHT, MASK_NO_SELF = 0, 1, 2, 3
 # clattn_algorithm
@@ -92,6 +92,10 @@ class Desc(ctypes.Structure):
         # output d_sinks (clattn_backward.h; the package leaves it NULL)
         ("sinks", ctypes.POINTER(ctypes.c_float)),
         ("d_sinks", ctypes.POINTER(Tensor)),
+        # the float32 scales of an int8 K and V (a quantized cache), [b or 1, h_kv,
+        # n_kv or 1, 1] views of K's storage kind
+        ("k_scale", ctypes.POINTER(Tensor)),
+        ("v_scale", ctypes.POINTER(Tensor)),
     ]
 
 
