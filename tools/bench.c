@@ -87,7 +87,8 @@ static const char bench_usage[] =
     "\n"
     "Options:\n"
     "  --shapes LIST   cases separated by ';', each\n"
-    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]]]]\n"
+    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]\n"
+    "                  [,varlen|padded]]]]\n"
     "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
     "                  fused|unfused|both (default both) or backward (the backward pass\n"
     "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
@@ -98,7 +99,12 @@ static const char bench_usage[] =
     "                  sequence's pages shuffled across the pool; int8 (fused only, with\n"
     "                  or without pageN): K and V int8 with float32 scales per token and\n"
     "                  head (a quantized cache; dtype then stores Q and O, shown as e.g.\n"
-    "                  f32/i8); default: the CPU set\n"
+    "                  f32/i8); varlen (n_q = n_kv, at most 64 sequences): b sequences\n"
+    "                  of n*(i+1)/b tokens packed along the sequence dimension with\n"
+    "                  cu_seqlens (a prefill of ragged prompts), padded: the same lengths\n"
+    "                  as q_lens and kv_lens of the padded batch; both count the\n"
+    "                  sequences' own work, 2*h_q*sum(L_i^2)*(d_k + d_v); default: the\n"
+    "                  CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode);\n"
@@ -181,6 +187,10 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             char *end = NULL;
             if (strcmp(tok, "int8") == 0 && !c.int8_kv) {
                 c.int8_kv = 1;
+            } else if ((strcmp(tok, "varlen") == 0 || strcmp(tok, "padded") == 0) && !c.ragged) {
+                c.ragged = tok[0] == 'v' ? 1 : 2;
+                bad = strcmp(alg, "backward") == 0;
+                continue; /* (either algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = strtoll(tok + 4, &end, 10);
                 bad = c.page_size < 1 || !end || *end != '\0';
@@ -189,7 +199,8 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             }
             bad |= strcmp(alg, "fused") != 0;
         }
-        bad |= got >= 11 && !c.int8_kv && !c.page_size; /* an empty 11th field */
+        bad |= got >= 11 && !c.int8_kv && !c.page_size && !c.ragged; /* an empty 11th field */
+        bad |= c.ragged && (v[3] != v[4] || c.page_size || c.int8_kv); /* prefill, plain K/V */
         for (int i = 0; i < 7 && !bad; i++)
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
         if (!bad) {
@@ -212,7 +223,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             bad = 1;
         if (bad || n + 1 + both > max) {
             bench_fail("bad --shapes entry '%s' "
-                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]]]], at "
+                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,varlen|padded]]]], at "
                        "most "
                        "%d cases)",
                        spec, max);
@@ -347,10 +358,26 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
     bwd_bufs bw;
     memset(&bw, 0, sizeof bw);
-    cl_mem mq = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_k, 1, c->dtype);
+    /* varlen / padded: sequence i is n·(i + 1)/b long (at least 1); varlen packs them
+     * (batch 1, total rows), padded gives them as lengths of the [b, h, n, d] batch */
+    int32_t cu[65], rl[64];
+    int64_t total = 0;
+    double work = 0.0; /* Σ L_i² (the useful score entries per head) */
+    for (int64_t i = 0; c->ragged && i < c->b && i < 64; i++) {
+        const int64_t len = c->n_q * (i + 1) / c->b > 0 ? c->n_q * (i + 1) / c->b : 1;
+        cu[i] = (int32_t)total;
+        rl[i] = (int32_t)len;
+        total += len;
+        work += (double)len * (double)len;
+    }
+    cu[c->b < 64 ? c->b : 64] = (int32_t)total;
+    const bool packed = c->ragged == 1;
+    const int64_t qb = packed ? 1 : c->b, qn = packed ? total : c->n_q; /* Q's batch, rows */
+    cl_mem mq = random_buffer(cl_ctx, queue, qb * c->h_q * qn * c->d_k, 1, c->dtype);
     /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
-    const int64_t pages = c->b * max_pages, kv_rows = ps ? pages * ps : c->b * c->n_kv;
+    const int64_t pages = c->b * max_pages,
+                  kv_rows = ps ? pages * ps : packed ? total : c->b * c->n_kv;
     const clattn_dtype kv_dtype = c->int8_kv ? CLATTN_INT8 : c->dtype;
     cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, kv_dtype);
     cl_mem mv = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_v, 3, kv_dtype);
@@ -394,7 +421,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
             mk = mv = NULL;
         }
     }
-    cl_mem mo = random_buffer(cl_ctx, queue, c->b * c->h_q * c->n_q * c->d_v, 4, c->dtype);
+    cl_mem mo = random_buffer(cl_ctx, queue, qb * c->h_q * qn * c->d_v, 4, c->dtype);
     double *dev = calloc((size_t)reps, sizeof *dev), *wall = calloc((size_t)reps, sizeof *wall);
     /* the sequences are n_kv long: kv_lens, when the pages hold more */
     int32_t *lens = ps ? malloc(sizeof(int32_t) * (size_t)c->b) : NULL;
@@ -402,18 +429,19 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         lens[i] = (int32_t)c->n_kv;
     int rc = 0;
     if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens) ||
-        (c->int8_kv && (!ms[0] || !ms[1]))) {
+        (c->int8_kv && (!ms[0] || !ms[1])) || (c->ragged && c->b > 64)) {
         rc = bench_fail("cannot allocate the operands of %lldx%lldx%lld", (long long)c->b,
                         (long long)c->h_q, (long long)c->n_q);
         goto done;
     }
-    clattn_tensor q = clattn_tensor_buffer(mq, c->b, c->h_q, c->n_q, c->d_k);
-    clattn_tensor k =
-        clattn_tensor_buffer(mk, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_k);
-    clattn_tensor v =
-        clattn_tensor_buffer(mv, ps ? pages : c->b, c->h_kv, ps ? ps : c->n_kv, c->d_v);
+    clattn_tensor q = clattn_tensor_buffer(mq, qb, c->h_q, qn, c->d_k);
+    clattn_tensor k = clattn_tensor_buffer(mk, ps ? pages : qb, c->h_kv, ps ? ps : packed ? total : c->n_kv,
+                                           c->d_k);
+    clattn_tensor v = clattn_tensor_buffer(mv, ps ? pages : qb, c->h_kv, ps ? ps : packed ? total : c->n_kv,
+                                           c->d_v);
     const clattn_paged_kv pg = {NULL, mt, max_pages};
-    clattn_tensor o = clattn_tensor_buffer(mo, c->b, c->h_q, c->n_q, c->d_v);
+    const clattn_varlen vl = {cu, cu, c->b};
+    clattn_tensor o = clattn_tensor_buffer(mo, qb, c->h_q, qn, c->d_v);
     q.dtype = o.dtype = c->dtype;
     k.dtype = v.dtype = kv_dtype;
     clattn_tensor ks =
@@ -431,6 +459,10 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         desc.paged = &pg;
         desc.kv_lens = lens;
     }
+    if (c->ragged == 1)
+        desc.varlen = &vl;
+    if (c->ragged == 2)
+        desc.q_lens = desc.kv_lens = rl;
     if (c->backward && (rc = backward_setup(ctx, c, &desc, &q, &k, &v, &o, &bw)) != 0)
         goto done;
     clattn_plan plan;
@@ -472,6 +504,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     res->wall_ms = summarize(wall, reps);
     const double heads = (double)(c->b * c->h_q);
     double flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(c->d_k + c->d_v);
+    if (c->ragged) /* the useful work of the sequences (the same for varlen and padded) */
+        flop = 2.0 * (double)c->h_q * work * (double)(c->d_k + c->d_v);
     if (c->backward)
         flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(3 * c->d_k + 2 * c->d_v);
     if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
@@ -483,6 +517,9 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
                    (double)(c->b * c->h_kv * c->n_kv) *
                        ((double)clattn_dtype_size(kv_dtype) * (double)(c->d_k + c->d_v) +
                         (c->int8_kv ? 2.0 * sizeof(float) : 0.0));
+    if (c->ragged) /* the sequences' rows only */
+        bytes = (double)clattn_dtype_size(c->dtype) * (double)total *
+                (double)((c->h_q + c->h_kv) * (c->d_k + c->d_v));
     if (c->backward) /* O and dO read, dQ, dK, dV written too */
         bytes *= 2.0;
     else if (plan.algorithm == CLATTN_ALGORITHM_UNFUSED)
@@ -763,8 +800,12 @@ int cmd_bench(int argc, char **argv)
         }
         char paged_alg[24];
         snprintf(paged_alg, sizeof paged_alg, "paged%lld", (long long)c->page_size);
+        if (c->ragged) /* "fused/varlen", "unfused/padded" */
+            snprintf(paged_alg, sizeof paged_alg, "%s/%s",
+                     c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused",
+                     c->ragged == 1 ? "varlen" : "padded");
         const char *alg = c->backward                              ? "backward"
-                          : c->page_size                           ? paged_alg
+                          : c->page_size || c->ragged              ? paged_alg
                           : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
                                                                    : "unfused";
         char dt[16]; /* Q's and O's storage, then K's and V's if int8: "f16/i8" */

@@ -16,6 +16,9 @@ typedef struct bench_case {
     int backward;       /* time clattn_attention_backward_enqueue (after one forward) */
     int64_t page_size;  /* > 0: K and V in a paged pool of this page size (fused only) */
     int int8_kv;        /* K and V int8 with float32 scales per token and head (fused only) */
+    /* 1 varlen: b sequences of lengths n·(i + 1)/b packed (cu_seqlens); 2 padded: the same
+     * lengths as q_lens and kv_lens of a padded [b, h, n, d] batch (n_q = n_kv) */
+    int ragged;
 } bench_case;
 
 typedef struct stats {
