@@ -639,21 +639,9 @@ DEFINE_STAGE4(5)
 DEFINE_STAGE4(6)
 #endif
 
-/* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
- * The arguments; lse may be NULL (not written). */
-#define FUSED_PARAMS                                                                        \
-    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
-        long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
-        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
-        long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
-        int lse_relative, \
-        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks,                \
-        __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc,  \
-        long vs_off, long4 vs_st
-
 /* ---- a quantized K/V cache (the desc's k_scale, v_scale; -DK_SCALED=1, -DV_SCALED=1) ----
- * K (or V) stores int8 values (K_DT 5); key row j's values are the integers times its
- * scale, element (b, h, j) of a float32 view [b|1, h_kv, n_kv|1, 1] (a stride 0 where the
+ * K (or V) stores int8 values (K_DT 5) or FP8 E4M3 codes (6); key row j's values are
+ * the stored ones times its scale, element (b, h, j) of a float32 view [b|1, h_kv, n_kv|1, 1] (a stride 0 where the
  * extent is 1: one scale per head, or per token and head), read through the block table
  * when paged, as K is. The kernels apply K's scale to the row's dot product and V's to
  * its weight in the sum (not in the softmax's denominator): the same products. */
@@ -667,6 +655,35 @@ float kv_scale(__global const float *sc, long off, long4 st, long b, long h, lon
 {
     return sc[kv_row(off, st, b, h, j PG_ARGS)];
 }
+
+#if K_SCALED || V_SCALED
+/* A quantized K or V (common.cl kv_scale): the rows this work-item staged with stage4
+ * (the same chunks: no barrier needed) times their scales. */
+void scale_staged4(__local float *dst, int rows, int dpad, int stride, __global const float *sc,
+                   long off, long4 st, long b, long h, long r0, long n PG_PARAMS)
+{
+    const int per_row = dpad / 4;
+    for (int e = get_local_id(0); e < rows * per_row; e += (int)get_local_size(0)) {
+        const int rr = e / per_row, c = 4 * (e % per_row);
+        if (r0 + rr < n)
+            vstore4(vload4(0, dst + rr * stride + c) * kv_scale(sc, off, st, b, h, r0 + rr PG_ARGS),
+                    0, dst + rr * stride + c);
+    }
+}
+#endif
+
+/* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
+ * The arguments; lse may be NULL (not written). */
+#define FUSED_PARAMS                                                                        \
+    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
+        long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
+        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
+        long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
+        int lse_relative, \
+        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks,                \
+        __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc,  \
+        long vs_off, long4 vs_st
+
 
 /* ---- attention sinks (the desc's sinks; host twin: reference.c) ----
  * Head h's sink is one more key of logit sinks[h] and value zero in every row's softmax.

@@ -111,9 +111,15 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
 
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
         (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, TILE_KV, D_K, DK4, QK_STRIDE, k_s KV_PAGES);
+#if K_SCALED /* a quantized K: the staged rows times their scales */
+        scale_staged4(k_s, TILE_KV, DK4, QK_STRIDE, k_sc, ks_off, ks_st, b, hk, j0, nkv_b KV_PAGES);
+#endif
 #if !KV_SHARED
         if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
             v_bad = 1; /* read after the row-max barrier, reset after the next one */
+#if V_SCALED
+        scale_staged4(v_s, TILE_KV, DVP, DVP, v_sc, vs_off, vs_st, b, hk, j0, nkv_b KV_PAGES);
+#endif
 #endif
         barrier(CLK_LOCAL_MEM_FENCE); /* Q, K (and V) staged */
 
@@ -155,6 +161,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with K */
         if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
             v_bad = 1;
+#if V_SCALED
+        scale_staged4(v_s, TILE_KV, DVP, DVP, v_sc, vs_off, vs_st, b, hk, j0, nkv_b KV_PAGES);
+#endif
 #endif
 
         /* 3. the rule and the score terms, where the tile needs them (uniform) */

@@ -479,10 +479,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
      * once per KV head for all its query heads; with no keys at all it just writes the
      * empty rows */
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
-    /* an int8 or FP8 K/V: the GPU family decodes it (decode_gpu.cl), the tiled kernel is
-     * the CPU family's (fused.cl) whatever the family */
-    const bool gpu_family = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
-    const bool gpu = gpu_family && (!f->quantized || decode);
+    const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
     const int64_t group = clattn_group(h_q, k->n[1]); /* query heads per KV head */
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
      * caller's weights), the per-head weights before averaging, the fused LSE */

@@ -555,8 +555,8 @@ typedef struct clattn_attention_desc {
      *  broadcasts: [1, h_kv, 1, 1] is one scale per head), same storage kind as K; with
      *  paged K/V a pool [num_pages or 1, h_kv, page_size or 1, 1] read through the same
      *  block table. Required with an int8 K, optional with an FP8 K (NULL: scale 1),
-     *  refused with a float K. The fused algorithm only (decoding in either family, the
-     *  tiled kernel of the CPU family); no weights, backward, append or varlen
+     *  refused with a float K. The fused algorithm only (both kernel families); no
+     *  weights, backward, append or varlen
      *  (CLATTN_ERROR_UNSUPPORTED). See docs/SEMANTICS.md. */
     const clattn_tensor *k_scale;
     const clattn_tensor *v_scale; /**< the same for V (an int8 or FP8 V) */

@@ -492,8 +492,7 @@ START_TEST(int8_kv_cache)
                                  per_head ? "head" : "token and head", pages ? "paged" : "contiguous",
                                  f ? "GPU" : "CPU", p.text);
                         TU_ASSERT_OK(quant_run(&p, &qz, &d, pages, v_int8, false, o, lse), "%s", text);
-                        { /* the kernels meant: the GPU family decodes quantized caches,
-                           * its tiled kernel is the CPU family's */
+                        { /* the kernels meant: each family's own */
                             clattn_plan plan;
                             clattn_attention_desc dp = d;
                             clattn_tensor t1 = clattn_tensor_host(fo, p.b, p.h_q, p.n_q, p.d_v);
@@ -503,7 +502,7 @@ START_TEST(int8_kv_cache)
                             TU_ASSERT_OK(clattn_attention_plan(ctx, &dp, &p.tq, &qz.tk,
                                                                v_int8 ? &qz.tv : &p.tv, &t1, &plan),
                                          "%s: plan", text);
-                            const char *want = p.n_q > 16 ? "fused"
+                            const char *want = p.n_q > 16 ? (f ? "fused_gpu" : "fused")
                                                : f        ? "decode_gpu, split_merge"
                                                           : "decode";
                             ck_assert_msg(strcmp(plan.kernels, want) == 0,
@@ -575,7 +574,7 @@ START_TEST(fp8_codes)
         codes[c] = (uint8_t)c;
     clattn_context *ctx = tu_ctx();
     const clattn_kernel_family family = clattn_context_kernel_family(ctx);
-    for (int run = 0; run < 4; run++) { /* decode.cl, fused.cl, decode_gpu.cl, fused.cl */
+    for (int run = 0; run < 4; run++) { /* decode.cl, fused.cl, decode_gpu.cl, fused_gpu.cl */
         const int n_q = run % 2 ? 20 : 1;
         TU_ASSERT_OK(clattn_context_set_kernel_family(
                          ctx, run < 2 ? CLATTN_KERNEL_FAMILY_CPU : CLATTN_KERNEL_FAMILY_GPU),
