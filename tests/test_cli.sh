@@ -2,9 +2,10 @@
 # End-to-end tests of the `clattn` program: demo, run (round trips, ranks, masks,
 # weights, --check, and the options of the desc: mask files, lengths, windows, ALiBi,
 # attention sinks, softcap, positions, masked rows, LSE, head-mean weights, float16 and
-# bfloat16 files), usage errors, malformed inputs that must fail without touching an
-# existing output file, and outputs that must never be replaced (inputs, folders,
-# symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, cut, ln, mkfifo and
+# bfloat16 files; the KV-cache options: paged K/V, appending with rotary embeddings,
+# packed variable-length batches), usage errors, malformed inputs that must fail
+# without touching an existing output file, and outputs that must never be replaced
+# (inputs, folders, symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, cut, ln, mkfifo and
 # mktemp: the .npy inputs are written here with printf.
 #
 # Usage: CLATTN_BIN=path/to/clattn sh tests/test_cli.sh
@@ -473,6 +474,238 @@ for algorithm in fused unfused; do
     expect_rc "run all options $algorithm" 0
     expect_shape "run all options $algorithm (LSE)" "$tmp/lall.npy" "(2, 6)"
 done
+
+# ---- run: KV-cache options (paged K/V, append, rotary, varlen) ---------------------
+
+# xrows A B: the hex words of X's rows A..B
+xrows() { echo $X | cut -d ' ' -f "$(($1 * 3 + 1))-$(($2 * 3 + 3))"; }
+Z3="00000000 00000000 00000000"
+X_01=$(xrows 0 1) X_23=$(xrows 2 3) X_45=$(xrows 4 5) X_03=$(xrows 0 3) X_25=$(xrows 2 5)
+# --block-table: a pool of three pages of two slots, (3, 1, 2, 3), holding X's rows 2-3,
+# 4-5 and 0-1; the table (2, 0, 1) reads them back in order, so O is X_Z (scale 1)
+npy "$tmp/pool.npy" '<f4' '(3, 1, 2, 3)' $X_23 $X_45 $X_01
+npy_with f32 "$tmp/bt.npy" '<i4' '(1, 3)' 00000002 00000000 00000001
+npy_with f32 "$tmp/bt-bad.npy" '<i4' '(1, 3)' 00000002 00000003 00000001
+npy_with f32 "$tmp/bt2.npy" '<i4' '(2, 3)' 00000002 00000000 00000001 00000002 00000000 00000001
+# run_paged ARGS...: Q = x4.npy, K = V = ARGS' pool, scale 1
+for lens in "" "--kv-lens 6" "--cache-seqlens $tmp/lens6.npy"; do
+    npy_with f32 "$tmp/lens6.npy" '<i4' '(1,)' 00000006
+    rm -f "$tmp/opg.npy"
+    run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool.npy" --v "$tmp/pool.npy" --scale 1 \
+        --block-table "$tmp/bt.npy" $lens --out "$tmp/opg.npy" --lse "$tmp/lpg.npy" --check
+    expect_rc "run --block-table $lens" 0
+    expect_values "run --block-table $lens" "$tmp/opg.npy" "$X_Z"
+    expect_text "run --block-table $lens" "$tmp/out" "check LSE: max abs error"
+done
+# --cache-seqlens 5 is --kv-lens 5: the last key is padding
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool.npy" --v "$tmp/pool.npy" --scale 1 \
+    --block-table "$tmp/bt.npy" --cache-seqlens 5 --out "$tmp/opg.npy" --check
+expect_rc "run --block-table --cache-seqlens 5" 0
+expect_values "run --block-table --cache-seqlens 5" "$tmp/opg.npy" "$KV_O"
+# entry 3 is not a page of the pool: the library's message, exit 1, nothing written
+rm -f "$tmp/never.npy"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool.npy" --v "$tmp/pool.npy" \
+    --block-table "$tmp/bt-bad.npy" --out "$tmp/never.npy"
+expect_rc "run --block-table, an entry outside the pool" 1
+expect_text "run --block-table, an entry outside the pool" "$tmp/err" "clattn_attention failed: invalid argument"
+expect_text "run --block-table, an entry outside the pool" "$tmp/err" "block_table"
+if [ -e "$tmp/never.npy" ]; then fail "run --block-table, a bad entry: wrote the output"; else pass; fi
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool.npy" --v "$tmp/pool.npy" \
+    --block-table "$tmp/bt2.npy" --out "$tmp/never.npy"
+expect_rc "run --block-table of two rows, Q of one" 1
+expect_text "run --block-table of two rows" "$tmp/err" \
+    "$tmp/bt2.npy: --block-table needs an int32 table of shape (b, max_pages) with b = 1 (Q's batch size), not (2, 3)"
+run_clattn run --q "$tmp/x.npy" --k "$tmp/x.npy" --v "$tmp/x.npy" --block-table "$tmp/bt.npy" \
+    --out "$tmp/never.npy"
+expect_rc "run --block-table, rank 2" 1
+expect_text "run --block-table, rank 2" "$tmp/err" "--block-table needs Q, K and V of rank 4"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool.npy" --v "$tmp/pool.npy" \
+    --block-table "$tmp/lens6.npy" --out "$tmp/never.npy"
+expect_rc "run --block-table of rank 1" 1
+expect_text "run --block-table of rank 1" "$tmp/err" "--block-table $tmp/lens6.npy"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool.npy" --v "$tmp/pool.npy" \
+    --block-table "$tmp/bt.npy" --kv-lens 5 --cache-seqlens 5 --out "$tmp/never.npy"
+expect_rc "run --kv-lens and --cache-seqlens" 2
+expect_text "run --kv-lens and --cache-seqlens" "$tmp/err" "--cache-seqlens is another name for --kv-lens"
+if [ -e "$tmp/never.npy" ]; then fail "run --block-table errors: wrote an output"; else pass; fi
+
+# --k-new / --v-new: a cache (1, 1, 6, 3) holding X's rows 0-3 and two empty rows, with
+# --kv-lens 4, gets X's rows 4-5 appended: O is X_Z and the caches written are X;
+# the same through a block table (the empty rows in page 1), and --check compares the
+# caches the call wrote with the reference's
+npy "$tmp/kc.npy" '<f4' '(1, 1, 6, 3)' $X_03 $Z3 $Z3
+npy "$tmp/kn.npy" '<f4' '(1, 1, 2, 3)' $X_45
+npy "$tmp/kn3.npy" '<f4' '(1, 2, 3)' $X_45
+npy "$tmp/pool-e.npy" '<f4' '(3, 1, 2, 3)' $X_23 $Z3 $Z3 $X_01
+cp "$tmp/kc.npy" "$tmp/kc.orig"
+for paged in "" "--block-table $tmp/bt.npy"; do
+    cache=$tmp/kc.npy cache_want=$X_DEC cache_shape="(1, 1, 6, 3)"
+    if [ -n "$paged" ]; then # pages 0, 1, 2 hold X's rows 2-3, 4-5 (appended), 0-1
+        cache=$tmp/pool-e.npy cache_shape="(3, 1, 2, 3)"
+        cache_want="$(echo $X_DEC | cut -d ' ' -f 7-18) $(echo $X_DEC | cut -d ' ' -f 1-6)"
+    fi
+    rm -f "$tmp/oap.npy" "$tmp/kco.npy" "$tmp/vco.npy"
+    run_clattn run --q "$tmp/x4.npy" --k "$cache" --v "$cache" --scale 1 $paged --kv-lens 4 \
+        --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --out "$tmp/oap.npy" \
+        --k-cache-out "$tmp/kco.npy" --v-cache-out "$tmp/vco.npy" --check
+    expect_rc "run --k-new $paged" 0
+    expect_values "run --k-new $paged" "$tmp/oap.npy" "$X_Z"
+    expect_values "run --k-new $paged (--k-cache-out)" "$tmp/kco.npy" "$cache_want" 1e-6
+    expect_values "run --k-new $paged (--v-cache-out)" "$tmp/vco.npy" "$cache_want" 1e-6
+    expect_shape "run --k-new $paged (--k-cache-out)" "$tmp/kco.npy" "$cache_shape"
+    expect_text "run --k-new $paged" "$tmp/out" "check K cache: max abs error"
+    expect_text "run --k-new $paged" "$tmp/out" "check V cache: max abs error"
+done
+if cmp -s "$tmp/kc.npy" "$tmp/kc.orig"; then pass; else fail "run --k-new: the input cache file was changed"; fi
+# rank 3, causal, checked
+npy "$tmp/kc3.npy" '<f4' '(1, 6, 3)' $X_03 $Z3 $Z3
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/kc3.npy" --v "$tmp/kc3.npy" --scale 1 --kv-lens 4 --mask causal \
+    --k-new "$tmp/kn3.npy" --v-new "$tmp/kn3.npy" --out "$tmp/oap.npy" --check
+expect_rc "run --k-new rank 3 causal" 0
+expect_values "run --k-new rank 3 causal" "$tmp/oap.npy" "$C_O"
+# errors: a missing companion, new rows of the wrong shape, no room in the cache
+rm -f "$tmp/never.npy"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --k-new "$tmp/kn.npy" \
+    --v-new "$tmp/kn.npy" --out "$tmp/never.npy"
+expect_rc "run --k-new without --kv-lens" 2
+expect_text "run --k-new without --kv-lens" "$tmp/err" "--k-new needs --kv-lens"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-new "$tmp/kn.npy" --out "$tmp/never.npy"
+expect_rc "run --k-new without --v-new" 2
+expect_text "run --k-new without --v-new" "$tmp/err" "--k-new needs --v-new FILE"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-cache-out "$tmp/never.npy" --out "$tmp/never2.npy"
+expect_rc "run --k-cache-out without --k-new" 2
+expect_text "run --k-cache-out without --k-new" "$tmp/err" "--k-cache-out needs --k-new"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-new "$tmp/kn3.npy" --v-new "$tmp/kn.npy" --out "$tmp/never.npy"
+expect_rc "run --k-new of another rank" 1
+expect_text "run --k-new of another rank" "$tmp/err" \
+    "$tmp/kn3.npy: --k-new needs rows shaped (b, h_kv, n_new, d_k) = (1, 1, n_new, 3) in Q's rank 4, not (1, 2, 3)"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 5 \
+    --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --out "$tmp/never.npy" --k-cache-out "$tmp/never2.npy"
+expect_rc "run --k-new past n_kv" 1
+expect_text "run --k-new past n_kv" "$tmp/err" "clattn_attention failed"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --out "$tmp/never.npy" --k-cache-out "$tmp/kc.npy"
+expect_rc "run --k-cache-out is --k" 2
+expect_text "run --k-cache-out is --k" "$tmp/err" "--k-cache-out '$tmp/kc.npy' is the same file as --k"
+if cmp -s "$tmp/kc.npy" "$tmp/kc.orig"; then pass; else fail "run --k-cache-out is --k: the cache file was changed"; fi
+if [ -e "$tmp/never.npy" ] || [ -e "$tmp/never2.npy" ]; then fail "run --k-new errors: wrote an output"; else pass; fi
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 --k-new "$tmp/kn.npy" \
+    --v-new "$tmp/kn.npy" --out "$tmp/never.npy" --weights "$tmp/never2.npy" --lse "$tmp/never3.npy" \
+    --k-cache-out "$tmp/never4.npy" --v-cache-out "$tmp/never5.npy"
+expect_rc "run with 5 outputs" 2
+expect_text "run with 5 outputs" "$tmp/err" "5 output files: one run writes at most 4"
+
+# --rotary: checked against the reference (GPT-NeoX and GPT-J pairs, a base, partial:
+# 2 of d_k = 3 columns); tables of cos 1, sin 0 turn nothing, so O is X_Z
+npy "$tmp/cos1.npy" '<f4' '(6, 1)' 3f800000 3f800000 3f800000 3f800000 3f800000 3f800000
+npy "$tmp/sin0.npy" '<f4' '(6, 1)' 00000000 00000000 00000000 00000000 00000000 00000000
+npy "$tmp/cos1-4.npy" '<f4' '(4, 1)' 3f800000 3f800000 3f800000 3f800000
+npy "$tmp/sin0-4.npy" '<f4' '(4, 1)' 00000000 00000000 00000000 00000000
+npy "$tmp/cos1-2.npy" '<f4' '(3, 2)' 3f800000 3f800000 3f800000 3f800000 3f800000 3f800000
+for spec in "2,0,0" "2,1,10000|--mask causal" "2,0,500|--block-table $tmp/bt.npy"; do
+    cache=$tmp/kc.npy extra=
+    case $spec in *"|"*) extra=${spec#*|} ;; esac
+    case $spec in *block-table*) cache=$tmp/pool-e.npy ;; esac
+    run_clattn run --q "$tmp/x4.npy" --k "$cache" --v "$cache" --kv-lens 4 --k-new "$tmp/kn.npy" \
+        --v-new "$tmp/kn.npy" --rotary "${spec%%|*}" $extra \
+        --out "$tmp/orot.npy" --lse "$tmp/lrot.npy" --k-cache-out "$tmp/krot.npy" --check
+    expect_rc "run --rotary $spec" 0
+    expect_text "run --rotary $spec" "$tmp/out" "check K cache: max abs error"
+done
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --scale 1 --kv-lens 4 \
+    --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --rotary 2,0,0 --rotary-cos "$tmp/cos1.npy" \
+    --rotary-sin "$tmp/sin0.npy" --out "$tmp/orot.npy" --check
+expect_rc "run --rotary-cos/--rotary-sin" 0
+expect_values "run --rotary-cos 1, --rotary-sin 0" "$tmp/orot.npy" "$X_Z"
+# errors: no --k-new, an odd or malformed spec, a table without its partner, of the
+# wrong shape, or too short for the positions 4 and 5 rotated (the library's message)
+rm -f "$tmp/never.npy"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 --rotary 2,0,0 \
+    --out "$tmp/never.npy"
+expect_rc "run --rotary without --k-new" 2
+expect_text "run --rotary without --k-new" "$tmp/err" "--rotary needs --k-new"
+for bad in "3,0,0|not even" "2,2,0|INTERLEAVED is 2" "2,0|is not DIM,INTERLEAVED,BASE" \
+    "2,0,-1|the base is negative" "2,0,1,1|is not DIM,INTERLEAVED,BASE"; do
+    run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+        --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --rotary "${bad%%|*}" --out "$tmp/never.npy"
+    expect_rc "run --rotary ${bad%%|*}" 2
+    expect_text "run --rotary ${bad%%|*}" "$tmp/err" "--rotary '${bad%%|*}'"
+    expect_text "run --rotary ${bad%%|*}" "$tmp/err" "${bad#*|}"
+done
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --rotary 2,0,0 --rotary-cos "$tmp/cos1.npy" \
+    --out "$tmp/never.npy"
+expect_rc "run --rotary-cos without --rotary-sin" 2
+expect_text "run --rotary-cos without --rotary-sin" "$tmp/err" "--rotary-cos needs --rotary-sin FILE"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --rotary-cos "$tmp/cos1.npy" \
+    --rotary-sin "$tmp/sin0.npy" --out "$tmp/never.npy"
+expect_rc "run --rotary-cos without --rotary" 2
+expect_text "run --rotary-cos without --rotary" "$tmp/err" "--rotary-cos needs --rotary"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --rotary 2,0,0 --rotary-cos "$tmp/cos1-2.npy" \
+    --rotary-sin "$tmp/sin0.npy" --out "$tmp/never.npy"
+expect_rc "run --rotary-cos of the wrong shape" 1
+expect_text "run --rotary-cos of the wrong shape" "$tmp/err" \
+    "$tmp/cos1-2.npy: --rotary-cos needs a float32 table of shape (table_len, dim/2) = (table_len, 1), not (3, 2)"
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/kc.npy" --v "$tmp/kc.npy" --kv-lens 4 \
+    --k-new "$tmp/kn.npy" --v-new "$tmp/kn.npy" --rotary 2,0,0 --rotary-cos "$tmp/cos1-4.npy" \
+    --rotary-sin "$tmp/sin0-4.npy" --out "$tmp/never.npy"
+expect_rc "run --rotary tables too short" 1
+expect_text "run --rotary tables too short" "$tmp/err" "clattn_attention failed: invalid shape"
+if [ -e "$tmp/never.npy" ]; then fail "run --rotary errors: wrote an output"; else pass; fi
+
+# --cu-seqlens-q / --cu-seqlens-k: X's rows packed as two sequences, rows 0-1 and 2-5,
+# rank 3 and rank 4, offsets as lists and as int32 files; each sequence alone gives
+# the same rows
+npy_with f32 "$tmp/cu.npy" '<i4' '(3,)' 00000000 00000002 00000006
+npy "$tmp/xa.npy" '<f4' '(2, 3)' $X_01
+npy "$tmp/xb.npy" '<f4' '(4, 3)' $X_25
+run_clattn run --q "$tmp/xa.npy" --k "$tmp/xa.npy" --v "$tmp/xa.npy" --mask causal --out "$tmp/ova.npy"
+run_clattn run --q "$tmp/xb.npy" --k "$tmp/xb.npy" --v "$tmp/xb.npy" --mask causal --out "$tmp/ovb.npy"
+VAR_O="$(values_of "$tmp/ova.npy") $(values_of "$tmp/ovb.npy")"
+for spec in "x3.npy|0,2,6|0,2,6" "x4.npy|$tmp/cu.npy|0,2,6" "x3.npy|$tmp/cu.npy|$tmp/cu.npy"; do
+    files=${spec%%|*} offsets=${spec#*|}
+    rm -f "$tmp/ovar.npy"
+    run_clattn run --q "$tmp/$files" --k "$tmp/$files" --v "$tmp/$files" --mask causal \
+        --cu-seqlens-q "${offsets%%|*}" --cu-seqlens-k "${offsets#*|}" --out "$tmp/ovar.npy" \
+        --lse "$tmp/lvar.npy" --check
+    expect_rc "run --cu-seqlens $spec" 0
+    expect_values "run --cu-seqlens $spec" "$tmp/ovar.npy" "$VAR_O"
+    expect_text "run --cu-seqlens $spec" "$tmp/out" "check LSE: max abs error"
+done
+# errors: one without the other, different counts, a batch of 2, with --kv-lens
+npy "$tmp/x2b.npy" '<f4' '(2, 1, 6, 3)' $X $X
+rm -f "$tmp/never.npy"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --cu-seqlens-q 0,2,6 \
+    --out "$tmp/never.npy"
+expect_rc "run --cu-seqlens-q without --cu-seqlens-k" 2
+expect_text "run --cu-seqlens-q without --cu-seqlens-k" "$tmp/err" "--cu-seqlens-q needs --cu-seqlens-k"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --cu-seqlens-q 0,2,6 \
+    --cu-seqlens-k 0,6 --out "$tmp/never.npy"
+expect_rc "run --cu-seqlens of different counts" 2
+expect_text "run --cu-seqlens of different counts" "$tmp/err" "--cu-seqlens-q has 3 offsets but --cu-seqlens-k 2"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --cu-seqlens-q "$tmp/cu.npy" \
+    --cu-seqlens-k 0,6 --out "$tmp/never.npy"
+expect_rc "run --cu-seqlens of different counts (a file)" 1
+expect_text "run --cu-seqlens of different counts (a file)" "$tmp/err" "--cu-seqlens-q has 3 offsets but --cu-seqlens-k 2"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --cu-seqlens-q 0,2,-6 \
+    --cu-seqlens-k 0,2,6 --out "$tmp/never.npy"
+expect_rc "run --cu-seqlens-q negative" 2
+expect_text "run --cu-seqlens-q negative" "$tmp/err" "--cu-seqlens-q '0,2,-6': -6 is negative"
+for bad in "--q $tmp/x2b.npy --k $tmp/x2b.npy --v $tmp/x2b.npy" \
+    "--q $tmp/x3.npy --k $tmp/x3.npy --v $tmp/x3.npy --kv-lens 6" \
+    "--q $tmp/x3.npy --k $tmp/x3.npy --v $tmp/x3.npy --cu-seqlens-k 0,7,6"; do
+    case $bad in *cu-seqlens-k*) cu_k= ;; *) cu_k="--cu-seqlens-k 0,2,6" ;; esac
+    # shellcheck disable=SC2086 # $bad and $cu_k are lists of options
+    run_clattn run $bad --cu-seqlens-q 0,2,6 $cu_k --out "$tmp/never.npy"
+    expect_rc "run --cu-seqlens, $bad" 1
+    expect_text "run --cu-seqlens, $bad" "$tmp/err" "clattn_attention failed"
+done
+if [ -e "$tmp/never.npy" ]; then fail "run --cu-seqlens errors: wrote an output"; else pass; fi
 
 # ---- run: errors leave an existing output byte-identical ------------------------
 

@@ -18,12 +18,16 @@
  * on, or an exit status. */
 static int check_output_paths(const run_args *a)
 {
-    enum { N_OUTS = 4, N_INS = 9 };
-    const char *const out_names[N_OUTS] = {"--out", "--weights", "--lse", "--scores"};
-    const char *const outs[N_OUTS] = {a->out, a->weights, a->lse, a->scores};
-    const char *const in_names[N_INS] = {"--q",         "--k",       "--v",
-                                         "--mask-file", "--kv-lens", "--q-lens",
-                                         "--sinks",     "--k-scale", "--v-scale"};
+    enum { N_OUTS = 6, N_INS = 16 };
+    const char *const out_names[N_OUTS] = {"--out",    "--weights",     "--lse",
+                                           "--scores", "--k-cache-out", "--v-cache-out"};
+    const char *const outs[N_OUTS] = {a->out,    a->weights,     a->lse,
+                                      a->scores, a->k_cache_out, a->v_cache_out};
+    const char *const in_names[N_INS] = {
+        "--q",           "--k",     "--v",          "--mask-file",  a->kv_lens_option,
+        "--q-lens",      "--sinks", "--k-scale",    "--v-scale",    "--block-table",
+        "--k-new",       "--v-new", "--rotary-cos", "--rotary-sin", "--cu-seqlens-q",
+        "--cu-seqlens-k"};
     const char *const ins[N_INS] = {a->q,
                                     a->k,
                                     a->v,
@@ -32,7 +36,24 @@ static int check_output_paths(const run_args *a)
                                     a->q_lens_file,
                                     a->sinks_file,
                                     a->k_scale_file,
-                                    a->v_scale_file};
+                                    a->v_scale_file,
+                                    a->block_table_file,
+                                    a->k_new_file,
+                                    a->v_new_file,
+                                    a->rotary_cos_file,
+                                    a->rotary_sin_file,
+                                    a->cu_q_file,
+                                    a->cu_k_file};
+    int n_outs = 0;
+    for (int i = 0; i < N_OUTS; ++i) {
+        n_outs += outs[i] != NULL;
+    }
+    if (n_outs > MAX_OUTPUTS) {
+        return usage_error("clattn run",
+                           "%d output files: one run writes at most %d (of --out, --weights, "
+                           "--lse, --scores, --k-cache-out, --v-cache-out)",
+                           n_outs, MAX_OUTPUTS);
+    }
     for (int i = 0; i < N_OUTS; ++i) {
         for (int j = 0; j < N_INS && outs[i] != NULL; ++j) {
             if (ins[j] != NULL && same_file(outs[i], ins[j])) {
@@ -111,9 +132,21 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
             return 0;
         }
     }
-    if (!same_dim("the batch size", a->k, ks[0], a->q, qs[0]) ||
-        !same_dim("the batch size", a->v, vs[0], a->q, qs[0]) ||
-        !same_dim("the number of heads", a->v, vs[1], a->k, ks[1]) ||
+    if (a->block_table_file != NULL) { /* page pools: (num_pages, h_kv, page_size, d) */
+        if (q->ndim != 4) {
+            cli_error("%s: --block-table needs Q, K and V of rank 4 (K and V page pools "
+                      "(num_pages, h_kv, page_size, d)), not rank %d",
+                      a->k, k->ndim);
+            return 0;
+        }
+        if (!same_dim("the number of pages", a->v, vs[0], a->k, ks[0])) {
+            return 0;
+        }
+    } else if (!same_dim("the batch size", a->k, ks[0], a->q, qs[0]) ||
+               !same_dim("the batch size", a->v, vs[0], a->q, qs[0])) {
+        return 0;
+    }
+    if (!same_dim("the number of heads", a->v, vs[1], a->k, ks[1]) ||
         !same_dim("n_kv (rows)", a->v, vs[2], a->k, ks[2]) ||
         !same_dim("d_k (last dimension)", a->k, ks[3], a->q, qs[3])) {
         return 0;
@@ -169,8 +202,11 @@ static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
  * the scales of an int8 K and V. */
 typedef struct run_inputs {
     npy_data q, k, v, mask, kv_lens, q_lens, sinks, k_scale, v_scale;
-    clattn_dtype dq, dk, dv;
+    /* --block-table, --k-new, --v-new, --rotary-cos, --rotary-sin, --cu-seqlens-q/k */
+    npy_data block_table, k_new, v_new, rotary_cos, rotary_sin, cu_q, cu_k;
+    clattn_dtype dq, dk, dv, dk_new, dv_new;
     int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
+    int64_t n_kv;                /* keys per batch entry: ks[2], or max_pages*page_size */
 } run_inputs;
 
 /* The library dtype of input `path`, read as `d`; 0 if it has none (a message is
@@ -214,7 +250,7 @@ static const char *shape_text(const npy_data *d, char *buf, size_t size)
 static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out)
 {
     const npy_data *m = &in->mask;
-    const int64_t target[4] = {in->qs[0], in->qs[1], in->qs[2], in->ks[2]};
+    const int64_t target[4] = {in->qs[0], in->qs[1], in->qs[2], in->n_kv};
     int64_t fs[4], packed[4];
     shape4(m->shape, m->ndim, fs);
     static const char *const names[4] = {"b", "h_q", "n_q", "n_kv"};
@@ -346,6 +382,117 @@ static int check_scale(const char *option, const char *path, const npy_data *sca
     return -1;
 }
 
+/* --block-table: the file (already read) is int32 (b, max_pages), b as in Q. Its
+ * entries are the library's to check. Returns -1 to go on, or an exit status. */
+static int check_block_table(const char *path, const npy_data *table, int64_t batch)
+{
+    char shape[128];
+    if (table->ndim != 2 || table->shape[0] != batch) {
+        return cli_error("%s: --block-table needs an int32 table of shape (b, max_pages) with b "
+                         "= %lld (Q's batch size), not %s",
+                         path, (long long)batch, shape_text(table, shape, sizeof shape));
+    }
+    return -1;
+}
+
+/* --k-new / --v-new: (b, h_kv, n_new, d_k) and (b, h_kv, n_new, d_v) in Q's rank, b as
+ * in Q, h_kv and d as in K and V. Returns -1 to go on, or an exit status. */
+static int check_new_rows(const run_args *a, const run_inputs *in)
+{
+    const char *const options[2] = {"--k-new", "--v-new"};
+    const char *const paths[2] = {a->k_new_file, a->v_new_file};
+    const npy_data *const rows[2] = {&in->k_new, &in->v_new};
+    const int64_t d[2] = {in->ks[3], in->vs[3]};
+    const int64_t n_new = in->k_new.shape[in->k_new.ndim - 2];
+    for (int i = 0; i < 2; ++i) {
+        int64_t s[4];
+        shape4(rows[i]->shape, rows[i]->ndim, s);
+        if (rows[i]->ndim != in->q.ndim || s[0] != in->qs[0] || s[1] != in->ks[1] ||
+            s[2] != n_new || s[3] != d[i]) {
+            char shape[128];
+            return cli_error("%s: %s needs rows shaped (b, h_kv, n_new, %s) = (%lld, %lld, %s, "
+                             "%lld) in Q's rank %d, not %s",
+                             paths[i], options[i], i == 0 ? "d_k" : "d_v", (long long)in->qs[0],
+                             (long long)in->ks[1], i == 0 ? "n_new" : "n_new of --k-new",
+                             (long long)d[i], in->q.ndim, shape_text(rows[i], shape, sizeof shape));
+        }
+    }
+    return -1;
+}
+
+/* --rotary-cos / --rotary-sin: float32 (table_len, dim/2), the same shape. Returns -1
+ * to go on, or an exit status. */
+static int check_rotary_tables(const run_args *a, const run_inputs *in)
+{
+    const int64_t dim = a->rotary_dim != 0 ? a->rotary_dim : in->qs[3];
+    const char *const options[2] = {"--rotary-cos", "--rotary-sin"};
+    const char *const paths[2] = {a->rotary_cos_file, a->rotary_sin_file};
+    const npy_data *const tables[2] = {&in->rotary_cos, &in->rotary_sin};
+    for (int i = 0; i < 2; ++i) {
+        char shape[128];
+        if (tables[i]->ndim != 2 || tables[i]->shape[1] != dim / 2 ||
+            tables[i]->shape[0] != tables[0]->shape[0]) {
+            return cli_error("%s: %s needs a float32 table of shape (table_len, dim/2) = (%s, "
+                             "%lld), not %s",
+                             paths[i], options[i], i == 0 ? "table_len" : "that of --rotary-cos",
+                             (long long)(dim / 2), shape_text(tables[i], shape, sizeof shape));
+        }
+    }
+    return -1;
+}
+
+/* --cu-seqlens-q / --cu-seqlens-k: b + 1 offsets each (lists, or int32 files already
+ * read), as many in both; the library checks their values. Returns -1 to go on, or
+ * an exit status. */
+static int check_cu_seqlens(const run_args *a, const run_inputs *in, const int32_t **cu_q,
+                            const int32_t **cu_k, size_t *count)
+{
+    const char *const options[2] = {"--cu-seqlens-q", "--cu-seqlens-k"};
+    const char *const paths[2] = {a->cu_q_file, a->cu_k_file};
+    const npy_data *const files[2] = {&in->cu_q, &in->cu_k};
+    const int32_t *const lists[2] = {a->cu_q, a->cu_k};
+    const size_t list_counts[2] = {a->n_cu_q, a->n_cu_k};
+    const int32_t **const out[2] = {cu_q, cu_k};
+    size_t counts[2];
+    for (int i = 0; i < 2; ++i) {
+        counts[i] = list_counts[i];
+        *out[i] = lists[i];
+        if (paths[i] != NULL) {
+            char shape[128];
+            if (files[i]->ndim != 1 || files[i]->count < 1) {
+                return cli_error("%s: %s needs b + 1 int32 offsets, shape (b + 1,), not %s",
+                                 paths[i], options[i], shape_text(files[i], shape, sizeof shape));
+            }
+            counts[i] = files[i]->count;
+            *out[i] = files[i]->data;
+        }
+    }
+    if (counts[0] != counts[1]) {
+        return cli_error("%s has %zu offsets but %s %zu (b + 1 each)", options[0], counts[0],
+                         options[1], counts[1]);
+    }
+    *count = counts[0];
+    return -1;
+}
+
+/* --check with --k-new: the caches written by the call against those the reference
+ * wrote (its own copies ref_k, ref_v), for each cache written out. 0, or an exit
+ * status. */
+static int check_caches(const run_args *a, const run_inputs *in, const void *ref_k,
+                        const void *ref_v)
+{
+    int ok = 1;
+    if (a->k_cache_out != NULL) {
+        ok &= report_check("K cache", in->dk, in->k.data, ref_k, in->k.count);
+    }
+    if (a->v_cache_out != NULL) {
+        ok &= report_check("V cache", in->dv, in->v.data, ref_v, in->v.count);
+    }
+    return ok ? 0
+              : cli_error("--check failed: the updated caches are not within tolerance; nothing "
+                          "was written");
+}
+
 /* Runs the reference with the same desc and inputs, into its own outputs, and compares
  * O, the weights and the LSE; returns 0, or an exit status. */
 static int check_against_reference(const clattn_attention_desc *desc, const clattn_tensor *q,
@@ -443,13 +590,24 @@ static int compute_scores(const run_args *a, clattn_context *ctx, const clattn_a
 static int run_attention(const run_args *a, run_inputs *in)
 {
     const int ndim = in->q.ndim;
-    const int64_t n_kv = in->ks[2], d_v = in->vs[3];
+    const int64_t n_kv = in->n_kv, d_v = in->vs[3];
     const clattn_dtype o_dtype = a->out_dtype >= 0 ? (clattn_dtype)a->out_dtype : in->dq;
     const int64_t *const b_h_n = in->q.shape; /* Q's shape but its last dimension */
     output_file files[MAX_OUTPUTS];
     int n_files = 0, fits = 1;
     /* scores, LSE, weights, then O: O is renamed last */
     output_file *lse_file = NULL, *w_file = NULL, *s_file = NULL, *o_file;
+    output_file *kc_file = NULL, *vc_file = NULL; /* --k-cache-out, --v-cache-out */
+    const char *const cache_outs[2] = {a->k_cache_out, a->v_cache_out};
+    const npy_data *const caches[2] = {&in->k, &in->v};
+    output_file **const cache_files[2] = {&kc_file, &vc_file};
+    for (int i = 0; i < 2; ++i) { /* the caches after the append, as read */
+        if (cache_outs[i] != NULL) {
+            output_file *f = *cache_files[i] = &files[n_files++];
+            *f = (output_file){cache_outs[i], caches[i]->dtype, NULL, {0}, caches[i]->ndim};
+            memcpy(f->shape, caches[i]->shape, sizeof(int64_t) * (size_t)caches[i]->ndim);
+        }
+    }
     if (a->scores != NULL) {
         s_file = &files[n_files++];
         *s_file = (output_file){a->scores, NPY_F32, NULL, {0}, ndim};
@@ -483,6 +641,7 @@ static int run_attention(const run_args *a, run_inputs *in)
         return cli_error("the output would be too large for this machine's size_t");
     }
     void *o = calloc(o_count > 0 ? o_count : 1, dtype_size(o_dtype));
+    void *ref_k = NULL, *ref_v = NULL; /* --check with --k-new */
     float *w = w_file ? calloc(w_count > 0 ? w_count : 1, sizeof *w) : NULL;
     float *lse = lse_file ? calloc(lse_count > 0 ? lse_count : 1, sizeof *lse) : NULL;
     float *sc = s_file ? calloc(s_count > 0 ? s_count : 1, sizeof *sc) : NULL;
@@ -501,7 +660,10 @@ static int run_attention(const run_args *a, run_inputs *in)
     clattn_tensor tw =
         clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
     clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
-    clattn_tensor tm, tks, tvs;
+    clattn_tensor tm, tks, tvs, tkn, tvn;
+    clattn_paged_kv paged;
+    clattn_rotary rotary;
+    clattn_varlen varlen;
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.scale = a->scale;
     desc.mask = a->mask;
@@ -532,8 +694,38 @@ static int run_attention(const run_args *a, run_inputs *in)
         desc.mask_tensor = &tm;
     }
     int lrc = -1;
-    if (a->kv_lens_text != NULL) {
-        lrc = check_lengths("--kv-lens", "n_kv", a->kv_lens, a->n_kv_lens, a->kv_lens_file,
+    if (a->block_table_file != NULL) {
+        lrc = check_block_table(a->block_table_file, &in->block_table, in->qs[0]);
+        paged = (clattn_paged_kv){in->block_table.data, NULL, in->block_table.shape[1]};
+        desc.paged = &paged;
+    }
+    if (lrc < 0 && a->k_new_file != NULL) {
+        lrc = check_new_rows(a, in);
+        tkn = host_view(in->k_new.data, in->k_new.shape, ndim, in->dk_new);
+        tvn = host_view(in->v_new.data, in->v_new.shape, ndim, in->dv_new);
+        desc.k_new = &tkn;
+        desc.v_new = &tvn;
+    }
+    if (lrc < 0 && a->rotary) {
+        rotary = (clattn_rotary){
+            a->rotary_dim, a->rotary_interleaved, a->rotary_base, NULL, NULL, NULL, 0};
+        if (a->rotary_cos_file != NULL) {
+            lrc = check_rotary_tables(a, in);
+            rotary.cos_table = in->rotary_cos.data;
+            rotary.sin_table = in->rotary_sin.data;
+            rotary.table_len = in->rotary_cos.shape[0];
+        }
+        desc.rotary = &rotary;
+    }
+    if (lrc < 0 && a->cu_q_text != NULL) {
+        const int32_t *cu_q = NULL, *cu_k = NULL;
+        size_t n = 0;
+        lrc = check_cu_seqlens(a, in, &cu_q, &cu_k, &n);
+        varlen = (clattn_varlen){cu_q, cu_k, (int64_t)n - 1};
+        desc.varlen = &varlen;
+    }
+    if (lrc < 0 && a->kv_lens_text != NULL) {
+        lrc = check_lengths(a->kv_lens_option, "n_kv", a->kv_lens, a->n_kv_lens, a->kv_lens_file,
                             &in->kv_lens, in->qs[0], n_kv, &desc.kv_lens);
     }
     if (lrc < 0 && a->q_lens_text != NULL) {
@@ -559,6 +751,23 @@ static int run_attention(const run_args *a, run_inputs *in)
         }
         desc.sinks = in->sinks.data;
     }
+    /* --k-new: the call writes the appended rows into K and V; the reference of --check
+     * appends into its own copies of the caches as they were before */
+    clattn_tensor ref_tk = tk, ref_tv = tv;
+    if (a->check && a->k_new_file != NULL) {
+        const size_t k_bytes = in->k.count * npy_dtype_size(in->k.dtype);
+        const size_t v_bytes = in->v.count * npy_dtype_size(in->v.dtype);
+        ref_k = malloc(k_bytes + 1);
+        ref_v = malloc(v_bytes + 1);
+        if (ref_k == NULL || ref_v == NULL) {
+            cli_error("out of memory for the reference's copies of K and V");
+            goto done;
+        }
+        memcpy(ref_k, in->k.data, k_bytes);
+        memcpy(ref_v, in->v.data, v_bytes);
+        ref_tk.host = ref_k;
+        ref_tv.host = ref_v;
+    }
     if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
         goto done;
     }
@@ -568,7 +777,11 @@ static int run_attention(const run_args *a, run_inputs *in)
         goto done;
     }
     if (a->check) {
-        rc = check_against_reference(&desc, &tq, &tk, &tv, &to, o_count, w_count, lse_count);
+        rc =
+            check_against_reference(&desc, &tq, &ref_tk, &ref_tv, &to, o_count, w_count, lse_count);
+        if (rc == 0) {
+            rc = check_caches(a, in, ref_k, ref_v);
+        }
         if (rc != 0) {
             goto done;
         }
@@ -588,9 +801,17 @@ static int run_attention(const run_args *a, run_inputs *in)
     if (lse_file) {
         lse_file->data = lse;
     }
+    if (kc_file) {
+        kc_file->data = in->k.data;
+    }
+    if (vc_file) {
+        vc_file->data = in->v.data;
+    }
     rc = write_outputs(files, n_files);
 done:
     clattn_context_release(ctx);
+    free(ref_k);
+    free(ref_v);
     free(o);
     free(w);
     free(lse);
@@ -656,6 +877,46 @@ static int read_inputs(const run_args *a, run_inputs *in)
                                           &in->sinks, message, sizeof message) != 0) {
         return cli_error("%s", message);
     }
+    in->n_kv = in->ks[2];
+    if (a->block_table_file != NULL) {
+        if (npy_read(a->block_table_file, NPY_ACCEPT(NPY_I32), 2, "(b, max_pages)",
+                     &in->block_table, message, sizeof message) != 0) {
+            return cli_error("--block-table %s", message);
+        }
+        in->n_kv = in->block_table.shape[1] * in->ks[2]; /* max_pages * page_size */
+    }
+    const char *const new_paths[] = {a->k_new_file, a->v_new_file};
+    npy_data *const new_rows[] = {&in->k_new, &in->v_new};
+    clattn_dtype *const new_dtypes[] = {&in->dk_new, &in->dv_new};
+    for (int i = 0; i < 2; ++i) {
+        if (new_paths[i] == NULL) {
+            continue;
+        }
+        if (npy_read(new_paths[i], floats, 2, "Q's rank", new_rows[i], message, sizeof message) !=
+            0) {
+            return cli_error("%s %s", i == 0 ? "--k-new" : "--v-new", message);
+        }
+        if (!input_dtype(a, new_paths[i], new_rows[i], new_dtypes[i])) {
+            return EXIT_FAILURE;
+        }
+    }
+    const char *const table_paths[] = {a->rotary_cos_file, a->rotary_sin_file};
+    npy_data *const tables[] = {&in->rotary_cos, &in->rotary_sin};
+    for (int i = 0; i < 2; ++i) {
+        if (table_paths[i] != NULL &&
+            npy_read(table_paths[i], NPY_ACCEPT(NPY_F32), 2, "(table_len, dim/2)", tables[i],
+                     message, sizeof message) != 0) {
+            return cli_error("%s %s", i == 0 ? "--rotary-cos" : "--rotary-sin", message);
+        }
+    }
+    const char *const cu_paths[] = {a->cu_q_file, a->cu_k_file};
+    npy_data *const cus[] = {&in->cu_q, &in->cu_k};
+    for (int i = 0; i < 2; ++i) {
+        if (cu_paths[i] != NULL && npy_read(cu_paths[i], NPY_ACCEPT(NPY_I32), 1, "(b + 1,)", cus[i],
+                                            message, sizeof message) != 0) {
+            return cli_error("%s %s", i == 0 ? "--cu-seqlens-q" : "--cu-seqlens-k", message);
+        }
+    }
     return -1;
 }
 
@@ -676,8 +937,10 @@ int cmd_run(int argc, char **argv)
     if (rc < 0) {
         rc = run_attention(&a, &in);
     }
-    npy_data *const arrays[] = {&in.q,      &in.k,     &in.v,       &in.mask,   &in.kv_lens,
-                                &in.q_lens, &in.sinks, &in.k_scale, &in.v_scale};
+    npy_data *const arrays[] = {&in.q,          &in.k,           &in.v,     &in.mask,
+                                &in.kv_lens,    &in.q_lens,      &in.sinks, &in.k_scale,
+                                &in.v_scale,    &in.block_table, &in.k_new, &in.v_new,
+                                &in.rotary_cos, &in.rotary_sin,  &in.cu_q,  &in.cu_k};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; ++i) {
         npy_data_free(arrays[i]);
     }

@@ -41,6 +41,7 @@ static const char run_usage_1[] =
     "                    float32 ('<f4') added to the scores (-inf = masked)\n"
     "  --kv-lens L,...   valid keys per batch entry (b integers, 0..n_kv; or an int32 .npy\n"
     "                    file of b values): keys j >= L are masked (padding)\n"
+    "  --cache-seqlens L,...  another name for --kv-lens (FlashAttention's cache_seqlens)\n"
     "  --q-lens L,...    valid queries per batch entry (b integers, 0..n_q; or an int32\n"
     "                    .npy file): rows i >= L output zeros (weights 0, LSE -inf)\n"
     "  --window L,R      sliding window: key j visible iff a_i - L <= j <= a_i + R\n"
@@ -64,6 +65,39 @@ static const char run_usage_1[] =
     "                    masks and biases (finite, > 0; default off)\n"
     "  --q-start N       absolute position of the first query (default 0)\n"
     "  --kv-start N      absolute position of the first key (default 0)\n";
+static const char run_usage_kv[] =
+    "  --block-table FILE  a paged K/V cache (vLLM; FlashAttention's block_table): an\n"
+    "                    int32 ('<i4') .npy of shape (b, max_pages), b as in Q; K and V\n"
+    "                    are then page pools (num_pages, h_kv, page_size, d), rank 4 only\n"
+    "                    (Q too). Key j of batch entry b is slot j % page_size of page\n"
+    "                    table[b, j / page_size], n_kv is max_pages*page_size and --kv-lens\n"
+    "                    gives the sequences' lengths (default: full); the table entries\n"
+    "                    read must be pages of the pool. Fused only, no --weights, --scores\n"
+    "  --k-new FILE      K rows appended to the cache before attending (FlashAttention's\n"
+    "                    k): (b, h_kv, n_new, d_k) in Q's rank, a float dtype of Q's kind;\n"
+    "                    needs --v-new and --kv-lens (the lengths before the append): row t\n"
+    "                    goes to key kv_lens[b] + t (through --block-table if given) and\n"
+    "                    the attention sees kv_lens[b] + n_new keys of entry b\n"
+    "  --v-new FILE      the V rows appended, (b, h_kv, n_new, d_v)\n"
+    "  --k-cache-out FILE  with --k-new: also write K after the append (K's dtype, shape)\n"
+    "  --v-cache-out FILE  with --k-new: also write V after the append (a run writes at\n"
+    "                    most 4 output files)\n"
+    "  --rotary D,I,B    rotary embeddings (RoPE) of Q and the appended keys (needs\n"
+    "                    --k-new): D rotated columns (even; 0 = d_k), I 0 for GPT-NeoX /\n"
+    "                    Llama pairs (c, c + D/2) or 1 for GPT-J pairs (2c, 2c + 1), B the\n"
+    "                    base (0 = 10000). Appended key t sits at kv_start + kv_lens[b] + t,\n"
+    "                    the queries at kv_start + kv_lens[b] (+ i with a causal mask or a\n"
+    "                    window); the cache keeps the rotated keys\n"
+    "  --rotary-cos FILE  with --rotary: the angles' cosines instead of a base, a float32\n"
+    "                    ('<f4') .npy of shape (table_len, D/2), row t for position t\n"
+    "  --rotary-sin FILE  the sines, shaped like --rotary-cos (both or neither)\n"
+    "  --cu-seqlens-q L,...  packed variable-length sequences (FlashAttention's varlen):\n"
+    "                    b + 1 query offsets (non-decreasing integers >= 0, or an int32\n"
+    "                    .npy file); Q, K, V and O then hold the sequences one after\n"
+    "                    another with a batch of 1, (1, h, total, d) or (h, total, d):\n"
+    "                    sequence b is query rows cu_q[b] .. cu_q[b + 1] - 1\n"
+    "  --cu-seqlens-k L,...  the b + 1 key offsets (both or neither); not with --kv-lens,\n"
+    "                    --q-lens, --mask-file, --weights, --block-table or --k-new\n";
 static const char run_usage_2[] =
     "  --masked-rows R   what a query row with no visible key outputs: zero (default; O\n"
     "                    and its weights 0) or nan (O and its weights NaN); LSE -inf\n"
@@ -105,14 +139,18 @@ static const char run_usage_2[] =
     "With --sinks, the softmax of a row of head h also counts exp(L_h), a key of value 0.\n"
     "\n"
     "Exit status: 0 success, 1 failure (a file, the library or --check), 2 usage error\n"
-    "(including --kv-lens, --q-lens and --alibi lists that do not fit the inputs).\n";
-static char run_usage[sizeof run_usage_1 + sizeof run_usage_2]; /* parse_run_args joins them */
+    "(including --kv-lens, --q-lens, --alibi and --cu-seqlens lists that do not fit the\n"
+    "inputs).\n";
+/* parse_run_args joins them */
+static char run_usage[sizeof run_usage_1 + sizeof run_usage_kv + sizeof run_usage_2];
 
 void free_run_args(run_args *a)
 {
     free(a->kv_lens);
     free(a->q_lens);
     free(a->alibi);
+    free(a->cu_q);
+    free(a->cu_k);
 }
 
 /* Index of `text` in the NULL-terminated `names`, or -1. */
@@ -260,6 +298,145 @@ static int window_item(const char *item, size_t len, size_t index, void *arg)
     return 0;
 }
 
+/* The option of `options` that `arg` ("--name" or "--name=VALUE") names, or NULL. */
+static const option *find_option(const char *arg, const option *options, size_t n)
+{
+    if (strncmp(arg, "--", 2) != 0) {
+        return NULL;
+    }
+    const char *eq = strchr(arg, '=');
+    size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+    for (size_t i = 0; i < n; ++i) {
+        if (strlen(options[i].name) == len && strncmp(options[i].name, arg, len) == 0) {
+            return &options[i];
+        }
+    }
+    return NULL;
+}
+
+/* parse_command_line() takes at most 32 options: the KV-cache options go through a
+ * second call. Splits argv into the arguments of `kv` options (with their values) and
+ * the others, in order; `main` tells which of the others take a value. */
+static void split_kv_arguments(int argc, char **argv, const option *main, size_t n_main,
+                               const option *kv, size_t n_kv, char **rest, int *n_rest,
+                               char **kv_args, int *n_kv_args)
+{
+    *n_rest = *n_kv_args = 0;
+    for (int i = 0; i < argc; ++i) {
+        const option *o = find_option(argv[i], kv, n_kv);
+        char **to = o != NULL ? kv_args : rest;
+        int *n = o != NULL ? n_kv_args : n_rest;
+        if (o == NULL) {
+            o = find_option(argv[i], main, n_main);
+        }
+        to[(*n)++] = argv[i];
+        if (o != NULL && o->value != NULL && strchr(argv[i], '=') == NULL && i + 1 < argc) {
+            to[(*n)++] = argv[++i]; /* its value */
+        }
+    }
+}
+
+/* --rotary D,I,B: the rotated columns, the pairing and the base. */
+static int parse_rotary(const char *text, run_args *a)
+{
+    const char *c1 = strchr(text, ','), *c2 = c1 != NULL ? strchr(c1 + 1, ',') : NULL;
+    long long dim, interleaved;
+    if (c2 == NULL || strchr(c2 + 1, ',') != NULL ||
+        !parse_integer(text, (size_t)(c1 - text), &dim) ||
+        !parse_integer(c1 + 1, (size_t)(c2 - c1 - 1), &interleaved) ||
+        !parse_float(c2 + 1, strlen(c2 + 1), &a->rotary_base)) {
+        return usage_error("clattn run",
+                           "--rotary '%s' is not DIM,INTERLEAVED,BASE (e.g. 0,0,10000)", text);
+    }
+    if (dim < 0 || dim % 2 != 0 || dim > INT32_MAX) {
+        return usage_error("clattn run",
+                           "--rotary '%s': the rotated columns %lld are not even and >= 0 "
+                           "(0 = d_k)",
+                           text, dim);
+    }
+    if (interleaved != 0 && interleaved != 1) {
+        return usage_error("clattn run",
+                           "--rotary '%s': INTERLEAVED is %lld, not 0 (GPT-NeoX) or 1 (GPT-J)",
+                           text, interleaved);
+    }
+    if (a->rotary_base < 0.0f) {
+        return usage_error("clattn run", "--rotary '%s': the base is negative (0 = 10000)", text);
+    }
+    a->rotary = 1;
+    a->rotary_dim = dim;
+    a->rotary_interleaved = (int)interleaved;
+    return -1;
+}
+
+/* Checks the KV-cache options (--cache-seqlens, --block-table, --k-new, --v-new,
+ * --k-cache-out, --v-cache-out, --rotary*, --cu-seqlens-*); -1 to go on, or an exit
+ * status. */
+static int check_kv_args(run_args *a)
+{
+    static const char command[] = "clattn run";
+    a->kv_lens_option = "--kv-lens";
+    if (a->cache_seqlens_text != NULL) {
+        if (a->kv_lens_text != NULL) {
+            return usage_error(command, "--cache-seqlens is another name for --kv-lens: give one");
+        }
+        a->kv_lens_text = a->cache_seqlens_text;
+        a->kv_lens_option = "--cache-seqlens";
+    }
+    if ((a->k_new_file != NULL) != (a->v_new_file != NULL)) {
+        return usage_error(command, "%s needs %s FILE (both or neither)",
+                           a->k_new_file != NULL ? "--k-new" : "--v-new",
+                           a->k_new_file != NULL ? "--v-new" : "--k-new");
+    }
+    if (a->k_new_file != NULL && a->kv_lens_text == NULL) {
+        return usage_error(command, "--k-new needs --kv-lens (or --cache-seqlens): the cache's "
+                                    "lengths before the append");
+    }
+    if (a->k_new_file == NULL && (a->k_cache_out != NULL || a->v_cache_out != NULL)) {
+        return usage_error(command, "%s needs --k-new and --v-new (the rows to append)",
+                           a->k_cache_out != NULL ? "--k-cache-out" : "--v-cache-out");
+    }
+    if (a->rotary_text != NULL) {
+        if (a->k_new_file == NULL) {
+            return usage_error(command, "--rotary needs --k-new and --v-new (it rotates Q and the "
+                                        "appended keys)");
+        }
+        int rc = parse_rotary(a->rotary_text, a);
+        if (rc >= 0) {
+            return rc;
+        }
+    }
+    if ((a->rotary_cos_file != NULL || a->rotary_sin_file != NULL) && a->rotary_text == NULL) {
+        return usage_error(command, "%s needs --rotary",
+                           a->rotary_cos_file != NULL ? "--rotary-cos" : "--rotary-sin");
+    }
+    if ((a->rotary_cos_file != NULL) != (a->rotary_sin_file != NULL)) {
+        return usage_error(command, "%s needs %s FILE (both or neither)",
+                           a->rotary_cos_file != NULL ? "--rotary-cos" : "--rotary-sin",
+                           a->rotary_cos_file != NULL ? "--rotary-sin" : "--rotary-cos");
+    }
+    if ((a->cu_q_text != NULL) != (a->cu_k_text != NULL)) {
+        return usage_error(command, "%s needs %s (both or neither)",
+                           a->cu_q_text != NULL ? "--cu-seqlens-q" : "--cu-seqlens-k",
+                           a->cu_q_text != NULL ? "--cu-seqlens-k" : "--cu-seqlens-q");
+    }
+    if (a->cu_q_text != NULL) {
+        int rc = parse_lengths("--cu-seqlens-q", a->cu_q_text, &a->cu_q, &a->n_cu_q, &a->cu_q_file);
+        if (rc < 0) {
+            rc = parse_lengths("--cu-seqlens-k", a->cu_k_text, &a->cu_k, &a->n_cu_k, &a->cu_k_file);
+        }
+        if (rc >= 0) {
+            return rc;
+        }
+        if (a->cu_q_file == NULL && a->cu_k_file == NULL && a->n_cu_q != a->n_cu_k) {
+            return usage_error(command,
+                               "--cu-seqlens-q has %zu offsets but --cu-seqlens-k %zu (b + 1 "
+                               "each)",
+                               a->n_cu_q, a->n_cu_k);
+        }
+    }
+    return -1;
+}
+
 /* Parses and checks the command line; returns -1 to go on, or an exit status. */
 int parse_run_args(int argc, char **argv, run_args *a)
 {
@@ -298,10 +475,37 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--check", NULL, &a->check},
         {"--device", &a->device, NULL},
     };
-    snprintf(run_usage, sizeof run_usage, "%s%s", run_usage_1, run_usage_2);
+    const option kv_options[] = {
+        {"--cache-seqlens", &a->cache_seqlens_text, NULL},
+        {"--block-table", &a->block_table_file, NULL},
+        {"--k-new", &a->k_new_file, NULL},
+        {"--v-new", &a->v_new_file, NULL},
+        {"--k-cache-out", &a->k_cache_out, NULL},
+        {"--v-cache-out", &a->v_cache_out, NULL},
+        {"--rotary", &a->rotary_text, NULL},
+        {"--rotary-cos", &a->rotary_cos_file, NULL},
+        {"--rotary-sin", &a->rotary_sin_file, NULL},
+        {"--cu-seqlens-q", &a->cu_q_text, NULL},
+        {"--cu-seqlens-k", &a->cu_k_text, NULL},
+    };
+    snprintf(run_usage, sizeof run_usage, "%s%s%s", run_usage_1, run_usage_kv, run_usage_2);
     a->out_dtype = -1;
-    int rc = parse_command_line(command, run_usage, argc, argv, options,
+    char **rest = malloc((size_t)(argc + 1) * 2 * sizeof *rest);
+    if (rest == NULL) {
+        return cli_error("out of memory");
+    }
+    char **kv_args = rest + argc + 1;
+    int n_rest, n_kv_args;
+    split_kv_arguments(argc, argv, options, sizeof options / sizeof options[0], kv_options,
+                       sizeof kv_options / sizeof kv_options[0], rest, &n_rest, kv_args,
+                       &n_kv_args);
+    int rc = parse_command_line(command, run_usage, n_rest, rest, options,
                                 sizeof options / sizeof options[0]);
+    if (rc < 0) {
+        rc = parse_command_line(command, run_usage, n_kv_args, kv_args, kv_options,
+                                sizeof kv_options / sizeof kv_options[0]);
+    }
+    free(rest);
     if (rc >= 0) {
         return rc;
     }
@@ -418,8 +622,12 @@ int parse_run_args(int argc, char **argv, run_args *a)
         }
         *starts[i] = (int64_t)value;
     }
+    rc = check_kv_args(a);
+    if (rc >= 0) {
+        return rc;
+    }
     if (a->kv_lens_text != NULL) {
-        rc = parse_lengths("--kv-lens", a->kv_lens_text, &a->kv_lens, &a->n_kv_lens,
+        rc = parse_lengths(a->kv_lens_option, a->kv_lens_text, &a->kv_lens, &a->n_kv_lens,
                            &a->kv_lens_file);
         if (rc >= 0) {
             return rc;

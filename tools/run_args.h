@@ -35,6 +35,24 @@ typedef struct run_args {
     const char *sinks_file; /* --sinks: a float32 .npy of h_q sink logits */
     /* --k-scale / --v-scale: float32 .npy files of an int8 K's / V's scales */
     const char *k_scale_file, *v_scale_file;
+    /* --cache-seqlens: the text of --kv-lens under its other name; kv_lens_option is
+     * the name given ("--kv-lens" or "--cache-seqlens") */
+    const char *cache_seqlens_text, *kv_lens_option;
+    /* --block-table: an int32 .npy [b, max_pages]; K and V are then page pools */
+    const char *block_table_file;
+    /* --k-new / --v-new: rows appended into the caches; --k-cache-out / --v-cache-out:
+     * the caches after the append */
+    const char *k_new_file, *v_new_file, *k_cache_out, *v_cache_out;
+    /* --rotary DIM,INTERLEAVED,BASE and its optional float32 tables */
+    const char *rotary_text, *rotary_cos_file, *rotary_sin_file;
+    int rotary;
+    int64_t rotary_dim;
+    int rotary_interleaved;
+    float rotary_base;
+    /* --cu-seqlens-q / --cu-seqlens-k given as lists (malloc'd), or as int32 .npy files */
+    const char *cu_q_text, *cu_k_text, *cu_q_file, *cu_k_file;
+    int32_t *cu_q, *cu_k;
+    size_t n_cu_q, n_cu_k;
 } run_args;
 
 /* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;
