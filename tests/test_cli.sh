@@ -1113,6 +1113,19 @@ for bad in "1,2,1,1,32,8,8,none,both,f32,int8" "1,2,1,1,32,8,8,none,fused,f32,in
     expect_rc "bench $bad" 2
     expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
 done
+# varlen / padded prefill shapes: packed sequences with cu_seqlens, or the padded batch
+# with the same lengths; bad combinations are usage errors
+run_clattn bench --shapes "3,2,1,12,12,8,8,causal,fused,f32,varlen;3,2,1,12,12,8,8,causal,unfused,f32,padded" --reps 1 --quiet
+expect_rc "bench varlen" 0
+expect_text "bench varlen" "$tmp/out" "fused/varlen f32"
+expect_text "bench padded" "$tmp/out" "unfused/padded f32"
+for bad in "3,2,1,12,10,8,8,none,fused,f32,varlen" "3,2,1,12,12,8,8,none,fused,f32,varlen,varlen" \
+    "3,2,1,12,12,8,8,none,backward,f32,padded" "65,2,1,12,12,8,8,none,fused,f32,varlen" \
+    "3,2,1,12,12,8,8,none,fused,f32,page4,varlen" "3,2,1,12,12,8,8,none,fused,f32,int8,padded"; do
+    run_clattn bench --shapes "$bad" --reps 1 --quiet
+    expect_rc "bench $bad" 2
+    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
+done
 # two candidates, not the default 48 (each is a program build: minutes on PoCL)
 run_clattn tune --dry-run --shapes "1,1,1,16,16,8,8,none,fused" --reps 1 --rq 2,6 --wg 4 --tile 32
 expect_rc "tune --dry-run" 0

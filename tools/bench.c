@@ -200,7 +200,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             bad |= strcmp(alg, "fused") != 0;
         }
         bad |= got >= 11 && !c.int8_kv && !c.page_size && !c.ragged; /* an empty 11th field */
-        bad |= c.ragged && (v[3] != v[4] || c.page_size || c.int8_kv); /* prefill, plain K/V */
+        bad |= c.ragged && (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv); /* prefill */
         for (int i = 0; i < 7 && !bad; i++)
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
         if (!bad) {
