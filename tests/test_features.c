@@ -366,7 +366,7 @@ START_TEST(decode_splits_every_term)
     static const int splits[] = {1, 0, 3, 7, 256};
     /* whole steps of 128 keys per split: 7 asked give 5 of 256 keys; 0: automatic */
     static const size_t expect_splits[] = {1, 0, 3, 5, 9};
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         const bool all = variant == 0;
         const int64_t d_k = all ? 40 : 64, d_v = all ? 32 : variant == 1 ? 200 : 64;
         fproblem f;
@@ -381,6 +381,12 @@ START_TEST(decode_splits_every_term)
         ds->kv_lens = f.kv_lens;
         if (variant == 2) /* no term, but rows whose key ranges differ: not plain steps */
             ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+        if (variant == 3) { /* a window alone: steps inside some rows' windows, not all */
+            ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+            ds->window = 1;
+            ds->window_left = 300;
+            ds->window_right = 0;
+        }
         if (all) {
             ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
             ds->window = 1;
@@ -409,7 +415,7 @@ START_TEST(decode_splits_every_term)
             f.mt.dtype = CLATTN_BOOL;
             ds->mask_tensor = &f.mt;
         }
-        if (variant != 2) { /* sinks: one more part in the merge */
+        if (variant < 2) { /* sinks: one more part in the merge */
             f.sinks = malloc(sizeof(float) * (size_t)h_q);
             for (int64_t h = 0; h < h_q; h++)
                 f.sinks[h] = h == 5 ? -INFINITY : (float)(h % 4) - 1.5f;
@@ -424,6 +430,7 @@ START_TEST(decode_splits_every_term)
                      all ? ", causal-bottom-right window(300,1) softcap 3 alibi bool-mask "
                            "q_lens {3,2} masked_rows nan sinks"
                      : variant == 2 ? ", causal-bottom-right"
+                     : variant == 3 ? ", causal-bottom-right window(300,0)"
                                     : ", sinks");
             float *o = tu_alloc((size_t)(b * h_q * n_q * d_v), 0.0f);
             clattn_tensor to = tu_problem_o(&f.p, o);
@@ -924,6 +931,55 @@ START_TEST(decode_long_equal_weights)
 }
 END_TEST
 
+/* One key far above every other (a score difference of about 400, so exp of the
+ * difference overflows float32) at each place of a step of 128 keys, decoded by each
+ * family and by the tiled kernels: the row max must come from every key of the step (a
+ * max taken over part of it makes exp overflow: inf, then NaN). O is that key's V row,
+ * the LSE its score. */
+START_TEST(decode_one_dominant_key_anywhere)
+{
+    enum { D = 16, NKV = 300 };
+    clattn_context *ctx = tu_ctx();
+    const clattn_kernel_family family = clattn_context_kernel_family(ctx);
+    float q[4 * D], k[NKV * D], v[NKV * D], o[4 * D], lse[4], ro[4 * D], rl[4];
+    tu_fill_gen(v, NKV * D, 77u, 1.0f);
+    static const int places[] = {3, 70, 127, 200, 299};
+    for (int f = 0; f < 2; f++) {
+        TU_ASSERT_OK(clattn_context_set_kernel_family(
+                         ctx, f ? CLATTN_KERNEL_FAMILY_GPU : CLATTN_KERNEL_FAMILY_CPU),
+                     "family");
+        for (int pl = 0; pl < 5; pl++)
+            for (int n_q = 1; n_q <= 4; n_q += 3) {
+                tu_fill_gen(k, NKV * D, 78u, 0.05f);
+                for (int i = 0; i < n_q * D; i++)
+                    q[i] = i % D == 0 ? 20.0f : 0.0f;
+                for (int c = 0; c < D; c++) /* score 20·80/4 = 400 (scale 1/4) */
+                    k[places[pl] * D + c] = c == 0 ? 80.0f : 0.0f;
+                clattn_tensor tq = clattn_tensor_host(q, 1, 1, n_q, D),
+                              tk = clattn_tensor_host(k, 1, 1, NKV, D),
+                              tv = clattn_tensor_host(v, 1, 1, NKV, D),
+                              to = clattn_tensor_host(o, 1, 1, n_q, D),
+                              tro = clattn_tensor_host(ro, 1, 1, n_q, D),
+                              tl = clattn_tensor_host(lse, 1, 1, n_q, 1),
+                              trl = clattn_tensor_host(rl, 1, 1, n_q, 1);
+                clattn_attention_desc d = clattn_attention_desc_default(), rd;
+                d.work_group_size = n_q == 4 ? 16 : 0; /* 4 queries: the tiled kernel */
+                rd = d;
+                d.lse = &tl;
+                rd.lse = &trl;
+                char what[160];
+                snprintf(what, sizeof what, "%s family, n_q %d, the dominant key at %d",
+                         f ? "GPU" : "CPU", n_q, places[pl]);
+                TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "%s", what);
+                TU_ASSERT_OK(clattn_reference_attention(&rd, &tq, &tk, &tv, &tro), "%s", what);
+                TU_ASSERT_CLOSE(what, &to, NULL, ro, TU_TOL_DEFAULT);
+                TU_ASSERT_CLOSE(what, &tl, NULL, rl, TU_TOL_DEFAULT);
+            }
+    }
+    TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
+}
+END_TEST
+
 /* The unfused workspace is kept by the context between calls (PERFORMANCE.md): a call
  * after a bigger one, or one that grows it, must not see the earlier call's scores. The
  * masked (sparse) calls skip key tiles; with a stale workspace behind them, a kernel that
@@ -984,6 +1040,7 @@ int main(void)
     tcase_add_test(tc[2], head_dim_512);
     tcase_add_test(tc[5], decode_grouped_all_terms); /* alone: test_oclgrind.sh runs it */
     tcase_add_test(tc[2], alibi_far_positions);
+    tcase_add_test(tc[2], decode_one_dominant_key_anywhere);
     tcase_add_test(tc[2], unfused_workspace_reused_between_calls);
     tcase_add_test(tc[3], merge_rejects_bad_parts);
     tcase_add_test(tc[3], merge_split_keys);
