@@ -105,7 +105,8 @@ static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, cons
     clattn_tensor tkn = clattn_tensor_buffer(bkn, b, H_KV, n_q, D),
                   tvn = clattn_tensor_buffer(bvn, b, H_KV, n_q, D);
     const clattn_paged_kv pg = {table, NULL, MAX_PAGES};
-    const clattn_rotary rot = {.dim = 0, .interleaved = 0, .base = 10000.0f}; /* Llama's layout over the whole head */
+    const clattn_rotary rot = {
+        .dim = 0, .interleaved = 0, .base = 10000.0f}; /* Llama's layout over the whole head */
     clattn_attention_desc desc = clattn_attention_desc_default();
     desc.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     desc.paged = &pg;

@@ -87,9 +87,8 @@ clattn_status clattn_attention_backward(clattn_context *ctx, const clattn_attent
                                         CLATTN_STORAGE_HOST, &fwd, &host, &d_o_host, g_host);
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_backward(ctx, &host, &d_o_host, g_host, &plan);
-    if (st != CLATTN_SUCCESS ||
-        (g_host[0].count == 0 && g_host[1].count == 0 && g_host[2].count == 0 &&
-         g_host[3].count == 0))
+    if (st != CLATTN_SUCCESS || (g_host[0].count == 0 && g_host[1].count == 0 &&
+                                 g_host[2].count == 0 && g_host[3].count == 0))
         return st;
     clattn_staging sg = {NULL, 0, 0};
     cl_event done = NULL;

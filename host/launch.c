@@ -77,10 +77,10 @@ typedef struct aux_t {
     cl_mem lens_given[2];    /* the desc's q_lens_buffer, kv_lens_buffer (not ours) */
     const clattn_view *mask; /* device view, or NULL */
     float softcap;
-    const clattn_view *pages; /* paged K (the block table's shape), or NULL */
+    const clattn_view *pages;             /* paged K (the block table's shape), or NULL */
     const clattn_view *k_scale, *v_scale; /* an int8 K's and V's scales, or NULL */
-    cl_mem table;             /* its block table on the device */
-    bool own_table;           /* … copied from the host table here */
+    cl_mem table;                         /* its block table on the device */
+    bool own_table;                       /* … copied from the host table here */
 } aux_t;
 
 /* common.cl PAGE_PARAMS: the block table, its row stride, page_size and the pool's page
@@ -424,7 +424,8 @@ static clattn_status rope_freqs(clattn_context *ctx, const clattn_rotary *r, int
     }
     if (r->cos_table) { /* host tables: cos rows, then sin rows, in one buffer */
         const size_t bytes = (size_t)(r->table_len * half) * 4;
-        clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_ONLY, 2 * (int64_t)bytes, NULL, out);
+        clattn_status st =
+            clattn_create_buffer(ctx, CL_MEM_READ_ONLY, 2 * (int64_t)bytes, NULL, out);
         cl_int err = CL_SUCCESS;
         if (st == CLATTN_SUCCESS && bytes > 0)
             err = clEnqueueWriteBuffer(ctx->queue, *out, CL_TRUE, 0, bytes, r->cos_table, 0, NULL,
@@ -432,9 +433,9 @@ static clattn_status rope_freqs(clattn_context *ctx, const clattn_rotary *r, int
         if (st == CLATTN_SUCCESS && bytes > 0 && err == CL_SUCCESS)
             err = clEnqueueWriteBuffer(ctx->queue, *out, CL_TRUE, bytes, bytes, r->sin_table, 0,
                                        NULL, NULL);
-        return st != CLATTN_SUCCESS   ? st
-               : err != CL_SUCCESS    ? clattn_fail_cl(ctx, err, "clEnqueueWriteBuffer(rotary tables)")
-                                      : CLATTN_SUCCESS;
+        return st != CLATTN_SUCCESS ? st
+               : err != CL_SUCCESS ? clattn_fail_cl(ctx, err, "clEnqueueWriteBuffer(rotary tables)")
+                                   : CLATTN_SUCCESS;
     }
     if (half > 2048)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "rotary dim %lld above 4096",

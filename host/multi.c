@@ -619,7 +619,7 @@ static clattn_status split_keys(clattn_multi *m, const clattn_attention_desc *de
             sub.mask = clattn_view_slice(&c->mask, 3, c0, len);
         clattn_attention_desc d = *desc;
         d.kv_start = desc->kv_start + c0;
-        d.sinks = NULL; /* added once, by the merge */
+        d.sinks = NULL;                                      /* added once, by the merge */
         if (desc->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) { /* as top-left, shifted */
             d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
             d.q_start = desc->q_start + n_kv - n_q;

@@ -438,7 +438,7 @@ static clattn_status plan_append(clattn_context *ctx, const clattn_problem *pr, 
         return CLATTN_SUCCESS;
     const bool rope = pr->desc->rotary != NULL;
     const bool table = rope && (pr->desc->rotary->cos_table || pr->desc->rotary->table_buffer);
-    const char *fp64 = table                    ? " -DROPE_TABLE=1" /* the caller's tables */
+    const char *fp64 = table                   ? " -DROPE_TABLE=1" /* the caller's tables */
                        : rope && ctx->has_fp64 ? " -DROPE_FP64=1"
                                                : "";
     char opts[320];
@@ -507,10 +507,11 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                                "an int8 or FP8 K/V runs with the fused algorithm only");
         if (fused_why[0])
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                               "an int8 or FP8 K/V needs the fused algorithm, which cannot run this "
-                               "shape: %s",
-                               fused_why);
+            return clattn_fail(
+                ctx, CLATTN_ERROR_UNSUPPORTED,
+                "an int8 or FP8 K/V needs the fused algorithm, which cannot run this "
+                "shape: %s",
+                fused_why);
     }
     if (pr->k.paged) { /* the block table is read by the fused kernels only */
         if (f->weights)

@@ -232,10 +232,11 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                         continue; /* masked or zero weight: contributes nothing */
                     l += p[j];
                     /* an int8 V: the row's integers times its scale */
-                    const double vs = ex.has_v_scale
-                                          ? (double)clattn_host_load(
-                                                &ex.v_scale, clattn_view_index(&ex.v_scale, b, hk, j, 0))
-                                          : 1.0;
+                    const double vs =
+                        ex.has_v_scale
+                            ? (double)clattn_host_load(&ex.v_scale,
+                                                       clattn_view_index(&ex.v_scale, b, hk, j, 0))
+                            : 1.0;
                     for (int64_t c = 0; c < d_v; c++)
                         acc[c] += p[j] * vs *
                                   (double)clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));

@@ -161,7 +161,7 @@ uint8_t clattn_f32_to_fp8e4m3(float f)
     const uint8_t sign = signbit(f) ? 0x80 : 0;
     float a = fabsf(f);
     if (a > 448.0f)
-        a = 448.0f; /* saturate (no infinities in E4M3) */
+        a = 448.0f;  /* saturate (no infinities in E4M3) */
     if (a < 0x1p-6f) /* subnormals: steps of 2^-9 (8 steps reach the smallest normal, 0x08) */
         return (uint8_t)(sign | (uint8_t)lrintf(a * 512.0f));
     int e2;

@@ -323,15 +323,16 @@ static clattn_status check_quant(clattn_context *ctx, const clattn_attention_des
             return st;
         /* the extents of K's storage: batch and keys, or pages and slots of a pool */
         const clattn_view *k = kv[t];
-        const int64_t n0 = k->paged ? k->num_pages : k->n[0], n2 = k->paged ? k->page_size : k->n[2];
+        const int64_t n0 = k->paged ? k->num_pages : k->n[0],
+                      n2 = k->paged ? k->page_size : k->n[2];
         clattn_view *v = out[t];
         if ((v->n[0] != 1 && v->n[0] != n0) || v->n[1] != k->n[1] ||
             (v->n[2] != 1 && v->n[2] != n2) || v->n[3] != 1)
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
                                "%s is [%lld, %lld, %lld, %lld], expected [%lld or 1, %lld, %lld "
                                "or 1, 1] (%s)",
-                               names[t], LL(v->n[0]), LL(v->n[1]), LL(v->n[2]), LL(v->n[3]),
-                               LL(n0), LL(k->n[1]), LL(n2),
+                               names[t], LL(v->n[0]), LL(v->n[1]), LL(v->n[2]), LL(v->n[3]), LL(n0),
+                               LL(k->n[1]), LL(n2),
                                k->paged ? "pages, h_kv, slots of the pool" : "batch, h_kv, n_kv");
         for (int d = 0; d < 3; d += 2)
             if (v->n[d] == 1)
@@ -350,7 +351,7 @@ static clattn_status check_quant(clattn_context *ctx, const clattn_attention_des
         (cv->has_w || cv->has_append || desc->varlen || desc->d_sinks))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "an int8 or FP8 K/V cache: no %s (the fused forward only)",
-                           cv->has_w ? "attention weights"
+                           cv->has_w        ? "attention weights"
                            : cv->has_append ? "k_new / v_new append (quantizing new rows is "
                                               "the caller's)"
                            : desc->varlen   ? "varlen"

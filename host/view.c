@@ -258,7 +258,7 @@ clattn_view clattn_view_slice(const clattn_view *v, int dim, int64_t start, int6
 clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
                                       unsigned allowed)
 {
-    static const char *const names[7] = {"float32", "float16", "bfloat16",  "bool",
+    static const char *const names[7] = {"float32", "float16", "bfloat16",   "bool",
                                          "float64", "int8",    "float8_e4m3"};
     if (allowed & (1u << v->dtype))
         return CLATTN_SUCCESS;

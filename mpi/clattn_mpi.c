@@ -205,7 +205,8 @@ static void fold_sinks(const clattn_attention_desc *desc, int64_t B, int64_t HQ,
                 const double lse = mx + log(exp(l - mx) + exp(s - mx));
                 const double f = l == -INFINITY ? 0.0 : exp(l - lse);
                 for (int64_t c = 0; c < DV; c++)
-                    acc_o[row * (size_t)DV + (size_t)c] = (float)(f * acc_o[row * (size_t)DV + (size_t)c]);
+                    acc_o[row * (size_t)DV + (size_t)c] =
+                        (float)(f * acc_o[row * (size_t)DV + (size_t)c]);
                 acc_l[row] = lse;
             }
 }
@@ -345,7 +346,7 @@ clattn_status clattn_mpi_ring_attention(clattn_context *ctx, MPI_Comm comm,
     }
     clattn_attention_desc d = *desc;
     d.lse = NULL;
-    d.sinks = NULL; /* folded into the merged rows at the end */
+    d.sinks = NULL;                                  /* folded into the merged rows at the end */
     if (d.mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT) { /* as top-left, queries shifted */
         d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
         q0 += n_kv_total - n_q_total;

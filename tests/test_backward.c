@@ -39,21 +39,111 @@ typedef struct config {
 
 static const config CONFIGS[] = {
     {"plain", 1, 2, 2, 4, 6, 5, 3, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0},
-    {"gqa_causal", 2, 4, 2, 5, 7, 4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f,
-     0, 0, 0},
-    {"bottom_right_lengths", 2, 2, 1, 4, 7, 3, 4, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 1, 0,
-     0.0f, 0.0f, 0, 0, 0},
-    {"no_self_positions", 1, 2, 2, 5, 6, 4, 4, CLATTN_MASK_NO_SELF, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 3,
-     2, 0},
+    {"gqa_causal", 2,    4, 2, 5, 7, 4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0, 0,
+     0.0f,         0.0f, 0, 0, 0},
+    {"bottom_right_lengths",
+     2,
+     2,
+     1,
+     4,
+     7,
+     3,
+     4,
+     CLATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0,
+     0.0f,
+     0.0f,
+     0,
+     0,
+     0},
+    {"no_self_positions",
+     1,
+     2,
+     2,
+     5,
+     6,
+     4,
+     4,
+     CLATTN_MASK_NO_SELF,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0.0f,
+     0.0f,
+     3,
+     2,
+     0},
     {"window_alibi", 1, 3, 1, 6, 8, 3, 2, CLATTN_MASK_NONE, 1, 2, 1, 1, 0, 0, 0.0f, 0.0f, 0, 0, 0},
     {"softcap_scale", 1, 2, 2, 4, 5, 6, 3, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0, 1.5f, 0.9f, 0, 0, 0},
     {"bool_mask", 2, 2, 2, 4, 6, 4, 4, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 1, 0.0f, 0.0f, 0, 0, 0},
-    {"float_mask_softcap_causal", 1, 4, 2, 5, 5, 4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 1, 0,
-     2, 2.0f, 0.0f, 0, 0, 0},
-    {"sinks_gqa_causal_lengths", 2, 4, 2, 5, 7, 4, 3, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0,
-     1, 0, 0.0f, 0.0f, 0, 0, 1},
-    {"sinks_window_alibi_softcap", 1, 3, 1, 6, 8, 3, 2, CLATTN_MASK_NONE, 1, 2, 1, 1, 0, 0, 1.5f,
-     0.0f, 0, 0, 1},
+    {"float_mask_softcap_causal",
+     1,
+     4,
+     2,
+     5,
+     5,
+     4,
+     3,
+     CLATTN_MASK_CAUSAL_TOP_LEFT,
+     0,
+     0,
+     0,
+     1,
+     0,
+     2,
+     2.0f,
+     0.0f,
+     0,
+     0,
+     0},
+    {"sinks_gqa_causal_lengths",
+     2,
+     4,
+     2,
+     5,
+     7,
+     4,
+     3,
+     CLATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0,
+     0.0f,
+     0.0f,
+     0,
+     0,
+     1},
+    {"sinks_window_alibi_softcap",
+     1,
+     3,
+     1,
+     6,
+     8,
+     3,
+     2,
+     CLATTN_MASK_NONE,
+     1,
+     2,
+     1,
+     1,
+     0,
+     0,
+     1.5f,
+     0.0f,
+     0,
+     0,
+     1},
 };
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
@@ -219,8 +309,8 @@ START_TEST(masked_rows_and_keys)
 {
     /* row 1 of every head sees no key (bool mask); keys 3..5 are masked for every row
      * and hold NaN and inf in K and V; entry's last row is padding (q_lens) */
-    const config c = {"masked", 1, 2, 1, 4,    6,    4, 3, CLATTN_MASK_NONE, 0, 0,
-                      0,        0, 0, 1, 0.0f, 0.0f, 0, 0, 0};
+    const config c = {"masked", 1, 2, 1,    4,    6, 4, 3, CLATTN_MASK_NONE, 0, 0, 0,
+                      0,        0, 1, 0.0f, 0.0f, 0, 0, 0};
     setup s;
     setup_init(&s, &c, tu_seed() + 7u);
     uint8_t *m = (uint8_t *)s.mask;
@@ -269,8 +359,8 @@ END_TEST
 
 START_TEST(storage_and_validation)
 {
-    const config c = {"storage", 1, 2, 2, 3,    5,    4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
-                      0,         0, 0, 0, 0.0f, 0.0f, 0, 0, 0};
+    const config c = {"storage", 1, 2, 2,    3,    5, 4, 3, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0,
+                      0,         0, 0, 0.0f, 0.0f, 0, 0, 0};
     setup s;
     setup_init(&s, &c, tu_seed() + 11u);
     float dq[24], dk[40], dv[30];
@@ -325,8 +415,8 @@ START_TEST(storage_and_validation)
     for (int e = 0; e < 3; e++) {
         clattn_attention_desc d = s.desc;
         d.d_sinks = &ds_bad[e];
-        ck_assert_int_eq(clattn_reference_attention_backward(&d, &s.p.tq, &s.p.tk, &s.p.tv,
-                                                             &s.t_do, &tq, &c_k, &tv),
+        ck_assert_int_eq(clattn_reference_attention_backward(&d, &s.p.tq, &s.p.tk, &s.p.tv, &s.t_do,
+                                                             &tq, &c_k, &tv),
                          want[e]);
         ck_assert_int_eq(clattn_attention_backward(tu_ctx(), &d, &s.p.tq, &s.p.tk, &s.p.tv, &to,
                                                    &tl, &s.t_do, &tq, &c_k, &tv),
@@ -345,15 +435,88 @@ END_TEST
 /* Shapes beyond the reference's small ones: several key tiles, query rows past the
  * 16-key vectors, head dims that are not multiples of 4 or 16. */
 static const config DEVICE_CONFIGS[] = {
-    {"gqa_causal_lengths", 2, 4, 2, 37, 53, 64, 32, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 1, 0,
-     0.0f, 0.0f, 0, 0, 0},
-    {"window_alibi_softcap_float_mask", 1, 2, 1, 41, 70, 40, 24, CLATTN_MASK_NONE, 1, 9, 3, 1, 0, 2,
-     2.5f, 0.0f, 0, 0, 0},
-    {"bottom_right_positions_bool_mask", 2, 2, 2, 19, 33, 17, 33, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT,
-     0, 0, 0, 1, 1, 1, 0.0f, 0.7f, 5, 2, 0},
-    {"no_self_mqa", 1, 3, 1, 20, 20, 8, 1, CLATTN_MASK_NO_SELF, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0},
-    {"sinks_gqa_lengths_bool_mask", 2, 4, 2, 37, 53, 64, 32, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0,
-     1, 1, 1, 0.0f, 0.0f, 0, 0, 1},
+    {"gqa_causal_lengths",
+     2,
+     4,
+     2,
+     37,
+     53,
+     64,
+     32,
+     CLATTN_MASK_CAUSAL_TOP_LEFT,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0,
+     0.0f,
+     0.0f,
+     0,
+     0,
+     0},
+    {"window_alibi_softcap_float_mask",
+     1,
+     2,
+     1,
+     41,
+     70,
+     40,
+     24,
+     CLATTN_MASK_NONE,
+     1,
+     9,
+     3,
+     1,
+     0,
+     2,
+     2.5f,
+     0.0f,
+     0,
+     0,
+     0},
+    {"bottom_right_positions_bool_mask",
+     2,
+     2,
+     2,
+     19,
+     33,
+     17,
+     33,
+     CLATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+     0,
+     0,
+     0,
+     1,
+     1,
+     1,
+     0.0f,
+     0.7f,
+     5,
+     2,
+     0},
+    {"no_self_mqa", 1,    3, 1, 20, 20, 8, 1, CLATTN_MASK_NO_SELF, 0, 0, 0, 0, 0, 0,
+     0.0f,          0.0f, 0, 0, 0},
+    {"sinks_gqa_lengths_bool_mask",
+     2,
+     4,
+     2,
+     37,
+     53,
+     64,
+     32,
+     CLATTN_MASK_CAUSAL_TOP_LEFT,
+     0,
+     0,
+     0,
+     1,
+     1,
+     1,
+     0.0f,
+     0.0f,
+     0,
+     0,
+     1},
 };
 #define N_DEVICE_CONFIGS ((int)(sizeof DEVICE_CONFIGS / sizeof DEVICE_CONFIGS[0]))
 
@@ -472,8 +635,8 @@ END_TEST
  * finite gradients, zeros where nothing adds. */
 START_TEST(device_masked_rows_and_keys)
 {
-    const config c = {"masked", 1, 2, 1, 4,    6,    4, 3, CLATTN_MASK_NONE, 0, 0,
-                      0,        0, 0, 1, 0.0f, 0.0f, 0, 0, 0};
+    const config c = {"masked", 1, 2, 1,    4,    6, 4, 3, CLATTN_MASK_NONE, 0, 0, 0,
+                      0,        0, 1, 0.0f, 0.0f, 0, 0, 0};
     for (int policy = 0; policy < 2; policy++) {
         setup s;
         setup_init(&s, &c, tu_seed() + 17u);
@@ -497,9 +660,10 @@ START_TEST(device_masked_rows_and_keys)
         clattn_tensor trq = clattn_tensor_host(rq, 1, 2, 4, 4),
                       trk = clattn_tensor_host(rk, 1, 1, 6, 4),
                       trv = clattn_tensor_host(rv, 1, 1, 6, 3);
-        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv, NULL), "reference, masked rows policy %d", policy);
-        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, NULL), "device, masked rows policy %d",
+        TU_ASSERT_OK(backward(&s, &trq, &trk, &trv, NULL), "reference, masked rows policy %d",
                      policy);
+        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, NULL),
+                     "device, masked rows policy %d", policy);
         tu_assert_finite("dQ", &tq);
         tu_assert_finite("dK", &tk);
         tu_assert_finite("dV", &tv);
@@ -521,8 +685,8 @@ END_TEST
  * exp of a score rounded above the LSE overflowed, and inf·0 followed). */
 START_TEST(device_huge_scores_finite)
 {
-    const config c = {"huge", 1, 2, 1, 3,    5,    4, 4, CLATTN_MASK_NONE, 0, 0,
-                      0,      0, 0, 0, 0.0f, 0.0f, 0, 0, 0};
+    const config c = {"huge", 1, 2, 1,    3,    5, 4, 4, CLATTN_MASK_NONE, 0, 0, 0,
+                      0,      0, 0, 0.0f, 0.0f, 0, 0, 0};
     for (uint32_t seed = 0; seed < 16; seed++) { /* rounding decides: several draws */
         setup s;
         setup_init(&s, &c, tu_seed() + 31u + 7u * seed);
@@ -532,7 +696,8 @@ START_TEST(device_huge_scores_finite)
         clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 3, 4),
                       tk = clattn_tensor_host(dk, 1, 1, 5, 4),
                       tv = clattn_tensor_host(dv, 1, 1, 5, 4);
-        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, NULL), "scores near 1e9, draw %u", seed);
+        TU_ASSERT_OK(device_backward(&s, o, lse, &tq, &tk, &tv, NULL), "scores near 1e9, draw %u",
+                     seed);
         char what[64];
         snprintf(what, sizeof what, "dQ (scores near 1e9, draw %u)", seed);
         tu_assert_finite(what, &tq);
@@ -550,8 +715,8 @@ END_TEST
  * rounded once more (one unit in the last place). */
 START_TEST(device_storage_types)
 {
-    const config c = {"storage", 1, 4, 2, 9,    21,   16, 8, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
-                      0,         1, 0, 0, 0.0f, 0.0f, 0,  0, 0};
+    const config c = {"storage", 1, 4, 2,    9,    21, 16, 8, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0,
+                      1,         0, 0, 0.0f, 0.0f, 0,  0,  0};
     for (int dt = CLATTN_FLOAT16; dt <= CLATTN_BFLOAT16; dt++) {
         setup s;
         setup_init(&s, &c, tu_seed() + 23u);
@@ -643,8 +808,8 @@ END_TEST
  * the same bits as the blocking call; empty shapes; and validation (nothing written). */
 START_TEST(device_enqueue_empty_and_validation)
 {
-    const config c = {"enqueue", 1, 2, 1, 5,    9,    8, 4, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0,
-                      0,         0, 0, 0, 0.0f, 0.0f, 0, 0, 0};
+    const config c = {"enqueue", 1, 2, 1,    5,    9, 8, 4, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0,
+                      0,         0, 0, 0.0f, 0.0f, 0, 0, 0};
     setup s;
     setup_init(&s, &c, tu_seed() + 29u);
     tu_problem *p = &s.p;

@@ -945,8 +945,8 @@ START_TEST(decode_one_dominant_key_anywhere)
     tu_fill_gen(v, NKV * D, 77u, 1.0f);
     static const int places[] = {3, 70, 127, 200, 299};
     for (int f = 0; f < 2; f++) {
-        TU_ASSERT_OK(clattn_context_set_kernel_family(
-                         ctx, f ? CLATTN_KERNEL_FAMILY_GPU : CLATTN_KERNEL_FAMILY_CPU),
+        TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, f ? CLATTN_KERNEL_FAMILY_GPU
+                                                             : CLATTN_KERNEL_FAMILY_CPU),
                      "family");
         for (int pl = 0; pl < 5; pl++)
             for (int n_q = 1; n_q <= 4; n_q += 3) {

@@ -368,8 +368,7 @@ START_TEST(test_int8_kv_cache)
         desc.k_scale = &tks;
         desc.v_scale = &tvs;
         TU_ASSERT_OK(clattn_attention(tu_ctx(), &desc, &tq, &tk, &tv, &to), "%s", what);
-        TU_ASSERT_OK(clattn_reference_attention(&desc, &tq, &tk, &tv, &tro), "%s: reference",
-                     what);
+        TU_ASSERT_OK(clattn_reference_attention(&desc, &tq, &tk, &tv, &tro), "%s: reference", what);
         TU_ASSERT_CLOSE(what, &to, NULL, ro, TU_TOL_DEFAULT);
         double err = 0.0, mag = 0.0;
         for (int64_t i = 0; i < (int64_t)fx.o.count; i++) {

@@ -175,8 +175,8 @@ START_TEST(heads_uneven_weights_and_extras)
             desc.sinks = sinks;
             clattn_multi_part parts[2];
             char label[128];
-            snprintf(label, sizeof label, "weights %g/%g, %s, lengths+alibi+window+mask+sinks", w[c][0],
-                     w[c][1], tu_mask_name(masks[m]));
+            snprintf(label, sizeof label, "weights %g/%g, %s, lengths+alibi+window+mask+sinks",
+                     w[c][0], w[c][1], tu_mask_name(masks[m]));
             compare(&p, &desc, CLATTN_SPLIT_HEADS, true, parts, label);
             if (c == 1)
                 ck_assert_msg(!parts[1].ran && parts[1].calls == 0, "weight 0 must get no work");

@@ -327,7 +327,8 @@ END_TEST
  * slots (NaN in the float pools) become 0 with scale 1. */
 typedef struct quant {
     int8_t *kpool, *vpool, *k, *v;
-    float *kspool, *vspool, *ks, *vs; /* scales: pools [pages, h_kv, slot, 1], flat [b, h_kv, n_kv, 1] */
+    float *kspool, *vspool, *ks,
+        *vs; /* scales: pools [pages, h_kv, slot, 1], flat [b, h_kv, n_kv, 1] */
     clattn_tensor tkp, tvp, tk, tv, tksp, tvsp, tks, tvs;
 } quant;
 
@@ -345,14 +346,15 @@ static void quantize_rows(const float *x, int8_t *q, float *sc, int64_t rows, in
             if (fabsf(x[r * d + c]) > mx || isnan(x[r * d + c]))
                 mx = fabsf(x[r * d + c]);
         const bool unused = isnan(mx);
-        const float s = head_scale       ? head_scale[(r / rows_per_head) % h_kv]
+        const float s = head_scale             ? head_scale[(r / rows_per_head) % h_kv]
                         : unused || mx == 0.0f ? 1.0f
                                                : mx / top;
         sc[r] = s;
         for (int64_t c = 0; c < d; c++)
-            q[r * d + c] = unused     ? 0
-                           : quant_fp8 ? (int8_t)clattn_f32_to_fp8e4m3(x[r * d + c] / s)
-                                       : (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, x[r * d + c] / s)));
+            q[r * d + c] = unused ? 0
+                           : quant_fp8
+                               ? (int8_t)clattn_f32_to_fp8e4m3(x[r * d + c] / s)
+                               : (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, x[r * d + c] / s)));
     }
 }
 
@@ -437,7 +439,8 @@ static clattn_status quant_run(const paged *p, const quant *qz, const clattn_att
     d.k_scale = use_pages ? &qz->tksp : &qz->tks;
     d.v_scale = v_int8 ? (use_pages ? &qz->tvsp : &qz->tvs) : NULL;
     const clattn_tensor *k = use_pages ? &qz->tkp : &qz->tk;
-    const clattn_tensor *v = v_int8 ? (use_pages ? &qz->tvp : &qz->tv) : (use_pages ? &p->tvp : &p->tv);
+    const clattn_tensor *v =
+        v_int8 ? (use_pages ? &qz->tvp : &qz->tv) : (use_pages ? &p->tvp : &p->tv);
     return reference ? clattn_reference_attention(&d, &p->tq, k, v, &to)
                      : clattn_attention(tu_ctx(), &d, &p->tq, k, v, &to);
 }
@@ -486,12 +489,12 @@ START_TEST(int8_kv_cache)
                                  "family");
                     for (int pages = 0; pages < 2; pages++) {
                         char text[400];
-                        snprintf(text, sizeof text,
-                                 "%s K%s, scales per %s, %s, %s family: %s",
+                        snprintf(text, sizeof text, "%s K%s, scales per %s, %s, %s family: %s",
                                  quant_fp8 ? "fp8" : "int8", v_int8 ? " and V" : "",
-                                 per_head ? "head" : "token and head", pages ? "paged" : "contiguous",
-                                 f ? "GPU" : "CPU", p.text);
-                        TU_ASSERT_OK(quant_run(&p, &qz, &d, pages, v_int8, false, o, lse), "%s", text);
+                                 per_head ? "head" : "token and head",
+                                 pages ? "paged" : "contiguous", f ? "GPU" : "CPU", p.text);
+                        TU_ASSERT_OK(quant_run(&p, &qz, &d, pages, v_int8, false, o, lse), "%s",
+                                     text);
                         { /* the kernels meant: each family's own */
                             clattn_plan plan;
                             clattn_attention_desc dp = d;
@@ -506,8 +509,8 @@ START_TEST(int8_kv_cache)
                                                : f        ? "decode_gpu, split_merge"
                                                           : "decode";
                             ck_assert_msg(strcmp(plan.kernels, want) == 0,
-                                          "%s: kernels \"%s\", expected \"%s\"", text,
-                                          plan.kernels, want);
+                                          "%s: kernels \"%s\", expected \"%s\"", text, plan.kernels,
+                                          want);
                         }
                         clattn_tensor to = clattn_tensor_host(o, p.b, p.h_q, p.n_q, p.d_v);
                         clattn_tensor tl = clattn_tensor_host(lse, p.b, p.h_q, p.n_q, 1);
@@ -517,7 +520,8 @@ START_TEST(int8_kv_cache)
                         snprintf(what, sizeof what, "%s: LSE", text);
                         TU_ASSERT_CLOSE(what, &tl, NULL, rl, TU_TOL_DEFAULT);
                         if (pages) { /* paged and contiguous: the same bits */
-                            TU_ASSERT_OK(quant_run(&p, &qz, &d, false, v_int8, false, fo, fl), "%s", text);
+                            TU_ASSERT_OK(quant_run(&p, &qz, &d, false, v_int8, false, fo, fl), "%s",
+                                         text);
                             assert_same_bits("O", o, fo, no, text);
                         }
                     }
@@ -576,13 +580,14 @@ START_TEST(fp8_codes)
     const clattn_kernel_family family = clattn_context_kernel_family(ctx);
     for (int run = 0; run < 4; run++) { /* decode.cl, fused.cl, decode_gpu.cl, fused_gpu.cl */
         const int n_q = run % 2 ? 20 : 1;
-        TU_ASSERT_OK(clattn_context_set_kernel_family(
-                         ctx, run < 2 ? CLATTN_KERNEL_FAMILY_CPU : CLATTN_KERNEL_FAMILY_GPU),
+        TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, run < 2 ? CLATTN_KERNEL_FAMILY_CPU
+                                                                   : CLATTN_KERNEL_FAMILY_GPU),
                      "family");
         float q[20 * 4], k[4] = {0.5f, -1.0f, 0.25f, 2.0f}, o[20 * 256];
         for (int i = 0; i < 20 * 4; i++)
             q[i] = 0.1f * (float)(i % 7);
-        clattn_tensor tq = clattn_tensor_host(q, 1, 1, n_q, 4), tk = clattn_tensor_host(k, 1, 1, 1, 4),
+        clattn_tensor tq = clattn_tensor_host(q, 1, 1, n_q, 4),
+                      tk = clattn_tensor_host(k, 1, 1, 1, 4),
                       tv = clattn_tensor_host(codes, 1, 1, 1, 256),
                       to = clattn_tensor_host(o, 1, 1, n_q, 256);
         tv.dtype = CLATTN_FLOAT8_E4M3;
@@ -664,9 +669,9 @@ START_TEST(int8_kv_validation)
     d.k_scale = &qz.tks;
     float g[2 * 4 * 16];
     clattn_tensor tg = clattn_tensor_host(g, 2, 4, 1, 16);
-    ck_assert_int_eq(clattn_reference_attention_backward(&d, &p.tq, &qz.tk, &p.tv, &to, &tg, &p.tk,
-                                                         &p.tv),
-                     CLATTN_ERROR_UNSUPPORTED);
+    ck_assert_int_eq(
+        clattn_reference_attention_backward(&d, &p.tq, &qz.tk, &p.tv, &to, &tg, &p.tk, &p.tv),
+        CLATTN_ERROR_UNSUPPORTED);
     quant_free(&qz);
     paged_free(&p);
 }
@@ -1038,7 +1043,8 @@ START_TEST(rotary_tables)
             sn[1][t * HALF + p] = (float)sin(a2);
         }
     const int32_t lens[B] = {7, 20};
-    clattn_tensor tq = clattn_tensor_host(q, B, HQ, NQ, DK), tkn = clattn_tensor_host(kn, B, HKV, NQ, DK),
+    clattn_tensor tq = clattn_tensor_host(q, B, HQ, NQ, DK),
+                  tkn = clattn_tensor_host(kn, B, HKV, NQ, DK),
                   tvn = clattn_tensor_host(vn, B, HKV, NQ, DK);
     for (int run = 0; run < 4; run++) { /* base; base tables; other tables; reference */
         memcpy(kc[run], k0, sizeof k0);
@@ -1060,7 +1066,8 @@ START_TEST(rotary_tables)
                       tv = clattn_tensor_host(vc[run], B, HKV, NKV, DK),
                       to = clattn_tensor_host(o[run], B, HQ, NQ, DK);
         if (run < 3)
-            TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "rotary tables, run %d", run);
+            TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "rotary tables, run %d",
+                         run);
         else
             TU_ASSERT_OK(clattn_reference_attention(&d, &tq, &tk, &tv, &to), "reference");
     }
@@ -1069,7 +1076,8 @@ START_TEST(rotary_tables)
     char ext[4096] = "";
     clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
     if (strstr(ext, "cl_khr_fp64")) { /* base-θ tables: the same values, the same bits */
-        ck_assert_msg(memcmp(o[0], o[1], sizeof o[0]) == 0, "base-θ tables: O differs from the base");
+        ck_assert_msg(memcmp(o[0], o[1], sizeof o[0]) == 0,
+                      "base-θ tables: O differs from the base");
         ck_assert_msg(memcmp(kc[0], kc[1], sizeof kc[0]) == 0, "base-θ tables: K differs");
     }
     clattn_tensor to2 = clattn_tensor_host(o[2], B, HQ, NQ, DK),
@@ -1081,7 +1089,8 @@ START_TEST(rotary_tables)
         cl_context cl_ctx;
         cl_command_queue queue;
         clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue);
-        float tab[2 * LEN * HALF], kx[B * HKV * NKV * DK], vx[B * HKV * NKV * DK], ox[B * HQ * NQ * DK];
+        float tab[2 * LEN * HALF], kx[B * HKV * NKV * DK], vx[B * HKV * NKV * DK],
+            ox[B * HQ * NQ * DK];
         memcpy(tab, cs[1], sizeof cs[1]);
         memcpy(tab + LEN * HALF, sn[1], sizeof sn[1]);
         memcpy(kx, k0, sizeof k0);
@@ -1090,9 +1099,12 @@ START_TEST(rotary_tables)
                bk = buf_of(cl_ctx, kx, sizeof kx / 4), bv = buf_of(cl_ctx, vx, sizeof vx / 4),
                bkn = buf_of(cl_ctx, kn, sizeof kn / 4), bvn = buf_of(cl_ctx, vn, sizeof vn / 4),
                bo = buf_of(cl_ctx, ox, sizeof ox / 4);
-        clattn_tensor eq = clattn_tensor_buffer(bq, B, HQ, NQ, DK), ek = clattn_tensor_buffer(bk, B, HKV, NKV, DK),
-                      ev = clattn_tensor_buffer(bv, B, HKV, NKV, DK), eo = clattn_tensor_buffer(bo, B, HQ, NQ, DK),
-                      ekn = clattn_tensor_buffer(bkn, B, HKV, NQ, DK), evn = clattn_tensor_buffer(bvn, B, HKV, NQ, DK);
+        clattn_tensor eq = clattn_tensor_buffer(bq, B, HQ, NQ, DK),
+                      ek = clattn_tensor_buffer(bk, B, HKV, NKV, DK),
+                      ev = clattn_tensor_buffer(bv, B, HKV, NKV, DK),
+                      eo = clattn_tensor_buffer(bo, B, HQ, NQ, DK),
+                      ekn = clattn_tensor_buffer(bkn, B, HKV, NQ, DK),
+                      evn = clattn_tensor_buffer(bvn, B, HKV, NQ, DK);
         clattn_rotary rot = base;
         rot.table_buffer = bt;
         rot.table_len = LEN;
@@ -1103,11 +1115,14 @@ START_TEST(rotary_tables)
         d.v_new = &evn;
         d.rotary = &rot;
         cl_event done = NULL;
-        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &d, &eq, &ek, &ev, &eo, 0, NULL, &done), "enqueue, table_buffer");
+        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &d, &eq, &ek, &ev, &eo, 0, NULL, &done),
+                     "enqueue, table_buffer");
         ck_assert_int_eq(clWaitForEvents(1, &done), CL_SUCCESS);
         clReleaseEvent(done);
-        ck_assert_int_eq(clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, sizeof ox, ox, 0, NULL, NULL), CL_SUCCESS);
-        ck_assert_msg(memcmp(ox, o[2], sizeof ox) == 0, "table_buffer: O differs from the host tables'");
+        ck_assert_int_eq(clEnqueueReadBuffer(queue, bo, CL_TRUE, 0, sizeof ox, ox, 0, NULL, NULL),
+                         CL_SUCCESS);
+        ck_assert_msg(memcmp(ox, o[2], sizeof ox) == 0,
+                      "table_buffer: O differs from the host tables'");
         /* a table_buffer smaller than [2, table_len, dim/2] */
         rot.table_len = LEN + 1;
         ck_assert_int_eq(clattn_attention_enqueue(ctx, &d, &eq, &ek, &ev, &eo, 0, NULL, NULL),
@@ -1123,7 +1138,8 @@ START_TEST(rotary_tables)
         memcpy(kx, k0, sizeof k0);
         memcpy(vx, v0, sizeof v0);
         tu_fill_value(ox, sizeof ox / 4, 7.0f);
-        clattn_tensor tk = clattn_tensor_host(kx, B, HKV, NKV, DK), tv = clattn_tensor_host(vx, B, HKV, NKV, DK),
+        clattn_tensor tk = clattn_tensor_host(kx, B, HKV, NKV, DK),
+                      tv = clattn_tensor_host(vx, B, HKV, NKV, DK),
                       to = clattn_tensor_host(ox, B, HQ, NQ, DK);
         struct {
             int len;
@@ -1228,7 +1244,8 @@ START_TEST(append_against_reference)
     clattn_tensor tq = clattn_tensor_host(q, c->b, c->h_q, c->n_q, c->d_k);
     clattn_tensor tkn = clattn_tensor_host(kn, c->b, c->h_kv, c->n_new, c->d_k);
     clattn_tensor tvn = clattn_tensor_host(vn, c->b, c->h_kv, c->n_new, c->d_v);
-    const clattn_rotary rot = {.dim = c->rot == 2 ? c->d_k / 2 : 0, .interleaved = c->rot == 2, .base = 0.0f};
+    const clattn_rotary rot = {
+        .dim = c->rot == 2 ? c->d_k / 2 : 0, .interleaved = c->rot == 2, .base = 0.0f};
     clattn_attention_desc d = clattn_attention_desc_default();
     d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     d.kv_lens = c->lens;

@@ -223,7 +223,8 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             bad = 1;
         if (bad || n + 1 + both > max) {
             bench_fail("bad --shapes entry '%s' "
-                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,varlen|padded]]]], at "
+                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,varlen|"
+                       "padded]]]], at "
                        "most "
                        "%d cases)",
                        spec, max);
@@ -376,8 +377,9 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     cl_mem mq = random_buffer(cl_ctx, queue, qb * c->h_q * qn * c->d_k, 1, c->dtype);
     /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
-    const int64_t pages = c->b * max_pages,
-                  kv_rows = ps ? pages * ps : packed ? total : c->b * c->n_kv;
+    const int64_t pages = c->b * max_pages, kv_rows = ps       ? pages * ps
+                                                      : packed ? total
+                                                               : c->b * c->n_kv;
     const clattn_dtype kv_dtype = c->int8_kv ? CLATTN_INT8 : c->dtype;
     cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, kv_dtype);
     cl_mem mv = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_v, 3, kv_dtype);
@@ -435,9 +437,15 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, qb, c->h_q, qn, c->d_k);
-    clattn_tensor k = clattn_tensor_buffer(mk, ps ? pages : qb, c->h_kv, ps ? ps : packed ? total : c->n_kv,
+    clattn_tensor k = clattn_tensor_buffer(mk, ps ? pages : qb, c->h_kv,
+                                           ps       ? ps
+                                           : packed ? total
+                                                    : c->n_kv,
                                            c->d_k);
-    clattn_tensor v = clattn_tensor_buffer(mv, ps ? pages : qb, c->h_kv, ps ? ps : packed ? total : c->n_kv,
+    clattn_tensor v = clattn_tensor_buffer(mv, ps ? pages : qb, c->h_kv,
+                                           ps       ? ps
+                                           : packed ? total
+                                                    : c->n_kv,
                                            c->d_v);
     const clattn_paged_kv pg = {NULL, mt, max_pages};
     const clattn_varlen vl = {cu, cu, c->b};
