@@ -393,6 +393,9 @@ void clattn_rope_freqs(const clattn_rotary *r, int64_t dim, float *out);
  * causal mask or a window, else 0 (every query at the cache's length), as
  * FlashAttention's flash_attn_with_kvcache rotates them. */
 int clattn_rope_q_step(const clattn_attention_desc *d);
+/* With host kv_lens: the last position a rotary call rotates + 1 (Q's rows and the n_new
+ * appended keys of every batch entry; at least 1). */
+int64_t clattn_rope_rows(const clattn_attention_desc *d, int64_t batch, int64_t n_q, int64_t n_new);
 float clattn_effective_scale(const clattn_attention_desc *desc, int64_t d_k);
 /* Query heads per KV head (GQA's group): h_q / h_kv, and 1 for a problem without heads
  * (h_q = h_kv = 0, which validation allows as empty; no division by zero). */

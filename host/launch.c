@@ -411,8 +411,11 @@ static void aux_release(aux_t *x)
 
 /* desc.rotary's frequencies f_p = base^(−2p/dim), rounded to float32 (the reference
  * uses the same values), in a new buffer. */
+/* With the caller's host tables, only rows 0 … rows − 1 are copied: rows is the last
+ * position the call rotates + 1 when the lengths are on the host (validated within
+ * table_len), else table_len (device lengths: positions clamped into the table). */
 static clattn_status rope_freqs(clattn_context *ctx, const clattn_rotary *r, int64_t dim,
-                                cl_mem *out)
+                                int64_t rows, cl_mem *out)
 {
     float f[2048];
     const int64_t half = dim / 2;
@@ -423,7 +426,7 @@ static clattn_status rope_freqs(clattn_context *ctx, const clattn_rotary *r, int
                    : clattn_fail(ctx, CLATTN_ERROR_OPENCL, "rotary table_buffer: not a cl_mem");
     }
     if (r->cos_table) { /* host tables: cos rows, then sin rows, in one buffer */
-        const size_t bytes = (size_t)(r->table_len * half) * 4;
+        const size_t bytes = (size_t)(rows * half) * 4; /* (bounded by validation) */
         clattn_status st =
             clattn_create_buffer(ctx, CL_MEM_READ_ONLY, 2 * (int64_t)bytes, NULL, out);
         cl_int err = CL_SUCCESS;
@@ -458,10 +461,14 @@ static clattn_status enqueue_append(clattn_context *ctx, const clattn_exec_plan 
     const int64_t rot_dim = d->rotary ? (d->rotary->dim ? d->rotary->dim : d_k) : 0;
     const int interleaved = d->rotary ? d->rotary->interleaved : 0;
     const bool table = d->rotary && (d->rotary->cos_table || d->rotary->table_buffer);
-    const int64_t rope_len = table ? d->rotary->table_len : 0; /* (rows of the caller's tables) */
+    /* rows of the caller's tables on the device: host tables with host lengths only up to
+     * the last position rotated */
+    int64_t rope_len = table ? d->rotary->table_len : 0;
+    if (table && d->rotary->cos_table && d->kv_lens)
+        rope_len = clattn_rope_rows(d, batch, q->n[2], n_new);
     clattn_status st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, batch * 4, NULL, lens_new);
     if (st == CLATTN_SUCCESS && d->rotary)
-        st = rope_freqs(ctx, d->rotary, rot_dim, freq);
+        st = rope_freqs(ctx, d->rotary, rot_dim, rope_len, freq);
     if (st != CLATTN_SUCCESS)
         return st;
     arg_list a = {p->append->kernel, 0, CL_SUCCESS};

@@ -139,6 +139,20 @@ void clattn_rope_freqs(const clattn_rotary *r, int64_t dim, float *out)
         out[p] = (float)pow(base, -2.0 * (double)p / (double)dim);
 }
 
+int64_t clattn_rope_rows(const clattn_attention_desc *d, int64_t batch, int64_t n_q, int64_t n_new)
+{
+    int64_t rows = 1;
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t first = d->kv_start + d->kv_lens[b];
+        const int64_t q_last = first + clattn_rope_q_step(d) * (n_q > 0 ? n_q - 1 : 0);
+        const int64_t k_last = first + (n_new > 0 ? n_new - 1 : 0);
+        const int64_t last = q_last > k_last ? q_last : k_last;
+        if (last + 1 > rows)
+            rows = last + 1;
+    }
+    return rows;
+}
+
 int clattn_rope_q_step(const clattn_attention_desc *d)
 {
     return d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ||

@@ -329,14 +329,24 @@ static clattn_status check_quant(clattn_context *ctx, const clattn_attention_des
         if ((v->n[0] != 1 && v->n[0] != n0) || v->n[1] != k->n[1] ||
             (v->n[2] != 1 && v->n[2] != n2) || v->n[3] != 1)
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                               "%s is [%lld, %lld, %lld, %lld], expected [%lld or 1, %lld, %lld "
-                               "or 1, 1] (%s)",
+                               "%s is [%lld, %lld, %lld, %lld], expected [%lld%s, %lld, %lld%s, "
+                               "1] (%s)",
                                names[t], LL(v->n[0]), LL(v->n[1]), LL(v->n[2]), LL(v->n[3]), LL(n0),
-                               LL(k->n[1]), LL(n2),
+                               n0 == 1 ? "" : " or 1", LL(k->n[1]), LL(n2), n2 == 1 ? "" : " or 1",
                                k->paged ? "pages, h_kv, slots of the pool" : "batch, h_kv, n_kv");
         for (int d = 0; d < 3; d += 2)
             if (v->n[d] == 1)
                 v->s[d] = 0;
+        if (v->host) /* host scales must be finite (device ones: the caller's) */
+            for (int64_t b = 0; b < v->n[0]; b++)
+                for (int64_t h = 0; h < v->n[1]; h++)
+                    for (int64_t j = 0; j < v->n[2]; j++) {
+                        const float x = clattn_host_load(v, clattn_view_index(v, b, h, j, 0));
+                        if (!isfinite(x))
+                            return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                                               "%s[%lld, %lld, %lld] is %g; scales must be finite",
+                                               names[t], LL(b), LL(h), LL(j), (double)x);
+                    }
         if (k->paged) { /* through the block table, as K */
             v->paged = true;
             v->page_table = k->page_table;
@@ -401,6 +411,11 @@ static clattn_status check_append(clattn_context *ctx, const clattn_attention_de
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
                                "rotary table_len is %lld; the tables need at least one row",
                                LL(rot->table_len));
+        if ((host_tab || rot->table_buffer) && rot->table_len > INT64_MAX / 8 / (dim / 2))
+            return clattn_fail(ctx, CLATTN_ERROR_SIZE_OVERFLOW,
+                               "rotary table_len %lld x dim/2 %lld floats (x2 tables) overflows "
+                               "64 bits",
+                               LL(rot->table_len), LL(dim / 2));
         if (rot->table_buffer) { /* [2, table_len, dim/2] float32 from byte 0 */
             clattn_view tv = clattn_view_packed(1, 2, rot->table_len, dim / 2);
             tv.buffer = rot->table_buffer;

@@ -621,6 +621,9 @@ START_TEST(int8_kv_validation)
     clattn_tensor bad_shape = clattn_tensor_host(qz.ks, 2, 1, p.n_kv, 1);
     clattn_tensor bad_dtype = qz.tks;
     bad_dtype.dtype = CLATTN_FLOAT16;
+    float *inf_scales = tu_alloc((size_t)(2 * 2 * p.n_kv), 0.5f);
+    inf_scales[37] = INFINITY;
+    clattn_tensor bad_value = clattn_tensor_host(inf_scales, 2, 2, p.n_kv, 1);
     float w[2 * 4 * 32];
     clattn_tensor tw = clattn_tensor_host(w, 2, 4, 1, p.n_kv);
     struct {
@@ -639,6 +642,8 @@ START_TEST(int8_kv_validation)
          CLATTN_ERROR_INVALID_SHAPE, "k_scale"},
         {"k_scale float16", &qz.tk, &bad_dtype, CLATTN_ALGORITHM_AUTO, NULL,
          CLATTN_ERROR_INVALID_ARGUMENT, "k_scale"},
+        {"k_scale holding inf", &qz.tk, &bad_value, CLATTN_ALGORITHM_AUTO, NULL,
+         CLATTN_ERROR_INVALID_ARGUMENT, "k_scale[0, 1, 5] is inf"},
         {"unfused", &qz.tk, &qz.tks, CLATTN_ALGORITHM_UNFUSED, NULL, CLATTN_ERROR_UNSUPPORTED,
          "fused"},
         {"weights", &qz.tk, &qz.tks, CLATTN_ALGORITHM_AUTO, &tw, CLATTN_ERROR_UNSUPPORTED,
@@ -672,6 +677,7 @@ START_TEST(int8_kv_validation)
     ck_assert_int_eq(
         clattn_reference_attention_backward(&d, &p.tq, &qz.tk, &p.tv, &to, &tg, &p.tk, &p.tv),
         CLATTN_ERROR_UNSUPPORTED);
+    free(inf_scales);
     quant_free(&qz);
     paged_free(&p);
 }
@@ -1142,15 +1148,16 @@ START_TEST(rotary_tables)
                       tv = clattn_tensor_host(vx, B, HKV, NKV, DK),
                       to = clattn_tensor_host(ox, B, HQ, NQ, DK);
         struct {
-            int len;
+            int64_t len;
             bool sin;
             bool buffer;
             clattn_status want;
-        } bad[4] = {{22, true, false, CLATTN_ERROR_INVALID_SHAPE}, /* entry 1 rotates 20..22 */
+        } bad[5] = {{22, true, false, CLATTN_ERROR_INVALID_SHAPE}, /* entry 1 rotates 20..22 */
                     {LEN, false, false, CLATTN_ERROR_INVALID_ARGUMENT},
                     {0, true, false, CLATTN_ERROR_INVALID_SHAPE},
-                    {LEN, true, true, CLATTN_ERROR_INVALID_ARGUMENT}};
-        for (int i = 0; i < 4; i++) {
+                    {LEN, true, true, CLATTN_ERROR_INVALID_ARGUMENT},
+                    {(int64_t)1 << 61, true, false, CLATTN_ERROR_SIZE_OVERFLOW}};
+        for (int i = 0; i < 5; i++) {
             clattn_rotary rot = base;
             rot.cos_table = bad[i].buffer ? NULL : cs[1];
             rot.sin_table = bad[i].sin && !bad[i].buffer ? sn[1] : NULL;
