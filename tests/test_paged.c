@@ -535,6 +535,7 @@ START_TEST(int8_kv_cache)
             }
             quant_free(&qz);
         }
+        quant_fp8 = false;
         result_free(&flt);
         free(o);
         free(lse);
@@ -611,6 +612,7 @@ END_TEST
  * statuses, naming the field, and nothing written. */
 START_TEST(int8_kv_validation)
 {
+    quant_fp8 = false; /* int8 here, whatever ran before in this process (CK_FORK=no) */
     paged p;
     paged_init(&p, 2, 4, 2, 1, 16, 16, 8, 4, (const int32_t[]){30, 9}, false, tu_seed() + 5u);
     quant qz;
