@@ -478,7 +478,9 @@ START_TEST(int8_kv_cache)
             quant_fp8 = fmt_head >= 2; /* int8, then FP8 E4M3 */
             quant qz;
             quant_init(&qz, &p, per_head);
-            for (int v_int8 = 0; v_int8 < 2; v_int8++) {
+            /* K alone quantized (a float V) in the slow configurations only: the README's
+             * suite builds half the programs */
+            for (int v_int8 = ci == 0 ? 1 : 0; v_int8 < 2; v_int8++) {
                 TU_ASSERT_OK(quant_run(&p, &qz, &d, false, v_int8, true, ro, rl), "reference");
                 double qerr = 0.0;
                 for (size_t i = 0; i < no; i++)
