@@ -179,6 +179,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s",
                          &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, extra);
         int bad = got < 7 || parse_mask(mask, &c.mask) != 0;
+        const char *why = got < 7 ? "seven sizes first" : bad ? "unknown mask" : NULL;
         /* pageN (a paged K/V pool) and int8 (an int8 K/V cache), each at most once, in
          * either order; fused only */
         char *extra_save = NULL;
@@ -190,19 +191,33 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             } else if ((strcmp(tok, "varlen") == 0 || strcmp(tok, "padded") == 0) && !c.ragged) {
                 c.ragged = tok[0] == 'v' ? 1 : 2;
                 bad = strcmp(alg, "backward") == 0;
+                why = bad ? "varlen and padded time the forward call (not backward)" : why;
                 continue; /* (either algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = strtoll(tok + 4, &end, 10);
-                bad = c.page_size < 1 || !end || *end != '\0';
+                bad = c.page_size < 1 || c.page_size > ((int64_t)1 << 31) || !end || *end != '\0';
+                why = bad ? "pageN takes a page size of 1 to 2^31 keys" : why;
             } else {
                 bad = 1;
+                why = "an unknown or repeated token (pageN, int8, varlen, padded: each once)";
             }
-            bad |= strcmp(alg, "fused") != 0;
+            if (!bad && strcmp(alg, "fused") != 0) {
+                bad = 1;
+                why = "pageN and int8 run with the fused algorithm only";
+            }
         }
-        bad |= got >= 11 && !c.int8_kv && !c.page_size && !c.ragged; /* an empty 11th field */
-        bad |= c.ragged && (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv); /* prefill */
-        for (int i = 0; i < 7 && !bad; i++)
+        if (!bad && got >= 11 && !c.int8_kv && !c.page_size && !c.ragged) {
+            bad = 1; /* an empty 11th field */
+            why = "an empty field after the dtype";
+        }
+        if (!bad && c.ragged && (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv)) {
+            bad = 1;
+            why = "varlen and padded need n_q = n_kv, at most 64 sequences, no pageN or int8";
+        }
+        for (int i = 0; i < 7 && !bad; i++) {
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
+            why = bad ? "sizes must be positive (n_q and n_kv may be 0)" : why;
+        }
         if (!bad) {
             c.b = v[0], c.h_q = v[1], c.h_kv = v[2], c.n_q = v[3], c.n_kv = v[4];
             c.d_k = v[5], c.d_v = v[6];
@@ -214,20 +229,28 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             c.dtype = CLATTN_FLOAT16;
         else if (strcmp(dtype, "bf16") == 0)
             c.dtype = CLATTN_BFLOAT16;
-        else
+        else if (!bad) {
             bad = 1;
+            why = "dtype f32, f16 or bf16";
+        }
         if (strcmp(alg, "backward") == 0)
             c.backward = 1;
         if (!bad && !both && !c.backward && strcmp(alg, "fused") != 0 &&
-            strcmp(alg, "unfused") != 0)
+            strcmp(alg, "unfused") != 0) {
             bad = 1;
+            why = "algorithm fused, unfused, both or backward";
+        }
         if (bad || n + 1 + both > max) {
-            bench_fail("bad --shapes entry '%s' "
+            bench_fail("bad --shapes entry '%s': %s "
                        "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,varlen|"
                        "padded]]]], at "
                        "most "
                        "%d cases)",
-                       spec, max);
+                       spec,
+                       bad && why ? why
+                       : bad      ? "malformed"
+                                  : "too many cases",
+                       max);
             free(copy);
             return -1;
         }

@@ -316,8 +316,8 @@ static int check_lengths(const char *option, const char *what, const int32_t *li
  * or -inf. Returns -1 to go on, or an exit status (1: a file's fault). */
 static int check_sinks(const char *path, const npy_data *sinks, int64_t h_q)
 {
-    char shape[128];
     if (sinks->ndim != 1 || (int64_t)sinks->count != h_q) {
+        char shape[128];
         return cli_error("%s: --sinks needs one float32 logit per query head, shape (h_q,) = "
                          "(%lld,), not %s",
                          path, (long long)h_q, shape_text(sinks, shape, sizeof shape));
@@ -386,8 +386,8 @@ static int check_scale(const char *option, const char *path, const npy_data *sca
  * entries are the library's to check. Returns -1 to go on, or an exit status. */
 static int check_block_table(const char *path, const npy_data *table, int64_t batch)
 {
-    char shape[128];
     if (table->ndim != 2 || table->shape[0] != batch) {
+        char shape[128];
         return cli_error("%s: --block-table needs an int32 table of shape (b, max_pages) with b "
                          "= %lld (Q's batch size), not %s",
                          path, (long long)batch, shape_text(table, shape, sizeof shape));
@@ -429,9 +429,9 @@ static int check_rotary_tables(const run_args *a, const run_inputs *in)
     const char *const paths[2] = {a->rotary_cos_file, a->rotary_sin_file};
     const npy_data *const tables[2] = {&in->rotary_cos, &in->rotary_sin};
     for (int i = 0; i < 2; ++i) {
-        char shape[128];
         if (tables[i]->ndim != 2 || tables[i]->shape[1] != dim / 2 ||
             tables[i]->shape[0] != tables[0]->shape[0]) {
+            char shape[128];
             return cli_error("%s: %s needs a float32 table of shape (table_len, dim/2) = (%s, "
                              "%lld), not %s",
                              paths[i], options[i], i == 0 ? "table_len" : "that of --rotary-cos",
@@ -458,8 +458,8 @@ static int check_cu_seqlens(const run_args *a, const run_inputs *in, const int32
         counts[i] = list_counts[i];
         *out[i] = lists[i];
         if (paths[i] != NULL) {
-            char shape[128];
             if (files[i]->ndim != 1 || files[i]->count < 1) {
+                char shape[128];
                 return cli_error("%s: %s needs b + 1 int32 offsets, shape (b + 1,), not %s",
                                  paths[i], options[i], shape_text(files[i], shape, sizeof shape));
             }
