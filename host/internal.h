@@ -152,6 +152,19 @@ static inline bool clattn_problem_quantized(const clattn_problem *p)
     return p->k.dtype == CLATTN_INT8 || p->v.dtype == CLATTN_INT8 ||
            p->k.dtype == CLATTN_FLOAT8_E4M3 || p->v.dtype == CLATTN_FLOAT8_E4M3;
 }
+/* The KV-cache terms of an attention call, in the order clattn_resolve_attention runs them
+ * (validate_kv.c): paged pools become logical views; k_new / v_new and rotary; a
+ * quantized K's / V's scales; the host block table's entries the call reads. */
+clattn_status clattn_check_paged(clattn_context *ctx, const clattn_attention_desc *desc,
+                                 const clattn_view *q, clattn_view *k, clattn_view *v,
+                                 clattn_storage storage);
+clattn_status clattn_check_append(clattn_context *ctx, const clattn_attention_desc *desc,
+                                  const clattn_tensor *k, const clattn_tensor *v,
+                                  clattn_storage storage, clattn_problem *cv);
+clattn_status clattn_check_quant(clattn_context *ctx, const clattn_attention_desc *desc,
+                                 clattn_storage storage, clattn_problem *cv);
+clattn_status clattn_check_block_table(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       const clattn_view *k);
 clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attention_desc *desc,
                                        const clattn_tensor *q, const clattn_tensor *k,
                                        const clattn_tensor *v, const clattn_tensor *o,
