@@ -1,0 +1,133 @@
+#define _POSIX_C_SOURCE 200809L /* strtok_r */
+/* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
+ * [,pageN][,int8][,varlen|padded]]]] into bench cases (bench.h; the grammar is in
+ * `clattn bench --help`). */
+#include "bench.h"
+#include "cli.h"
+
+#include <clattn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_mask(const char *s, clattn_mask *out)
+{
+    for (int m = 0; cli_mask_names[m]; m++)
+        if (strcmp(s, cli_mask_names[m]) == 0) {
+            *out = (clattn_mask)m;
+            return 0;
+        }
+    return -1;
+}
+
+/* Parses LIST into cases (an algorithm "both" gives two cases). Returns the count, or
+ * -1 with a message. */
+int parse_shapes(const char *list, bench_case *cases, int max)
+{
+    char *copy = malloc(strlen(list) + 1);
+    if (!copy)
+        return bench_fail("out of memory"), -1;
+    strcpy(copy, list);
+    int n = 0;
+    char *save = NULL;
+    for (char *spec = strtok_r(copy, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
+        while (*spec == ' ')
+            spec++;
+        if (!*spec)
+            continue;
+        bench_case c = {0};
+        char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", extra[48] = "";
+        long long v[7];
+        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s",
+                         &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, extra);
+        int bad = got < 7 || parse_mask(mask, &c.mask) != 0;
+        const char *why = got < 7 ? "seven sizes first" : bad ? "unknown mask" : NULL;
+        /* pageN (a paged K/V pool) and int8 (an int8 K/V cache), each at most once, in
+         * either order; fused only */
+        char *extra_save = NULL;
+        for (char *tok = got >= 11 ? strtok_r(extra, ",", &extra_save) : NULL; tok && !bad;
+             tok = strtok_r(NULL, ",", &extra_save)) {
+            char *end = NULL;
+            if (strcmp(tok, "int8") == 0 && !c.int8_kv) {
+                c.int8_kv = 1;
+            } else if ((strcmp(tok, "varlen") == 0 || strcmp(tok, "padded") == 0) && !c.ragged) {
+                c.ragged = tok[0] == 'v' ? 1 : 2;
+                bad = strcmp(alg, "backward") == 0;
+                why = bad ? "varlen and padded time the forward call (not backward)" : why;
+                continue; /* (either algorithm) */
+            } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
+                c.page_size = strtoll(tok + 4, &end, 10);
+                bad = c.page_size < 1 || c.page_size > ((int64_t)1 << 31) || !end || *end != '\0';
+                why = bad ? "pageN takes a page size of 1 to 2^31 keys" : why;
+            } else {
+                bad = 1;
+                why = "an unknown or repeated token (pageN, int8, varlen, padded: each once)";
+            }
+            if (!bad && strcmp(alg, "fused") != 0) {
+                bad = 1;
+                why = "pageN and int8 run with the fused algorithm only";
+            }
+        }
+        if (!bad && got >= 11 && !c.int8_kv && !c.page_size && !c.ragged) {
+            bad = 1; /* an empty 11th field */
+            why = "an empty field after the dtype";
+        }
+        if (!bad && c.ragged && (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv)) {
+            bad = 1;
+            why = "varlen and padded need n_q = n_kv, at most 64 sequences, no pageN or int8";
+        }
+        for (int i = 0; i < 7 && !bad; i++) {
+            bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
+            why = bad ? "sizes must be positive (n_q and n_kv may be 0)" : why;
+        }
+        if (!bad) {
+            c.b = v[0], c.h_q = v[1], c.h_kv = v[2], c.n_q = v[3], c.n_kv = v[4];
+            c.d_k = v[5], c.d_v = v[6];
+        }
+        const int both = strcmp(alg, "both") == 0;
+        if (strcmp(dtype, "f32") == 0)
+            c.dtype = CLATTN_FLOAT32;
+        else if (strcmp(dtype, "f16") == 0)
+            c.dtype = CLATTN_FLOAT16;
+        else if (strcmp(dtype, "bf16") == 0)
+            c.dtype = CLATTN_BFLOAT16;
+        else if (!bad) {
+            bad = 1;
+            why = "dtype f32, f16 or bf16";
+        }
+        if (strcmp(alg, "backward") == 0)
+            c.backward = 1;
+        if (!bad && !both && !c.backward && strcmp(alg, "fused") != 0 &&
+            strcmp(alg, "unfused") != 0) {
+            bad = 1;
+            why = "algorithm fused, unfused, both or backward";
+        }
+        if (bad || n + 1 + both > max) {
+            bench_fail("bad --shapes entry '%s': %s "
+                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,varlen|"
+                       "padded]]]], at "
+                       "most "
+                       "%d cases)",
+                       spec,
+                       bad && why ? why
+                       : bad      ? "malformed"
+                                  : "too many cases",
+                       max);
+            free(copy);
+            return -1;
+        }
+        if (both || c.backward || strcmp(alg, "fused") == 0) {
+            c.algorithm = CLATTN_ALGORITHM_FUSED;
+            cases[n++] = c;
+        }
+        if (both || strcmp(alg, "unfused") == 0) {
+            c.algorithm = CLATTN_ALGORITHM_UNFUSED;
+            cases[n++] = c;
+        }
+    }
+    free(copy);
+    if (n == 0)
+        return bench_fail("--shapes names no case"), -1;
+    return n;
+}
