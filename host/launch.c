@@ -3,70 +3,12 @@
  * weights pass), the three unfused stages, the public stages one by one, and the merge.
  * Events chain the kernels, so an out-of-order queue is fine. */
 #include "internal.h"
+#include "launch_args.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- kernel helpers */
-
-typedef struct arg_list {
-    cl_kernel kernel;
-    cl_uint next;
-    cl_int err;
-} arg_list;
-
-static void arg(arg_list *a, size_t size, const void *value)
-{
-    if (a->err == CL_SUCCESS)
-        a->err = clSetKernelArg(a->kernel, a->next, size, value);
-    a->next++;
-}
-
-static void arg_view(arg_list *a, const clattn_view *v)
-{
-    cl_long off = v->offset;
-    cl_long4 st = {{v->s[0], v->s[1], v->s[2], v->s[3]}};
-    arg(a, sizeof(cl_mem), &v->buffer);
-    arg(a, sizeof off, &off);
-    arg(a, sizeof st, &st);
-}
-
-static void arg_int(arg_list *a, int64_t x)
-{
-    cl_int v = (cl_int)x;
-    arg(a, sizeof v, &v);
-}
-
-static void arg_long(arg_list *a, int64_t x)
-{
-    cl_long v = x;
-    arg(a, sizeof v, &v);
-}
-
-static size_t round_up(int64_t n, size_t m)
-{
-    return (size_t)((n + (int64_t)m - 1) / (int64_t)m) * m;
-}
-
-static clattn_status launch(clattn_context *ctx, const char *name, arg_list *a, cl_uint dims,
-                            const size_t *global, const size_t *local, cl_uint n_wait,
-                            const cl_event *wait, cl_event *done)
-{
-    if (a->err != CL_SUCCESS) {
-        char what[96];
-        snprintf(what, sizeof what, "clSetKernelArg(%s, %u)", name, a->next - 1);
-        return clattn_fail_cl(ctx, a->err, what);
-    }
-    cl_int err = clEnqueueNDRangeKernel(ctx->queue, a->kernel, dims, NULL, global, local, n_wait,
-                                        n_wait ? wait : NULL, done);
-    if (err != CL_SUCCESS) {
-        char what[96];
-        snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
-        return clattn_fail_cl(ctx, err, what);
-    }
-    return CLATTN_SUCCESS;
-}
 /* ------------------------------------------------------------ stage dispatchers */
 
 /* Device-side inputs of the optional terms: host arrays copied into small buffers (the
@@ -106,18 +48,6 @@ static void arg_rule(arg_list *a, const aux_t *x)
     arg_long(a, wr);
     arg(a, sizeof(cl_mem), &x->q_lens);
     arg(a, sizeof(cl_mem), &x->kv_lens);
-}
-
-/* an optional view argument (LSE, mask tensor, ...); a NULL buffer when absent */
-static void arg_opt_view(arg_list *a, const clattn_view *v)
-{
-    if (v) {
-        arg_view(a, v);
-        return;
-    }
-    clattn_view none = clattn_view_packed(0, 0, 0, 0);
-    none.s[2] = none.s[3] = 0;
-    arg_view(a, &none);
 }
 
 static void arg_terms(arg_list *a, const aux_t *x)
@@ -340,16 +270,6 @@ static clattn_status enqueue_head_mean(clattn_context *ctx, clattn_program_entry
     arg_int(&a, w->n[1]);
     const size_t global[3] = {(size_t)w->n[3], (size_t)w->n[2], (size_t)w->n[0]};
     return launch(ctx, "head_mean", &a, 3, global, NULL, n_wait, wait, done);
-}
-
-/* Completes `done` after `wait` without running anything (empty problems). */
-static clattn_status enqueue_marker(clattn_context *ctx, cl_uint n_wait, const cl_event *wait,
-                                    cl_event *done)
-{
-    if (!done && n_wait == 0)
-        return CLATTN_SUCCESS;
-    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, n_wait, n_wait ? wait : NULL, done);
-    return err == CL_SUCCESS ? CLATTN_SUCCESS : clattn_fail_cl(ctx, err, "clEnqueueMarker");
 }
 
 static void release_events(cl_event *e, int n)
@@ -787,74 +707,4 @@ clattn_status clattn_launch_stage(clattn_context *ctx, const clattn_stage_plan *
     case CLATTN_STAGE_WEIGHTED_SUM:
     default: return enqueue_wsum(ctx, &plan->bk, a, b, c, false, &plain, n_wait, wait, done);
     }
-}
-
-/* The steps of a merge (merge.cl's `mode`): the first part initialises the running
- * (O, LSE) workspace, each next part merges into it, the last step writes the outputs. */
-typedef enum { MERGE_FIRST = 0, MERGE_NEXT = 1, MERGE_FINISH = 2 } merge_step;
-
-static clattn_status enqueue_merge_step(clattn_context *ctx, clattn_program_entry *e,
-                                        const clattn_view *acc, const clattn_view *acc_lse,
-                                        const clattn_view *po, const clattn_view *pl,
-                                        const clattn_view *o, const clattn_view *lse,
-                                        merge_step mode, cl_uint n_wait, const cl_event *wait,
-                                        cl_event *done)
-{
-    arg_list a = {e->kernel, 0, CL_SUCCESS};
-    arg(&a, sizeof(cl_mem), &acc->buffer);
-    arg(&a, sizeof(cl_mem), &acc_lse->buffer);
-    arg_long(&a, acc->n[3]);
-    arg_int(&a, acc->n[1]);
-    arg_long(&a, acc->n[2]);
-    arg_opt_view(&a, po);
-    arg_opt_view(&a, pl);
-    arg_opt_view(&a, o);
-    arg_opt_view(&a, lse);
-    arg_int(&a, (int)mode);
-    const size_t global[1] = {(size_t)(acc->n[0] * acc->n[1] * acc->n[2])};
-    return launch(ctx, "merge", &a, 1, global, NULL, n_wait, wait, done);
-}
-
-clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_problem *m,
-                                  cl_uint n_wait, const cl_event *wait, cl_event *done)
-{
-    const size_t n_parts = m->n_parts;
-    const clattn_view *po = m->o_parts, *pl = m->lse_parts, *o = &m->o;
-    const clattn_view *lse = m->has_lse ? &m->lse : NULL;
-    if (o->count == 0)
-        return enqueue_marker(ctx, n_wait, wait, done);
-    /* the running LSE in float64 when any LSE of the merge is (R17: far ALiBi) */
-    bool lse64 = lse && lse->dtype == CLATTN_FLOAT64;
-    for (size_t p = 0; p < n_parts; p++)
-        lse64 = lse64 || pl[p].dtype == CLATTN_FLOAT64;
-    clattn_view acc, acc_lse;
-    acc.buffer = acc_lse.buffer = NULL;
-    clattn_status st = clattn_workspace(ctx, o->n[0], o->n[1], o->n[2], o->n[3], &acc);
-    if (st == CLATTN_SUCCESS)
-        st = clattn_workspace(ctx, o->n[0], o->n[1], o->n[2], lse64 ? 2 : 1, &acc_lse);
-    cl_event prev = NULL;
-    for (size_t p = 0; st == CLATTN_SUCCESS && p <= n_parts; p++) {
-        /* one program per (part storage types, output storage type) */
-        clattn_program_entry *e;
-        st = clattn_plan_merge_step(ctx, p < n_parts ? po[p].dtype : CLATTN_FLOAT32,
-                                    p < n_parts ? pl[p].dtype : CLATTN_FLOAT32, o->dtype,
-                                    lse ? lse->dtype : CLATTN_FLOAT32, lse64, &e);
-        cl_event next = NULL;
-        if (st == CLATTN_SUCCESS) {
-            const merge_step mode = p == 0 ? MERGE_FIRST : p < n_parts ? MERGE_NEXT : MERGE_FINISH;
-            st = enqueue_merge_step(ctx, e, &acc, &acc_lse, p < n_parts ? &po[p] : NULL,
-                                    p < n_parts ? &pl[p] : NULL, o, lse, mode, prev ? 1 : n_wait,
-                                    prev ? &prev : wait, p == n_parts ? done : &next);
-        }
-        if (prev)
-            clReleaseEvent(prev);
-        prev = next;
-    }
-    if (prev)
-        clReleaseEvent(prev);
-    if (acc.buffer)
-        clReleaseMemObject(acc.buffer);
-    if (acc_lse.buffer)
-        clReleaseMemObject(acc_lse.buffer);
-    return st;
 }
