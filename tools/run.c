@@ -84,7 +84,7 @@ static int check_output_paths(const run_args *a)
 #define RUN_RANKS "(n, d), (h, n, d) or (b, h, n, d)"
 
 /* The 4-D shape [b, h, n, d] of a shape of rank 1..4 (leading 1s). */
-static void shape4(const int64_t *shape, int ndim, int64_t out[4])
+void shape4(const int64_t *shape, int ndim, int64_t out[4])
 {
     int lead = 4 - ndim;
     for (int i = 0; i < 4; ++i) {
@@ -198,17 +198,6 @@ static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
     return n;
 }
 
-/* The inputs of a run after reading: Q, K, V and the optional mask, lengths, sinks and
- * the scales of an int8 K and V. */
-typedef struct run_inputs {
-    npy_data q, k, v, mask, kv_lens, q_lens, sinks, k_scale, v_scale;
-    /* --block-table, --k-new, --v-new, --rotary-cos, --rotary-sin, --cu-seqlens-q/k */
-    npy_data block_table, k_new, v_new, rotary_cos, rotary_sin, cu_q, cu_k;
-    clattn_dtype dq, dk, dv, dk_new, dv_new;
-    int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
-    int64_t n_kv;                /* keys per batch entry: ks[2], or max_pages*page_size */
-} run_inputs;
-
 /* The library dtype of input `path`, read as `d`; 0 if it has none (a message is
  * printed). */
 static int input_dtype(const run_args *a, const char *path, const npy_data *d, clattn_dtype *out)
@@ -231,7 +220,7 @@ static int input_dtype(const run_args *a, const char *path, const npy_data *d, c
 }
 
 /* "(a, b)" for the shape of `d` ("(a,)" for rank 1), into buf. */
-static const char *shape_text(const npy_data *d, char *buf, size_t size)
+const char *shape_text(const npy_data *d, char *buf, size_t size)
 {
     snprintf(buf, size, "(");
     for (int i = 0; i < d->ndim; ++i) {
@@ -309,169 +298,6 @@ static int check_lengths(const char *option, const char *what, const int32_t *li
         }
     }
     *out = list;
-    return -1;
-}
-
-/* --sinks: the file (already read) holds one float32 logit per query head, each finite
- * or -inf. Returns -1 to go on, or an exit status (1: a file's fault). */
-static int check_sinks(const char *path, const npy_data *sinks, int64_t h_q)
-{
-    if (sinks->ndim != 1 || (int64_t)sinks->count != h_q) {
-        char shape[128];
-        return cli_error("%s: --sinks needs one float32 logit per query head, shape (h_q,) = "
-                         "(%lld,), not %s",
-                         path, (long long)h_q, shape_text(sinks, shape, sizeof shape));
-    }
-    const float *logits = sinks->data;
-    for (size_t h = 0; h < sinks->count; ++h) {
-        if (isnan(logits[h]) || logits[h] == INFINITY) {
-            return cli_error("%s: --sinks value %g (head %zu) is not a sink logit (finite, or "
-                             "-inf for no sink)",
-                             path, (double)logits[h], h);
-        }
-    }
-    return -1;
-}
-
-/* --k-scale / --v-scale: `option` names the scales of the int8 K or V in `kv_path`, read
- * as `kv`. Exactly one of them and the int8 dtype, or neither; the scales (already read,
- * float32) have K's (V's) rank, its dimensions but the last, each of b and n_kv either
- * as in K or 1 (broadcast), and a last dimension of 1. Returns -1 to go on, or an exit
- * status (1: a file's fault). */
-static int check_scale(const char *option, const char *path, const npy_data *scale,
-                       const char *kv_path, const npy_data *kv)
-{
-    const int r = kv->ndim;
-    if (kv->dtype == NPY_I8 && path == NULL) {
-        return cli_error("%s: dtype '|i1' (int8, a quantized cache) needs its float32 scales: "
-                         "add %s FILE",
-                         kv_path, option);
-    }
-    if (path == NULL) {
-        return -1;
-    }
-    if (kv->dtype != NPY_I8) {
-        return cli_error("%s: %s goes with an int8 ('|i1') %s only, and %s is %s", path, option,
-                         option[2] == 'k' ? "K" : "V", kv_path, npy_dtype_name(kv->dtype));
-    }
-    int ok = scale->ndim == r && scale->shape[r - 1] == 1;
-    for (int i = 0; ok && i < r - 1; ++i) {
-        const int heads = r >= 3 && i == r - 3; /* the heads must match: no broadcast */
-        ok = scale->shape[i] == kv->shape[i] || (!heads && scale->shape[i] == 1);
-    }
-    if (!ok) {
-        /* "(b|1, h_kv, n_kv|1, 1) = (2|1, 4, 16|1, 1)", from the rank of K (V) */
-        static const char *const names[4] = {"b|1", "h_kv", "n_kv|1", "1"};
-        char want[64] = "", values[128] = "", shape[128];
-        for (int i = 0; i < r; ++i) {
-            const int d = 4 - r + i;
-            const char *sep = i + 1 < r ? ", " : "";
-            size_t used = strlen(want);
-            snprintf(want + used, sizeof want - used, "%s%s", names[d], sep);
-            used = strlen(values);
-            if (d == 3) {
-                snprintf(values + used, sizeof values - used, "1");
-            } else {
-                snprintf(values + used, sizeof values - used, "%lld%s%s", (long long)kv->shape[i],
-                         d == 1 ? "" : "|1", sep);
-            }
-        }
-        return cli_error("%s: %s needs float32 scales shaped (%s) = (%s) for %s, not %s", path,
-                         option, want, values, kv_path, shape_text(scale, shape, sizeof shape));
-    }
-    return -1;
-}
-
-/* --block-table: the file (already read) is int32 (b, max_pages), b as in Q. Its
- * entries are the library's to check. Returns -1 to go on, or an exit status. */
-static int check_block_table(const char *path, const npy_data *table, int64_t batch)
-{
-    if (table->ndim != 2 || table->shape[0] != batch) {
-        char shape[128];
-        return cli_error("%s: --block-table needs an int32 table of shape (b, max_pages) with b "
-                         "= %lld (Q's batch size), not %s",
-                         path, (long long)batch, shape_text(table, shape, sizeof shape));
-    }
-    return -1;
-}
-
-/* --k-new / --v-new: (b, h_kv, n_new, d_k) and (b, h_kv, n_new, d_v) in Q's rank, b as
- * in Q, h_kv and d as in K and V. Returns -1 to go on, or an exit status. */
-static int check_new_rows(const run_args *a, const run_inputs *in)
-{
-    const char *const options[2] = {"--k-new", "--v-new"};
-    const char *const paths[2] = {a->k_new_file, a->v_new_file};
-    const npy_data *const rows[2] = {&in->k_new, &in->v_new};
-    const int64_t d[2] = {in->ks[3], in->vs[3]};
-    const int64_t n_new = in->k_new.shape[in->k_new.ndim - 2];
-    for (int i = 0; i < 2; ++i) {
-        int64_t s[4];
-        shape4(rows[i]->shape, rows[i]->ndim, s);
-        if (rows[i]->ndim != in->q.ndim || s[0] != in->qs[0] || s[1] != in->ks[1] ||
-            s[2] != n_new || s[3] != d[i]) {
-            char shape[128];
-            return cli_error("%s: %s needs rows shaped (b, h_kv, n_new, %s) = (%lld, %lld, %s, "
-                             "%lld) in Q's rank %d, not %s",
-                             paths[i], options[i], i == 0 ? "d_k" : "d_v", (long long)in->qs[0],
-                             (long long)in->ks[1], i == 0 ? "n_new" : "n_new of --k-new",
-                             (long long)d[i], in->q.ndim, shape_text(rows[i], shape, sizeof shape));
-        }
-    }
-    return -1;
-}
-
-/* --rotary-cos / --rotary-sin: float32 (table_len, dim/2), the same shape. Returns -1
- * to go on, or an exit status. */
-static int check_rotary_tables(const run_args *a, const run_inputs *in)
-{
-    const int64_t dim = a->rotary_dim != 0 ? a->rotary_dim : in->qs[3];
-    const char *const options[2] = {"--rotary-cos", "--rotary-sin"};
-    const char *const paths[2] = {a->rotary_cos_file, a->rotary_sin_file};
-    const npy_data *const tables[2] = {&in->rotary_cos, &in->rotary_sin};
-    for (int i = 0; i < 2; ++i) {
-        if (tables[i]->ndim != 2 || tables[i]->shape[1] != dim / 2 ||
-            tables[i]->shape[0] != tables[0]->shape[0]) {
-            char shape[128];
-            return cli_error("%s: %s needs a float32 table of shape (table_len, dim/2) = (%s, "
-                             "%lld), not %s",
-                             paths[i], options[i], i == 0 ? "table_len" : "that of --rotary-cos",
-                             (long long)(dim / 2), shape_text(tables[i], shape, sizeof shape));
-        }
-    }
-    return -1;
-}
-
-/* --cu-seqlens-q / --cu-seqlens-k: b + 1 offsets each (lists, or int32 files already
- * read), as many in both; the library checks their values. Returns -1 to go on, or
- * an exit status. */
-static int check_cu_seqlens(const run_args *a, const run_inputs *in, const int32_t **cu_q,
-                            const int32_t **cu_k, size_t *count)
-{
-    const char *const options[2] = {"--cu-seqlens-q", "--cu-seqlens-k"};
-    const char *const paths[2] = {a->cu_q_file, a->cu_k_file};
-    const npy_data *const files[2] = {&in->cu_q, &in->cu_k};
-    const int32_t *const lists[2] = {a->cu_q, a->cu_k};
-    const size_t list_counts[2] = {a->n_cu_q, a->n_cu_k};
-    const int32_t **const out[2] = {cu_q, cu_k};
-    size_t counts[2];
-    for (int i = 0; i < 2; ++i) {
-        counts[i] = list_counts[i];
-        *out[i] = lists[i];
-        if (paths[i] != NULL) {
-            if (files[i]->ndim != 1 || files[i]->count < 1) {
-                char shape[128];
-                return cli_error("%s: %s needs b + 1 int32 offsets, shape (b + 1,), not %s",
-                                 paths[i], options[i], shape_text(files[i], shape, sizeof shape));
-            }
-            counts[i] = files[i]->count;
-            *out[i] = files[i]->data;
-        }
-    }
-    if (counts[0] != counts[1]) {
-        return cli_error("%s has %zu offsets but %s %zu (b + 1 each)", options[0], counts[0],
-                         options[1], counts[1]);
-    }
-    *count = counts[0];
     return -1;
 }
 
@@ -695,12 +521,12 @@ static int run_attention(const run_args *a, run_inputs *in)
     }
     int lrc = -1;
     if (a->block_table_file != NULL) {
-        lrc = check_block_table(a->block_table_file, &in->block_table, in->qs[0]);
+        lrc = run_check_block_table(a->block_table_file, &in->block_table, in->qs[0]);
         paged = (clattn_paged_kv){in->block_table.data, NULL, in->block_table.shape[1]};
         desc.paged = &paged;
     }
     if (lrc < 0 && a->k_new_file != NULL) {
-        lrc = check_new_rows(a, in);
+        lrc = run_check_new_rows(a, in);
         tkn = host_view(in->k_new.data, in->k_new.shape, ndim, in->dk_new);
         tvn = host_view(in->v_new.data, in->v_new.shape, ndim, in->dv_new);
         desc.k_new = &tkn;
@@ -710,7 +536,7 @@ static int run_attention(const run_args *a, run_inputs *in)
         rotary = (clattn_rotary){
             a->rotary_dim, a->rotary_interleaved, a->rotary_base, NULL, NULL, NULL, 0};
         if (a->rotary_cos_file != NULL) {
-            lrc = check_rotary_tables(a, in);
+            lrc = run_check_rotary_tables(a, in);
             rotary.cos_table = in->rotary_cos.data;
             rotary.sin_table = in->rotary_sin.data;
             rotary.table_len = in->rotary_cos.shape[0];
@@ -720,7 +546,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     if (lrc < 0 && a->cu_q_text != NULL) {
         const int32_t *cu_q = NULL, *cu_k = NULL;
         size_t n = 0;
-        lrc = check_cu_seqlens(a, in, &cu_q, &cu_k, &n);
+        lrc = run_check_cu_seqlens(a, in, &cu_q, &cu_k, &n);
         varlen = (clattn_varlen){cu_q, cu_k, (int64_t)n - 1};
         desc.varlen = &varlen;
     }
@@ -744,7 +570,7 @@ static int run_attention(const run_args *a, run_inputs *in)
         goto done;
     }
     if (a->sinks_file != NULL) {
-        lrc = check_sinks(a->sinks_file, &in->sinks, in->qs[1]);
+        lrc = run_check_sinks(a->sinks_file, &in->sinks, in->qs[1]);
         if (lrc >= 0) {
             rc = lrc;
             goto done;
@@ -854,7 +680,7 @@ static int read_inputs(const run_args *a, run_inputs *in)
                      scales[i], message, sizeof message) != 0) {
             return cli_error("%s %s", scale_options[i], message); /* "--k-scale FILE: ..." */
         }
-        int rc = check_scale(scale_options[i], scale_paths[i], scales[i], paths[i + 1], kv);
+        int rc = run_check_scale(scale_options[i], scale_paths[i], scales[i], paths[i + 1], kv);
         if (rc >= 0) {
             return rc;
         }

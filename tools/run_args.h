@@ -3,6 +3,7 @@
 #define CLATTN_TOOLS_RUN_ARGS_H
 
 #include "clattn.h"
+#include "npy.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -61,5 +62,31 @@ typedef struct run_args {
 int parse_run_args(int argc, char **argv, run_args *a);
 
 void free_run_args(run_args *a);
+
+/* ---- tools/run.c and tools/run_kv.c ---- */
+/* The inputs of a run after reading: Q, K, V and the optional mask, lengths, sinks and
+ * the scales of an int8 K and V. */
+typedef struct run_inputs {
+    npy_data q, k, v, mask, kv_lens, q_lens, sinks, k_scale, v_scale;
+    /* --block-table, --k-new, --v-new, --rotary-cos, --rotary-sin, --cu-seqlens-q/k */
+    npy_data block_table, k_new, v_new, rotary_cos, rotary_sin, cu_q, cu_k;
+    clattn_dtype dq, dk, dv, dk_new, dv_new;
+    int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
+    int64_t n_kv;                /* keys per batch entry: ks[2], or max_pages*page_size */
+} run_inputs;
+
+/* The 4-D shape of an npy array of rank ndim (leading dimensions 1). */
+void shape4(const int64_t *shape, int ndim, int64_t out[4]);
+/* "(a, b, …)" of an array's shape into buf. */
+const char *shape_text(const npy_data *d, char *buf, size_t size);
+/* The KV-cache inputs' checks (run_kv.c): -1 to go on, or an exit status. */
+int run_check_sinks(const char *path, const npy_data *sinks, int64_t h_q);
+int run_check_scale(const char *option, const char *path, const npy_data *scale,
+                    const char *kv_path, const npy_data *kv);
+int run_check_block_table(const char *path, const npy_data *table, int64_t batch);
+int run_check_new_rows(const run_args *a, const run_inputs *in);
+int run_check_rotary_tables(const run_args *a, const run_inputs *in);
+int run_check_cu_seqlens(const run_args *a, const run_inputs *in, const int32_t **cu_q,
+                         const int32_t **cu_k, size_t *count);
 
 #endif

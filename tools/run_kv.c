@@ -1,0 +1,173 @@
+/* clattn run's checks of the KV-cache inputs (--sinks, --k-scale / --v-scale,
+ * --block-table, --k-new / --v-new, --rotary tables, --cu-seqlens-q / -k) against the
+ * inputs' shapes; each returns -1 to go on, or an exit status. */
+#include "cli.h"
+#include "npy.h"
+#include "run_args.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* --sinks: the file (already read) holds one float32 logit per query head, each finite
+ * or -inf. Returns -1 to go on, or an exit status (1: a file's fault). */
+int run_check_sinks(const char *path, const npy_data *sinks, int64_t h_q)
+{
+    if (sinks->ndim != 1 || (int64_t)sinks->count != h_q) {
+        char shape[128];
+        return cli_error("%s: --sinks needs one float32 logit per query head, shape (h_q,) = "
+                         "(%lld,), not %s",
+                         path, (long long)h_q, shape_text(sinks, shape, sizeof shape));
+    }
+    const float *logits = sinks->data;
+    for (size_t h = 0; h < sinks->count; ++h) {
+        if (isnan(logits[h]) || logits[h] == INFINITY) {
+            return cli_error("%s: --sinks value %g (head %zu) is not a sink logit (finite, or "
+                             "-inf for no sink)",
+                             path, (double)logits[h], h);
+        }
+    }
+    return -1;
+}
+
+/* --k-scale / --v-scale: `option` names the scales of the int8 K or V in `kv_path`, read
+ * as `kv`. Exactly one of them and the int8 dtype, or neither; the scales (already read,
+ * float32) have K's (V's) rank, its dimensions but the last, each of b and n_kv either
+ * as in K or 1 (broadcast), and a last dimension of 1. Returns -1 to go on, or an exit
+ * status (1: a file's fault). */
+int run_check_scale(const char *option, const char *path, const npy_data *scale,
+                    const char *kv_path, const npy_data *kv)
+{
+    const int r = kv->ndim;
+    if (kv->dtype == NPY_I8 && path == NULL) {
+        return cli_error("%s: dtype '|i1' (int8, a quantized cache) needs its float32 scales: "
+                         "add %s FILE",
+                         kv_path, option);
+    }
+    if (path == NULL) {
+        return -1;
+    }
+    if (kv->dtype != NPY_I8) {
+        return cli_error("%s: %s goes with an int8 ('|i1') %s only, and %s is %s", path, option,
+                         option[2] == 'k' ? "K" : "V", kv_path, npy_dtype_name(kv->dtype));
+    }
+    int ok = scale->ndim == r && scale->shape[r - 1] == 1;
+    for (int i = 0; ok && i < r - 1; ++i) {
+        const int heads = r >= 3 && i == r - 3; /* the heads must match: no broadcast */
+        ok = scale->shape[i] == kv->shape[i] || (!heads && scale->shape[i] == 1);
+    }
+    if (!ok) {
+        /* "(b|1, h_kv, n_kv|1, 1) = (2|1, 4, 16|1, 1)", from the rank of K (V) */
+        static const char *const names[4] = {"b|1", "h_kv", "n_kv|1", "1"};
+        char want[64] = "", values[128] = "", shape[128];
+        for (int i = 0; i < r; ++i) {
+            const int d = 4 - r + i;
+            const char *sep = i + 1 < r ? ", " : "";
+            size_t used = strlen(want);
+            snprintf(want + used, sizeof want - used, "%s%s", names[d], sep);
+            used = strlen(values);
+            if (d == 3) {
+                snprintf(values + used, sizeof values - used, "1");
+            } else {
+                snprintf(values + used, sizeof values - used, "%lld%s%s", (long long)kv->shape[i],
+                         d == 1 ? "" : "|1", sep);
+            }
+        }
+        return cli_error("%s: %s needs float32 scales shaped (%s) = (%s) for %s, not %s", path,
+                         option, want, values, kv_path, shape_text(scale, shape, sizeof shape));
+    }
+    return -1;
+}
+
+/* --block-table: the file (already read) is int32 (b, max_pages), b as in Q. Its
+ * entries are the library's to check. Returns -1 to go on, or an exit status. */
+int run_check_block_table(const char *path, const npy_data *table, int64_t batch)
+{
+    if (table->ndim != 2 || table->shape[0] != batch) {
+        char shape[128];
+        return cli_error("%s: --block-table needs an int32 table of shape (b, max_pages) with b "
+                         "= %lld (Q's batch size), not %s",
+                         path, (long long)batch, shape_text(table, shape, sizeof shape));
+    }
+    return -1;
+}
+
+/* --k-new / --v-new: (b, h_kv, n_new, d_k) and (b, h_kv, n_new, d_v) in Q's rank, b as
+ * in Q, h_kv and d as in K and V. Returns -1 to go on, or an exit status. */
+int run_check_new_rows(const run_args *a, const run_inputs *in)
+{
+    const char *const options[2] = {"--k-new", "--v-new"};
+    const char *const paths[2] = {a->k_new_file, a->v_new_file};
+    const npy_data *const rows[2] = {&in->k_new, &in->v_new};
+    const int64_t d[2] = {in->ks[3], in->vs[3]};
+    const int64_t n_new = in->k_new.shape[in->k_new.ndim - 2];
+    for (int i = 0; i < 2; ++i) {
+        int64_t s[4];
+        shape4(rows[i]->shape, rows[i]->ndim, s);
+        if (rows[i]->ndim != in->q.ndim || s[0] != in->qs[0] || s[1] != in->ks[1] ||
+            s[2] != n_new || s[3] != d[i]) {
+            char shape[128];
+            return cli_error("%s: %s needs rows shaped (b, h_kv, n_new, %s) = (%lld, %lld, %s, "
+                             "%lld) in Q's rank %d, not %s",
+                             paths[i], options[i], i == 0 ? "d_k" : "d_v", (long long)in->qs[0],
+                             (long long)in->ks[1], i == 0 ? "n_new" : "n_new of --k-new",
+                             (long long)d[i], in->q.ndim, shape_text(rows[i], shape, sizeof shape));
+        }
+    }
+    return -1;
+}
+
+/* --rotary-cos / --rotary-sin: float32 (table_len, dim/2), the same shape. Returns -1
+ * to go on, or an exit status. */
+int run_check_rotary_tables(const run_args *a, const run_inputs *in)
+{
+    const int64_t dim = a->rotary_dim != 0 ? a->rotary_dim : in->qs[3];
+    const char *const options[2] = {"--rotary-cos", "--rotary-sin"};
+    const char *const paths[2] = {a->rotary_cos_file, a->rotary_sin_file};
+    const npy_data *const tables[2] = {&in->rotary_cos, &in->rotary_sin};
+    for (int i = 0; i < 2; ++i) {
+        if (tables[i]->ndim != 2 || tables[i]->shape[1] != dim / 2 ||
+            tables[i]->shape[0] != tables[0]->shape[0]) {
+            char shape[128];
+            return cli_error("%s: %s needs a float32 table of shape (table_len, dim/2) = (%s, "
+                             "%lld), not %s",
+                             paths[i], options[i], i == 0 ? "table_len" : "that of --rotary-cos",
+                             (long long)(dim / 2), shape_text(tables[i], shape, sizeof shape));
+        }
+    }
+    return -1;
+}
+
+/* --cu-seqlens-q / --cu-seqlens-k: b + 1 offsets each (lists, or int32 files already
+ * read), as many in both; the library checks their values. Returns -1 to go on, or
+ * an exit status. */
+int run_check_cu_seqlens(const run_args *a, const run_inputs *in, const int32_t **cu_q,
+                         const int32_t **cu_k, size_t *count)
+{
+    const char *const options[2] = {"--cu-seqlens-q", "--cu-seqlens-k"};
+    const char *const paths[2] = {a->cu_q_file, a->cu_k_file};
+    const npy_data *const files[2] = {&in->cu_q, &in->cu_k};
+    const int32_t *const lists[2] = {a->cu_q, a->cu_k};
+    const size_t list_counts[2] = {a->n_cu_q, a->n_cu_k};
+    const int32_t **const out[2] = {cu_q, cu_k};
+    size_t counts[2];
+    for (int i = 0; i < 2; ++i) {
+        counts[i] = list_counts[i];
+        *out[i] = lists[i];
+        if (paths[i] != NULL) {
+            if (files[i]->ndim != 1 || files[i]->count < 1) {
+                char shape[128];
+                return cli_error("%s: %s needs b + 1 int32 offsets, shape (b + 1,), not %s",
+                                 paths[i], options[i], shape_text(files[i], shape, sizeof shape));
+            }
+            counts[i] = files[i]->count;
+            *out[i] = files[i]->data;
+        }
+    }
+    if (counts[0] != counts[1]) {
+        return cli_error("%s has %zu offsets but %s %zu (b + 1 each)", options[0], counts[0],
+                         options[1], counts[1]);
+    }
+    *count = counts[0];
+    return -1;
+}
