@@ -3,8 +3,9 @@
 # weights, --check, and the options of the desc: mask files, lengths, windows, ALiBi,
 # attention sinks, softcap, positions, masked rows, LSE, head-mean weights, float16 and
 # bfloat16 files; the KV-cache options: paged K/V, appending with rotary embeddings,
-# packed variable-length batches), usage errors, malformed inputs that must fail
-# without touching an existing output file, and outputs that must never be replaced
+# packed variable-length batches; the gradients of --backward), usage errors,
+# malformed inputs that must fail without touching an existing output file, and
+# outputs that must never be replaced
 # (inputs, folders, symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, cut, ln, mkfifo and
 # mktemp: the .npy inputs are written here with printf.
 #
@@ -1090,6 +1091,174 @@ run_6x3 x.npy --out "$tmp/o.npy" --scores-stage raw
 expect_rc "run --scores-stage without --scores" 2
 run_6x3 x.npy --out "$tmp/o.npy" --scores "$tmp/o.npy"
 expect_rc "run --scores the same file as --out" 2
+
+# ---- run --backward: the gradients dQ, dK, dV and the sinks' -------------------------
+# A causal GQA problem: two query heads (X and B_Q2) share the one key/value head X
+# (K = V, scale 1/sqrt(3)), dO random. The expected gradients are float64 sums of the
+# formulas written out apart from the library (P the softmax of the visible scores,
+# dV = P^T dO, dS = P*(dO V^T - rowsum(dO*O)), dQ = scale*dS K, dK = scale*dS^T Q, dK and
+# dV summed over the two query heads; with --sinks 0.5,-inf the sink takes a share of
+# head 0's rows and d_sinks_h = -sum_i P_sink,i * rowsum(dO*O)_i).
+B_Q2="3f6e147b bf7a1cac 3ef1a9fc bf2f1aa0 3f791687 bf774bc7 3f424dd3 3eb9db23 3f370a3d
+      3f800000 bf056042 bea5e354 3ed4fdf4 bee0c49c bef22d0e bf0b020c 3f374bc7 3f3fbe77"
+B_DO="3f1851ec bf0d9168 3f59999a 3cbc6a7f bf0978d5 bdb645a2 be23d70a bf578d50 3e041893
+      be8f5c29 3e0e5604 3f5c28f6 3e94fdf4 be428f5c 3f3a1cac 3f7d70a4 bc9ba5e3 3f63d70a
+      bf7645a2 bf381062 bf27ef9e 3f604189 3ec3126f 3ee04189 beda9fbe bc23d70a 3f4624dd
+      bf4ccccd bf449ba6 bf67ae14 bd810625 3f2e5604 3de147ae be49ba5e 3b83126f bf245a1d"
+B_DQ="0 0 0 -0.006143606 -0.03686163 0.01177524 -0.009577991 -0.05248657 0.01770549
+      0.006196612 -0.007373207 0.01345421 -0.0009448552 -0.004365594 0.02752422
+      0.02739249 -0.005444099 0.02372842 0 0 0 0.004553739 0.02732244 -0.008727999
+      -0.004034369 -0.02173096 0.0074084 -0.0246546 -0.03286383 -0.01570407 -0.006265329
+      0.03562066 0.01226933 -0.004771279 0.0008783099 -0.01861343"
+B_DK="0.1741998 0.1087374 0.153776 -0.1059395 -0.01699696 -0.09445839 -0.05480395
+      -0.0107571 -0.02607902 0.03198979 -0.07303929 -0.04107434 -0.03867565 0.01683312
+      0.02258894 -0.006770419 -0.02477713 -0.01475319"
+B_DV="-0.3187851 -1.666571 0.7331041 0.2851698 -0.4589818 0.7811219 -0.2747195
+      -0.3841223 0.5544631 -0.09198407 -0.05264281 0.1638084 0.1470474 0.1319457
+      0.2227712 0.1392715 -0.002628346 0.0307313"
+B_DQ_SINK="0.0575978 0.02009226 0.1192141 -0.02558015 -0.0503176 -0.02374467 -0.03502561
+           -0.07662898 -0.02325852 0.02744976 0.02600783 0.04194416 0.01903687
+           0.01744121 0.0421978 0.05080144 0.0358964 0.05605634 0 0 0 0.004553739
+           0.02732244 -0.008727999 -0.004034369 -0.02173096 0.0074084 -0.0246546
+           -0.03286383 -0.01570407 -0.006265329 0.03562066 0.01226933 -0.004771279
+           0.0008783099 -0.01861343"
+B_DK_SINK="0.1993871 0.08413873 0.2381248 -0.1091195 -0.01874659 -0.09828017 -0.05249254
+           -0.003892059 -0.02345375 0.04504332 -0.04828895 -0.02602595 -0.02894937
+           0.02674142 0.0285332 -0.005894199 -0.01075761 -0.005114768"
+B_DV_SINK="-0.6174279 -1.288732 0.2404912 0.2697524 -0.3068138 0.6786058 -0.2862238
+           -0.3213673 0.4379785 -0.1102032 -0.05277221 0.07703605 0.1172776 0.1398757
+           0.177438 0.1128213 -0.002120716 0.006952837"
+B_DS_SINK="-0.332811 0"
+npy "$tmp/qg.npy" '<f4' '(2, 6, 3)' $X $B_Q2
+npy "$tmp/dog.npy" '<f4' '(2, 6, 3)' $B_DO
+npy "$tmp/do6.npy" '<f4' '(6, 3)' 3f1851ec bf0d9168 3f59999a 3cbc6a7f bf0978d5 bdb645a2 be23d70a bf578d50 3e041893 be8f5c29 3e0e5604 3f5c28f6 3e94fdf4 be428f5c 3f3a1cac 3f7d70a4 bc9ba5e3 3f63d70a
+
+# bwd ARGS...: `clattn run --backward` of that problem, the gradients into g[qkv].npy.
+bwd() {
+    run_clattn run --backward --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+        --do "$tmp/dog.npy" --dq "$tmp/gq.npy" --dk "$tmp/gk.npy" --dv "$tmp/gv.npy" "$@"
+}
+run_clattn run --help
+expect_text "run --help (--backward)" "$tmp/out" "clattn run --backward --q Q.npy"
+expect_text "run --help (--backward)" "$tmp/out" "--do FILE dO = dL/dO (PyTorch's grad_out"
+
+# O and the LSE recomputed; --check compares each gradient with the reference
+rm -f "$tmp/gq.npy" "$tmp/gk.npy" "$tmp/gv.npy"
+bwd --check
+expect_rc "run --backward --check" 0
+for g in dQ dK dV; do
+    expect_text "run --backward --check ($g)" "$tmp/out" "check $g: max abs error"
+done
+expect_text "run --backward --check" "$tmp/out" ": within 0.0002 + 0.002*|reference|"
+expect_values "run --backward (dQ)" "$tmp/gq.npy" "$B_DQ" 1e-5
+expect_values "run --backward (dK)" "$tmp/gk.npy" "$B_DK" 1e-5
+expect_values "run --backward (dV)" "$tmp/gv.npy" "$B_DV" 1e-5
+expect_shape "run --backward (dQ)" "$tmp/gq.npy" "(2, 6, 3)"
+expect_shape "run --backward (dK)" "$tmp/gk.npy" "(1, 6, 3)"
+expect_descr "run --backward (dV)" "$tmp/gv.npy" "<f4"
+if npy_values "$tmp/gq.npy" | awk '$1 != 0 { nonzero = 1 } END { exit !nonzero }'
+then pass; else fail "run --backward: dQ is all zeros"; fi
+for g in gq gk gv; do cp "$tmp/$g.npy" "$tmp/$g-recomputed.npy"; done
+
+# O and the LSE from the forward call (--out, --lse): the same gradients, bit for bit
+run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --out "$tmp/og.npy" --lse "$tmp/lg.npy"
+expect_rc "run (the forward of --backward --o --lse)" 0
+bwd --o "$tmp/og.npy" --lse "$tmp/lg.npy" --check
+expect_rc "run --backward --o --lse --check" 0
+expect_text "run --backward --o --lse --check" "$tmp/out" "check dV: max abs error"
+for g in gq gk gv; do
+    if cmp -s "$tmp/$g.npy" "$tmp/$g-recomputed.npy"; then pass; else
+        fail "run --backward --o --lse: $g.npy differs from the recomputed forward's"; fi
+done
+
+# --sinks: d_sinks too (--dsinks, float32 (h_q,)); head 1 has no sink (-inf): 0
+bwd --sinks "$tmp/sinks2.npy" --dsinks "$tmp/gs.npy" --check
+expect_rc "run --backward --sinks --check" 0
+expect_text "run --backward --sinks --check" "$tmp/out" "check d_sinks: max abs error"
+expect_values "run --backward --sinks (d_sinks)" "$tmp/gs.npy" "$B_DS_SINK" 1e-5
+expect_shape "run --backward --sinks (d_sinks)" "$tmp/gs.npy" "(2,)"
+expect_values "run --backward --sinks (dQ)" "$tmp/gq.npy" "$B_DQ_SINK" 1e-5
+expect_values "run --backward --sinks (dK)" "$tmp/gk.npy" "$B_DK_SINK" 1e-5
+expect_values "run --backward --sinks (dV)" "$tmp/gv.npy" "$B_DV_SINK" 1e-5
+
+# every term of the desc at once, the forward run unfused; and 16-bit inputs, whose
+# gradients keep their dtypes (dQ float16, dK float32, dV bfloat16)
+bwd --algorithm unfused --softcap 2 --alibi 0.5,0.25 --window 2,1 --q-start 1 --kv-lens 5 \
+    --sinks "$tmp/sinks2.npy" --check
+expect_rc "run --backward, every term, --check" 0
+run_clattn run --backward --q "$tmp/x16.npy" --k "$tmp/x.npy" --v "$tmp/xbf.npy" --dtype bf16 \
+    --mask causal --do "$tmp/do6.npy" --dq "$tmp/gq16.npy" --dk "$tmp/gk16.npy" \
+    --dv "$tmp/gv16.npy" --check
+expect_rc "run --backward float16/bfloat16 --check" 0
+expect_text "run --backward float16/bfloat16 --check" "$tmp/out" "+ 1 ulp of float16"
+expect_descr "run --backward float16 (dQ)" "$tmp/gq16.npy" "<f2"
+expect_descr "run --backward float32 (dK)" "$tmp/gk16.npy" "<f4"
+expect_descr "run --backward bfloat16 (dV)" "$tmp/gv16.npy" "<u2"
+
+# bwd_failure NAME STATUS TEXT ARGS...: `clattn run ARGS` exits with STATUS, its message
+# contains TEXT, the gradient files g[qkvs].npy are unchanged, and no temporary file is
+# left behind.
+for g in gq gk gv gs; do cp "$tmp/$g.npy" "$tmp/$g.orig"; done
+bwd_failure() {
+    name=$1 status=$2 text=$3
+    shift 3
+    run_clattn run "$@"
+    expect_rc "$name" "$status"
+    expect_text "$name" "$tmp/err" "$text"
+    for g in gq gk gv gs; do
+        if cmp -s "$tmp/$g.npy" "$tmp/$g.orig"; then pass; else
+            fail "$name: $g.npy was changed"
+            cp "$tmp/$g.orig" "$tmp/$g.npy"
+        fi
+    done
+    for left in "$tmp"/*.clattn-tmp*; do
+        if [ -e "$left" ]; then fail "$name: temporary file $left left behind"; return; fi
+    done
+    pass
+}
+B_IN="--backward --q $tmp/qg.npy --k $tmp/x3.npy --v $tmp/x3.npy --mask causal"
+B_OUT="--dq $tmp/gq.npy --dk $tmp/gk.npy --dv $tmp/gv.npy"
+bwd_failure "run --backward without --do" 2 "--backward needs --do FILE" $B_IN $B_OUT
+bwd_failure "run --backward without --dv" 2 "--backward needs --dv FILE" $B_IN \
+    --do "$tmp/dog.npy" --dq "$tmp/gq.npy" --dk "$tmp/gk.npy"
+bwd_failure "run --backward, dO not shaped like O" 1 \
+    "--do has shape (1, 6, 3); it must be (2, 6, 3) (O's shape" $B_IN --do "$tmp/x3.npy" $B_OUT
+bwd_failure "run --backward, an O of another shape" 1 "--o has shape (6, 3); it must be (2, 6, 3)" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --o "$tmp/x.npy" --lse "$tmp/lg.npy"
+bwd_failure "run --backward, an LSE of another shape" 1 \
+    "--lse has shape (2, 6, 3); it must be (2, 6) (the forward's LSE" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --o "$tmp/og.npy" --lse "$tmp/og.npy"
+bwd_failure "run --backward --o without --lse" 2 "--o needs --lse" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --o "$tmp/og.npy"
+bwd_failure "run --backward --out" 2 "--out is the forward pass's output" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --out "$tmp/never.npy"
+bwd_failure "run --backward --weights" 2 "--weights is an output of the forward pass" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --weights "$tmp/never.npy"
+bwd_failure "run --dq without --backward" 2 "--dq needs --backward" \
+    --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --out "$tmp/never.npy" --dq "$tmp/gq.npy"
+bwd_failure "run --backward --dsinks without --sinks" 2 "--dsinks needs --sinks FILE" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --dsinks "$tmp/gs.npy"
+bwd_failure "run --backward --cu-seqlens (varlen)" 1 \
+    "clattn_attention_backward failed: unsupported: varlen: the backward pass takes" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --cu-seqlens-q 0,2,6 --cu-seqlens-k 0,2,6
+bwd_failure "run --backward, dQ in a missing folder" 1 \
+    "$tmp/no/dir/gq.npy: cannot create a temporary file in its folder" \
+    $B_IN --do "$tmp/dog.npy" --dq "$tmp/no/dir/gq.npy" --dk "$tmp/gk.npy" --dv "$tmp/gv.npy"
+bwd_failure "run --backward, dQ is Q" 2 "--dq '$tmp/qg.npy' is the same file as --q" \
+    $B_IN --do "$tmp/dog.npy" --dq "$tmp/qg.npy" --dk "$tmp/gk.npy" --dv "$tmp/gv.npy"
+bwd_failure "run --backward, dK is the LSE read" 2 "--dk '$tmp/lg.npy' is the same file as --lse" \
+    $B_IN --do "$tmp/dog.npy" --dq "$tmp/gq.npy" --dk "$tmp/lg.npy" --dv "$tmp/gv.npy" \
+    --o "$tmp/og.npy" --lse "$tmp/lg.npy"
+# the O and LSE of another problem (Q = X in both heads): --check sees wrong gradients
+run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --out "$tmp/o2x.npy" \
+    --lse "$tmp/l2x.npy"
+expect_rc "run (another problem's O and LSE)" 0
+bwd_failure "run --backward --check, another problem's O and LSE" 1 \
+    "--check failed: the gradients are not within tolerance; nothing was written" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --o "$tmp/o2x.npy" --lse "$tmp/l2x.npy" --check
+expect_text "run --backward --check, another problem's O and LSE" "$tmp/out" "check dQ: max abs error"
+expect_text "run --backward --check, another problem's O and LSE" "$tmp/out" "NOT within"
 
 # ---- progress of bench and tune on standard error; standard output unchanged --------
 run_clattn bench --shapes "1,2,2,16,16,8,8;1,2,2,1,32,8,8,none,fused" --reps 1

@@ -31,4 +31,13 @@ deviation compare(const float *got, const float *ref, size_t count);
 int report_check(const char *name, clattn_dtype dtype, const void *got, const void *ref,
                  size_t count);
 
+/* report_check() within atol + rtol*|ref| (plus one unit in the last place for float16
+ * and bfloat16) instead: the gradients of `run --backward`. */
+int report_check_tol(const char *name, clattn_dtype dtype, const void *got, const void *ref,
+                     size_t count, double atol, double rtol);
+
+/* The largest finite |x| of `count` elements of `dtype` (float32, float16, bfloat16); 0
+ * if none. */
+double check_max_abs(clattn_dtype dtype, const void *data, size_t count);
+
 #endif

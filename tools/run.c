@@ -1,5 +1,6 @@
 /* `clattn run`: attention on .npy files, optionally checked against the CPU reference,
- * its outputs written all-or-nothing. The command line is parsed in run_args.c. */
+ * its outputs written all-or-nothing. The command line is parsed in run_args.c, the desc
+ * made in run_kv.c; --backward goes on in run_backward.c after the inputs are read. */
 #include "check.h"
 #include "clattn.h"
 #include "cli.h"
@@ -13,21 +14,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Checks --out, --weights, --lse and --scores before anything is computed: none names an input
+/* Checks the outputs (--out, --weights, --lse, --scores, the caches; with --backward the
+ * gradients, and --lse is an input) before anything is computed: none names an input
  * file or another output (usage error), and each can be replaced. Returns -1 to go
  * on, or an exit status. */
 static int check_output_paths(const run_args *a)
 {
-    enum { N_OUTS = 6, N_INS = 16 };
-    const char *const out_names[N_OUTS] = {"--out",    "--weights",     "--lse",
-                                           "--scores", "--k-cache-out", "--v-cache-out"};
-    const char *const outs[N_OUTS] = {a->out,    a->weights,     a->lse,
-                                      a->scores, a->k_cache_out, a->v_cache_out};
-    const char *const in_names[N_INS] = {
-        "--q",           "--k",     "--v",          "--mask-file",  a->kv_lens_option,
-        "--q-lens",      "--sinks", "--k-scale",    "--v-scale",    "--block-table",
-        "--k-new",       "--v-new", "--rotary-cos", "--rotary-sin", "--cu-seqlens-q",
-        "--cu-seqlens-k"};
+    enum { N_OUTS = 10, N_INS = 19 };
+    const char *const lse_out = a->backward ? NULL : a->lse, *lse_in = a->backward ? a->lse : NULL;
+    const char *const out_names[N_OUTS] = {"--out",         "--weights",     "--lse", "--scores",
+                                           "--k-cache-out", "--v-cache-out", "--dq",  "--dk",
+                                           "--dv",          "--dsinks"};
+    const char *const outs[N_OUTS] = {a->out,         a->weights,     lse_out, a->scores,
+                                      a->k_cache_out, a->v_cache_out, a->dq,   a->dk,
+                                      a->dv,          a->dsinks};
+    const char *const in_names[N_INS] = {"--q",
+                                         "--k",
+                                         "--v",
+                                         "--mask-file",
+                                         a->kv_lens_option,
+                                         "--q-lens",
+                                         "--sinks",
+                                         "--k-scale",
+                                         "--v-scale",
+                                         "--block-table",
+                                         "--k-new",
+                                         "--v-new",
+                                         "--rotary-cos",
+                                         "--rotary-sin",
+                                         "--cu-seqlens-q",
+                                         "--cu-seqlens-k",
+                                         "--do",
+                                         "--o",
+                                         "--lse"};
     const char *const ins[N_INS] = {a->q,
                                     a->k,
                                     a->v,
@@ -43,7 +62,10 @@ static int check_output_paths(const run_args *a)
                                     a->rotary_cos_file,
                                     a->rotary_sin_file,
                                     a->cu_q_file,
-                                    a->cu_k_file};
+                                    a->cu_k_file,
+                                    a->d_out,
+                                    a->o_in,
+                                    lse_in};
     int n_outs = 0;
     for (int i = 0; i < N_OUTS; ++i) {
         n_outs += outs[i] != NULL;
@@ -162,13 +184,13 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
 
 /* ---- dtypes ---------------------------------------------------------------------- */
 
-static size_t dtype_size(clattn_dtype dtype)
+size_t dtype_size(clattn_dtype dtype)
 {
     return dtype == CLATTN_FLOAT32 ? 4 : dtype == CLATTN_BOOL ? 1 : 2;
 }
 
 /* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
-static npy_dtype npy_of(clattn_dtype dtype)
+npy_dtype npy_of(clattn_dtype dtype)
 {
     return dtype == CLATTN_FLOAT16 ? NPY_F16 : dtype == CLATTN_BFLOAT16 ? NPY_U16 : NPY_F32;
 }
@@ -176,7 +198,7 @@ static npy_dtype npy_of(clattn_dtype dtype)
 /* ---- running ------------------------------------------------------------------------ */
 
 /* A host view on packed data of a shape of rank 1..4 (leading 1s). */
-static clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype)
+clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype)
 {
     int64_t s[4];
     shape4(shape, ndim, s);
@@ -186,7 +208,7 @@ static clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clatt
 }
 
 /* Element count of a shape, or 0 in *ok if it (times esize bytes) overflows size_t. */
-static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
+size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
 {
     size_t n = 1;
     for (int i = 0; i < ndim; ++i) {
@@ -200,7 +222,7 @@ static size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
 
 /* The library dtype of input `path`, read as `d`; 0 if it has none (a message is
  * printed). */
-static int input_dtype(const run_args *a, const char *path, const npy_data *d, clattn_dtype *out)
+int input_dtype(const run_args *a, const char *path, const npy_data *d, clattn_dtype *out)
 {
     switch (d->dtype) {
     case NPY_F32: *out = CLATTN_FLOAT32; return 1;
@@ -231,74 +253,6 @@ const char *shape_text(const npy_data *d, char *buf, size_t size)
                                  : ")");
     }
     return buf;
-}
-
-/* The mask tensor view of the mask file broadcast to (b, h_q, n_q, n_kv): dimensions of
- * 1 broadcast (b and h through shape 1, n_q and n_kv through stride 0). Returns 1, or
- * 0 after a message. */
-static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out)
-{
-    const npy_data *m = &in->mask;
-    const int64_t target[4] = {in->qs[0], in->qs[1], in->qs[2], in->n_kv};
-    int64_t fs[4], packed[4];
-    shape4(m->shape, m->ndim, fs);
-    static const char *const names[4] = {"b", "h_q", "n_q", "n_kv"};
-    for (int i = 0; i < 4; ++i) {
-        if (fs[i] != 1 && fs[i] != target[i]) {
-            char shape[128];
-            cli_error("%s: the mask's shape %s does not broadcast to (b, h_q, n_q, n_kv) = (%lld, "
-                      "%lld, %lld, %lld): its %s dimension is %lld, need 1 or %lld",
-                      a->mask_file, shape_text(m, shape, sizeof shape), (long long)target[0],
-                      (long long)target[1], (long long)target[2], (long long)target[3], names[i],
-                      (long long)fs[i], (long long)target[i]);
-            return 0;
-        }
-    }
-    packed[3] = 1;
-    for (int i = 2; i >= 0; --i) {
-        packed[i] = packed[i + 1] * fs[i + 1];
-    }
-    *out = clattn_tensor_host(m->data, fs[0], fs[1], target[2], target[3]);
-    out->dtype = m->dtype == NPY_F32 ? CLATTN_FLOAT32 : CLATTN_BOOL;
-    for (int i = 0; i < 4; ++i) {
-        /* never all 0 (that would mean packed): strides[3] or an earlier one is 1 */
-        out->strides[i] = i >= 2 && fs[i] == 1 && target[i] != 1 ? 0 : packed[i];
-        if (out->strides[i] == 0) { /* an explicit broadcast, as the library asks */
-            out->broadcast |= CLATTN_BROADCAST(i);
-        }
-    }
-    return 1;
-}
-
-/* --kv-lens / --q-lens: the list (exit status 2 when it does not fit the inputs) or
- * the int32 file (already read into `file`; exit status 1). Returns -1 to go on. */
-static int check_lengths(const char *option, const char *what, const int32_t *list, size_t count,
-                         const char *path, const npy_data *file, int64_t batch, int64_t limit,
-                         const int32_t **out)
-{
-    if (path != NULL) {
-        list = file->data;
-        count = file->count;
-        if (file->ndim != 1 || (int64_t)count != batch) {
-            return cli_error("%s: %s needs one int32 per batch entry, shape (%lld,)", path, option,
-                             (long long)batch);
-        }
-    } else if ((int64_t)count != batch) {
-        return usage_error("clattn run", "%s has %zu value%s but the batch size of Q is %lld",
-                           option, count, count == 1 ? "" : "s", (long long)batch);
-    }
-    for (size_t i = 0; i < count; ++i) {
-        if (list[i] < 0 || list[i] > limit) {
-            if (path != NULL) {
-                return cli_error("%s: value %lld (batch entry %zu) is outside 0..%s (%lld)", path,
-                                 (long long)list[i], i, what, (long long)limit);
-            }
-            return usage_error("clattn run", "%s: value %lld (batch entry %zu) is above %s (%lld)",
-                               option, (long long)list[i], i, what, (long long)limit);
-        }
-    }
-    *out = list;
-    return -1;
 }
 
 /* --check with --k-new: the caches written by the call against those the reference
@@ -486,97 +440,16 @@ static int run_attention(const run_args *a, run_inputs *in)
     clattn_tensor tw =
         clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
     clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
-    clattn_tensor tm, tks, tvs, tkn, tvn;
-    clattn_paged_kv paged;
-    clattn_rotary rotary;
-    clattn_varlen varlen;
-    clattn_attention_desc desc = clattn_attention_desc_default();
-    desc.scale = a->scale;
-    desc.mask = a->mask;
-    desc.algorithm = a->algorithm;
-    desc.weights = w != NULL ? &tw : NULL;
-    desc.weights_head_mean = a->head_mean;
-    desc.lse = lse != NULL ? &tl : NULL;
-    desc.softcap = a->softcap;
-    desc.masked_rows = a->masked_rows;
-    desc.window = a->window;
-    desc.window_left = a->window_left;
-    desc.window_right = a->window_right;
-    desc.q_start = a->q_start;
-    desc.kv_start = a->kv_start;
-    desc.alibi_slopes = a->alibi;
-    if (a->k_scale_file != NULL) { /* [b|1, h_kv, n_kv|1, 1]: extents of 1 broadcast */
-        tks = host_view(in->k_scale.data, in->k_scale.shape, ndim, CLATTN_FLOAT32);
-        desc.k_scale = &tks;
-    }
-    if (a->v_scale_file != NULL) {
-        tvs = host_view(in->v_scale.data, in->v_scale.shape, ndim, CLATTN_FLOAT32);
-        desc.v_scale = &tvs;
-    }
-    if (a->mask_file != NULL) {
-        if (!mask_view(a, in, &tm)) {
-            goto done;
-        }
-        desc.mask_tensor = &tm;
-    }
-    int lrc = -1;
-    if (a->block_table_file != NULL) {
-        lrc = run_check_block_table(a->block_table_file, &in->block_table, in->qs[0]);
-        paged = (clattn_paged_kv){in->block_table.data, NULL, in->block_table.shape[1]};
-        desc.paged = &paged;
-    }
-    if (lrc < 0 && a->k_new_file != NULL) {
-        lrc = run_check_new_rows(a, in);
-        tkn = host_view(in->k_new.data, in->k_new.shape, ndim, in->dk_new);
-        tvn = host_view(in->v_new.data, in->v_new.shape, ndim, in->dv_new);
-        desc.k_new = &tkn;
-        desc.v_new = &tvn;
-    }
-    if (lrc < 0 && a->rotary) {
-        rotary = (clattn_rotary){
-            a->rotary_dim, a->rotary_interleaved, a->rotary_base, NULL, NULL, NULL, 0};
-        if (a->rotary_cos_file != NULL) {
-            lrc = run_check_rotary_tables(a, in);
-            rotary.cos_table = in->rotary_cos.data;
-            rotary.sin_table = in->rotary_sin.data;
-            rotary.table_len = in->rotary_cos.shape[0];
-        }
-        desc.rotary = &rotary;
-    }
-    if (lrc < 0 && a->cu_q_text != NULL) {
-        const int32_t *cu_q = NULL, *cu_k = NULL;
-        size_t n = 0;
-        lrc = run_check_cu_seqlens(a, in, &cu_q, &cu_k, &n);
-        varlen = (clattn_varlen){cu_q, cu_k, (int64_t)n - 1};
-        desc.varlen = &varlen;
-    }
-    if (lrc < 0 && a->kv_lens_text != NULL) {
-        lrc = check_lengths(a->kv_lens_option, "n_kv", a->kv_lens, a->n_kv_lens, a->kv_lens_file,
-                            &in->kv_lens, in->qs[0], n_kv, &desc.kv_lens);
-    }
-    if (lrc < 0 && a->q_lens_text != NULL) {
-        lrc = check_lengths("--q-lens", "n_q", a->q_lens, a->n_q_lens, a->q_lens_file, &in->q_lens,
-                            in->qs[0], in->qs[2], &desc.q_lens);
-    }
+    run_desc rd;
+    int lrc = run_make_desc(a, in, &rd);
     if (lrc >= 0) {
         rc = lrc;
         goto done;
     }
-    if (a->alibi != NULL && (int64_t)a->n_alibi != in->qs[1]) {
-        rc = usage_error("clattn run",
-                         "--alibi has %zu slope%s but Q has %lld heads (one slope "
-                         "per query head)",
-                         a->n_alibi, a->n_alibi == 1 ? "" : "s", (long long)in->qs[1]);
-        goto done;
-    }
-    if (a->sinks_file != NULL) {
-        lrc = run_check_sinks(a->sinks_file, &in->sinks, in->qs[1]);
-        if (lrc >= 0) {
-            rc = lrc;
-            goto done;
-        }
-        desc.sinks = in->sinks.data;
-    }
+    clattn_attention_desc desc = rd.desc;
+    desc.weights = w != NULL ? &tw : NULL;
+    desc.weights_head_mean = a->head_mean;
+    desc.lse = lse != NULL ? &tl : NULL;
     /* --k-new: the call writes the appended rows into K and V; the reference of --check
      * appends into its own copies of the caches as they were before */
     clattn_tensor ref_tk = tk, ref_tv = tv;
@@ -761,7 +634,7 @@ int cmd_run(int argc, char **argv)
     memset(&in, 0, sizeof in);
     rc = read_inputs(&a, &in);
     if (rc < 0) {
-        rc = run_attention(&a, &in);
+        rc = a.backward ? run_backward(&a, &in) : run_attention(&a, &in);
     }
     npy_data *const arrays[] = {&in.q,          &in.k,           &in.v,     &in.mask,
                                 &in.kv_lens,    &in.q_lens,      &in.sinks, &in.k_scale,

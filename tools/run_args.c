@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* In two parts: ISO C compilers need only support string literals of 4095 bytes. */
+/* In parts: ISO C compilers need only support string literals of 4095 bytes. */
 static const char run_usage_1[] =
     "Usage: clattn run --q Q.npy --k K.npy --v V.npy --out O.npy [options]\n"
+    "       clattn run --backward --q Q.npy --k K.npy --v V.npy --do dO.npy --dq dQ.npy\n"
+    "                  --dk dK.npy --dv dV.npy [--o O.npy --lse LSE.npy] [options]\n"
     "\n"
     "Computes O = softmax(scale*Q*K^T + bias + mask)*V. Inputs are C-order little-endian\n"
     ".npy files shaped (n, d), (h, n, d) or (b, h, n, d), all of the same rank:\n"
@@ -111,7 +113,7 @@ static const char run_usage_2[] =
     "  --lse FILE        also write each query row's log-sum-exp of its visible scores\n"
     "                    and its sink (float32, natural log; -inf for a row with no\n"
     "                    visible key and no sink), shaped like O without its last\n"
-    "                    dimension\n"
+    "                    dimension (with --backward: the forward's LSE, an input)\n"
     "  --scores FILE     also write the score matrix (float32, shaped like the weights),\n"
     "                    whichever algorithm runs, at the stage --scores-stage names:\n"
     "  --scores-stage S  raw (scale*Q*K^T), softcap (after the softcap) or masked (the\n"
@@ -141,8 +143,41 @@ static const char run_usage_2[] =
     "Exit status: 0 success, 1 failure (a file, the library or --check), 2 usage error\n"
     "(including --kv-lens, --q-lens, --alibi and --cu-seqlens lists that do not fit the\n"
     "inputs).\n";
+static const char run_usage_bwd[] =
+    "\n"
+    "Backward pass (training): --backward writes the gradients of a loss L with respect\n"
+    "to Q, K and V instead of O, by clattn_attention_backward (FlashAttention-2's\n"
+    "backward; PyTorch: q.grad, k.grad, v.grad after out.backward(grad_out), or\n"
+    "grad_query, grad_key, grad_value of SDPA's backward; FlashAttention: dq, dk, dv):\n"
+    "  --backward        compute the gradients (needs --do, --dq, --dk, --dv; refuses\n"
+    "                    --out, --weights, --scores, --out-dtype and the cache outputs)\n"
+    "  --do FILE         dO = dL/dO (PyTorch's grad_out, FlashAttention's dout), shaped\n"
+    "                    like O: Q's shape with the last dimension d_v; a float dtype\n"
+    "  --o FILE          the forward's O, as its --out wrote it (PyTorch's out), with\n"
+    "  --lse FILE        the forward's LSE, as its --lse wrote it (PyTorch's logsumexp,\n"
+    "                    FlashAttention's softmax_lse): float32, Q's shape without the\n"
+    "                    last dimension. Both or neither: without them the forward is\n"
+    "                    run first (O in float32, the LSE) with the same options\n"
+    "  --dq FILE         dQ, in Q's shape and dtype\n"
+    "  --dk FILE         dK, in K's shape and dtype (grouped-query heads: summed over\n"
+    "                    each KV head's query heads)\n"
+    "  --dv FILE         dV, in V's shape and dtype\n"
+    "  --dsinks FILE     with --sinks: also write dL/dsinks, float32 of shape (h_q,)\n"
+    "                    (0 for a head whose sink is -inf)\n"
+    "  --check           compare dQ, dK, dV (and dL/dsinks with --sinks) with the\n"
+    "                    float64 reference (clattn_reference_attention_backward): each\n"
+    "                    element within 2e-4*s + 2e-3*|reference|, s = max(1, the largest\n"
+    "                    |reference| of that gradient), plus one unit in the last place\n"
+    "                    of a float16 or bfloat16 gradient\n"
+    "Every option of the forward call applies to both passes: masks, --mask-file (no\n"
+    "gradient into the mask), lengths, --window, --alibi, --softcap, --sinks, positions,\n"
+    "--masked-rows, grouped-query heads, dtypes; --algorithm to the forward run only. A\n"
+    "row with no visible key gets dQ = 0. The backward pass does not take paged or int8\n"
+    "K/V, --k-new, --rotary or --cu-seqlens: the library refuses them, exit status 1\n"
+    "and its message (\"clattn_attention_backward failed: unsupported: ...\").\n";
 /* parse_run_args joins them */
-static char run_usage[sizeof run_usage_1 + sizeof run_usage_kv + sizeof run_usage_2];
+static char
+    run_usage[sizeof run_usage_1 + sizeof run_usage_kv + sizeof run_usage_2 + sizeof run_usage_bwd];
 
 void free_run_args(run_args *a)
 {
@@ -314,9 +349,10 @@ static const option *find_option(const char *arg, const option *options, size_t 
     return NULL;
 }
 
-/* parse_command_line() takes at most 32 options: the KV-cache options go through a
- * second call. Splits argv into the arguments of `kv` options (with their values) and
- * the others, in order; `main` tells which of the others take a value. */
+/* parse_command_line() takes at most 32 options: the KV-cache options and those of
+ * --backward go through a second call. Splits argv into the arguments of `kv` options
+ * (with their values) and the others, in order; `main` tells which of the others take a
+ * value. */
 static void split_kv_arguments(int argc, char **argv, const option *main, size_t n_main,
                                const option *kv, size_t n_kv, char **rest, int *n_rest,
                                char **kv_args, int *n_kv_args)
@@ -487,8 +523,16 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--rotary-sin", &a->rotary_sin_file, NULL},
         {"--cu-seqlens-q", &a->cu_q_text, NULL},
         {"--cu-seqlens-k", &a->cu_k_text, NULL},
+        {"--backward", NULL, &a->backward},
+        {"--do", &a->d_out, NULL},
+        {"--o", &a->o_in, NULL},
+        {"--dq", &a->dq, NULL},
+        {"--dk", &a->dk, NULL},
+        {"--dv", &a->dv, NULL},
+        {"--dsinks", &a->dsinks, NULL},
     };
-    snprintf(run_usage, sizeof run_usage, "%s%s%s", run_usage_1, run_usage_kv, run_usage_2);
+    snprintf(run_usage, sizeof run_usage, "%s%s%s%s", run_usage_1, run_usage_kv, run_usage_2,
+             run_usage_bwd);
     a->out_dtype = -1;
     char **rest = malloc((size_t)(argc + 1) * 2 * sizeof *rest);
     if (rest == NULL) {
@@ -509,12 +553,19 @@ int parse_run_args(int argc, char **argv, run_args *a)
     if (rc >= 0) {
         return rc;
     }
-    const char *const required[] = {"--q", "--k", "--v", "--out"};
-    const char *const values[] = {a->q, a->k, a->v, a->out};
-    for (int i = 0; i < 4; ++i) {
+    const char *const required[] = {"--q", "--k", "--v"};
+    const char *const values[] = {a->q, a->k, a->v};
+    for (int i = 0; i < 3; ++i) {
         if (values[i] == NULL || values[i][0] == '\0') {
             return usage_error(command, "missing %s FILE", required[i]);
         }
+    }
+    rc = check_backward_args(a); /* run_backward.c; --backward writes no O */
+    if (rc >= 0) {
+        return rc;
+    }
+    if (!a->backward && (a->out == NULL || a->out[0] == '\0')) {
+        return usage_error(command, "missing --out FILE");
     }
     if (a->scale_text != NULL) {
         char *end;

@@ -54,6 +54,11 @@ typedef struct run_args {
     const char *cu_q_text, *cu_k_text, *cu_q_file, *cu_k_file;
     int32_t *cu_q, *cu_k;
     size_t n_cu_q, n_cu_k;
+    /* --backward (tools/run_backward.c): the gradients instead of O. --do: dO (input);
+     * --o: the forward's O (input; with --lse, which then names the forward's LSE, an
+     * input too); --dq, --dk, --dv, --dsinks: the gradients (outputs) */
+    int backward;
+    const char *d_out, *o_in, *dq, *dk, *dv, *dsinks;
 } run_args;
 
 /* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;
@@ -75,6 +80,32 @@ typedef struct run_inputs {
     int64_t n_kv;                /* keys per batch entry: ks[2], or max_pages*page_size */
 } run_inputs;
 
+/* Bytes per element of a library dtype (float32 4, bool 1, others 2). */
+size_t dtype_size(clattn_dtype dtype);
+/* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
+npy_dtype npy_of(clattn_dtype dtype);
+/* A host view on packed data of a shape of rank 1..4 (leading 1s). */
+clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype);
+/* Element count of a shape; *ok becomes 0 if it (times esize bytes) overflows size_t. */
+size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok);
+/* The library dtype of input `path`, read as `d`; 0 if it has none (after a message). */
+int input_dtype(const run_args *a, const char *path, const npy_data *d, clattn_dtype *out);
+
+/* The desc of a run's options and inputs, without outputs (weights, LSE), and the
+ * views and structures it points to: rd->desc points into rd and into `in`, so rd is
+ * used where it was made, never copied (a copy of rd->desc is fine). */
+typedef struct run_desc {
+    clattn_attention_desc desc;
+    clattn_tensor mask, k_scale, v_scale, k_new, v_new;
+    clattn_paged_kv paged;
+    clattn_rotary rotary;
+    clattn_varlen varlen;
+} run_desc;
+/* Fills rd from the options and the inputs read, checking the inputs against each other
+ * (mask shape, block table, new rows, rotary tables, cu_seqlens, lengths, ALiBi slopes,
+ * sinks). Returns -1 to go on, or an exit status. */
+int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd);
+
 /* The 4-D shape of an npy array of rank ndim (leading dimensions 1). */
 void shape4(const int64_t *shape, int ndim, int64_t out[4]);
 /* "(a, b, …)" of an array's shape into buf. */
@@ -88,5 +119,13 @@ int run_check_new_rows(const run_args *a, const run_inputs *in);
 int run_check_rotary_tables(const run_args *a, const run_inputs *in);
 int run_check_cu_seqlens(const run_args *a, const run_inputs *in, const int32_t **cu_q,
                          const int32_t **cu_k, size_t *count);
+
+/* ---- tools/run_backward.c ---- */
+/* The checks of --backward and its options after parsing: -1 to go on, or an exit
+ * status. */
+int check_backward_args(const run_args *a);
+/* `clattn run --backward` after reading Q, K, V and the other inputs of the forward call
+ * into `in`: reads dO (and O, LSE), computes and writes the gradients. An exit status. */
+int run_backward(const run_args *a, run_inputs *in);
 
 #endif

@@ -1,12 +1,15 @@
 /* clattn run's checks of the KV-cache inputs (--sinks, --k-scale / --v-scale,
  * --block-table, --k-new / --v-new, --rotary tables, --cu-seqlens-q / -k) against the
- * inputs' shapes; each returns -1 to go on, or an exit status. */
+ * inputs' shapes, each returning -1 to go on or an exit status; and the desc of a run
+ * from its options and inputs (run_make_desc, shared by the forward call in run.c and
+ * the backward pass in run_backward.c), with the mask and length checks it needs. */
 #include "cli.h"
 #include "npy.h"
 #include "run_args.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* --sinks: the file (already read) holds one float32 logit per query head, each finite
@@ -170,4 +173,159 @@ int run_check_cu_seqlens(const run_args *a, const run_inputs *in, const int32_t 
     }
     *count = counts[0];
     return -1;
+}
+
+/* The mask tensor view of the mask file broadcast to (b, h_q, n_q, n_kv): dimensions of
+ * 1 broadcast (b and h through shape 1, n_q and n_kv through stride 0). Returns 1, or
+ * 0 after a message. */
+static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out)
+{
+    const npy_data *m = &in->mask;
+    const int64_t target[4] = {in->qs[0], in->qs[1], in->qs[2], in->n_kv};
+    int64_t fs[4], packed[4];
+    shape4(m->shape, m->ndim, fs);
+    static const char *const names[4] = {"b", "h_q", "n_q", "n_kv"};
+    for (int i = 0; i < 4; ++i) {
+        if (fs[i] != 1 && fs[i] != target[i]) {
+            char shape[128];
+            cli_error("%s: the mask's shape %s does not broadcast to (b, h_q, n_q, n_kv) = (%lld, "
+                      "%lld, %lld, %lld): its %s dimension is %lld, need 1 or %lld",
+                      a->mask_file, shape_text(m, shape, sizeof shape), (long long)target[0],
+                      (long long)target[1], (long long)target[2], (long long)target[3], names[i],
+                      (long long)fs[i], (long long)target[i]);
+            return 0;
+        }
+    }
+    packed[3] = 1;
+    for (int i = 2; i >= 0; --i) {
+        packed[i] = packed[i + 1] * fs[i + 1];
+    }
+    *out = clattn_tensor_host(m->data, fs[0], fs[1], target[2], target[3]);
+    out->dtype = m->dtype == NPY_F32 ? CLATTN_FLOAT32 : CLATTN_BOOL;
+    for (int i = 0; i < 4; ++i) {
+        /* never all 0 (that would mean packed): strides[3] or an earlier one is 1 */
+        out->strides[i] = i >= 2 && fs[i] == 1 && target[i] != 1 ? 0 : packed[i];
+        if (out->strides[i] == 0) { /* an explicit broadcast, as the library asks */
+            out->broadcast |= CLATTN_BROADCAST(i);
+        }
+    }
+    return 1;
+}
+
+/* --kv-lens / --q-lens: the list (exit status 2 when it does not fit the inputs) or
+ * the int32 file (already read into `file`; exit status 1). Returns -1 to go on. */
+static int check_lengths(const char *option, const char *what, const int32_t *list, size_t count,
+                         const char *path, const npy_data *file, int64_t batch, int64_t limit,
+                         const int32_t **out)
+{
+    if (path != NULL) {
+        list = file->data;
+        count = file->count;
+        if (file->ndim != 1 || (int64_t)count != batch) {
+            return cli_error("%s: %s needs one int32 per batch entry, shape (%lld,)", path, option,
+                             (long long)batch);
+        }
+    } else if ((int64_t)count != batch) {
+        return usage_error("clattn run", "%s has %zu value%s but the batch size of Q is %lld",
+                           option, count, count == 1 ? "" : "s", (long long)batch);
+    }
+    for (size_t i = 0; i < count; ++i) {
+        if (list[i] < 0 || list[i] > limit) {
+            if (path != NULL) {
+                return cli_error("%s: value %lld (batch entry %zu) is outside 0..%s (%lld)", path,
+                                 (long long)list[i], i, what, (long long)limit);
+            }
+            return usage_error("clattn run", "%s: value %lld (batch entry %zu) is above %s (%lld)",
+                               option, (long long)list[i], i, what, (long long)limit);
+        }
+    }
+    *out = list;
+    return -1;
+}
+
+/* The desc of the options and inputs (run_args.h): -1 to go on, or an exit status. */
+int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd)
+{
+    const int ndim = in->q.ndim;
+    clattn_attention_desc *desc = &rd->desc;
+    memset(rd, 0, sizeof *rd);
+    *desc = clattn_attention_desc_default();
+    desc->scale = a->scale;
+    desc->mask = a->mask;
+    desc->algorithm = a->algorithm;
+    desc->softcap = a->softcap;
+    desc->masked_rows = a->masked_rows;
+    desc->window = a->window;
+    desc->window_left = a->window_left;
+    desc->window_right = a->window_right;
+    desc->q_start = a->q_start;
+    desc->kv_start = a->kv_start;
+    desc->alibi_slopes = a->alibi;
+    if (a->k_scale_file != NULL) { /* [b|1, h_kv, n_kv|1, 1]: extents of 1 broadcast */
+        rd->k_scale = host_view(in->k_scale.data, in->k_scale.shape, ndim, CLATTN_FLOAT32);
+        desc->k_scale = &rd->k_scale;
+    }
+    if (a->v_scale_file != NULL) {
+        rd->v_scale = host_view(in->v_scale.data, in->v_scale.shape, ndim, CLATTN_FLOAT32);
+        desc->v_scale = &rd->v_scale;
+    }
+    if (a->mask_file != NULL) {
+        if (!mask_view(a, in, &rd->mask)) {
+            return EXIT_FAILURE;
+        }
+        desc->mask_tensor = &rd->mask;
+    }
+    int lrc = -1;
+    if (a->block_table_file != NULL) {
+        lrc = run_check_block_table(a->block_table_file, &in->block_table, in->qs[0]);
+        rd->paged = (clattn_paged_kv){in->block_table.data, NULL, in->block_table.shape[1]};
+        desc->paged = &rd->paged;
+    }
+    if (lrc < 0 && a->k_new_file != NULL) {
+        lrc = run_check_new_rows(a, in);
+        rd->k_new = host_view(in->k_new.data, in->k_new.shape, ndim, in->dk_new);
+        rd->v_new = host_view(in->v_new.data, in->v_new.shape, ndim, in->dv_new);
+        desc->k_new = &rd->k_new;
+        desc->v_new = &rd->v_new;
+    }
+    if (lrc < 0 && a->rotary) {
+        rd->rotary = (clattn_rotary){
+            a->rotary_dim, a->rotary_interleaved, a->rotary_base, NULL, NULL, NULL, 0};
+        if (a->rotary_cos_file != NULL) {
+            lrc = run_check_rotary_tables(a, in);
+            rd->rotary.cos_table = in->rotary_cos.data;
+            rd->rotary.sin_table = in->rotary_sin.data;
+            rd->rotary.table_len = in->rotary_cos.shape[0];
+        }
+        desc->rotary = &rd->rotary;
+    }
+    if (lrc < 0 && a->cu_q_text != NULL) {
+        const int32_t *cu_q = NULL, *cu_k = NULL;
+        size_t n = 0;
+        lrc = run_check_cu_seqlens(a, in, &cu_q, &cu_k, &n);
+        rd->varlen = (clattn_varlen){cu_q, cu_k, (int64_t)n - 1};
+        desc->varlen = &rd->varlen;
+    }
+    if (lrc < 0 && a->kv_lens_text != NULL) {
+        lrc = check_lengths(a->kv_lens_option, "n_kv", a->kv_lens, a->n_kv_lens, a->kv_lens_file,
+                            &in->kv_lens, in->qs[0], in->n_kv, &desc->kv_lens);
+    }
+    if (lrc < 0 && a->q_lens_text != NULL) {
+        lrc = check_lengths("--q-lens", "n_q", a->q_lens, a->n_q_lens, a->q_lens_file, &in->q_lens,
+                            in->qs[0], in->qs[2], &desc->q_lens);
+    }
+    if (lrc >= 0) {
+        return lrc;
+    }
+    if (a->alibi != NULL && (int64_t)a->n_alibi != in->qs[1]) {
+        return usage_error("clattn run",
+                           "--alibi has %zu slope%s but Q has %lld heads (one slope "
+                           "per query head)",
+                           a->n_alibi, a->n_alibi == 1 ? "" : "s", (long long)in->qs[1]);
+    }
+    if (a->sinks_file != NULL) {
+        lrc = run_check_sinks(a->sinks_file, &in->sinks, in->qs[1]);
+        desc->sinks = in->sinks.data;
+    }
+    return lrc;
 }
