@@ -6,7 +6,8 @@
  * scores against the tile's rows (float16 dot products), the scores pass once through
  * local memory so that score_terms16 (the forward's rule and terms) fixes them 16 keys
  * of a row at a time, then P = exp(s − LSE), dP = dO·v_j, dS = P·(dP − D)·scale·g, and
- * row by row dV += P·dO and dK += dS·Q as float16 vectors along d. */
+ * row by row dV += P·dO and dK += dS·Q as float16 vectors along d. DROPOUT: dV takes
+ * P·z and dP = z·dO·v_j, z the forward's factor (common.cl). */
 #ifndef D_K
 #define D_K 64
 #endif
@@ -28,7 +29,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
     __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st, __global const float *rows,
     __global ELEM_T(DK_DT) *dk, long dk_off, long4 dk_st, __global ELEM_T(DV_DT) *dv, long dv_off,
-    long4 dv_st, int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
+    long4 dv_st, int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS,
+    DROPOUT_PARAMS)
 {
     __local float q_r[RT * DKP], g_r[RT * DVP]; /* the tile's Q and dO rows */
     __local float s_l[RT * WG]; /* s_l[row·WG + key]: the scores, then with their terms */
@@ -115,19 +117,28 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
                     x = fma(vj[a], vload16(a, g_r + r * DVP), x);
                 dpa[r] = hsum(x);
             }
-            float16 ds = p * (vload16(0, dpa) - vload16(0, row_d)) * scale;
+            float16 dp = vload16(0, dpa);
+#if DROPOUT /* dV takes P·z, dP = z·dO·V (0 for a dropped weight, even at inf or NaN) */
+            const float16 z = dropout16_rows(DROPOUT_ARGS, b * h_q + h, i0, j);
+            dp = select(dp * z, (float16)(0.0f), z == 0.0f);
+            const float16 pz = p * z;
+#else
+            const float16 pz = p;
+#endif
+            float16 ds = p * (dp - vload16(0, row_d)) * scale;
 #if SOFTCAP
             const float16 tc = tanh(raw / softcap);
             ds *= 1.0f - tc * tc;
 #endif
-            float pa[16], dsa[16];
+            float pa[16], pza[16], dsa[16];
             vstore16(p, 0, pa);
+            vstore16(pz, 0, pza);
             vstore16(ds, 0, dsa);
             for (int r = 0; r < RT; r++) {
                 if (pa[r] == 0.0f) /* weight 0 adds nothing, even inf or NaN in K or V */
                     continue;
                 for (int a = 0; a < NV; a++)
-                    accv[a] = fma((float16)(pa[r]), vload16(a, g_r + r * DVP), accv[a]);
+                    accv[a] = fma((float16)(pza[r]), vload16(a, g_r + r * DVP), accv[a]);
                 for (int a = 0; a < NK; a++)
                     acck[a] = fma((float16)(dsa[r]), vload16(a, q_r + r * DKP), acck[a]);
             }

@@ -5,7 +5,8 @@
  * each work-item forms its row's 16 scores as float16 vectors (scale·q·k, then the rule
  * and terms through score_terms16, the forward's), P = exp(s − LSE), dP = dO·V,
  * dS = P·(dP − D)·scale·g, and dQ += dS_t·K_t key by key from the K rows also staged
- * row-major (float16 vectors along d_k). */
+ * row-major (float16 vectors along d_k). DROPOUT: dP = z·dO·V with the forward's factor
+ * z (common.cl), so a dropped weight has dS = −P·D. */
 #ifndef D_K
 #define D_K 64
 #endif
@@ -27,7 +28,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
     __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st, __global const float *rows,
     __global ELEM_T(DQ_DT) *dq, long dq_off, long4 dq_st, int h_q, int group, long n_q,
-    long n_kv, float scale, RULE_PARAMS, TERM_PARAMS)
+    long n_kv, float scale, RULE_PARAMS, TERM_PARAMS, DROPOUT_PARAMS)
 {
     __local float kt[DK_N * KT], vt[DV_N * KT], k_r[KT * DKP];
     const int lid = get_local_id(0);
@@ -72,6 +73,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
             float16 dp = 0.0f;
             for (int c = 0; c < D_V; c++)
                 dp = fma((float16)(gi[c]), vload16(0, vt + c * KT), dp);
+#if DROPOUT /* dP = z·dO·V (0 for a dropped weight, even at inf or NaN in V) */
+            const float16 z = dropout16_keys(DROPOUT_ARGS, bh, i, j0);
+            dp = select(dp * z, (float16)(0.0f), z == 0.0f);
+#endif
             float16 ds = p * (dp - dsum) * scale;
 #if SOFTCAP
             const float16 tc = tanh(raw / softcap);

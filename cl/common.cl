@@ -674,6 +674,76 @@ void scale_staged4(__local float *dst, int rows, int dpad, int stride, __global 
 
 /* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
  * The arguments; lse may be NULL (not written). */
+/* ---- dropout (the desc's dropout_p; host twin: host/dropout.c) ----
+ * Weight (bh = b·h_q + h, row i, key j) is kept iff word j mod 4 of Philox4x32-10
+ * (Salmon et al. 2011) of counter (⌊j/4⌋, i, bh, drop_offset) and key (low, high 32 bits
+ * of drop_seed) is ≥ drop_thr (⌊p·2^32⌋), and then counts drop_scale = 1/(1 − p) times.
+ * Nothing else enters, so every kernel, tile and pass draws the same bit. Programs built
+ * with DROPOUT 0 take the arguments and never read them. */
+#ifndef DROPOUT
+#define DROPOUT 0
+#endif
+#define DROPOUT_PARAMS ulong drop_seed, uint drop_offset, uint drop_thr, float drop_scale
+#define DROPOUT_ARGS drop_seed, drop_offset, drop_thr, drop_scale
+
+/* the 10 rounds on 16 lanes: counters (c0, c1, c2, c3), word w of each (0..3) */
+uint16 philox16(uint16 c0, uint16 c1, uint16 c2, uint c3_, ulong seed, uint16 w)
+{
+    uint16 c3 = (uint16)(c3_);
+    uint k0 = (uint)seed, k1 = (uint)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        const uint16 hi0 = mul_hi((uint16)(0xD2511F53u), c0), lo0 = c0 * 0xD2511F53u;
+        const uint16 hi1 = mul_hi((uint16)(0xCD9E8D57u), c2), lo1 = c2 * 0xCD9E8D57u;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return select(select(c0, c1, w == 1u), select(c2, c3, w == 3u), w >= 2u);
+}
+
+/* the factors (0 or drop_scale) of keys j0 … j0 + 15 of row i */
+float16 dropout16_keys(DROPOUT_PARAMS, long bh, long i, long j0)
+{
+    const uint16 jj = (uint16)((uint)(j0 & 3)) +
+                      (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const uint16 r = philox16((uint16)((uint)(j0 >> 2)) + (jj >> 2u), (uint16)((uint)i),
+                              (uint16)((uint)bh), drop_offset, drop_seed, jj & 3u);
+    return select((float16)(0.0f), (float16)(drop_scale), r >= drop_thr);
+}
+
+/* the factors of rows i0 … i0 + 15 at key j */
+float16 dropout16_rows(DROPOUT_PARAMS, long bh, long i0, long j)
+{
+    const uint16 ii = (uint16)((uint)i0) +
+                      (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const uint16 r = philox16((uint16)((uint)(j >> 2)), ii, (uint16)((uint)bh), drop_offset,
+                              drop_seed, (uint16)((uint)(j & 3)));
+    return select((float16)(0.0f), (float16)(drop_scale), r >= drop_thr);
+}
+
+/* one weight's factor (scalar: one lane's work on GPUs) */
+float dropout1(DROPOUT_PARAMS, long bh, long i, long j)
+{
+    uint c0 = (uint)(j >> 2), c1 = (uint)i, c2 = (uint)bh, c3 = drop_offset;
+    uint k0 = (uint)drop_seed, k1 = (uint)(drop_seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        const uint hi0 = mul_hi(0xD2511F53u, c0), lo0 = c0 * 0xD2511F53u;
+        const uint hi1 = mul_hi(0xCD9E8D57u, c2), lo1 = c2 * 0xCD9E8D57u;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    const int w = (int)(j & 3);
+    const uint x = w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3;
+    return x >= drop_thr ? drop_scale : 0.0f;
+}
+
 #define FUSED_PARAMS                                                                        \
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
         long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
@@ -682,7 +752,7 @@ void scale_staged4(__local float *dst, int rows, int dpad, int stride, __global 
         int lse_relative, \
         RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks,                \
         __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc,  \
-        long vs_off, long4 vs_st
+        long vs_off, long4 vs_st, DROPOUT_PARAMS
 
 
 /* ---- attention sinks (the desc's sinks; host twin: reference.c) ----

@@ -18,6 +18,7 @@
  *         m_new = max(m, max_j s_j)                   (NaN wins)
  *         acc *= exp(m - m_new); l *= exp(m - m_new)  (rescale to the new max)
  *         p_j = exp(s_j - m_new); l += p_j; acc += p_j · V[j]   (p_j == 0 skipped)
+ *                                     (DROPOUT: acc += p_j·z_ij · V[j], z of common.cl)
  *         m = m_new
  *     O[i] = (m == -inf) ? (masked_rows == NAN ? NaN : 0) : acc / l
  *     LSE[i] = (m == -inf) ? -inf : m + log(l) - slope_h * ref_i   (the absolute LSE;
@@ -175,8 +176,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 rescale_row(acc[r], N_AV, &l[r], m[r], m_new);
                 float16 l16 = 0.0f;
                 for (int sv = 0; sv < N_SV; sv++) {
-                    const float16 pv = exp(vload16(sv, p[r]) - m_new);
+                    float16 pv = exp(vload16(sv, p[r]) - m_new);
                     l16 += pv;
+#if DROPOUT /* after the sum: l and the LSE are those before dropout */
+                    pv *= dropout16_keys(DROPOUT_ARGS, bh, i, j0 + 16 * sv);
+#endif
 #if V_SCALED
                     vstore16(pv * vload16(sv, vs_tile), sv, p[r]); /* the int8 values' scales */
 #else

@@ -236,6 +236,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
                 for (int u = 0; u < TN; u++) {
                     s[r][u] = exp(s[r][u] - m_new);
                     l[r] += s[r][u];
+#if DROPOUT /* after the sum: l and the LSE are those before dropout */
+                    s[r][u] *= dropout1(DROPOUT_ARGS, bh, g0 + ty * RQ + r, j0 + tx + CT * u);
+#endif
                 }
                 m[r] = m_new;
             }

@@ -35,7 +35,7 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
                              __global lse_t *lse, long lse_off, long4 lse_st,
                              int heads, long width, long n_q, int masked_nan, int sparse,
                              __global const float *alibi, RULE_PARAMS,
-                             __global const float *sinks, __local float *red)
+                             __global const float *sinks, DROPOUT_PARAMS, __local float *red)
 {
     const int lid = get_local_id(0), wg = get_local_size(0);
     const long r = get_global_id(1), bh = get_global_id(2);
@@ -92,8 +92,12 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     if (lse && lid == 0)
         lse[view_at(lse_off, lse_st, b, h, r, 0)] = LSE_ABS(m + log(l), slope, ref);
 
+    /* DROPOUT (common.cl): each weight times its factor (l and the LSE are before it) */
     for (long c = lid; c < n16; c += wg)
-        vstore16(exp(vload16(c, x + xrow) - m) / l, c, y + yrow);
+        vstore16(exp(vload16(c, x + xrow) - m) / l *
+                     (DROPOUT ? dropout16_keys(DROPOUT_ARGS, bh, r, lo + 16 * c) : 1.0f),
+                 c, y + yrow);
     for (long j = 16 * n16 + lid; j < n; j += wg)
-        y[yrow + j * y_st.s3] = exp(x[xrow + j * x_st.s3] - m) / l;
+        y[yrow + j * y_st.s3] = exp(x[xrow + j * x_st.s3] - m) / l *
+                                (DROPOUT ? dropout1(DROPOUT_ARGS, bh, r, lo + j) : 1.0f);
 }

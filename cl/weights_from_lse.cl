@@ -6,6 +6,7 @@
  *     W[i][j] = m[i] == -inf ? fill : exp((S[i][j] - m[i]) - l[i])    (S = -inf → 0)
  * fill is 0, or NaN for a fully masked row with masked_rows = NaN (never for padding
  * rows past q_lens[b]). NaN scores give NaN weights in their own row (LSE is NaN).
+ * DROPOUT: W times the weight's dropout factor (common.cl), as the fused kernel used it.
  * Index map: NDRange (n_kv, n_q, batch·heads), one element per work-item; no local
  * memory, no barriers.
  */
@@ -13,7 +14,7 @@ __kernel void clattn_weights_from_lse(__global float *w, long w_off, long4 w_st,
                                       __global const lse_t *lse, long lse_off, long4 lse_st,
                                       int heads, int masked_nan, __global lse_t *lse_out,
                                       long lo_off, long4 lo_st, __global const float *alibi,
-                                      long n_q, long n_kv, RULE_PARAMS)
+                                      long n_q, long n_kv, RULE_PARAMS, DROPOUT_PARAMS)
 {
     const long j = get_global_id(0), i = get_global_id(1), bh = get_global_id(2);
     const long b = bh / heads, h = bh % heads;
@@ -32,5 +33,5 @@ __kernel void clattn_weights_from_lse(__global float *w, long w_off, long4 w_st,
     if (m == -INFINITY)
         w[at] = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
     else
-        w[at] = exp((w[at] - m) - l);
+        w[at] = exp((w[at] - m) - l) * (DROPOUT ? dropout1(DROPOUT_ARGS, bh, i, j) : 1.0f);
 }

@@ -205,6 +205,18 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
 /* What the backward pass (device and reference) does not take: paged K/V, an append,
  * rotary embeddings, varlen. */
 clattn_status clattn_check_backward_desc(clattn_context *ctx, const clattn_attention_desc *desc);
+/* dropout (dropout.c): the desc's dropout fields, and the shapes the generator's counter
+ * holds (clattn_attention_desc.dropout_p) */
+clattn_status clattn_check_dropout(clattn_context *ctx, const clattn_attention_desc *desc);
+clattn_status clattn_check_dropout_shape(clattn_context *ctx, const clattn_attention_desc *desc,
+                                         int64_t batch, int64_t h_q, int64_t n_q, int64_t n_kv);
+/* Philox4x32-10 (Salmon et al. 2011): one block of 4 words */
+void clattn_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* the kernels' threshold: a weight is kept iff its word ≥ ⌊p·2^32⌋ */
+uint32_t clattn_dropout_threshold(float p);
+/* weight (bh = b·h_q + h, i, j): kept, and its factor (0 or 1/(1 − p); 1 without dropout) */
+bool clattn_dropout_kept(const clattn_attention_desc *desc, int64_t bh, int64_t i, int64_t j);
+double clattn_dropout_factor(const clattn_attention_desc *desc, int64_t bh, int64_t i, int64_t j);
 clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const cl_event *wait);
 
 /* ---- planning (plan.c): algorithm, kernels, -D options, blocking, workspace ---- */

@@ -57,6 +57,22 @@ static void arg_terms(arg_list *a, const aux_t *x)
     arg(a, sizeof(float), &x->softcap);
 }
 
+/* common.cl DROPOUT_PARAMS: seed, offset, threshold ⌊p·2^32⌋ and 1/(1 − p) (zeros
+ * without dropout, or without a desc: the public stages) */
+static void arg_dropout(arg_list *a, const aux_t *x)
+{
+    const clattn_attention_desc *d = x->desc;
+    const bool on = d && d->dropout_p > 0.0f;
+    const cl_ulong seed = on ? d->dropout_seed : 0;
+    const cl_uint offset = on ? (cl_uint)d->dropout_offset : 0;
+    const cl_uint thr = on ? clattn_dropout_threshold(d->dropout_p) : 0;
+    const float keep_scale = on ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
+    arg(a, sizeof seed, &seed);
+    arg(a, sizeof offset, &offset);
+    arg(a, sizeof thr, &thr);
+    arg(a, sizeof keep_scale, &keep_scale);
+}
+
 static clattn_status enqueue_scores(clattn_context *ctx, const clattn_blocked *bk,
                                     const clattn_view *q, const clattn_view *k,
                                     const clattn_view *s, float scale, bool sparse, bool relative,
@@ -102,6 +118,7 @@ static clattn_status enqueue_softmax(clattn_context *ctx, clattn_program_entry *
     arg(&a, sizeof(cl_mem), &aux->alibi); /* the scores are relative to the ALiBi reference */
     arg_rule(&a, aux);
     arg(&a, sizeof(cl_mem), &aux->sinks);
+    arg_dropout(&a, aux);
     arg(&a, wg * sizeof(float), NULL);
     const size_t global[3] = {wg, (size_t)x->n[2], (size_t)(x->n[0] * x->n[1])};
     const size_t local[3] = {wg, 1, 1};
@@ -155,6 +172,7 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg(&a, sizeof(cl_mem), &x->sinks);
     arg_opt_view(&a, x->k_scale); /* an int8 K's and V's scales, or none */
     arg_opt_view(&a, x->v_scale);
+    arg_dropout(&a, x);
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
      * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
     const int64_t rows = bk->decode ? q->n[2] * clattn_group(q->n[1], k->n[1]) : q->n[2];
@@ -256,6 +274,7 @@ static clattn_status enqueue_from_lse(clattn_context *ctx, clattn_program_entry 
     arg_long(&a, n_q);
     arg_long(&a, n_kv);
     arg_rule(&a, x);
+    arg_dropout(&a, x);
     const size_t global[3] = {(size_t)w->n[3], (size_t)w->n[2], (size_t)(w->n[0] * w->n[1])};
     return launch(ctx, "weights_from_lse", &a, 3, global, NULL, n_wait, wait, done);
 }
@@ -594,6 +613,7 @@ static void arg_bwd_sizes(arg_list *a, int64_t h_q, int64_t group, int64_t n_q, 
     arg(a, sizeof(float), &scale);
     arg_rule(a, x);
     arg_terms(a, x);
+    arg_dropout(a, x);
 }
 
 /* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl): prep writes each row's D and

@@ -677,6 +677,10 @@ clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
         return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
                           "paged K/V, k_new / v_new, varlen, int8 K/V: the several-device layer "
                           "takes contiguous float K and V that it only reads, and a batch");
+    if (desc->dropout_p != 0.0f)
+        return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
+                          "dropout: its generator counts heads, rows and keys per call, which "
+                          "the several-device split renumbers; use one context");
     clattn_multi_part local[64];
     clattn_multi_part *pp = parts;
     if (!pp) {

@@ -91,12 +91,25 @@ static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kerne
 
 /* Softmax work-group: the caller's size if it is legal, else a power of two covering
  * the row, capped by the kernel's limit. */
+/* weights_from_lse.cl for the LSE's dtype, with the desc's dropout */
+static clattn_status from_lse_kernel(clattn_context *ctx, clattn_dtype lse_dt,
+                                     const clattn_attention_desc *desc, clattn_program_entry **out)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, CL_STD "%s%s", lse_dt == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
+             desc->dropout_p > 0.0f ? " -DDROPOUT=1" : "");
+    return clattn_get_kernel(ctx, "weights_from_lse.cl", opts, out);
+}
+
 static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_desc *desc,
                                     int64_t width, clattn_dtype lse_dt, clattn_program_entry **out,
                                     size_t *wg)
 {
-    clattn_status st = clattn_get_kernel(
-        ctx, "softmax.cl", lse_dt == CLATTN_FLOAT64 ? CL_STD " -DLSE_DT=4" : CL_STD, out);
+    const bool drop = desc && desc->dropout_p > 0.0f;
+    char opts[64];
+    snprintf(opts, sizeof opts, CL_STD "%s%s", lse_dt == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
+             drop ? " -DDROPOUT=1" : "");
+    clattn_status st = clattn_get_kernel(ctx, "softmax.cl", opts, out);
     if (st != CLATTN_SUCCESS)
         return st;
     size_t limit = (*out)->kernel_wg_max < ctx->max_wi[0] ? (*out)->kernel_wg_max : ctx->max_wi[0];
@@ -141,9 +154,10 @@ static void term_options(char *out, size_t len, int q_dt, int k_dt, int v_dt, in
     for (int i = 0; i < 4; i++)
         if (dts[i] >= 0)
             at += (size_t)snprintf(out + at, len - at, "-D%s=%d ", names[i], dts[i]);
-    if (desc)
-        snprintf(out + at, len - at, "-DMASK_T=%d -DALIBI=%d -DSOFTCAP=%d", mask_t,
-                 desc->alibi_slopes != NULL, desc->softcap > 0.0f);
+    if (desc) /* DROPOUT only when on: the programs without it keep their options */
+        snprintf(out + at, len - at, "-DMASK_T=%d -DALIBI=%d -DSOFTCAP=%d%s", mask_t,
+                 desc->alibi_slopes != NULL, desc->softcap > 0.0f,
+                 desc->dropout_p > 0.0f ? " -DDROPOUT=1" : "");
 }
 
 static void make_features(const clattn_problem *p, features *f)
@@ -478,7 +492,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     /* a few queries (decoding) share nothing between queries: decode.cl streams K and V
      * once per KV head for all its query heads; with no keys at all it just writes the
      * empty rows */
-    const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0);
+    /* (dropout: the tiled kernels, which draw it; the decode kernels do not) */
+    const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0 &&
+                                      desc->dropout_p == 0.0f);
     const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
     const int64_t group = clattn_group(h_q, k->n[1]); /* query heads per KV head */
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
@@ -608,6 +624,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
                      "%zu keys per tile",
                      p->fused.rows, p->fused.wg, p->fused.tile_kv);
+        if (desc->dropout_p > 0.0f && !decode && n_q <= DECODE_MAX_N_Q) {
+            const size_t at2 = strlen(p->reason);
+            snprintf(p->reason + at2, sizeof p->reason - at2,
+                     "; dropout: the tiled kernel for n_q %lld (the decode kernels draw none)",
+                     (long long)n_q);
+        }
         if (pr->k.paged) {
             const size_t at2 = strlen(p->reason);
             snprintf(p->reason + at2, sizeof p->reason - at2,
@@ -625,9 +647,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             p->workspace_bytes += ws_fused;
             if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts,
                                          &p->scores)) != CLATTN_SUCCESS ||
-                (st = clattn_get_kernel(ctx, "weights_from_lse.cl",
-                                        f->lse_dt == CLATTN_FLOAT64 ? CL_STD " -DLSE_DT=4" : CL_STD,
-                                        &p->from_lse)) != CLATTN_SUCCESS)
+                (st = from_lse_kernel(ctx, f->lse_dt, desc, &p->from_lse)) != CLATTN_SUCCESS)
                 return st;
         }
     }

@@ -7,6 +7,8 @@
  *    LSE −∞; rows past q_lens[b] output zeros and LSE −∞;
  *  - a sink (desc->sinks) is one more visible key of logit sinks[h] and value zero;
  *  - an int8 K or V (k_scale, v_scale) is dequantized in double: integer × row scale;
+ *  - dropout (desc->dropout_p): each weight times clattn_dropout_factor (0, or 1/(1 − p)
+ *    in double) in O and the weights; the row's sum and LSE are those before dropout;
  *  - NaN and +inf follow IEEE arithmetic within their own row. */
 #include "internal.h"
 
@@ -231,6 +233,11 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                     if (p[j] == 0.0)
                         continue; /* masked or zero weight: contributes nothing */
                     l += p[j];
+                    /* dropout: a dropped weight adds nothing (l keeps it), a kept one
+                     * counts 1/(1 − p) times */
+                    const double z = clattn_dropout_factor(desc, b * h_q + h, i, j);
+                    if (z == 0.0)
+                        continue;
                     /* an int8 V: the row's integers times its scale */
                     const double vs =
                         ex.has_v_scale
@@ -238,7 +245,7 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                                                        clattn_view_index(&ex.v_scale, b, hk, j, 0))
                             : 1.0;
                     for (int64_t c = 0; c < d_v; c++)
-                        acc[c] += p[j] * vs *
+                        acc[c] += p[j] * z * vs *
                                   (double)clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
                 }
                 if (!empty && sink != -INFINITY)
@@ -250,7 +257,8 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                     clattn_host_store64(&ex.lse, clattn_view_index(&ex.lse, b, h, i, 0),
                                         empty ? -INFINITY : m + log(l) + shift);
                 for (int64_t j = 0; desc->weights && j < n_kv; j++) {
-                    const double wij = empty ? fill : p[j] / l;
+                    const double wij =
+                        empty ? fill : p[j] / l * clattn_dropout_factor(desc, b * h_q + h, i, j);
                     if (mean)
                         wsum[i * n_kv + j] += wij;
                     else
@@ -389,8 +397,10 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                         o[c] = 0.0;
                     for (int64_t j = 0; j < n_kv; j++) {
                         p[j] /= l;
-                        for (int64_t c = 0; p[j] != 0.0 && c < d_v; c++)
-                            o[c] += p[j] * clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
+                        const double z = clattn_dropout_factor(desc, b * h_q + h, i, j);
+                        for (int64_t c = 0; p[j] * z != 0.0 && c < d_v; c++)
+                            o[c] += p[j] * z *
+                                    clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
                     }
                     double dsum = 0.0; /* D_i */
                     for (int64_t c = 0; c < d_v; c++)
@@ -400,11 +410,16 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                     for (int64_t j = 0; j < n_kv; j++) {
                         if (p[j] == 0.0)
                             continue; /* masked, or a weight that underflowed to 0 */
+                        /* dropout: dP_ij = Z_ij·dO_i·V_j and dV_j += P_ij·Z_ij·dO_i (Z the
+                         * factor, 0 or 1/(1 − p)); a dropped weight still has
+                         * dS_ij = −P_ij·D_i */
+                        const double z = clattn_dropout_factor(desc, b * h_q + h, i, j);
                         double dp = 0.0;
-                        for (int64_t c = 0; c < d_v; c++) {
+                        for (int64_t c = 0; z != 0.0 && c < d_v; c++) {
                             dp += goi[c] * clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
-                            dv[(hk * n_kv + j) * d_v + c] += p[j] * goi[c];
+                            dv[(hk * n_kv + j) * d_v + c] += p[j] * z * goi[c];
                         }
+                        dp *= z;
                         double ds = p[j] * (dp - dsum) * scale;
                         if (desc->softcap > 0.0f) {
                             double dot = 0.0;

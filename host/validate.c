@@ -38,6 +38,9 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "q_start %lld / kv_start %lld must be within ±2^53",
                            (long long)desc->q_start, (long long)desc->kv_start);
+    clattn_status st = clattn_check_dropout(ctx, desc);
+    if (st != CLATTN_SUCCESS)
+        return st;
     switch (desc->algorithm) {
     case CLATTN_ALGORITHM_AUTO:
     case CLATTN_ALGORITHM_UNFUSED:
@@ -250,6 +253,9 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
         st = clattn_check_quant(ctx, desc, storage, cv);
     if (st == CLATTN_SUCCESS)
         st = clattn_check_block_table(ctx, desc, &cv->k);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_check_dropout_shape(ctx, desc, cv->q.n[0], cv->q.n[1], cv->q.n[2],
+                                        cv->k.n[2]);
     if (st != CLATTN_SUCCESS)
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must
@@ -449,14 +455,15 @@ clattn_status clattn_resolve_stage(clattn_context *ctx, clattn_stage kind,
     out->kind = kind;
     out->desc = desc;
     if (desc && (desc->paged || desc->k_new || desc->rotary || desc->kv_lens_buffer ||
-                 desc->q_lens_buffer || desc->varlen))
+                 desc->q_lens_buffer || desc->varlen || desc->dropout_p != 0.0f))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                            "%s: the stages (and clattn_reference_scores) take contiguous K and "
-                           "V and host lengths (clattn_attention and clattn_reference_attention "
-                           "take them)",
+                           "V, host lengths and no dropout (clattn_attention and "
+                           "clattn_reference_attention take them)",
                            desc->paged                   ? "paged K/V"
                            : desc->k_new || desc->rotary ? "k_new, v_new, rotary"
                            : desc->varlen                ? "varlen"
+                           : desc->dropout_p != 0.0f     ? "dropout"
                                                          : "lengths in a cl_mem");
     clattn_status st =
         check_stage(ctx, (int)kind, desc, a, b, c, storage, &out->a, &out->b, &out->c, &ex);

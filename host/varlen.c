@@ -17,6 +17,8 @@ static clattn_status not_combined(clattn_context *ctx, const clattn_attention_de
                      : d->weights                    ? "weights"
                      : d->paged                      ? "paged K/V"
                      : d->k_new || d->rotary         ? "k_new, v_new, rotary"
+                     : d->dropout_p != 0.0f          ? "dropout (its generator counts rows "
+                                                       "and keys per call)"
                                                      : NULL;
     if (no)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,

@@ -4,7 +4,8 @@
  *  - finite_differences: for every score term (causal masks, no-self, window, lengths,
  *    positions, ALiBi, softcap, bool and float mask tensors, grouped-query heads,
  *    d_k != d_v), dQ, dK and dV of L = Σ dO·O against central differences of the forward
- *    reference, every element. O is stored in float32, so the differences carry its
+ *    reference, every element; each configuration again with dropout (p 0.3, a fixed
+ *    seed and offset: the same mask at every evaluation). O is stored in float32, so the differences carry its
  *    rounding: tolerance 1e-3 + 1e-3·|dX| with step 1e-2 (truncation ~1e-5, rounding
  *    ~1e-4); a wrong term is off by far more (a dropped softcap factor by ~20 %).
  *  - masked_rows_and_keys: a fully masked row has dQ 0 and adds nothing to dK/dV; NaN
@@ -13,7 +14,8 @@
  *    shapes, overlaps and a NULL desc give their statuses and write nothing.
  *  - device (clattn_attention_backward after clattn_attention wrote O and the LSE): every
  *    reference configuration and larger shapes against the reference within
- *    2e-4 + 2e-3·|dX| (TOL_DEVICE), bitwise equal on a second run; masked rows (both
+ *    2e-4 + 2e-3·|dX| (TOL_DEVICE), bitwise equal on a second run, each again with
+ *    dropout; masked rows (both
  *    policies), poisoned masked keys and padding rows; float16 / bfloat16 operands and
  *    gradients with a float64 LSE; the enqueue call on cl_mem views (a strided dQ) equal
  *    to the blocking call; empty shapes; every validation status, writing nothing.
@@ -151,13 +153,27 @@ static double loss(const setup *s)
     return l;
 }
 
+/* Dropout in the loops' second half: the configuration's desc with dropout_p 0.3 (the
+ * same mask at every evaluation: it depends on the seed, offset and indices only). */
+#define DROPOUT_P 0.3f
+static void with_dropout(setup *s, int on)
+{
+    if (on) {
+        s->desc.dropout_p = DROPOUT_P;
+        s->desc.dropout_seed = 0x0123456789abcdefull;
+        s->desc.dropout_offset = 77;
+    }
+}
+
 START_TEST(finite_differences)
 {
-    const config *c = &CONFIGS[_i];
+    const config *c = &CONFIGS[_i % N_CONFIGS];
     const uint32_t seed = tu_seed() + 101u * (uint32_t)_i;
-    printf("backward finite differences: %s, seed %u\n", c->name, seed);
+    printf("backward finite differences: %s%s, seed %u\n", c->name,
+           _i >= N_CONFIGS ? " with dropout" : "", seed);
     setup s;
     setup_init(&s, c, seed);
+    with_dropout(&s, _i >= N_CONFIGS);
     float *g[3];
     clattn_tensor tg[3];
     float *in[3] = {s.p.q, s.p.k, s.p.v};
@@ -382,10 +398,11 @@ static clattn_status device_backward(const setup *s, float *o, float *lse, const
                                      dk, dv);
 }
 
-static void check_device(const config *c, uint32_t seed)
+static void check_device(const config *c, uint32_t seed, int dropout)
 {
     setup s;
     setup_init(&s, c, seed);
+    with_dropout(&s, dropout);
     const tu_problem *p = &s.p;
     const size_t n_q = (size_t)(c->b * c->h_q * c->n_q * c->d_k),
                  n_k = (size_t)(c->b * c->h_kv * c->n_kv * c->d_k),
@@ -439,9 +456,9 @@ static void check_device(const config *c, uint32_t seed)
                       memcmp(dv, dv2, n_v * 4) == 0 &&
                       (!c->sinks || memcmp(ds, ds2, sizeof(float) * (size_t)c->h_q) == 0),
                   "%s: a second run gave different bits", c->name);
-    printf("device backward %s: seed %u, within %g + %g|x| of the reference, bitwise "
+    printf("device backward %s%s: seed %u, within %g + %g|x| of the reference, bitwise "
            "reproducible\n",
-           c->name, seed, TOL_DEVICE.atol, TOL_DEVICE.rtol);
+           c->name, dropout ? " with dropout" : "", seed, TOL_DEVICE.atol, TOL_DEVICE.rtol);
     (void)p;
     free(dq);
     free(dk);
@@ -457,11 +474,14 @@ static void check_device(const config *c, uint32_t seed)
     setup_free(&s);
 }
 
-/* Every reference configuration (every score term), then the larger shapes. */
+/* Every reference configuration (every score term), then the larger shapes; from
+ * N_ALL on the same with dropout. */
+#define N_ALL (N_CONFIGS + N_DEVICE_CONFIGS)
 START_TEST(device_against_reference)
 {
     const uint32_t seed = tu_seed() + 100u * (uint32_t)_i;
-    check_device(_i < N_CONFIGS ? &CONFIGS[_i] : &DEVICE_CONFIGS[_i - N_CONFIGS], seed);
+    const int i = _i % N_ALL;
+    check_device(i < N_CONFIGS ? &CONFIGS[i] : &DEVICE_CONFIGS[i - N_CONFIGS], seed, _i >= N_ALL);
 }
 END_TEST
 
@@ -830,7 +850,7 @@ int main(void)
     Suite *suite = suite_create("backward");
     TCase *tc = tcase_create("reference");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, finite_differences, 0, N_CONFIGS);
+    tcase_add_loop_test(tc, finite_differences, 0, 2 * N_CONFIGS);
     tcase_add_test(tc, masked_rows_and_keys);
     tcase_add_test(tc, storage_and_validation);
     suite_add_tcase(suite, tc);
@@ -839,13 +859,15 @@ int main(void)
     tc = tcase_create("device_small");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, device_against_reference, 7, 8);
+    tcase_add_loop_test(tc, device_against_reference, N_ALL + 7, N_ALL + 8); /* dropout */
     tcase_add_test(tc, device_masked_rows_and_keys);
     tcase_add_test(tc, device_huge_scores_finite);
     suite_add_tcase(suite, tc);
     tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, device_against_reference, 0, 7);
-    tcase_add_loop_test(tc, device_against_reference, 8, N_CONFIGS + N_DEVICE_CONFIGS);
+    tcase_add_loop_test(tc, device_against_reference, 8, N_ALL + 7);
+    tcase_add_loop_test(tc, device_against_reference, N_ALL + 8, 2 * N_ALL);
     tcase_add_test(tc, device_storage_types);
     tcase_add_test(tc, device_enqueue_empty_and_validation);
     tcase_set_tags(tc, "slow"); /* ctest runs it apart: test_backward_device, label slow */
