@@ -739,9 +739,10 @@ float dropout1(DROPOUT_PARAMS, long bh, long i, long j)
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
-    const int w = (int)(j & 3);
-    const uint x = w == 0 ? c0 : w == 1 ? c1 : w == 2 ? c2 : c3;
-    return x >= drop_thr ? drop_scale : 0.0f;
+    /* word j mod 4 by index: oclgrind 21.10 picked the wrong word from the equivalent
+     * chain of ?: (from j = 4 on), PoCL did not */
+    const uint words[4] = {c0, c1, c2, c3};
+    return words[j & 3] >= drop_thr ? drop_scale : 0.0f;
 }
 
 #define FUSED_PARAMS                                                                        \

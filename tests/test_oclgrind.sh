@@ -35,7 +35,13 @@ check() { # name, command...
 if [ -n "${CLATTN_PAGED_BIN:-}" ] && [ "${CLATTN_OCLGRIND_PAGED:-0}" = 1 ]; then
     CK_RUN_CASE=equal check "paged, decode" "$CLATTN_PAGED_BIN"
     CK_RUN_CASE=equal_more CK_INCLUDE_TAGS=slow check "paged, tiled" "$CLATTN_PAGED_BIN"
-    echo "test_oclgrind (paged): $pass passed, $fail failed"
+    # dropout's generator in the forward kernels of both families (test_dropout's device
+    # cases: fused, unfused with softmax.cl, weights_from_lse.cl)
+    if [ -n "${CLATTN_DROPOUT_BIN:-}" ]; then
+        CK_RUN_CASE=device check "dropout" "$CLATTN_DROPOUT_BIN"
+        CLATTN_KERNEL_FAMILY=gpu CK_RUN_CASE=device check "dropout, GPU family" "$CLATTN_DROPOUT_BIN"
+    fi
+    echo "test_oclgrind (paged, dropout): $pass passed, $fail failed"
     [ "$fail" -eq 0 ]
     exit
 fi
