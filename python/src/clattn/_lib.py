@@ -96,6 +96,10 @@ class Desc(ctypes.Structure):
         # n_kv or 1, 1] views of K's storage kind
         ("k_scale", ctypes.POINTER(Tensor)),
         ("v_scale", ctypes.POINTER(Tensor)),
+        # dropout on the weights: p (0: none), the Philox key and counter word 3
+        ("dropout_p", ctypes.c_float),
+        ("dropout_seed", ctypes.c_uint64),
+        ("dropout_offset", ctypes.c_uint64),
     ]
 
 
