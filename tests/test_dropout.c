@@ -29,17 +29,18 @@ START_TEST(philox_known_answers)
 {
     static const uint32_t kat[3][10] = {
         {0, 0, 0, 0, 0, 0, 0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
-        {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu,
-         0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
-        {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u,
-         0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u},
+        {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0x408f276du,
+         0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
+        {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u, 0xd16cfe09u,
+         0x94fdccebu, 0x5001e420u, 0x24126ea1u},
     };
     for (int t = 0; t < 3; t++) {
         uint32_t out[4];
         clattn_philox4x32_10(kat[t], kat[t] + 4, out);
         for (int w = 0; w < 4; w++)
-            ck_assert_msg(out[w] == kat[t][6 + w], "Philox4x32-10 vector %d word %d: %08x, want %08x",
-                          t, w, out[w], kat[t][6 + w]);
+            ck_assert_msg(out[w] == kat[t][6 + w],
+                          "Philox4x32-10 vector %d word %d: %08x, want %08x", t, w, out[w],
+                          kat[t][6 + w]);
     }
 }
 END_TEST
@@ -124,18 +125,19 @@ typedef struct config {
     const char *name;
     int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
     clattn_mask mask;
-    int alibi, softcap, sinks, lens, f16;
+    int alibi, softcap, sinks, lens, f16, window;
     float p;
 } config;
 
-/* name, b, h_q, h_kv, n_q, n_kv, d_k, d_v, mask, alibi, softcap, sinks, lens, f16, p */
+/* name, b, h_q, h_kv, n_q, n_kv, d_k, d_v, mask, alibi, softcap, sinks, lens, f16, window
+ * (left 21, right 3: rows whose first visible key is past 0), p */
 // clang-format off
 static const config CONFIGS[] = {
-    {"plain", 1, 2, 2, 37, 53, 64, 64, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0.2f},
-    {"gqa_causal_lengths_sinks", 2, 4, 2, 33, 70, 40, 24, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1, 1, 0, 0.5f},
-    {"alibi_softcap_no_self", 1, 3, 1, 29, 29, 17, 33, CLATTN_MASK_NO_SELF, 1, 1, 0, 0, 0, 0.1f},
-    {"decode_shape_f16", 2, 8, 2, 3, 200, 64, 64, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1, 0, 1, 0.3f},
-    {"high_p", 1, 2, 1, 20, 48, 16, 16, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0, 0.9f},
+    {"plain", 1, 2, 2, 37, 53, 64, 64, CLATTN_MASK_NONE, 0, 0, 0, 0, 0, 0, 0.2f},
+    {"gqa_causal_lengths_sinks", 2, 4, 2, 33, 70, 40, 24, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1, 1, 0, 0, 0.5f},
+    {"alibi_softcap_no_self_window", 1, 3, 1, 29, 45, 17, 33, CLATTN_MASK_NO_SELF, 1, 1, 0, 0, 0, 1, 0.1f},
+    {"decode_shape_f16", 2, 8, 2, 3, 200, 64, 64, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 1, 0, 1, 0, 0.3f},
+    {"high_p_window", 1, 2, 1, 20, 48, 16, 16, CLATTN_MASK_CAUSAL_TOP_LEFT, 0, 0, 0, 0, 0, 1, 0.9f},
 };
 // clang-format on
 #define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
@@ -184,6 +186,11 @@ START_TEST(device_against_reference)
         d.softcap = 2.0f;
     if (c->sinks)
         d.sinks = sinks;
+    if (c->window) {
+        d.window = 1;
+        d.window_left = 21;
+        d.window_right = 3;
+    }
     if (c->lens) {
         d.kv_lens = kv_lens;
         d.q_lens = q_lens;
@@ -192,7 +199,8 @@ START_TEST(device_against_reference)
     const size_t n_w = (size_t)(c->b * c->h_q * c->n_q * c->n_kv), n_l = n_w / (size_t)c->n_kv;
     float *o = tu_alloc(n_o, 12345.0f), *w = tu_alloc(n_w, 12345.0f), *lse = tu_alloc(n_l, 0.0f);
     float *ro = tu_alloc(n_o, NAN), *rw = tu_alloc(n_w, NAN), *rl = tu_alloc(n_l, NAN);
-    clattn_tensor to = tu_problem_o(&p, o), tw = clattn_tensor_host(w, c->b, c->h_q, c->n_q, c->n_kv);
+    clattn_tensor to = tu_problem_o(&p, o),
+                  tw = clattn_tensor_host(w, c->b, c->h_q, c->n_q, c->n_kv);
     clattn_tensor tl = clattn_tensor_host(lse, c->b, c->h_q, c->n_q, 1);
     clattn_tensor tro = tu_problem_o(&p, ro),
                   trw = clattn_tensor_host(rw, c->b, c->h_q, c->n_q, c->n_kv),
@@ -223,7 +231,8 @@ START_TEST(device_against_reference)
     float *rl0 = tu_alloc(n_l, NAN);
     clattn_tensor trl0 = clattn_tensor_host(rl0, c->b, c->h_q, c->n_q, 1);
     d0.lse = &trl0;
-    TU_ASSERT_OK(clattn_reference_attention(&d0, &p.tq, &p.tk, &p.tv, &tro), "reference, no dropout");
+    TU_ASSERT_OK(clattn_reference_attention(&d0, &p.tq, &p.tk, &p.tv, &tro),
+                 "reference, no dropout");
     snprintf(what, sizeof what, "%s %s (seed %u) LSE", c->name, tu_algorithm_name(alg), seed);
     TU_ASSERT_CLOSE(what, &tl, NULL, rl0, TU_TOL_DEFAULT);
     /* the weights' zeros: where the mask drops a weight that is not 0 without dropout */

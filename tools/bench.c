@@ -88,7 +88,7 @@ static const char bench_usage[] =
     "Options:\n"
     "  --shapes LIST   cases separated by ';', each\n"
     "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]\n"
-    "                  [,varlen|padded]]]]\n"
+    "                  [,varlen|padded][,dropP]]]]\n"
     "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
     "                  fused|unfused|both (default both) or backward (the backward pass\n"
     "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
@@ -103,7 +103,9 @@ static const char bench_usage[] =
     "                  of n*(i+1)/b tokens packed along the sequence dimension with\n"
     "                  cu_seqlens (a prefill of ragged prompts), padded: the same lengths\n"
     "                  as q_lens and kv_lens of the padded batch; both count the\n"
-    "                  sequences' own work, 2*h_q*sum(L_i^2)*(d_k + d_v); default: the\n"
+    "                  sequences' own work, 2*h_q*sum(L_i^2)*(d_k + d_v); dropP (any\n"
+    "                  algorithm, backward too): dropout_p P, e.g. drop0.1, shown as\n"
+    "                  f32/p0.1; default: the\n"
     "                  CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
@@ -373,6 +375,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         desc.varlen = &vl;
     if (c->ragged == 2)
         desc.q_lens = desc.kv_lens = rl;
+    desc.dropout_p = c->dropout;
+    desc.dropout_seed = 1;
     if (c->backward && (rc = backward_setup(ctx, c, &desc, &q, &k, &v, &o, &bw)) != 0)
         goto done;
     clattn_plan plan;
@@ -718,12 +722,15 @@ int cmd_bench(int argc, char **argv)
                           : c->page_size || c->ragged              ? paged_alg
                           : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
                                                                    : "unfused";
-        char dt[16]; /* Q's and O's storage, then K's and V's if int8: "f16/i8" */
-        snprintf(dt, sizeof dt, "%s%s",
+        char dt[32]; /* Q's and O's storage, then K's and V's if int8, dropout: "f16/i8/p0.1" */
+        char drop[16] = "";
+        if (c->dropout > 0.0f)
+            snprintf(drop, sizeof drop, "/p%g", (double)c->dropout);
+        snprintf(dt, sizeof dt, "%s%s%s",
                  c->dtype == CLATTN_FLOAT16    ? "f16"
                  : c->dtype == CLATTN_BFLOAT16 ? "bf16"
                                                : "f32",
-                 c->int8_kv ? "/i8" : "");
+                 c->int8_kv ? "/i8" : "", drop);
         if (json) {
             printf("  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
                    "\"h_kv\": %lld, \"n_q\": %lld, "

@@ -19,6 +19,7 @@ typedef struct bench_case {
     /* 1 varlen: b sequences of lengths n·(i + 1)/b packed (cu_seqlens); 2 padded: the same
      * lengths as q_lens and kv_lens of a padded [b, h, n, d] batch (n_q = n_kv) */
     int ragged;
+    float dropout; /* > 0: dropout_p of the call (dropP; seed 1, offset 0) */
 } bench_case;
 
 typedef struct stats {

@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 /* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
- * [,pageN][,int8][,varlen|padded]]]] into bench cases (bench.h; the grammar is in
+ * [,pageN][,int8][,varlen|padded][,dropP]]]] into bench cases (bench.h; the grammar is in
  * `clattn bench --help`). */
 #include "bench.h"
 #include "cli.h"
@@ -56,20 +56,26 @@ int parse_shapes(const char *list, bench_case *cases, int max)
                 bad = strcmp(alg, "backward") == 0;
                 why = bad ? "varlen and padded time the forward call (not backward)" : why;
                 continue; /* (either algorithm) */
+            } else if (strncmp(tok, "drop", 4) == 0 && c.dropout == 0.0f) {
+                c.dropout = strtof(tok + 4, &end);
+                bad = !(c.dropout > 0.0f && c.dropout < 1.0f) || !end || *end != '\0';
+                why = bad ? "dropP takes a dropout probability within (0, 1)" : why;
+                continue; /* (any algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = strtoll(tok + 4, &end, 10);
                 bad = c.page_size < 1 || c.page_size > ((int64_t)1 << 31) || !end || *end != '\0';
                 why = bad ? "pageN takes a page size of 1 to 2^31 keys" : why;
             } else {
                 bad = 1;
-                why = "an unknown or repeated token (pageN, int8, varlen, padded: each once)";
+                why =
+                    "an unknown or repeated token (pageN, int8, varlen, padded, dropP: each once)";
             }
             if (!bad && strcmp(alg, "fused") != 0) {
                 bad = 1;
                 why = "pageN and int8 run with the fused algorithm only";
             }
         }
-        if (!bad && got >= 11 && !c.int8_kv && !c.page_size && !c.ragged) {
+        if (!bad && got >= 11 && !c.int8_kv && !c.page_size && !c.ragged && c.dropout == 0.0f) {
             bad = 1; /* an empty 11th field */
             why = "an empty field after the dtype";
         }
@@ -106,9 +112,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         if (bad || n + 1 + both > max) {
             bench_fail("bad --shapes entry '%s': %s "
                        "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,varlen|"
-                       "padded]]]], at "
-                       "most "
-                       "%d cases)",
+                       "padded][,dropP]]]], at most %d cases)",
                        spec,
                        bad && why ? why
                        : bad      ? "malformed"

@@ -56,11 +56,12 @@ FAST = [
     ("test_api", "check", {}),
     ("test_backward", "check", {}),
     ("test_paged", "check", {}),
+    ("test_dropout", "check", {}),
 ]
 # the GPU family's mutants: the same tests, test_exact last among the fast ones (PoCL
 # builds its many GPU-family programs slowly: 3 minutes with no cache)
 FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact",
-            "test_backward", "test_paged"]
+            "test_backward", "test_paged", "test_dropout"]
 SLOW = [
     ("test_positions", "check", {}),
     ("test_random", "check", {}),
