@@ -3,11 +3,11 @@
 # weights, --check, and the options of the desc: mask files, lengths, windows, ALiBi,
 # attention sinks, softcap, positions, masked rows, LSE, head-mean weights, float16 and
 # bfloat16 files; the KV-cache options: paged K/V, appending with rotary embeddings,
-# packed variable-length batches; the gradients of --backward), usage errors,
-# malformed inputs that must fail without touching an existing output file, and
-# outputs that must never be replaced
-# (inputs, folders, symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, cut, ln, mkfifo and
-# mktemp: the .npy inputs are written here with printf.
+# packed variable-length batches; the gradients of --backward; dropout with its seed
+# and offset), usage errors, malformed inputs that must fail without touching an
+# existing output file, and outputs that must never be replaced
+# (inputs, folders, symbolic links, devices, FIFOs). Needs only POSIX sh, od, awk, cmp, cut, ln, mkfifo,
+# mktemp and paste: the .npy inputs are written here with printf.
 #
 # Usage: CLATTN_BIN=path/to/clattn sh tests/test_cli.sh
 #
@@ -1259,6 +1259,134 @@ bwd_failure "run --backward --check, another problem's O and LSE" 1 \
     $B_IN --do "$tmp/dog.npy" $B_OUT --o "$tmp/o2x.npy" --lse "$tmp/l2x.npy" --check
 expect_text "run --backward --check, another problem's O and LSE" "$tmp/out" "check dQ: max abs error"
 expect_text "run --backward --check, another problem's O and LSE" "$tmp/out" "NOT within"
+
+# ---- run --dropout: dropout on the weights (Philox4x32-10, --dropout-seed/-offset) -----
+# The causal GQA problem of --backward. drop ARGS...: `clattn run` of it with --dropout 0.3.
+drop() {
+    run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+        --dropout 0.3 "$@"
+}
+run_clattn run --help
+expect_text "run --help (--dropout)" "$tmp/out" "--dropout P dropout on the attention weights"
+expect_text "run --help (--dropout-offset)" "$tmp/out" "--dropout-offset N with --dropout"
+# --check: the reference draws the same mask (O, the weights after dropout, the LSE)
+drop --out "$tmp/od1.npy" --weights "$tmp/wd1.npy" --lse "$tmp/ld1.npy" --scores "$tmp/sd1.npy" \
+    --check
+expect_rc "run --dropout 0.3 --check" 0
+for t in O W LSE S; do
+    expect_text "run --dropout 0.3 --check ($t)" "$tmp/out" "check $t: max abs error"
+done
+run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --out "$tmp/od0.npy" --weights "$tmp/wd0.npy" --lse "$tmp/ld0.npy" --scores "$tmp/sd0.npy"
+expect_rc "run (no dropout, to compare)" 0
+# each weight is dropped (0) or kept and scaled by 1/(1 - 0.3), some of each; the LSE and
+# the scores are those before dropout
+npy_values "$tmp/wd0.npy" >"$tmp/wd0.txt"
+npy_values "$tmp/wd1.npy" >"$tmp/wd1.txt"
+if paste "$tmp/wd0.txt" "$tmp/wd1.txt" | awk '
+    { d = $2 - $1 / 0.7; if (d < 0) d = -d
+      if ($2 == 0) { if ($1 > 0) dropped++ } else if (d <= 1e-6 + 1e-5 * $2) kept++; else bad++ }
+    END { exit !(bad == 0 && dropped > 0 && kept > 0) }'
+then pass; else fail "run --dropout 0.3: weights are not 0 or W/(1 - 0.3), or none dropped/kept"; fi
+expect_values "run --dropout 0.3 (LSE before dropout)" "$tmp/ld1.npy" "$(values_of "$tmp/ld0.npy")" 1e-6
+if cmp -s "$tmp/sd1.npy" "$tmp/sd0.npy"; then pass; else fail "run --dropout: --scores changed"; fi
+if cmp -s "$tmp/od1.npy" "$tmp/od0.npy"; then fail "run --dropout 0.3: O is that without dropout"
+else pass; fi
+# the same seed and offset: the same file; another offset or seed: another mask
+drop --out "$tmp/od2.npy" --weights "$tmp/wd2.npy" --lse "$tmp/ld2.npy" --scores "$tmp/sd2.npy"
+expect_rc "run --dropout 0.3 again" 0
+if cmp -s "$tmp/od1.npy" "$tmp/od2.npy" && cmp -s "$tmp/wd1.npy" "$tmp/wd2.npy"; then pass; else
+    fail "run --dropout 0.3 twice: the outputs differ"; fi
+drop --out "$tmp/od3.npy" --dropout-seed 0 --dropout-offset 0 --check
+expect_rc "run --dropout 0.3 --dropout-seed 0 --dropout-offset 0 (the defaults)" 0
+drop --out "$tmp/od4.npy"
+if cmp -s "$tmp/od3.npy" "$tmp/od4.npy"; then pass; else
+    fail "run --dropout: seed 0 and offset 0 are not the defaults"; fi
+drop --out "$tmp/od5.npy" --dropout-offset 1 --check
+expect_rc "run --dropout 0.3 --dropout-offset 1 --check" 0
+if cmp -s "$tmp/od4.npy" "$tmp/od5.npy"; then fail "run --dropout: another offset, the same O"
+else pass; fi
+drop --out "$tmp/od6.npy" --dropout-seed 18446744073709551615 --dropout-offset 4294967295 --check
+expect_rc "run --dropout, the largest seed and offset, --check" 0
+if cmp -s "$tmp/od4.npy" "$tmp/od6.npy"; then fail "run --dropout: another seed, the same O"
+else pass; fi
+# --dropout 0 is no dropout
+run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --out "$tmp/od7.npy" --dropout 0 --dropout-seed 5
+expect_rc "run --dropout 0" 0
+run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --out "$tmp/od8.npy"
+if cmp -s "$tmp/od7.npy" "$tmp/od8.npy"; then pass; else fail "run --dropout 0: O differs"; fi
+
+# --backward: the recomputed forward and the backward pass draw the same mask, and the
+# reference of --check too; from the forward's own O and LSE, the same gradients
+bwd --dropout 0.3 --dropout-seed 42 --dropout-offset 7 --check
+expect_rc "run --backward --dropout --check" 0
+for g in dQ dK dV; do
+    expect_text "run --backward --dropout --check ($g)" "$tmp/out" "check $g: max abs error"
+done
+for g in gq gk gv; do cp "$tmp/$g.npy" "$tmp/$g-dropout.npy"; done
+if cmp -s "$tmp/gv.npy" "$tmp/gv-recomputed.npy"; then
+    fail "run --backward --dropout: dV is that without dropout"; else pass; fi
+drop --dropout-seed 42 --dropout-offset 7 --out "$tmp/ogd.npy" --lse "$tmp/lgd.npy"
+expect_rc "run --dropout (the forward of --backward --o --lse)" 0
+bwd --dropout 0.3 --dropout-seed 42 --dropout-offset 7 --o "$tmp/ogd.npy" --lse "$tmp/lgd.npy" \
+    --check
+expect_rc "run --backward --dropout --o --lse --check" 0
+for g in gq gk gv; do
+    if cmp -s "$tmp/$g.npy" "$tmp/$g-dropout.npy"; then pass; else
+        fail "run --backward --dropout --o --lse: $g.npy differs from the recomputed forward's"; fi
+done
+# the O of another mask (offset 8) with the LSE: --check sees wrong gradients
+drop --dropout-seed 42 --dropout-offset 8 --out "$tmp/ogd8.npy"
+expect_rc "run --dropout (offset 8)" 0
+
+# hostile values: usage errors (or the library's refusal), no output touched (keep.npy
+# and keepw.npy as "replace both outputs" left them)
+cp "$tmp/keep.npy" "$tmp/keep.orig"
+cp "$tmp/keepw.npy" "$tmp/keepw.orig"
+expect_failure "run --dropout 1" 2 "--dropout '1'" "is not a probability within [0, 1)" \
+    --q "$x" --k "$x" --v "$x" --dropout 1
+expect_failure "run --dropout -0.1" 2 "--dropout '-0.1'" "is not a probability within [0, 1)" \
+    --q "$x" --k "$x" --v "$x" --dropout -0.1
+expect_failure "run --dropout 0.99999999 (1 in float32)" 2 "--dropout '0.99999999'" \
+    "is not a probability within [0, 1) in float32" --q "$x" --k "$x" --v "$x" --dropout 0.99999999
+for bad in abc nan inf 0.3x; do
+    expect_failure "run --dropout $bad" 2 "--dropout '$bad'" "is not a probability" \
+        --q "$x" --k "$x" --v "$x" --dropout "$bad"
+done
+for bad in -1 1.5 0x10 " 1" 18446744073709551616; do
+    expect_failure "run --dropout-seed '$bad'" 2 "--dropout-seed '$bad'" \
+        "is not an integer within 0 .. 18446744073709551615 (2^64 - 1)" \
+        --q "$x" --k "$x" --v "$x" --dropout 0.3 --dropout-seed "$bad"
+done
+for bad in 4294967296 -1 1e3 18446744073709551616; do
+    expect_failure "run --dropout-offset '$bad'" 2 "--dropout-offset '$bad'" \
+        "is not an integer within 0 .. 4294967295 (below 2^32" \
+        --q "$x" --k "$x" --v "$x" --dropout 0.3 --dropout-offset "$bad"
+done
+expect_failure "run --dropout-seed without --dropout" 2 "--dropout-seed" "needs --dropout P" \
+    --q "$x" --k "$x" --v "$x" --dropout-seed 3
+expect_failure "run --dropout-offset without --dropout" 2 "--dropout-offset" "needs --dropout P" \
+    --q "$x" --k "$x" --v "$x" --dropout-offset 3
+expect_failure "run --dropout twice" 2 "--dropout" "given more than once" \
+    --q "$x" --k "$x" --v "$x" --dropout 0.1 --dropout 0.2
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --cu-seqlens-q 0,2,6 \
+    --cu-seqlens-k 0,2,6 --dropout 0.3 --out "$tmp/never.npy"
+expect_rc "run --dropout --cu-seqlens (varlen)" 1
+expect_text "run --dropout --cu-seqlens (varlen)" "$tmp/err" \
+    "clattn_attention failed: unsupported: varlen: not combined with dropout"
+if [ -e "$tmp/never.npy" ]; then fail "run --dropout --cu-seqlens: wrote an output"; else pass; fi
+for g in gq gk gv gs; do cp "$tmp/$g.npy" "$tmp/$g.orig"; done
+bwd_failure "run --backward --dropout 1" 2 "--dropout '1' is not a probability within [0, 1)" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --dropout 1
+bwd_failure "run --backward --dropout-offset 2^32" 2 \
+    "--dropout-offset '4294967296' is not an integer within 0 .. 4294967295" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --dropout 0.3 --dropout-offset 4294967296
+bwd_failure "run --backward --dropout --check, the O of another mask" 1 \
+    "--check failed: the gradients are not within tolerance; nothing was written" \
+    $B_IN --do "$tmp/dog.npy" $B_OUT --dropout 0.3 --dropout-seed 42 --dropout-offset 7 \
+    --o "$tmp/ogd8.npy" --lse "$tmp/lgd.npy" --check
 
 # ---- progress of bench and tune on standard error; standard output unchanged --------
 run_clattn bench --shapes "1,2,2,16,16,8,8;1,2,2,1,32,8,8,none,fused" --reps 1

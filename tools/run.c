@@ -320,11 +320,14 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
 }
 
 /* The desc of the --scores-stage: raw keeps only the scale (no mask term, bias or
- * softcap), softcap adds the softcap, masked is the call's own desc. */
+ * softcap), softcap adds the softcap, masked is the call's own desc without dropout (the
+ * scores come before the softmax and dropout; the stages refuse a dropout desc). */
 static clattn_attention_desc scores_desc(const clattn_attention_desc *desc, int stage)
 {
     if (stage == RUN_SCORES_MASKED) {
-        return *desc;
+        clattn_attention_desc d = *desc;
+        d.dropout_p = 0.0f;
+        return d;
     }
     clattn_attention_desc d = clattn_attention_desc_default();
     d.scale = desc->scale;

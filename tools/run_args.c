@@ -100,6 +100,26 @@ static const char run_usage_kv[] =
     "                    sequence b is query rows cu_q[b] .. cu_q[b + 1] - 1\n"
     "  --cu-seqlens-k L,...  the b + 1 key offsets (both or neither); not with --kv-lens,\n"
     "                    --q-lens, --mask-file, --weights, --block-table or --k-new\n";
+static const char run_usage_drop[] =
+    "  --dropout P       dropout on the attention weights (training; PyTorch SDPA's and\n"
+    "                    FlashAttention's dropout_p): P in [0, 1), default 0 (none). Each\n"
+    "                    weight is kept with probability 1 - P and scaled by 1/(1 - P), or\n"
+    "                    dropped (0): O_i = sum_j P_ij*Z_ij*V_j/(1 - P). The softmax, the\n"
+    "                    LSE and the sinks are those before dropout; --weights writes the\n"
+    "                    weights after it (P*Z/(1 - P)), --scores the scores (unchanged).\n"
+    "                    The keep bit Z of weight (b, h, i, j) is clattn's own\n"
+    "                    Philox4x32-10 stream, not PyTorch's: kept iff word j % 4 of\n"
+    "                    Philox(counter (j/4, i, b*h_q + h, offset), key seed) >=\n"
+    "                    floor(P*2^32), whatever the device, algorithm or tiling (so\n"
+    "                    --check's reference draws the same mask). The library refuses\n"
+    "                    it with --cu-seqlens (exit status 1 and its message)\n"
+    "  --dropout-seed N  with --dropout: the generator's key, an integer 0 .. 2^64 - 1\n"
+    "                    (default 0)\n"
+    "  --dropout-offset N  with --dropout: its counter word, an integer 0 .. 2^32 - 1\n"
+    "                    (default 0); runs with one seed draw independent masks when\n"
+    "                    their offsets differ (advance it per step, as PyTorch's Philox\n"
+    "                    offset). The same P, seed and offset give the same mask: pass\n"
+    "                    the forward's to --backward, which regenerates it\n";
 static const char run_usage_2[] =
     "  --masked-rows R   what a query row with no visible key outputs: zero (default; O\n"
     "                    and its weights 0) or nan (O and its weights NaN); LSE -inf\n"
@@ -171,13 +191,14 @@ static const char run_usage_bwd[] =
     "                    of a float16 or bfloat16 gradient\n"
     "Every option of the forward call applies to both passes: masks, --mask-file (no\n"
     "gradient into the mask), lengths, --window, --alibi, --softcap, --sinks, positions,\n"
-    "--masked-rows, grouped-query heads, dtypes; --algorithm to the forward run only. A\n"
-    "row with no visible key gets dQ = 0. The backward pass does not take paged or int8\n"
-    "K/V, --k-new, --rotary or --cu-seqlens: the library refuses them, exit status 1\n"
-    "and its message (\"clattn_attention_backward failed: unsupported: ...\").\n";
+    "--masked-rows, --dropout (the same mask, regenerated), grouped-query heads, dtypes;\n"
+    "--algorithm to the forward run only. A row with no visible key gets dQ = 0. The\n"
+    "backward pass does not take paged or int8 K/V, --k-new, --rotary or --cu-seqlens:\n"
+    "the library refuses them, exit status 1 and its message\n"
+    "(\"clattn_attention_backward failed: unsupported: ...\").\n";
 /* parse_run_args joins them */
-static char
-    run_usage[sizeof run_usage_1 + sizeof run_usage_kv + sizeof run_usage_2 + sizeof run_usage_bwd];
+static char run_usage[sizeof run_usage_1 + sizeof run_usage_kv + sizeof run_usage_drop +
+                      sizeof run_usage_2 + sizeof run_usage_bwd];
 
 void free_run_args(run_args *a)
 {
@@ -350,9 +371,9 @@ static const option *find_option(const char *arg, const option *options, size_t 
 }
 
 /* parse_command_line() takes at most 32 options: the KV-cache options and those of
- * --backward go through a second call. Splits argv into the arguments of `kv` options
- * (with their values) and the others, in order; `main` tells which of the others take a
- * value. */
+ * --backward and dropout go through a second call. Splits argv into the arguments of
+ * `kv` options (with their values) and the others, in order; `main` tells which of the
+ * others take a value. */
 static void split_kv_arguments(int argc, char **argv, const option *main, size_t n_main,
                                const option *kv, size_t n_kv, char **rest, int *n_rest,
                                char **kv_args, int *n_kv_args)
@@ -401,6 +422,60 @@ static int parse_rotary(const char *text, run_args *a)
     a->rotary = 1;
     a->rotary_dim = dim;
     a->rotary_interleaved = (int)interleaved;
+    return -1;
+}
+
+/* The unsigned decimal integer that is exactly `text` (digits only: no sign, no
+ * spaces), at most `max`; 0 if it is not one (or is larger). */
+static int parse_unsigned(const char *text, uint64_t max, uint64_t *out)
+{
+    if (text[0] == '\0' || strspn(text, "0123456789") != strlen(text)) {
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (*end != '\0' || errno == ERANGE || value > max) {
+        return 0;
+    }
+    *out = (uint64_t)value;
+    return 1;
+}
+
+/* --dropout P, --dropout-seed N, --dropout-offset N: the desc's dropout fields, checked
+ * as the library checks them (P 0 or within (0, 1), the offset below 2^32), so that a
+ * bad value is a usage error. -1 to go on, or an exit status. */
+static int parse_dropout(run_args *a)
+{
+    static const char command[] = "clattn run";
+    const char *const names[2] = {"--dropout-seed", "--dropout-offset"};
+    const char *const texts[2] = {a->dropout_seed_text, a->dropout_offset_text};
+    uint64_t *const values[2] = {&a->dropout_seed, &a->dropout_offset};
+    const uint64_t max[2] = {UINT64_MAX, UINT32_MAX};
+    const char *const range[2] = {"0 .. 18446744073709551615 (2^64 - 1)",
+                                  "0 .. 4294967295 (below 2^32: the generator's counter word)"};
+    if (a->dropout_text == NULL) {
+        for (int i = 0; i < 2; ++i) {
+            if (texts[i] != NULL) {
+                return usage_error(command, "%s needs --dropout P (the dropout probability)",
+                                   names[i]);
+            }
+        }
+        return -1;
+    }
+    if (!parse_float(a->dropout_text, strlen(a->dropout_text), &a->dropout_p) ||
+        !(a->dropout_p >= 0.0f && a->dropout_p < 1.0f)) {
+        return usage_error(command,
+                           "--dropout '%s' is not a probability within [0, 1) in float32 (the "
+                           "chance of dropping a weight; 0 = no dropout)",
+                           a->dropout_text);
+    }
+    for (int i = 0; i < 2; ++i) {
+        if (texts[i] != NULL && !parse_unsigned(texts[i], max[i], values[i])) {
+            return usage_error(command, "%s '%s' is not an integer within %s", names[i], texts[i],
+                               range[i]);
+        }
+    }
     return -1;
 }
 
@@ -530,9 +605,12 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--dk", &a->dk, NULL},
         {"--dv", &a->dv, NULL},
         {"--dsinks", &a->dsinks, NULL},
+        {"--dropout", &a->dropout_text, NULL},
+        {"--dropout-seed", &a->dropout_seed_text, NULL},
+        {"--dropout-offset", &a->dropout_offset_text, NULL},
     };
-    snprintf(run_usage, sizeof run_usage, "%s%s%s%s", run_usage_1, run_usage_kv, run_usage_2,
-             run_usage_bwd);
+    snprintf(run_usage, sizeof run_usage, "%s%s%s%s%s", run_usage_1, run_usage_kv, run_usage_drop,
+             run_usage_2, run_usage_bwd);
     a->out_dtype = -1;
     char **rest = malloc((size_t)(argc + 1) * 2 * sizeof *rest);
     if (rest == NULL) {
@@ -674,6 +752,9 @@ int parse_run_args(int argc, char **argv, run_args *a)
         *starts[i] = (int64_t)value;
     }
     rc = check_kv_args(a);
+    if (rc < 0) {
+        rc = parse_dropout(a);
+    }
     if (rc >= 0) {
         return rc;
     }

@@ -59,6 +59,11 @@ typedef struct run_args {
      * input too); --dq, --dk, --dv, --dsinks: the gradients (outputs) */
     int backward;
     const char *d_out, *o_in, *dq, *dk, *dv, *dsinks;
+    /* --dropout P, --dropout-seed N, --dropout-offset N: the desc's dropout_p,
+     * dropout_seed and dropout_offset (both passes of --backward) */
+    const char *dropout_text, *dropout_seed_text, *dropout_offset_text;
+    float dropout_p;
+    uint64_t dropout_seed, dropout_offset;
 } run_args;
 
 /* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;
