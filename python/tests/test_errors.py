@@ -53,8 +53,8 @@ def test_option_errors():
         sdpa(Q, Q, Q, scale=0.0)
     with pytest.raises(clattn.InvalidArgumentError, match="scale"):
         sdpa(Q, Q, Q, scale=float("nan"))
-    with pytest.raises(NotImplementedError, match="dropout"):
-        sdpa(Q, Q, Q, dropout_p=0.1)
+    with pytest.raises(ValueError, match=r"dropout_p must be within \[0, 1\)"):
+        sdpa(Q, Q, Q, dropout_p=1.0)
     with pytest.raises(ValueError, match="algorithm must be one of"):
         sdpa(Q, Q, Q, algorithm="fast")
     with pytest.raises(ValueError, match="masked_rows"):

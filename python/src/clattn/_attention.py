@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _arrays, _lib
 from ._arrays import DEVICE, HOST, View
@@ -82,8 +83,9 @@ class _Call:
                           *((f, o[f]) for f in _FLAGS)):
             if not isinstance(val, (bool, np.bool_)):
                 raise TypeError(f"{flag} must be True or False, not {val!r}")
-        if dropout_p != 0.0:
-            raise NotImplementedError("dropout_p must be 0: clattn has no dropout yet")
+        p = _dropout_p(dropout_p)
+        seed = _uint(o["dropout_seed"], "dropout_seed", 64)
+        offset = _uint(o["dropout_offset"], "dropout_offset", 32)
         q, k, v = (_arrays.to_numpy_like(x, n) for x, n in
                    ((query, "query"), (key, "key"), (value, "value")))
         codes = [_arrays.dtype_code(x, n, allow_int8=n != "query")  # int8: a quantized K/V
@@ -136,6 +138,7 @@ class _Call:
         if o["softcap"]:
             d.softcap = _float(o["softcap"], "softcap")
         d.q_start, d.kv_start = _int64(o["q_start"], "q_start"), _int64(o["kv_start"], "kv_start")
+        d.dropout_p, d.dropout_seed, d.dropout_offset = p, seed, offset
         if o["kv_lens"] is not None:
             arr, d.kv_lens = _arrays.host_int32(o["kv_lens"], "kv_lens", b)
             self.keep.append(arr)
@@ -335,6 +338,38 @@ def _float(x: Any, name: str) -> float:
     return v
 
 
+def _dropout_p(x: Any, name: str = "dropout_p") -> float:
+    """A dropout probability: a number within [0, 1) whose float32 (the desc's field) is
+    below 1 too."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be a number, not {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name} must be a number, not {x!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{name} must be within [0, 1) (the probability of dropping a "
+                         f"weight; 0 = no dropout), not {x!r}")
+    if float(np.float32(v)) >= 1.0:
+        raise ValueError(f"{name} = {x!r} rounds to 1 in float32; it must stay below 1")
+    return v
+
+
+def _uint(x: Any, name: str, bits: int) -> int:
+    """An integer within [0, 2**bits): dropout_seed (64) and dropout_offset (32)."""
+    try:
+        if isinstance(x, (bool, np.bool_)):
+            raise TypeError
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {x!r}") from None
+    if not 0 <= v < 2**bits:
+        what = ("the Philox key" if bits == 64 else
+                "the generator's counter word: advance it per call for a new mask")
+        raise ValueError(f"{name} = {v} is not within [0, 2**{bits}) ({what})")
+    return v
+
+
 def _window(w: Any) -> Tuple[int, int]:
     try:
         left, right = w
@@ -364,7 +399,7 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     causal_alignment="top_left", no_self=False, window=None, alibi_slopes=None, sinks=None,
     softcap=None, kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False,
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
-    out=None, k_scale=None, v_scale=None)
+    out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
 _FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean")
 
@@ -393,7 +428,24 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     (PyTorch's top-left alignment; ``causal_alignment="bottom_right"`` for
     FlashAttention's). Unlike PyTorch, ``attn_mask`` and ``is_causal`` combine (a key
     must pass both). ``scale``: None = ``1/sqrt(E)``. ``enable_gqa``: H_q a multiple of
-    H_kv; query head h reads key head ``h // (H_q/H_kv)``. ``dropout_p`` must be 0.
+    H_kv; query head h reads key head ``h // (H_q/H_kv)``.
+
+    ``dropout_p`` (PyTorch's; FlashAttention's): dropout on the attention weights, a
+    probability within [0, 1), 0 = none. Each weight is kept with probability
+    ``1 - dropout_p`` and scaled by ``1/(1 - dropout_p)``, or dropped (0); the softmax
+    and the LSE are those before dropout, ``return_weights`` gives the weights after it.
+    As with PyTorch's functional SDPA it applies whenever ``dropout_p > 0`` (there is
+    no training flag). The mask is clattn's own Philox4x32-10 stream (Salmon et al.
+    2011), not PyTorch's generator: ``torch.manual_seed`` does not affect it, and the
+    same seed gives other masks than PyTorch or FlashAttention. It is keyed by the
+    keyword options ``dropout_seed`` (an integer within [0, 2**64), default 0) and
+    ``dropout_offset`` (within [0, 2**32), default 0) and by (batch, head, row, key), so
+    it is the same on every device, algorithm and tiling, and :func:`dropout_mask`
+    returns it. The same seed and offset draw the same mask in every call: advance
+    ``dropout_offset`` (or change the seed) per call, as PyTorch advances its Philox
+    offset. Dropout runs the tiled kernels (no decode kernel). A ``dropout_p`` outside
+    [0, 1), or a seed / offset out of range, raises ``ValueError``; a non-number
+    ``TypeError``.
 
     A query row that sees no key outputs zeros (PyTorch's math backend gives NaN);
     ``masked_rows="nan"`` gives NaN.
@@ -496,7 +548,8 @@ def reference_attention(query: Any, key: Any, value: Any, attn_mask: Any = None,
     """The CPU reference (``clattn_reference_attention``): the same arguments, semantics
     and results as :func:`scaled_dot_product_attention`, on host arrays only, every sum
     in float64 and only the stored results rounded to their dtype. Single-threaded; needs
-    no OpenCL device. ``algorithm`` is ignored."""
+    no OpenCL device. ``algorithm`` is ignored. With ``dropout_p`` it draws the same
+    mask as the device (``dropout_seed``, ``dropout_offset``)."""
     call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options,
                  check_grad=False)
     if call.kind != HOST:
@@ -517,7 +570,10 @@ def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any
     and typed like the inputs. FlashAttention-2's backward (Dao 2023, Algorithm 2) in
     float64 on the CPU, every option of the forward call (softcap through tanh; ALiBi and
     masks take no gradient; with ``enable_gqa`` the key and value gradients sum over each
-    group). A row that sees no key contributes nothing. Host arrays only; no device."""
+    group). A row that sees no key contributes nothing. With ``dropout_p``, the same
+    ``dropout_seed`` and ``dropout_offset`` as the forward call regenerate its mask: the
+    gradients of ``O = (softmax(S)·Z/(1 - p))·V`` (no gradient into the mask). Host
+    arrays only; no device."""
     if options.get("return_lse") or options.get("return_weights") or "out" in options:
         raise TypeError("reference_attention_backward returns the three gradients only "
                         "(no out, return_lse or return_weights)")
@@ -554,6 +610,42 @@ def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any
     return grads[0], grads[1], grads[2]
 
 
-__all__ = ["Plan", "plan", "reference_attention", "reference_attention_backward",
-           "scaled_dot_product_attention"]
+def dropout_mask(batch: int, h_q: int, n_q: int, n_kv: int, p: float, seed: int = 0,
+                 offset: int = 0) -> npt.NDArray[np.uint8]:
+    """The dropout mask that a call with ``dropout_p=p``, ``dropout_seed=seed`` and
+    ``dropout_offset=offset`` draws (``clattn_dropout_mask``): a NumPy ``uint8`` array
+    ``[batch, h_q, n_q, n_kv]``, 1 where weight ``(b, h, i, j)`` is kept and 0 where it is
+    dropped (whatever the masks: a masked weight is 0 either way). ``batch`` is the
+    leading dims of query flattened, ``h_q`` its heads; ``i`` and ``j`` count from the
+    call's first query and key. So, for a call without masks,
+    ``out == (softmax(scale·Q·Kᵀ) * mask / (1 - p)) @ V``. ``p = 0``: all ones.
+
+    Weight ``(b, h, i, j)`` is kept iff word ``j % 4`` of Philox4x32-10 with counter
+    ``(j // 4, i, b·h_q + h, offset)`` and key ``(seed mod 2**32, seed >> 32)`` is at
+    least ``floor(p·2**32)`` — clattn's own stream, not PyTorch's. Computed on the host,
+    single-threaded; needs no OpenCL device.
+
+    Raises ``TypeError`` / ``ValueError`` as the attention call does for ``p``, ``seed``
+    and ``offset``, ``ValueError`` for a negative extent, and
+    :class:`UnsupportedError` for a shape past the generator's counter.
+    """
+    dims = []
+    for x, name in ((batch, "batch"), (h_q, "h_q"), (n_q, "n_q"), (n_kv, "n_kv")):
+        v = _int64(x, name)
+        if v < 0:
+            raise ValueError(f"{name} = {v} is negative")
+        dims.append(v)
+    d = _lib.Desc()
+    d.dropout_p = _dropout_p(p, "p")
+    d.dropout_seed = _uint(seed, "seed", 64)
+    d.dropout_offset = _uint(offset, "offset", 32)
+    keep = np.empty(tuple(dims), dtype=np.uint8)
+    status = _lib.lib.clattn_dropout_mask(ctypes.byref(d), *dims,
+                                          keep.ctypes.data_as(ctypes.c_void_p))
+    raise_status(status, None)
+    return keep
+
+
+__all__ = ["Plan", "dropout_mask", "plan", "reference_attention",
+           "reference_attention_backward", "scaled_dot_product_attention"]
 

@@ -170,6 +170,9 @@ _PROTOTYPES = {
     "clattn_attention_plan": (ctypes.c_int, [_CTX, _P(Desc), _T, _T, _T, _T, _P(Plan)]),
     "clattn_reference_attention": (ctypes.c_int, [_P(Desc), _T, _T, _T, _T]),
     "clattn_reference_attention_backward": (ctypes.c_int, [_P(Desc), _T, _T, _T, _T, _T, _T, _T]),
+    # (desc, batch, h_q, n_q, n_kv, uint8_t *keep)
+    "clattn_dropout_mask": (ctypes.c_int, [_P(Desc), c_int64, c_int64, c_int64, c_int64,
+                                           c_void_p]),
 }
 for _name, (_res, _args) in _PROTOTYPES.items():
     _fn = getattr(lib, _name)
