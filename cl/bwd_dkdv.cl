@@ -44,10 +44,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     /* the key's K and V rows (common.cl load_row16: zeros past d) */
     const long kb = in ? view_at(k_off, k_st, b, hk, j, 0) : 0;
     const long vb = in ? view_at(v_off, v_st, b, hk, j, 0) : 0;
+    #pragma unroll
     for (int a = 0; a < NK; a++) {
         kj[a] = in ? TYPED(load_row16, K_DT)(k, kb, k_st.s3, 16 * a, D_K) : 0.0f;
         acck[a] = 0.0f;
     }
+    #pragma unroll
     for (int a = 0; a < NV; a++) {
         vj[a] = in ? TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V) : 0.0f;
         accv[a] = 0.0f;
@@ -79,6 +81,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
             float t16[16];
             for (int r = 0; r < RT; r++) {
                 float16 x = 0.0f;
+                #pragma unroll
                 for (int a = 0; a < NK; a++)
                     x = fma(kj[a], vload16(a, q_r + r * DKP), x);
                 t16[r] = hsum(x) * scale;
@@ -113,6 +116,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
             float dpa[16];
             for (int r = 0; r < RT; r++) {
                 float16 x = 0.0f;
+                #pragma unroll
                 for (int a = 0; a < NV; a++)
                     x = fma(vj[a], vload16(a, g_r + r * DVP), x);
                 dpa[r] = hsum(x);
@@ -134,14 +138,32 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
             vstore16(p, 0, pa);
             vstore16(pz, 0, pza);
             vstore16(ds, 0, dsa);
+            /* the tile's sums in registers, then into accv and acck once: those live
+             * across the barriers, which on CPUs (PoCL's work-item loops) keeps them in
+             * memory, and a load-FMA-store per product was the kernel's bottleneck */
+            float16 tv[NV], tk[NK];
+            #pragma unroll
+            for (int a = 0; a < NV; a++)
+                tv[a] = 0.0f;
+            #pragma unroll
+            for (int a = 0; a < NK; a++)
+                tk[a] = 0.0f;
             for (int r = 0; r < RT; r++) {
                 if (pa[r] == 0.0f) /* weight 0 adds nothing, even inf or NaN in K or V */
                     continue;
+                #pragma unroll
                 for (int a = 0; a < NV; a++)
-                    accv[a] = fma((float16)(pza[r]), vload16(a, g_r + r * DVP), accv[a]);
+                    tv[a] = fma((float16)(pza[r]), vload16(a, g_r + r * DVP), tv[a]);
+                #pragma unroll
                 for (int a = 0; a < NK; a++)
-                    acck[a] = fma((float16)(dsa[r]), vload16(a, q_r + r * DKP), acck[a]);
+                    tk[a] = fma((float16)(dsa[r]), vload16(a, q_r + r * DKP), tk[a]);
             }
+            #pragma unroll
+            for (int a = 0; a < NV; a++)
+                accv[a] += tv[a];
+            #pragma unroll
+            for (int a = 0; a < NK; a++)
+                acck[a] += tk[a];
             barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
         }
     }

@@ -68,11 +68,13 @@ clattn_status clattn_check_dropout_shape(clattn_context *ctx, const clattn_atten
                                          int64_t batch, int64_t h_q, int64_t n_q, int64_t n_kv)
 {
     const int64_t c32 = (int64_t)1 << 32;
-    if (desc->dropout_p > 0.0f && (batch * h_q > c32 || n_q > c32 || n_kv > 4 * c32))
+    /* batch·h_q ≤ 2^32 without forming a product that may overflow */
+    const bool heads_over = h_q > 0 && batch > c32 / h_q;
+    if (desc->dropout_p > 0.0f && (heads_over || n_q > c32 || n_kv > 4 * c32))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "dropout: batch x h_q %lld, n_q %lld or n_kv %lld is past the "
-                           "generator's counter (2^32, 2^32, 2^34)",
-                           (long long)(batch * h_q), (long long)n_q, (long long)n_kv);
+                           "dropout: batch %lld x h_q %lld, n_q %lld or n_kv %lld is past the "
+                           "generator's counter (2^32 (batch entries x heads), 2^32, 2^34)",
+                           (long long)batch, (long long)h_q, (long long)n_q, (long long)n_kv);
     return CLATTN_SUCCESS;
 }
 
