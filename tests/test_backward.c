@@ -859,9 +859,13 @@ int main(void)
     tc = tcase_create("device_small");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, device_against_reference, 7, 8);
-    tcase_add_loop_test(tc, device_against_reference, N_ALL + 7, N_ALL + 8); /* dropout */
     tcase_add_test(tc, device_masked_rows_and_keys);
     tcase_add_test(tc, device_huge_scores_finite);
+    suite_add_tcase(suite, tc);
+    /* device_dropout: the same small case with dropout (test_oclgrind_paged runs it) */
+    tc = tcase_create("device_dropout");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, device_against_reference, N_ALL + 7, N_ALL + 8);
     suite_add_tcase(suite, tc);
     tc = tcase_create("device");
     tcase_set_timeout(tc, 600);

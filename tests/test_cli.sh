@@ -1092,6 +1092,11 @@ expect_rc "run --scores-stage without --scores" 2
 run_6x3 x.npy --out "$tmp/o.npy" --scores "$tmp/o.npy"
 expect_rc "run --scores the same file as --out" 2
 
+# The training options (--backward, --dropout) build their own programs (a minute cold
+# on 2 cores): CLATTN_CLI_SKIP_TRAINING=1 (the README's suite) leaves them to
+# test_cli_training, which runs the whole script in CI's slow pass.
+if [ "${CLATTN_CLI_SKIP_TRAINING:-0}" != 1 ]; then
+
 # ---- run --backward: the gradients dQ, dK, dV and the sinks' -------------------------
 # A causal GQA problem: two query heads (X and B_Q2) share the one key/value head X
 # (K = V, scale 1/sqrt(3)), dO random. The expected gradients are float64 sums of the
@@ -1387,6 +1392,8 @@ bwd_failure "run --backward --dropout --check, the O of another mask" 1 \
     "--check failed: the gradients are not within tolerance; nothing was written" \
     $B_IN --do "$tmp/dog.npy" $B_OUT --dropout 0.3 --dropout-seed 42 --dropout-offset 7 \
     --o "$tmp/ogd8.npy" --lse "$tmp/lgd.npy" --check
+
+fi # training options
 
 # ---- progress of bench and tune on standard error; standard output unchanged --------
 run_clattn bench --shapes "1,2,2,16,16,8,8;1,2,2,1,32,8,8,none,fused" --reps 1

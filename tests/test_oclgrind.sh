@@ -41,6 +41,10 @@ if [ -n "${CLATTN_PAGED_BIN:-}" ] && [ "${CLATTN_OCLGRIND_PAGED:-0}" = 1 ]; then
         CK_RUN_CASE=device check "dropout" "$CLATTN_DROPOUT_BIN"
         CLATTN_KERNEL_FAMILY=gpu CK_RUN_CASE=device check "dropout, GPU family" "$CLATTN_DROPOUT_BIN"
     fi
+    # and in the backward kernels (test_backward's small case with dropout)
+    if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then
+        CK_RUN_CASE=device_dropout check "backward, dropout" "$CLATTN_BACKWARD_BIN"
+    fi
     echo "test_oclgrind (paged, dropout): $pass passed, $fail failed"
     [ "$fail" -eq 0 ]
     exit
