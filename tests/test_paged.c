@@ -1730,16 +1730,13 @@ int main(void)
     tcase_add_loop_test(tm, paged_equals_contiguous, N_DECODE_CONFIGS,
                         (int)(sizeof configs / sizeof configs[0]));
     suite_add_tcase(s, tm);
-    TCase *tq = tcase_create("int8");
-    tcase_set_timeout(tq, 600);
-    tcase_add_loop_test(tq, int8_kv_cache, 0, 1);
-    suite_add_tcase(s, tq);
-    /* GQA with 3 tokens, tiled prefill; every FP8 code through four kernels (the README's
-     * suite keeps FP8 in test_model's MiniLM check) */
+    /* int8 K/V in both families, GQA with 3 tokens, tiled prefill; every FP8 code through
+     * four kernels (the README's suite keeps int8 and FP8 in test_model's MiniLM check
+     * and in int8_kv_validation) */
     TCase *tqm = tcase_create("int8_more");
     tcase_set_tags(tqm, "slow");
     tcase_set_timeout(tqm, 900);
-    tcase_add_loop_test(tqm, int8_kv_cache, 1, 3);
+    tcase_add_loop_test(tqm, int8_kv_cache, 0, 3);
     tcase_add_test(tqm, fp8_codes);
     suite_add_tcase(s, tqm);
     TCase *td = tcase_create("device");
