@@ -86,8 +86,8 @@ clattn_status clattn_dropout_mask(const clattn_attention_desc *desc, int64_t bat
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "desc and keep must be non-NULL");
     if (batch < 0 || h_q < 0 || n_q < 0 || n_kv < 0)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "extents %lld, %lld, %lld, %lld must not be negative",
-                           (long long)batch, (long long)h_q, (long long)n_q, (long long)n_kv);
+                           "extents %lld, %lld, %lld, %lld must not be negative", (long long)batch,
+                           (long long)h_q, (long long)n_q, (long long)n_kv);
     clattn_status st = clattn_check_dropout(NULL, desc);
     if (st == CLATTN_SUCCESS)
         st = clattn_check_dropout_shape(NULL, desc, batch, h_q, n_q, n_kv);

@@ -399,8 +399,8 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
                         p[j] /= l;
                         const double z = clattn_dropout_factor(desc, b * h_q + h, i, j);
                         for (int64_t c = 0; p[j] * z != 0.0 && c < d_v; c++)
-                            o[c] += p[j] * z *
-                                    clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
+                            o[c] +=
+                                p[j] * z * clattn_host_load(&v, clattn_view_index(&v, b, hk, j, c));
                     }
                     double dsum = 0.0; /* D_i */
                     for (int64_t c = 0; c < d_v; c++)

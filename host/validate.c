@@ -254,8 +254,7 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
     if (st == CLATTN_SUCCESS)
         st = clattn_check_block_table(ctx, desc, &cv->k);
     if (st == CLATTN_SUCCESS)
-        st = clattn_check_dropout_shape(ctx, desc, cv->q.n[0], cv->q.n[1], cv->q.n[2],
-                                        cv->k.n[2]);
+        st = clattn_check_dropout_shape(ctx, desc, cv->q.n[0], cv->q.n[1], cv->q.n[2], cv->k.n[2]);
     if (st != CLATTN_SUCCESS)
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must

@@ -160,8 +160,8 @@ static clattn_status common_checks(clattn_context *ctx, MPI_Comm comm,
              v->dtype == CLATTN_FLOAT8_E4M3)
         st = fail(CLATTN_ERROR_UNSUPPORTED,
                   "clattn-mpi does not take weights, mask_tensor, kv_lens, q_lens, "
-                  "masked_rows = NAN, paged K/V, k_new / v_new, rotary, varlen, dropout or int8/FP8 "
-                  "K/V");
+                  "masked_rows = NAN, paged K/V, k_new / v_new, rotary, varlen, dropout or "
+                  "int8/FP8 K/V");
     else if (!q->host || !k->host || !v->host || !o->host)
         st = fail(CLATTN_ERROR_INVALID_LAYOUT, "clattn-mpi takes host views");
     else {

@@ -5,9 +5,10 @@
  *    positions, ALiBi, softcap, bool and float mask tensors, grouped-query heads,
  *    d_k != d_v), dQ, dK and dV of L = Σ dO·O against central differences of the forward
  *    reference, every element; each configuration again with dropout (p 0.3, a fixed
- *    seed and offset: the same mask at every evaluation). O is stored in float32, so the differences carry its
- *    rounding: tolerance 1e-3 + 1e-3·|dX| with step 1e-2 (truncation ~1e-5, rounding
- *    ~1e-4); a wrong term is off by far more (a dropped softcap factor by ~20 %).
+ *    seed and offset: the same mask at every evaluation). O is stored in float32, so
+ *    the differences carry its rounding: tolerance 1e-3 + 1e-3·|dX| with step 1e-2
+ *    (truncation ~1e-5, rounding ~1e-4); a wrong term is off by far more (a dropped
+ *    softcap factor by ~20 %).
  *  - masked_rows_and_keys: a fully masked row has dQ 0 and adds nothing to dK/dV; NaN
  *    and inf in K and V at masked keys give finite gradients; padding rows too.
  *  - storage_and_validation: 16-bit gradients are the float32 ones rounded once; bad

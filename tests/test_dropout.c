@@ -300,8 +300,8 @@ START_TEST(validation)
     ck_assert_int_eq(clattn_dropout_mask(&d, 1, 1, (int64_t)1 << 33, 4, m),
                      CLATTN_ERROR_UNSUPPORTED);
     /* batch x h_q past 2^32, also where the product overflows int64 (nothing written) */
-    const int64_t big[3][2] = {{(int64_t)1 << 62, 4}, {(int64_t)1 << 32, (int64_t)1 << 32},
-                               {((int64_t)1 << 32) + 1, 1}};
+    const int64_t big[3][2] = {
+        {(int64_t)1 << 62, 4}, {(int64_t)1 << 32, (int64_t)1 << 32}, {((int64_t)1 << 32) + 1, 1}};
     for (int t = 0; t < 3; t++) {
         memset(m, 7, sizeof m);
         ck_assert_int_eq(clattn_dropout_mask(&d, big[t][0], big[t][1], 1, 1, m),
