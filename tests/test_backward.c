@@ -15,8 +15,8 @@
  *    shapes, overlaps and a NULL desc give their statuses and write nothing.
  *  - device (clattn_attention_backward after clattn_attention wrote O and the LSE): every
  *    reference configuration and larger shapes against the reference within
- *    2e-4 + 2e-3·|dX| (TOL_DEVICE), bitwise equal on a second run, each again with
- *    dropout; masked rows (both
+ *    2e-4 + 2e-3·|dX| (TOL_DEVICE), bitwise equal on a second run, five of them again
+ *    with dropout; masked rows (both
  *    policies), poisoned masked keys and padding rows; float16 / bfloat16 operands and
  *    gradients with a float64 LSE; the enqueue call on cl_mem views (a strided dQ) equal
  *    to the blocking call; empty shapes; every validation status, writing nothing.
@@ -476,12 +476,16 @@ static void check_device(const config *c, uint32_t seed, int dropout)
 }
 
 /* Every reference configuration (every score term), then the larger shapes; from
- * N_ALL on the same with dropout. */
+ * N_ALL on five of them again with dropout (each is a program of its own: GQA causal,
+ * window + ALiBi, float mask + softcap + causal, and two larger shapes with lengths,
+ * a bool mask and sinks; the central differences cover every configuration). */
 #define N_ALL (N_CONFIGS + N_DEVICE_CONFIGS)
+static const int DROPOUT_DEVICE[] = {1, 4, 7, N_CONFIGS + 0, N_CONFIGS + 4};
+#define N_DROPOUT_DEVICE ((int)(sizeof DROPOUT_DEVICE / sizeof DROPOUT_DEVICE[0]))
 START_TEST(device_against_reference)
 {
     const uint32_t seed = tu_seed() + 100u * (uint32_t)_i;
-    const int i = _i % N_ALL;
+    const int i = _i < N_ALL ? _i : DROPOUT_DEVICE[_i - N_ALL];
     check_device(i < N_CONFIGS ? &CONFIGS[i] : &DEVICE_CONFIGS[i - N_CONFIGS], seed, _i >= N_ALL);
 }
 END_TEST
@@ -866,13 +870,13 @@ int main(void)
     /* device_dropout: the same small case with dropout (test_oclgrind_paged runs it) */
     tc = tcase_create("device_dropout");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, device_against_reference, N_ALL + 7, N_ALL + 8);
+    tcase_add_loop_test(tc, device_against_reference, N_ALL + 2, N_ALL + 3); /* config 7 */
     suite_add_tcase(suite, tc);
     tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, device_against_reference, 0, 7);
-    tcase_add_loop_test(tc, device_against_reference, 8, N_ALL + 7);
-    tcase_add_loop_test(tc, device_against_reference, N_ALL + 8, 2 * N_ALL);
+    tcase_add_loop_test(tc, device_against_reference, 8, N_ALL + 2);
+    tcase_add_loop_test(tc, device_against_reference, N_ALL + 3, N_ALL + N_DROPOUT_DEVICE);
     tcase_add_test(tc, device_storage_types);
     tcase_add_test(tc, device_enqueue_empty_and_validation);
     tcase_set_tags(tc, "slow"); /* ctest runs it apart: test_backward_device, label slow */
