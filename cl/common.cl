@@ -686,21 +686,28 @@ void scale_staged4(__local float *dst, int rows, int dpad, int stride, __global 
 #define DROPOUT_PARAMS ulong drop_seed, uint drop_offset, uint drop_thr, float drop_scale
 #define DROPOUT_ARGS drop_seed, drop_offset, drop_thr, drop_scale
 
+/* Philox4x32-10's ten rounds on counters c0..c3 (variables of type T: uint, or uint16
+ * for 16 lanes) with the key of `seed` and its Weyl schedule, in place */
+#define PHILOX_ROUNDS(T, seed)                                                              \
+    do {                                                                                    \
+        uint k0_ = (uint)(seed), k1_ = (uint)((seed) >> 32);                                \
+        for (int r_ = 0; r_ < 10; r_++) {                                                   \
+            const T hi0_ = mul_hi((T)(0xD2511F53u), c0), lo0_ = c0 * 0xD2511F53u;          \
+            const T hi1_ = mul_hi((T)(0xCD9E8D57u), c2), lo1_ = c2 * 0xCD9E8D57u;          \
+            c0 = hi1_ ^ c1 ^ k0_;                                                           \
+            c1 = lo1_;                                                                      \
+            c2 = hi0_ ^ c3 ^ k1_;                                                           \
+            c3 = lo0_;                                                                      \
+            k0_ += 0x9E3779B9u;                                                             \
+            k1_ += 0xBB67AE85u;                                                             \
+        }                                                                                   \
+    } while (0)
+
 /* the 10 rounds on 16 lanes: counters (c0, c1, c2, c3), word w of each (0..3) */
 uint16 philox16(uint16 c0, uint16 c1, uint16 c2, uint c3_, ulong seed, uint16 w)
 {
     uint16 c3 = (uint16)(c3_);
-    uint k0 = (uint)seed, k1 = (uint)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        const uint16 hi0 = mul_hi((uint16)(0xD2511F53u), c0), lo0 = c0 * 0xD2511F53u;
-        const uint16 hi1 = mul_hi((uint16)(0xCD9E8D57u), c2), lo1 = c2 * 0xCD9E8D57u;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
+    PHILOX_ROUNDS(uint16, seed);
     return select(select(c0, c1, w == 1u), select(c2, c3, w == 3u), w >= 2u);
 }
 
@@ -728,17 +735,7 @@ float16 dropout16_rows(DROPOUT_PARAMS, long bh, long i0, long j)
 float dropout1(DROPOUT_PARAMS, long bh, long i, long j)
 {
     uint c0 = (uint)(j >> 2), c1 = (uint)i, c2 = (uint)bh, c3 = drop_offset;
-    uint k0 = (uint)drop_seed, k1 = (uint)(drop_seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        const uint hi0 = mul_hi(0xD2511F53u, c0), lo0 = c0 * 0xD2511F53u;
-        const uint hi1 = mul_hi(0xCD9E8D57u, c2), lo1 = c2 * 0xCD9E8D57u;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
+    PHILOX_ROUNDS(uint, drop_seed);
     /* word j mod 4 by index: oclgrind 21.10 picked the wrong word from the equivalent
      * chain of ?: (from j = 4 on), PoCL did not */
     const uint words[4] = {c0, c1, c2, c3};

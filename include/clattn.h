@@ -560,24 +560,16 @@ typedef struct clattn_attention_desc {
      *  (CLATTN_ERROR_UNSUPPORTED). See docs/SEMANTICS.md. */
     const clattn_tensor *k_scale;
     const clattn_tensor *v_scale; /**< the same for V (an int8 or FP8 V) */
-    /** Dropout on the attention weights (training; PyTorch SDPA's `dropout_p`,
-     *  FlashAttention's `dropout_p`): 0 (the default) is none; otherwise in (0, 1). Each
-     *  weight P_ij of query row i and key j is kept with probability 1 − p and then
-     *  scaled by 1/(1 − p), or dropped (0): O_i = Σ_j P_ij·Z_ij·V_j / (1 − p). The
-     *  softmax's denominator, the LSE and the sinks are those of the weights before
-     *  dropout (as in FlashAttention), so the LSE stays the backward pass's input.
-     *  The keep/drop bit Z of (batch entry b, query head h, row i, key j) comes from a
-     *  counter-based generator, Philox4x32-10 (Salmon et al. 2011, "Parallel random
-     *  numbers: as easy as 1, 2, 3"), with counter (⌊j/4⌋, i, b·h_q + h,
-     *  dropout_offset) and key (low and high 32 bits of dropout_seed), word j mod 4 of
-     *  its output: kept iff that word ≥ ⌊p·2^32⌋. It depends on nothing else — not the
-     *  device, kernel, tiling or algorithm — so the backward pass regenerates the same
-     *  mask, and clattn_dropout_mask() returns it on the host. i and j are the call's
-     *  own indices (key j counts from the start of K, or of the cache with paged K/V).
-     *  It is not PyTorch's or FlashAttention's stream: the same seed gives other masks.
-     *  Calls with dropout take the tiled kernels (no decode kernel) and no several-device
-     *  split, clattn-mpi, varlen or public stage (CLATTN_ERROR_UNSUPPORTED). The weights
-     *  output holds P·Z/(1 − p). Added in 0.3. */
+    /** Dropout on the attention weights (training; PyTorch's and FlashAttention's
+     *  `dropout_p`): 0 (the default) is none, otherwise in (0, 1). Weight P_ij is kept
+     *  with probability 1 − p and scaled by 1/(1 − p), or dropped; the softmax sum, the
+     *  LSE and the sinks are those before dropout. The bit of (b, h, i, j) is word
+     *  j mod 4 of Philox4x32-10 (Salmon et al. 2011) with counter (⌊j/4⌋, i, b·h_q + h,
+     *  dropout_offset) and key dropout_seed, kept iff ≥ ⌊p·2^32⌋: the same on every
+     *  device, kernel and pass (clattn_dropout_mask, clattn_backward.h, returns it); not
+     *  PyTorch's stream. Tiled kernels only; varlen, the several-device split, clattn-mpi
+     *  and the stages refuse it (CLATTN_ERROR_UNSUPPORTED). The weights output holds
+     *  P·Z/(1 − p). docs/SEMANTICS.md, "Dropout". Added in 0.3. */
     float dropout_p;
     /** The generator's key (see dropout_p); any value. Added in 0.3. */
     uint64_t dropout_seed;
@@ -617,24 +609,6 @@ clattn_status clattn_visible_keys(const clattn_attention_desc *desc, int64_t n_q
  *  window, no optional inputs or outputs (the same as zero-initialised).
  *  @return the desc. */
 clattn_attention_desc clattn_attention_desc_default(void);
-
-/**
- * The dropout mask of a desc (desc->dropout_p, dropout_seed, dropout_offset), as the
- * kernels and clattn_reference_attention draw it: keep[((b·h_q + h)·n_q + i)·n_kv + j]
- * = 1 where weight (b, h, i, j) is kept, 0 where it is dropped (whatever the masks: a
- * masked weight is 0 either way). For tests and for checking a custom backward. With
- * dropout_p 0 every entry is 1. Single-threaded, no OpenCL.
- *
- * @param desc  the call's desc (only its dropout fields are read).
- * @param batch, h_q, n_q, n_kv  the call's shape.
- * @param keep  host array of batch·h_q·n_q·n_kv bytes, written.
- * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL desc or keep, dropout_p
- *         not 0 or within (0, 1), dropout_offset ≥ 2^32, a negative extent);
- *         CLATTN_ERROR_UNSUPPORTED (a shape past the generator's counter: batch·h_q or
- *         n_q above 2^32, n_kv above 2^34). Added in 0.3.
- */
-clattn_status clattn_dropout_mask(const clattn_attention_desc *desc, int64_t batch, int64_t h_q,
-                                  int64_t n_q, int64_t n_kv, uint8_t *keep);
 
 /**
  * Blocking attention on host memory: copies Q, K, V to the device, computes O (and

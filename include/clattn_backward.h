@@ -133,6 +133,24 @@ clattn_status clattn_reference_attention_backward(const clattn_attention_desc *d
                                                   const clattn_tensor *dq, const clattn_tensor *dk,
                                                   const clattn_tensor *dv);
 
+/**
+ * The dropout mask of a desc (desc->dropout_p, dropout_seed, dropout_offset), as the
+ * kernels and clattn_reference_attention draw it: keep[((b·h_q + h)·n_q + i)·n_kv + j]
+ * = 1 where weight (b, h, i, j) is kept, 0 where it is dropped (whatever the masks: a
+ * masked weight is 0 either way). For tests and for checking a custom backward. With
+ * dropout_p 0 every entry is 1. Single-threaded, no OpenCL.
+ *
+ * @param desc  the call's desc (only its dropout fields are read).
+ * @param batch, h_q, n_q, n_kv  the call's shape.
+ * @param keep  host array of batch·h_q·n_q·n_kv bytes, written.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL desc or keep, dropout_p
+ *         not 0 or within (0, 1), dropout_offset ≥ 2^32, a negative extent);
+ *         CLATTN_ERROR_UNSUPPORTED (a shape past the generator's counter: batch·h_q or
+ *         n_q above 2^32, n_kv above 2^34). Added in 0.3.
+ */
+clattn_status clattn_dropout_mask(const clattn_attention_desc *desc, int64_t batch, int64_t h_q,
+                                  int64_t n_q, int64_t n_kv, uint8_t *keep);
+
 #ifdef __cplusplus
 }
 #endif

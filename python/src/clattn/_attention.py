@@ -308,13 +308,18 @@ def _lookup(table: Dict[str, int], value: str, name: str) -> int:
                          f"{value!r}") from None
 
 
-def _int64(x: Any, name: str) -> int:
+def _index(x: Any, name: str) -> int:
+    """A Python int from an integer (not a bool), or TypeError."""
     try:
         if isinstance(x, (bool, np.bool_)):
             raise TypeError
-        v = operator.index(x)
+        return operator.index(x)
     except TypeError:
         raise TypeError(f"{name} must be an integer, not {x!r}") from None
+
+
+def _int64(x: Any, name: str) -> int:
+    v = _index(x, name)
     if not -(2**63) <= v < 2**63:
         raise ValueError(f"{name} = {v} does not fit int64")
     return v
@@ -357,12 +362,7 @@ def _dropout_p(x: Any, name: str = "dropout_p") -> float:
 
 def _uint(x: Any, name: str, bits: int) -> int:
     """An integer within [0, 2**bits): dropout_seed (64) and dropout_offset (32)."""
-    try:
-        if isinstance(x, (bool, np.bool_)):
-            raise TypeError
-        v = operator.index(x)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, not {x!r}") from None
+    v = _index(x, name)
     if not 0 <= v < 2**bits:
         what = ("the Philox key" if bits == 64 else
                 "the generator's counter word: advance it per call for a new mask")
