@@ -750,7 +750,41 @@ float dropout1(DROPOUT_PARAMS, long bh, long i, long j)
         int lse_relative, \
         RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks,                \
         __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc,  \
-        long vs_off, long4 vs_st, DROPOUT_PARAMS
+        long vs_off, long4 vs_st, DROPOUT_PARAMS, ROW0_PARAMS
+
+/* ---- packed variable-length batches in one launch (-DVARLEN=1; host: varlen.c) ----
+ * Batch entry b is sequence b of a packed batch (FlashAttention's cu_seqlens): its query
+ * rows start at row q_row0[b] of Q, O and the LSE, its keys at row k_row0[b] of K, V and
+ * their scales (the host passes batch strides of 0), and q_lens / kv_lens hold its
+ * lengths, so every rule and term sees a batch entry of those lengths. The host (or
+ * clattn_varlen of varlen.cl, from offsets on the device) clamps row0 + length into the
+ * packed tensors. Rows past a sequence's length belong to the next one: not written.
+ * Programs built with VARLEN 0 take the arguments and never read them. */
+#ifndef VARLEN
+#define VARLEN 0
+#endif
+#define ROW0_PARAMS __global const int *q_row0, __global const int *k_row0
+#if VARLEN
+#define VARLEN_SHIFT(off, st, row0) ((off) += (long)(row0) * (st).s2)
+#else
+#define VARLEN_SHIFT(off, st, row0) ((void)0)
+#endif
+/* the rows of Q that batch entry b may read: n_q, or its sequence's length (past it lie
+ * the next sequence's rows, or the end of Q) */
+#define Q_ROWS(b) (VARLEN ? seq_len(q_lens, (b), n_q) : n_q)
+/* the views of a FUSED_PARAMS kernel moved to batch entry b's sequence */
+#define VARLEN_ROWS(b)                                                                      \
+    do {                                                                                    \
+        if (VARLEN) {                                                                       \
+            VARLEN_SHIFT(q_off, q_st, q_row0[b]);                                           \
+            VARLEN_SHIFT(o_off, o_st, q_row0[b]);                                           \
+            VARLEN_SHIFT(lse_off, lse_st, q_row0[b]);                                       \
+            VARLEN_SHIFT(k_off, k_st, k_row0[b]);                                           \
+            VARLEN_SHIFT(v_off, v_st, k_row0[b]);                                           \
+            VARLEN_SHIFT(ks_off, ks_st, k_row0[b]);                                         \
+            VARLEN_SHIFT(vs_off, vs_st, k_row0[b]);                                         \
+        }                                                                                   \
+    } while (0)
 
 
 /* ---- attention sinks (the desc's sinks; host twin: reference.c) ----
@@ -782,6 +816,8 @@ float fold_sink(__global const float *sinks, long h, __global const int *q_lens,
  * (−∞ for no visible key). */
 #define STORE_ROW(acc_row, m_row, l_row, slope_row, ref_row)                                \
     do {                                                                                    \
+        if (VARLEN && row_padding(q_lens, b, i))                                            \
+            break; /* another sequence's row */                                             \
         float out_[D_V_PAD];                                                                \
         float ms_ = (m_row), ls_ = (l_row);                                                 \
         const float as_ = fold_sink(sinks, h, q_lens, b, i, &ms_, &ls_, slope_row, ref_row); \

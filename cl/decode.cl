@@ -52,6 +52,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         return; /* no barriers in this kernel */
     const long h_kv = h_q / group, bhk = get_global_id(1);
     const long b = bhk / h_kv, hk = bhk % h_kv;
+    VARLEN_ROWS(b); /* a packed batch: sequence b's rows */
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
     float16 q16[NR][N_QV], acc[NR][N_AV];
@@ -62,9 +63,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
     for (int r = 0; r < NR; r++) { /* (setup and stores not unrolled: compile time) */
         const long rho = x * NR + r, h = hk * group + rho / n_q, i = rho % n_q;
         const bool real = rho < rows;
-        const long qb = real ? view_at(q_off, q_st, b, h, i, 0) : 0;
+        const bool read = real && i < Q_ROWS(b); /* (varlen: not the next sequence's) */
+        const long qb = read ? view_at(q_off, q_st, b, h, i, 0) : 0;
         for (int cv = 0; cv < N_QV; cv++)
-            q16[r][cv] = real ? TYPED(load_row16, Q_DT)(q, qb, q_st.s3, 16 * cv, D_K) : 0.0f;
+            q16[r][cv] = read ? TYPED(load_row16, Q_DT)(q, qb, q_st.s3, 16 * cv, D_K) : 0.0f;
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         m[r] = -INFINITY;

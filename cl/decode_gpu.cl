@@ -71,7 +71,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     __global float *part_o, __global float *part_lse, int h_q, int group, long n_q, long n_kv,
     float scale, int n_splits, long chunk, RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS,
     __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc, long vs_off,
-    long4 vs_st)
+    long4 vs_st, ROW0_PARAMS)
 {
     __local float q_s[RB * DK8];
     __local float k_s[KV_FLOATS]; /* K rows, then V rows, of the step, KB at a time */
@@ -84,6 +84,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     const long rb0 = get_global_id(1) * RB; /* first row of the block */
     const long h_kv = h_q / group, bhk = get_global_id(2);
     const long b = bhk / h_kv, hk = bhk % h_kv;
+    if (VARLEN) { /* a packed batch: sequence b's rows (the partials stay per row) */
+        VARLEN_SHIFT(q_off, q_st, q_row0[b]);
+        VARLEN_SHIFT(k_off, k_st, k_row0[b]);
+        VARLEN_SHIFT(v_off, v_st, k_row0[b]);
+        VARLEN_SHIFT(ks_off, ks_st, k_row0[b]);
+        VARLEN_SHIFT(vs_off, vs_st, k_row0[b]);
+    }
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const bool terms = MASK_T || ALIBI || SOFTCAP || mask == MASK_NO_SELF;
 
@@ -92,7 +99,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
         long h, i;
         const row_rule rr = block_row(RULE_ARGS, b, hk, group, n_q, n_kv, rb0 + r, &h, &i);
         (void)rr;
-        q_s[e] = rb0 + r < group * n_q && c < D_K ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c))
+        q_s[e] = rb0 + r < group * n_q && i < Q_ROWS(b) && c < D_K ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c))
                                                   : 0.0f;
     }
     /* the keys of this split any row of the block may see; a step is plain when every

@@ -74,6 +74,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     const long i0 = g0 + get_local_id(0) * RQ;        /* first query of this work-item */
     const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
+    VARLEN_ROWS(b); /* a packed batch: sequence b's rows */
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float slope = ALIBI ? alibi[h] : 0.0f;
     /* K/V rows past the batch entry's keys are staged as zeros, not read (with pages,
@@ -84,11 +85,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     float16 acc[RQ][N_AV];
     float m[RQ], l[RQ];
     row_rule rule[RQ]; /* visible keys of each row (none for rows past n_q) */
+    const long q_end = Q_ROWS(b); /* rows of Q to read */
     long wi_lo = n_kv, wi_hi = 0; /* keys any of this work-item's rows may see */
     for (int r = 0; r < RQ; r++) { /* (setup and stores not unrolled: compile time) */
         const long i = i0 + r;
         for (int c = 0; c < D_K; c++)
-            q_rows[r][c] = i < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c)) : 0.0f;
+            q_rows[r][c] = i < q_end ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i, c)) : 0.0f;
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         m[r] = -INFINITY;

@@ -78,13 +78,14 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const long g0 = get_group_id(0) * BQ; /* first query row of the group */
     const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
+    VARLEN_ROWS(b); /* a packed batch: sequence b's rows */
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float slope = ALIBI ? alibi[h] : 0.0f;
     /* K/V rows past the batch entry's keys are staged as zeros, not read (with pages,
      * the table holds no page for them) */
     const long nkv_b = seq_len(kv_lens, b, n_kv);
 
-    (void)TYPED(stage4, Q_DT)(q, q_off, q_st, b, h, g0, n_q, BQ, D_K, DK4, QK_STRIDE, q_s NO_PAGES);
+    (void)TYPED(stage4, Q_DT)(q, q_off, q_st, b, h, g0, Q_ROWS(b), BQ, D_K, DK4, QK_STRIDE, q_s NO_PAGES);
     if (lid == 0)
         v_bad = 0;
     barrier(CLK_LOCAL_MEM_FENCE); /* v_bad cleared before any work-item stages V */
@@ -293,6 +294,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         const long i = g0 + ty * RQ + r;
         if (i >= n_q)
             break;
+        if (VARLEN && row_padding(q_lens, b, i))
+            continue; /* another sequence's row */
         float lt = 0.0f;
         for (int t = 0; t < CT; t++)
             lt += red[(ty * RQ + r) * CT + t];

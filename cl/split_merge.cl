@@ -17,11 +17,15 @@ __kernel void clattn_split_merge(__global const float *part_o, __global const fl
                                  int n_splits, __global ELEM_T(O_DT) *o, long o_off, long4 o_st,
                                  __global lse_t *lse, long lse_off, long4 lse_st, int h_q,
                                  long n_q, long n_kv, int masked_nan, __global const float *alibi,
-                                 RULE_PARAMS, __global const float *sinks)
+                                 RULE_PARAMS, __global const float *sinks, ROW0_PARAMS)
 {
     const int c = get_global_id(0);
     const long i = get_global_id(1), bh = get_global_id(2);
     const long b = bh / h_q, h = bh % h_q, row = bh * n_q + i;
+    if (VARLEN && row_padding(q_lens, b, i))
+        return; /* a packed batch: another sequence's row (no barriers here) */
+    VARLEN_SHIFT(o_off, o_st, q_row0[b]);
+    VARLEN_SHIFT(lse_off, lse_st, q_row0[b]);
     const int lse_relative = 0; /* (STORE_LSE) the weights pass does not split */
     __global const float *pl = part_lse + row * n_splits;
     const row_rule rule = rule_at(RULE_ARGS, b, i, n_q, n_kv);

@@ -76,20 +76,24 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
         st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "out is NULL");
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_attention(ctx, &p, &plan);
-    if (st != CLATTN_SUCCESS)
-        return st;
+    if (st == CLATTN_SUCCESS)
+        clattn_plan_describe(&plan, out);
+    return st;
+}
+
+void clattn_plan_describe(const clattn_exec_plan *p, clattn_plan *out)
+{
     memset(out, 0, sizeof *out);
-    out->algorithm = plan.algorithm;
-    out->workspace_bytes = (size_t)plan.workspace_bytes;
-    const bool fused = plan.algorithm == CLATTN_ALGORITHM_FUSED || plan.no_keys;
-    const clattn_blocked *bk = fused ? &plan.fused : &plan.scores;
-    out->work_group_size = fused ? plan.fused.wg : plan.softmax_wg;
+    out->algorithm = p->algorithm;
+    out->workspace_bytes = (size_t)p->workspace_bytes;
+    const bool fused = p->algorithm == CLATTN_ALGORITHM_FUSED || p->no_keys;
+    const clattn_blocked *bk = fused ? &p->fused : &p->scores;
+    out->work_group_size = fused ? p->fused.wg : p->softmax_wg;
     out->queries_per_work_item = bk->rq;
     out->tile_kv = bk->tile_kv;
-    snprintf(out->reason, sizeof out->reason, "%s", plan.reason);
-    snprintf(out->kernels, sizeof out->kernels, "%s", plan.kernels);
-    snprintf(out->rejected, sizeof out->rejected, "%s", plan.rejected);
-    return CLATTN_SUCCESS;
+    snprintf(out->reason, sizeof out->reason, "%s", p->reason);
+    snprintf(out->kernels, sizeof out->kernels, "%s", p->kernels);
+    snprintf(out->rejected, sizeof out->rejected, "%s", p->rejected);
 }
 
 /* ------------------------------------------------------------- the three stages */

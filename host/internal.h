@@ -145,6 +145,12 @@ typedef struct clattn_problem {
      * as K is) */
     clattn_view k_scale, v_scale;
     bool has_k_scale, has_v_scale;
+    /* A packed batch in one launch (varlen.c): batch entry b is sequence b, the views'
+     * batch strides are 0 and n[2] the longest sequence; the kernels (-DVARLEN=1) read
+     * device int32 [batch] arrays: q_lens, kv_lens, q_row0, k_row0 (common.cl
+     * VARLEN_ROWS). Not owned by the problem. */
+    bool varlen;
+    cl_mem varlen_bufs[4];
 } clattn_problem;
 /* Whether K or V is a quantized cache (int8, FP8): the fused forward of the CPU family. */
 static inline bool clattn_problem_quantized(const clattn_problem *p)
@@ -395,6 +401,9 @@ clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const cha
                                 clattn_program_entry **out);
 void clattn_programs_release(clattn_context *ctx);
 
+/* The public description of an execution plan (clattn_attention_plan's out). */
+void clattn_plan_describe(const clattn_exec_plan *p, clattn_plan *out);
+
 /* ---- packed variable-length batches (varlen.c): desc.varlen ---- */
 typedef enum {
     CLATTN_VARLEN_BLOCKING,
@@ -402,8 +411,10 @@ typedef enum {
     CLATTN_VARLEN_PLAN,
     CLATTN_VARLEN_REFERENCE
 } clattn_varlen_mode;
-/* The packed call validated once, then one attention per non-empty sequence on slices
- * (enqueued: each after `wait`, joined in `done`; plan: the longest query sequence's). */
+/* The packed call validated once, then the fused algorithm in one launch over the
+ * sequences (offsets on the host or the device), or one attention per non-empty sequence
+ * on slices (the unfused algorithm, the reference; enqueued: each after `wait`, joined in
+ * `done`). */
 clattn_status clattn_varlen_run(clattn_context *ctx, clattn_varlen_mode mode,
                                 const clattn_attention_desc *desc, const clattn_tensor *q,
                                 const clattn_tensor *k, const clattn_tensor *v,

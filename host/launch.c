@@ -22,6 +22,7 @@ typedef struct aux_t {
     const clattn_view *pages;             /* paged K (the block table's shape), or NULL */
     const clattn_view *k_scale, *v_scale; /* an int8 K's and V's scales, or NULL */
     cl_mem table;                         /* its block table on the device */
+    cl_mem q_row0, k_row0;                /* a packed batch's first rows (not ours), or NULL */
     bool own_table;                       /* … copied from the host table here */
 } aux_t;
 
@@ -173,6 +174,8 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_opt_view(&a, x->k_scale); /* an int8 K's and V's scales, or none */
     arg_opt_view(&a, x->v_scale);
     arg_dropout(&a, x);
+    arg(&a, sizeof(cl_mem), &x->q_row0);
+    arg(&a, sizeof(cl_mem), &x->k_row0);
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
      * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
     const int64_t rows = bk->decode ? q->n[2] * clattn_group(q->n[1], k->n[1]) : q->n[2];
@@ -223,6 +226,8 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
         arg_pages(&a, x);
         arg_opt_view(&a, x->k_scale); /* a quantized K's and V's scales, or none */
         arg_opt_view(&a, x->v_scale);
+        arg(&a, sizeof(cl_mem), &x->q_row0);
+        arg(&a, sizeof(cl_mem), &x->k_row0);
         const int64_t kv_rows = q->n[2] * clattn_group(q->n[1], k->n[1]);
         const size_t global[3] = {(size_t)ns * bk->wg,
                                   (size_t)clattn_ceil_div(kv_rows, (int64_t)bk->rows),
@@ -244,6 +249,8 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
         arg(&a, sizeof(cl_mem), &x->alibi);
         arg_rule(&a, x);
         arg(&a, sizeof(cl_mem), &x->sinks);
+        arg(&a, sizeof(cl_mem), &x->q_row0);
+        arg(&a, sizeof(cl_mem), &x->k_row0);
         const size_t global[3] = {(size_t)o->n[3], (size_t)q->n[2], (size_t)(q->n[0] * q->n[1])};
         st = launch(ctx, "split_merge", &a, 3, global, NULL, 1, &ev, done);
     }
@@ -491,6 +498,12 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     }
     x.k_scale = dv->has_k_scale ? &dv->k_scale : NULL;
     x.v_scale = dv->has_v_scale ? &dv->v_scale : NULL;
+    if (dv->varlen) { /* a packed batch: its lengths and first rows (varlen.c's buffers) */
+        x.q_lens = x.lens_given[0] = dv->varlen_bufs[0];
+        x.kv_lens = x.lens_given[1] = dv->varlen_bufs[1];
+        x.q_row0 = dv->varlen_bufs[2];
+        x.k_row0 = dv->varlen_bufs[3];
+    }
     /* the append first (and the rotated Q): the attention waits for them, reads the
      * lengths after the append and the rotated Q */
     cl_event pre[2] = {NULL, NULL};

@@ -179,6 +179,10 @@ static void make_features(const clattn_problem *p, features *f)
         snprintf(f->opts + at, sizeof f->opts - at, " -DPAGED=1");
     }
     f->quantized = clattn_problem_quantized(p);
+    if (p->varlen) { /* a packed batch in one launch (common.cl VARLEN_ROWS) */
+        const size_t at = strlen(f->opts);
+        snprintf(f->opts + at, sizeof f->opts - at, " -DVARLEN=1");
+    }
     if (p->has_k_scale || p->has_v_scale) { /* int8 / FP8 K or V scales (common.cl kv_scale) */
         const size_t at = strlen(f->opts);
         snprintf(f->opts + at, sizeof f->opts - at, " -DK_SCALED=%d -DV_SCALED=%d",

@@ -60,21 +60,40 @@ struct clattn_paged_kv {
  * masked_rows) applies to each sequence on its own, as to a batch entry of those
  * lengths. Rows past cu_seqlens_q[batch] are not written.
  *
- * The calls run one attention per non-empty sequence (each with its own plan; the
- * enqueue call chains them to one `done` event), so the work is that of the unpadded
- * batch; many very short sequences pay a launch each. Not combined with kv_lens, q_lens
- * (the offsets give the lengths), a mask tensor, weights, paged K/V or an append
+ * The fused algorithm runs the whole batch in one launch (a batch entry per sequence,
+ * over max_seqlen_q rows; rows past a sequence's length are skipped), so the work is
+ * that of the unpadded batch; decode-sized sequences take the decode kernels and split-KV
+ * decoding as a padded batch would. The unfused algorithm (and the reference) run one
+ * attention per non-empty sequence. Not combined with kv_lens, q_lens (the offsets give
+ * the lengths), a mask tensor, weights, paged K/V, an append or dropout
  * (CLATTN_ERROR_UNSUPPORTED); the backward pass and the several-device layer take no
  * varlen desc either.
  */
 struct clattn_varlen {
     /** Host int32 [batch + 1]: non-decreasing from cu_seqlens_q[0] ≥ 0 to at most
-     *  total_q (Q's seq extent). Read during the call only. */
+     *  total_q (Q's seq extent), else CLATTN_ERROR_INVALID_SHAPE. Read during the call
+     *  only. */
     const int32_t *cu_seqlens_q;
     /** Host int32 [batch + 1], the same for K and V (≤ total_k). */
     const int32_t *cu_seqlens_k;
     /** Number of sequences, ≥ 0. */
     int64_t batch;
+    /** Or the offsets on the device (the *_enqueue and plan calls; added in 0.3): int32
+     *  [batch + 1] from byte 0 of each cl_mem, read by a small kernel in the same
+     *  enqueue, so a step needs no host read-back; exactly one form for each of q and k.
+     *  They are not checked on the host: each sequence is clamped into the packed tensors
+     *  after the one before (first row clamp(cu[b], end of sequence b − 1, total), length
+     *  clamp(cu[b+1] − first, 0, min(max_seqlen, total − first))), so bad offsets give
+     *  wrong or empty sequences, never accesses outside the tensors or two sequences
+     *  writing one row. Fused algorithm only (else CLATTN_ERROR_UNSUPPORTED). */
+    cl_mem cu_seqlens_q_buffer;
+    cl_mem cu_seqlens_k_buffer; /**< see cu_seqlens_q_buffer */
+    /** The longest query / key sequence (FlashAttention's max_seqlen_q, max_seqlen_k):
+     *  required (≥ 0) with offsets on the device, where longer sequences are cut at it;
+     *  with host offsets 0 (computed) or at least the longest (else
+     *  CLATTN_ERROR_INVALID_SHAPE). */
+    int64_t max_seqlen_q;
+    int64_t max_seqlen_k; /**< see max_seqlen_q */
 };
 
 /**

@@ -41,6 +41,12 @@ if [ -n "${CLATTN_PAGED_BIN:-}" ] && [ "${CLATTN_OCLGRIND_PAGED:-0}" = 1 ]; then
         CK_RUN_CASE=device check "dropout" "$CLATTN_DROPOUT_BIN"
         CLATTN_KERNEL_FAMILY=gpu CK_RUN_CASE=device check "dropout, GPU family" "$CLATTN_DROPOUT_BIN"
     fi
+    # packed varlen batches in one launch: the offsets' kernel, hostile offsets on the
+    # device, both sizes (tiled and decode kernels), the CPU family (the GPU family's
+    # varlen cases are test_varlen_gpu's: 100 s more under oclgrind)
+    if [ -n "${CLATTN_VARLEN_BIN:-}" ]; then
+        CK_RUN_CASE=cpu_family check "varlen" "$CLATTN_VARLEN_BIN"
+    fi
     # and in the backward kernels (test_backward's small case with dropout)
     if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then
         CK_RUN_CASE=device_dropout check "backward, dropout" "$CLATTN_BACKWARD_BIN"

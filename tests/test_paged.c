@@ -1571,7 +1571,7 @@ START_TEST(varlen_packed)
                   tv = tu_view(v, shv, sv, 0);
     clattn_tensor to = tu_view(o, sho, so, 0), tl = tu_view(lse, shl, sl, 0);
     float slopes[HQ] = {0.5f, 0.25f, 0.125f, 0.0625f};
-    const clattn_varlen vl = {cu_q, cu_k, NB};
+    const clattn_varlen vl = {cu_q, cu_k, NB, NULL, NULL, 0, 0};
     clattn_attention_desc d = clattn_attention_desc_default();
     d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     d.window = 1;

@@ -352,7 +352,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
                                                     : c->n_kv,
                                            c->d_v);
     const clattn_paged_kv pg = {NULL, mt, max_pages};
-    const clattn_varlen vl = {cu, cu, c->b};
+    const clattn_varlen vl = {cu, cu, c->b, NULL, NULL, 0, 0};
     clattn_tensor o = clattn_tensor_buffer(mo, qb, c->h_q, qn, c->d_v);
     q.dtype = o.dtype = c->dtype;
     k.dtype = v.dtype = kv_dtype;

@@ -306,7 +306,7 @@ int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd)
         const int32_t *cu_q = NULL, *cu_k = NULL;
         size_t n = 0;
         lrc = run_check_cu_seqlens(a, in, &cu_q, &cu_k, &n);
-        rd->varlen = (clattn_varlen){cu_q, cu_k, (int64_t)n - 1};
+        rd->varlen = (clattn_varlen){cu_q, cu_k, (int64_t)n - 1, NULL, NULL, 0, 0};
         desc->varlen = &rd->varlen;
     }
     if (lrc < 0 && a->kv_lens_text != NULL) {
