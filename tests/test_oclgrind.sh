@@ -45,7 +45,7 @@ if [ -n "${CLATTN_PAGED_BIN:-}" ] && [ "${CLATTN_OCLGRIND_PAGED:-0}" = 1 ]; then
     # device, both sizes (tiled and decode kernels), the CPU family (the GPU family's
     # varlen cases are test_varlen_gpu's: 100 s more under oclgrind)
     if [ -n "${CLATTN_VARLEN_BIN:-}" ]; then
-        CK_RUN_CASE=cpu_family check "varlen" "$CLATTN_VARLEN_BIN"
+        CLATTN_KERNEL_FAMILY=cpu CK_RUN_CASE=context_family check "varlen" "$CLATTN_VARLEN_BIN"
     fi
     # and in the backward kernels (test_backward's small case with dropout)
     if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then

@@ -6,6 +6,8 @@
  *    rows per sequence: the decode kernels, split-KV decoding in the GPU family), with
  *    GQA, empty sequences, rows before the first and after the last sequence, sinks and
  *    score terms;
+ *  - the context's kernel family: the CPU family on a CPU, the GPU family with
+ *    CLATTN_KERNEL_FAMILY=gpu (CI's GPU-family pass);
  *  - blocking with host offsets within the stated tolerance of the reference, every row
  *    outside the sequences untouched; enqueued with host offsets, with offsets on the
  *    device, and with a max_seqlen_q above the longest sequence: the same bits;
@@ -158,8 +160,28 @@ static void assert_same_bits(const float *a, const float *b, size_t n, const cha
                              const char *what)
 {
     for (size_t i = 0; i < n; i++)
-        ck_assert_msg(memcmp(&a[i], &b[i], 4) == 0, "%s: %s: element %zu is %.9g, blocking %.9g",
+        ck_assert_msg(memcmp(&a[i], &b[i], 4) == 0, "%s: %s: element %zu is %.9g, expected %.9g",
                       name, what, i, (double)a[i], (double)b[i]);
+}
+
+/* The host twin of varlen.cl's clamping: sequence b starts at clamp(cu[b], end of b − 1,
+ * total) and is clamp(cu[b + 1] − start, 0, min(max_len, total − start)) long. The hostile
+ * offsets below are chosen so that the non-empty clamped sequences follow each other
+ * without a gap: out[] holds them as valid offsets (an empty one's start is moot). */
+static void clamped_offsets(const int32_t *cu, int nb, int64_t total, int64_t max_len, int32_t *out)
+{
+    int64_t end = 0;
+    for (int b = 0; b < nb; b++) {
+        const int64_t s0 = cu[b] < end ? end : cu[b] > total ? total : cu[b];
+        int64_t n = (int64_t)cu[b + 1] - s0, lim = total - s0 < max_len ? total - s0 : max_len;
+        n = n < 0 ? 0 : n > lim ? lim : n;
+        if (b == 0)
+            out[0] = (int32_t)s0;
+        ck_assert_msg(n == 0 || s0 == out[b],
+                      "hostile offsets: sequence %d starts at %lld after a gap", b, (long long)s0);
+        end = s0 + n;
+        out[b + 1] = n ? (int32_t)end : out[b];
+    }
 }
 
 /* Enqueued on buffers (O with `tail` canary floats past the view's rows): O and the LSE
@@ -212,7 +234,9 @@ static clattn_status run_enqueue(const vrun *r, const clattn_attention_desc *d, 
 static void run_case(const vcase *c, clattn_kernel_family family)
 {
     clattn_context *ctx = tu_ctx();
+    const clattn_kernel_family before = clattn_context_kernel_family(ctx);
     ck_assert_int_eq(clattn_context_set_kernel_family(ctx, family), CLATTN_SUCCESS);
+    family = clattn_context_kernel_family(ctx);
     /* split-KV decoding in 3 splits (the GPU family), so the merge runs per sequence */
     ck_assert_int_eq(clattn_context_set_decode_splits(ctx, 3), CLATTN_SUCCESS);
     const char *fam = family == CLATTN_KERNEL_FAMILY_GPU ? "GPU family" : "CPU family";
@@ -266,13 +290,29 @@ static void run_case(const vcase *c, clattn_kernel_family family)
         assert_same_bits(l2, lse, nl, c->name, "LSE, device offsets");
     }
     /* hostile offsets on the device: decreasing, past the tensors, negative; the kernels
-     * clamp them (nothing written outside O and the LSE: run_enqueue checks the tails) */
+     * clamp them (nothing written outside O and the LSE: run_enqueue checks the tails),
+     * giving the same bits as the clamped offsets from the host */
     const int32_t bad_q[MAXB + 1] = {5, 2, 1000, -3, 7, 1 << 30, 0, 3, 9},
                   bad_k[MAXB + 1] = {-100, 7, 5000, 2, 1 << 30, 0, 9, 1, 4};
     cl_mem mbq = buffer_of(cl_ctx, bad_q, sizeof bad_q), mbk = buffer_of(cl_ctx, bad_k, sizeof bad_k);
-    clattn_varlen bv = {NULL, NULL, c->nb, mbq, mbk, c->tq, c->tk};
+    /* max_seqlen below some clamped lengths: those sequences are cut */
+    const int64_t cut_q = c->tq - c->tq / 4, cut_k = c->tk - 10;
+    clattn_varlen bv = {NULL, NULL, c->nb, mbq, mbk, cut_q, cut_k};
     dd.varlen = &bv;
+    tu_fill_value(o2, no, -7.0f);
+    tu_fill_value(l2, nl, -7.0f);
     TU_ASSERT_OK(run_enqueue(&r, &dd, o2, l2), "%s enqueue, hostile device offsets", c->name);
+    int32_t fix_q[MAXB + 1], fix_k[MAXB + 1];
+    clamped_offsets(bad_q, c->nb, c->tq, cut_q, fix_q);
+    clamped_offsets(bad_k, c->nb, c->tk, cut_k, fix_k);
+    clattn_varlen hv = {fix_q, fix_k, c->nb, NULL, NULL, 0, 0};
+    dd.varlen = &hv;
+    float *o3 = tu_alloc(no, -7.0f), *l3 = tu_alloc(nl, -7.0f);
+    TU_ASSERT_OK(run_enqueue(&r, &dd, o3, l3), "%s enqueue, the clamped offsets", c->name);
+    assert_same_bits(o2, o3, no, c->name, "O, hostile device offsets vs the clamped ones");
+    assert_same_bits(l2, l3, nl, c->name, "LSE, hostile device offsets vs the clamped ones");
+    free(o3);
+    free(l3);
     /* the unfused algorithm: a call per sequence (host offsets), within tolerance; with
      * offsets on the device it is refused */
     clattn_attention_desc du = d;
@@ -293,19 +333,15 @@ static void run_case(const vcase *c, clattn_kernel_family family)
     for (int i = 0; i < 6; i++)
         free(bufs[i]);
     vrun_free(&r);
-    ck_assert_int_eq(clattn_context_set_kernel_family(ctx, CLATTN_KERNEL_FAMILY_AUTO), CLATTN_SUCCESS);
+    ck_assert_int_eq(clattn_context_set_kernel_family(ctx, before), CLATTN_SUCCESS);
     ck_assert_int_eq(clattn_context_set_decode_splits(ctx, 0), CLATTN_SUCCESS);
 }
 
-START_TEST(varlen_cpu_family)
+/* the context's family: the CPU family on PoCL's CPU device, unless CLATTN_KERNEL_FAMILY
+ * forces one (CI's GPU-family pass, mutate.py's GPU mutants) */
+START_TEST(varlen_context_family)
 {
-    run_case(&CASES[_i], CLATTN_KERNEL_FAMILY_CPU);
-}
-END_TEST
-
-START_TEST(varlen_gpu_family)
-{
-    run_case(&CASES[_i], CLATTN_KERNEL_FAMILY_GPU);
+    run_case(&CASES[_i], clattn_context_kernel_family(tu_ctx()));
 }
 END_TEST
 
@@ -368,17 +404,10 @@ int main(void)
 {
     tu_seed_init(0x7a41e9u);
     Suite *s = suite_create("varlen");
-    TCase *tc = tcase_create("cpu_family");
+    TCase *tc = tcase_create("context_family");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, varlen_cpu_family, 0, N_CASES);
+    tcase_add_loop_test(tc, varlen_context_family, 0, N_CASES);
     tcase_add_test(tc, varlen_statuses);
     suite_add_tcase(s, tc);
-    /* the GPU family (its programs take twice as long to build on PoCL): ctest's slow
-     * test_varlen_gpu */
-    TCase *tg = tcase_create("gpu_family");
-    tcase_set_tags(tg, "slow");
-    tcase_set_timeout(tg, 900);
-    tcase_add_loop_test(tg, varlen_gpu_family, 0, N_CASES);
-    suite_add_tcase(s, tg);
     return tu_run_suite(s);
 }

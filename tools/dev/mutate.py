@@ -57,11 +57,12 @@ FAST = [
     ("test_backward", "check", {}),
     ("test_paged", "check", {}),
     ("test_dropout", "check", {}),
+    ("test_varlen", "check", {}),
 ]
 # the GPU family's mutants: the same tests, test_exact last among the fast ones (PoCL
 # builds its many GPU-family programs slowly: 3 minutes with no cache)
 FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact",
-            "test_backward", "test_paged", "test_dropout"]
+            "test_backward", "test_paged", "test_dropout", "test_varlen"]
 SLOW = [
     ("test_positions", "check", {}),
     ("test_random", "check", {}),
@@ -327,6 +328,8 @@ def main():
     ap.add_argument("--only", action="append", default=[],
                     help="run only these mutant IDs (comma-separated; repeatable)")
     ap.add_argument("--fast-only", action="store_true", help="skip the slow tests")
+    ap.add_argument("--tests", help="use only these tests (comma-separated names, e.g. "
+                    "test_varlen,test_paged): a quicker run for the mutants of one feature")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the unmutated run (then no failure is treated as pre-existing)")
     ap.add_argument("--timeout", type=float, default=900.0,
@@ -410,7 +413,8 @@ def run(args, mutants, cl_dir):
           f"; device {device}; build {build}; cl/ at {rev or '?'}" +
           (" with local changes" if dirty else ""))
 
-    tests = [(n, k, e) for n, k, e in FAST + ([] if args.fast_only else SLOW)]
+    tests = [(n, k, e) for n, k, e in FAST + ([] if args.fast_only else SLOW)
+             if not args.tests or n in args.tests.split(",")]
     cmds = {}
     for name, kind, extra in tests:
         cmd, env_extra = test_command(build, name, kind)
