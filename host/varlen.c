@@ -70,7 +70,8 @@ static clattn_status check_varlen(clattn_context *ctx, clattn_varlen_mode mode,
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "varlen: cu_seqlens_q and cu_seqlens_k must both be set (host "
                            "arrays, or both cu_seqlens_q_buffer and cu_seqlens_k_buffer)");
-    if ((vl->cu_seqlens_q || vl->cu_seqlens_k) && (vl->cu_seqlens_q_buffer || vl->cu_seqlens_k_buffer))
+    if ((vl->cu_seqlens_q || vl->cu_seqlens_k) &&
+        (vl->cu_seqlens_q_buffer || vl->cu_seqlens_k_buffer))
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "varlen: offsets in host arrays and in cl_mem buffers: one form only");
     if (vl->batch < 0)
@@ -90,8 +91,8 @@ static clattn_status check_varlen(clattn_context *ctx, clattn_varlen_mode mode,
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                                "varlen: offsets in cl_mem buffers are for clattn_attention_enqueue "
                                "and clattn_attention_plan (this call reads host arrays)");
-        clattn_status st = check_offsets_buffer(ctx, vl->cu_seqlens_q_buffer, vl->batch,
-                                                "cu_seqlens_q_buffer");
+        clattn_status st =
+            check_offsets_buffer(ctx, vl->cu_seqlens_q_buffer, vl->batch, "cu_seqlens_q_buffer");
         if (st == CLATTN_SUCCESS)
             st = check_offsets_buffer(ctx, vl->cu_seqlens_k_buffer, vl->batch,
                                       "cu_seqlens_k_buffer");
@@ -336,10 +337,10 @@ clattn_status clattn_varlen_run(clattn_context *ctx, clattn_varlen_mode mode,
     d.varlen = NULL;
     clattn_tensor lse;
     if (mode == CLATTN_VARLEN_PLAN) { /* the longest query sequence's plan */
-        int64_t at = 0, longest = -1;
+        int64_t at = 0, most = -1;
         for (int64_t b = 0; b < vl->batch; b++)
-            if (cq[b + 1] - cq[b] > longest)
-                longest = cq[b + 1] - cq[b], at = b;
+            if (cq[b + 1] - cq[b] > most)
+                most = cq[b + 1] - cq[b], at = b;
         const int64_t q0 = vl->batch ? cq[at] : 0, k0 = vl->batch ? ck[at] : 0;
         const int64_t nq = vl->batch ? cq[at + 1] - q0 : 0, nk = vl->batch ? ck[at + 1] - k0 : 0;
         const clattn_tensor qs = slice_seq(q, q0, nq), ks = slice_seq(k, k0, nk),

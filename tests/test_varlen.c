@@ -39,10 +39,38 @@ typedef struct vcase {
 } vcase;
 
 static const vcase CASES[] = {
-    {"prefill", 4, 4, 2, 32, 24, 48, 70, {2, 19, 19, 40, 45}, {0, 17, 30, 60, 66},
-     CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, -1, false, true, 30.0f, "fused"},
-    {"decode", 5, 8, 2, 64, 64, 8, 300, {0, 1, 2, 2, 5, 6}, {0, 40, 41, 100, 250, 300},
-     CLATTN_MASK_NONE, 50, true, true, 0.0f, "decode"},
+    {"prefill",
+     4,
+     4,
+     2,
+     32,
+     24,
+     48,
+     70,
+     {2, 19, 19, 40, 45},
+     {0, 17, 30, 60, 66},
+     CLATTN_MASK_CAUSAL_BOTTOM_RIGHT,
+     -1,
+     false,
+     true,
+     30.0f,
+     "fused"},
+    {"decode",
+     5,
+     8,
+     2,
+     64,
+     64,
+     8,
+     300,
+     {0, 1, 2, 2, 5, 6},
+     {0, 40, 41, 100, 250, 300},
+     CLATTN_MASK_NONE,
+     50,
+     true,
+     true,
+     0.0f,
+     "decode"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -58,7 +86,8 @@ typedef struct vrun {
 /* packed [1, h, total, d] views with FlashAttention's (total, h, d) strides */
 static clattn_tensor packed(float *data, int h, int total, int d)
 {
-    const int64_t shape[4] = {1, h, total, d}, st[4] = {(int64_t)total * h * d, d, (int64_t)h * d, 1};
+    const int64_t shape[4] = {1, h, total, d},
+                  st[4] = {(int64_t)total * h * d, d, (int64_t)h * d, 1};
     return tu_view(data, shape, st, 0);
 }
 
@@ -131,11 +160,12 @@ static void check_against(const vrun *r, const float *o, const float *lse, const
                 continue;
             }
             ck_assert_msg(tu_within(lse[at], rl[at], TU_TOL_DEFAULT),
-                          "%s: %s: LSE row %d head %d is %.9g, reference %.9g", c->name, what, i,
-                          h, (double)lse[at], (double)rl[at]);
+                          "%s: %s: LSE row %d head %d is %.9g, reference %.9g", c->name, what, i, h,
+                          (double)lse[at], (double)rl[at]);
             for (int e = 0; e < c->dv; e++) {
                 const double err = fabs((double)o[at * c->dv + e] - ro[at * c->dv + e]);
-                if (!tu_within(o[at * c->dv + e], ro[at * c->dv + e], TU_TOL_DEFAULT) || err > worst)
+                if (!tu_within(o[at * c->dv + e], ro[at * c->dv + e], TU_TOL_DEFAULT) ||
+                    err > worst)
                     worst = isnan(err) ? INFINITY : err, wi = i, wh = h, wc = e;
             }
         }
@@ -150,8 +180,8 @@ static void check_against(const vrun *r, const float *o, const float *lse, const
 static cl_mem buffer_of(cl_context cl_ctx, const void *host, size_t bytes)
 {
     cl_int err;
-    cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes,
-                              (void *)host, &err);
+    cl_mem m =
+        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, (void *)host, &err);
     ck_assert_int_eq(err, CL_SUCCESS);
     return m;
 }
@@ -186,7 +216,8 @@ static void clamped_offsets(const int32_t *cu, int nb, int64_t total, int64_t ma
 
 /* Enqueued on buffers (O with `tail` canary floats past the view's rows): O and the LSE
  * read back into o, lse (the tail checked). */
-static clattn_status run_enqueue(const vrun *r, const clattn_attention_desc *d, float *o, float *lse)
+static clattn_status run_enqueue(const vrun *r, const clattn_attention_desc *d, float *o,
+                                 float *lse)
 {
     const vcase *c = r->c;
     enum { TAIL = 64 };
@@ -210,12 +241,12 @@ static clattn_status run_enqueue(const vrun *r, const clattn_attention_desc *d, 
     cl_event done = NULL;
     const clattn_status st = clattn_attention_enqueue(ctx, &de, &bq, &bk, &bv, &bo, 0, NULL, &done);
     if (st == CLATTN_SUCCESS) {
-        ck_assert_int_eq(clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, (no + TAIL) * 4, oc, 1, &done,
-                                             NULL),
-                         CL_SUCCESS);
-        ck_assert_int_eq(clEnqueueReadBuffer(queue, ml, CL_TRUE, 0, (nl + TAIL) * 4, lc, 0, NULL,
-                                             NULL),
-                         CL_SUCCESS);
+        ck_assert_int_eq(
+            clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, (no + TAIL) * 4, oc, 1, &done, NULL),
+            CL_SUCCESS);
+        ck_assert_int_eq(
+            clEnqueueReadBuffer(queue, ml, CL_TRUE, 0, (nl + TAIL) * 4, lc, 0, NULL, NULL),
+            CL_SUCCESS);
         clReleaseEvent(done);
         for (int t = 0; t < TAIL; t++) /* nothing past the views' rows */
             ck_assert_msg(oc[no + t] == -7.0f && lc[nl + t] == -7.0f,
@@ -256,7 +287,8 @@ static void run_case(const vcase *c, clattn_kernel_family family)
     /* the plan: one launch, the kernels expected for the shape */
     clattn_plan plan;
     d.lse = &tl;
-    TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &r.tq, &r.tk, &r.tv, &to, &plan), "%s plan", c->name);
+    TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &r.tq, &r.tk, &r.tv, &to, &plan), "%s plan",
+                 c->name);
     printf("varlen %s (%s): %s (%s)\n", c->name, fam, plan.kernels, plan.reason);
     if (family == CLATTN_KERNEL_FAMILY_CPU)
         ck_assert_msg(strstr(plan.kernels, c->kernels) != NULL, "%s: plan %s, expected %s", c->name,
@@ -285,16 +317,17 @@ static void run_case(const vcase *c, clattn_kernel_family family)
         tu_fill_value(o2, no, -7.0f);
         tu_fill_value(l2, nl, -7.0f);
         TU_ASSERT_OK(run_enqueue(&r, &dd, o2, l2), "%s enqueue, device offsets", c->name);
-        assert_same_bits(o2, o, no, c->name, extra ? "O, device offsets, larger max_seqlen"
-                                                   : "O, device offsets");
+        assert_same_bits(o2, o, no, c->name,
+                         extra ? "O, device offsets, larger max_seqlen" : "O, device offsets");
         assert_same_bits(l2, lse, nl, c->name, "LSE, device offsets");
     }
     /* hostile offsets on the device: decreasing, past the tensors, negative; the kernels
      * clamp them (nothing written outside O and the LSE: run_enqueue checks the tails),
      * giving the same bits as the clamped offsets from the host */
     const int32_t bad_q[MAXB + 1] = {5, 2, 1000, -3, 7, 1 << 30, 0, 3, 9},
-                  bad_k[MAXB + 1] = {-100, 7, 5000, 2, 1 << 30, 0, 9, 1, 4};
-    cl_mem mbq = buffer_of(cl_ctx, bad_q, sizeof bad_q), mbk = buffer_of(cl_ctx, bad_k, sizeof bad_k);
+                               bad_k[MAXB + 1] = {-100, 7, 5000, 2, 1 << 30, 0, 9, 1, 4};
+    cl_mem mbq = buffer_of(cl_ctx, bad_q, sizeof bad_q),
+           mbk = buffer_of(cl_ctx, bad_k, sizeof bad_k);
     /* max_seqlen below some clamped lengths: those sequences are cut */
     const int64_t cut_q = c->tq - c->tq / 4, cut_k = c->tk - 10;
     clattn_varlen bv = {NULL, NULL, c->nb, mbq, mbk, cut_q, cut_k};
@@ -364,11 +397,13 @@ START_TEST(varlen_statuses)
     d.varlen = &vl;
     /* hints below the longest sequence, negative hints */
     vl.max_seqlen_q = 16; /* the longest is 21 */
-    ck_assert_int_eq(clattn_attention(ctx, &d, &r.tq, &r.tk, &r.tv, &to), CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_int_eq(clattn_attention(ctx, &d, &r.tq, &r.tk, &r.tv, &to),
+                     CLATTN_ERROR_INVALID_SHAPE);
     vl.max_seqlen_q = 21;
     TU_ASSERT_OK(clattn_attention(ctx, &d, &r.tq, &r.tk, &r.tv, &to), "exact hint");
     vl.max_seqlen_k = -1;
-    ck_assert_int_eq(clattn_attention(ctx, &d, &r.tq, &r.tk, &r.tv, &to), CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_int_eq(clattn_attention(ctx, &d, &r.tq, &r.tk, &r.tv, &to),
+                     CLATTN_ERROR_INVALID_SHAPE);
     vl.max_seqlen_k = 0;
     /* both forms, or half of one */
     vl.cu_seqlens_q_buffer = mcq;
