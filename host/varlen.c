@@ -20,14 +20,16 @@ static clattn_status not_combined(clattn_context *ctx, const clattn_attention_de
                      : d->weights                    ? "weights"
                      : d->paged                      ? "paged K/V"
                      : d->k_new || d->rotary         ? "k_new, v_new, rotary"
-                     : d->dropout_p != 0.0f          ? "dropout (its generator counts rows "
-                                                       "and keys per call)"
+                     : d->dropout_p != 0.0f          ? "dropout"
                                                      : NULL;
+    const char *why = d->kv_lens || d->kv_lens_buffer || d->q_lens || d->q_lens_buffer
+                          ? " (the offsets give each sequence's lengths)"
+                      : d->dropout_p != 0.0f ? " (its generator counts rows and keys per batch "
+                                               "entry of an unpacked call)"
+                                             : "";
     if (no)
-        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "varlen: not combined with %s (the offsets give each sequence's "
-                           "lengths; each sequence is its own call)",
-                           no);
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "varlen: not combined with %s%s", no,
+                           why);
     return CLATTN_SUCCESS;
 }
 
@@ -52,7 +54,7 @@ static clattn_status check_offsets_buffer(clattn_context *ctx, cl_mem m, int64_t
                            "varlen: %s is not a valid cl_mem (clGetMemObjectInfo: %d)", name,
                            (int)err);
     if ((uint64_t)bytes / 4 < (uint64_t)batch + 1)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+        return clattn_fail(ctx, CLATTN_ERROR_BUFFER_TOO_SMALL,
                            "varlen: %s holds %zu bytes, fewer than the %lld int32 of batch + 1",
                            name, bytes, (long long)batch + 1);
     return CLATTN_SUCCESS;
@@ -66,14 +68,16 @@ static clattn_status check_varlen(clattn_context *ctx, clattn_varlen_mode mode,
     const clattn_varlen *vl = d->varlen;
     const bool host = vl->cu_seqlens_q && vl->cu_seqlens_k;
     const bool device = vl->cu_seqlens_q_buffer && vl->cu_seqlens_k_buffer;
+    if ((vl->cu_seqlens_q || vl->cu_seqlens_k) &&
+        (vl->cu_seqlens_q_buffer || vl->cu_seqlens_k_buffer))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "varlen: offsets in host arrays and in cl_mem buffers: one form for "
+                           "both (cu_seqlens_q and cu_seqlens_k, or cu_seqlens_q_buffer and "
+                           "cu_seqlens_k_buffer)");
     if (!host && !device)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "varlen: cu_seqlens_q and cu_seqlens_k must both be set (host "
                            "arrays, or both cu_seqlens_q_buffer and cu_seqlens_k_buffer)");
-    if ((vl->cu_seqlens_q || vl->cu_seqlens_k) &&
-        (vl->cu_seqlens_q_buffer || vl->cu_seqlens_k_buffer))
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "varlen: offsets in host arrays and in cl_mem buffers: one form only");
     if (vl->batch < 0)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "varlen: batch is %lld (>= 0)",
                            (long long)vl->batch);
@@ -91,6 +95,12 @@ static clattn_status check_varlen(clattn_context *ctx, clattn_varlen_mode mode,
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                                "varlen: offsets in cl_mem buffers are for clattn_attention_enqueue "
                                "and clattn_attention_plan (this call reads host arrays)");
+        if (vl->batch > 0 && (vl->max_seqlen_q == 0 || vl->max_seqlen_k == 0))
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "varlen: offsets on the device need max_seqlen_q and max_seqlen_k "
+                               "(at least the longest sequence; 0 would cut every sequence to "
+                               "nothing): %lld and %lld",
+                               (long long)vl->max_seqlen_q, (long long)vl->max_seqlen_k);
         clattn_status st =
             check_offsets_buffer(ctx, vl->cu_seqlens_q_buffer, vl->batch, "cu_seqlens_q_buffer");
         if (st == CLATTN_SUCCESS)

@@ -80,7 +80,9 @@ struct clattn_varlen {
     int64_t batch;
     /** Or the offsets on the device (the *_enqueue and plan calls; added in 0.3): int32
      *  [batch + 1] from byte 0 of each cl_mem, read by a small kernel in the same
-     *  enqueue, so a step needs no host read-back; exactly one form for each of q and k.
+     *  enqueue, so a step needs no host read-back; one form for both q and k
+     *  (CLATTN_ERROR_INVALID_ARGUMENT otherwise), each holding at least batch + 1 int32
+     *  (else CLATTN_ERROR_BUFFER_TOO_SMALL).
      *  They are not checked on the host: each sequence is clamped into the packed tensors
      *  after the one before (first row clamp(cu[b], end of sequence b − 1, total), length
      *  clamp(cu[b+1] − first, 0, min(max_seqlen, total − first))), so bad offsets give
@@ -89,9 +91,9 @@ struct clattn_varlen {
     cl_mem cu_seqlens_q_buffer;
     cl_mem cu_seqlens_k_buffer; /**< see cu_seqlens_q_buffer */
     /** The longest query / key sequence (FlashAttention's max_seqlen_q, max_seqlen_k):
-     *  required (≥ 0) with offsets on the device, where longer sequences are cut at it;
-     *  with host offsets 0 (computed) or at least the longest (else
-     *  CLATTN_ERROR_INVALID_SHAPE). */
+     *  required (> 0 when batch > 0, else CLATTN_ERROR_INVALID_SHAPE) with offsets on the
+     *  device, where longer sequences are cut at it; with host offsets 0 (computed) or at
+     *  least the longest (else CLATTN_ERROR_INVALID_SHAPE). */
     int64_t max_seqlen_q;
     int64_t max_seqlen_k; /**< see max_seqlen_q */
 };

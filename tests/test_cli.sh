@@ -678,6 +678,14 @@ for spec in "x3.npy|0,2,6|0,2,6" "x4.npy|$tmp/cu.npy|0,2,6" "x3.npy|$tmp/cu.npy|
     expect_values "run --cu-seqlens $spec" "$tmp/ovar.npy" "$VAR_O"
     expect_text "run --cu-seqlens $spec" "$tmp/out" "check LSE: max abs error"
 done
+# one sequence, rows 2-5 only: rows 0-1 are written as zeros, and --check compares them
+# as zeros too (its reference once read them from uninitialised memory)
+rm -f "$tmp/ovar.npy"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --cu-seqlens-q 2,6 --cu-seqlens-k 2,6 --out "$tmp/ovar.npy" --lse "$tmp/lvar.npy" --check
+expect_rc "run --cu-seqlens 2,6 (rows outside the sequence)" 0
+expect_values "run --cu-seqlens 2,6 (rows outside the sequence)" "$tmp/ovar.npy" \
+    "0 0 0 0 0 0 $(values_of "$tmp/ovb.npy")"
 # errors: one without the other, different counts, a batch of 2, with --kv-lens
 npy "$tmp/x2b.npy" '<f4' '(2, 1, 6, 3)' $X $X
 rm -f "$tmp/never.npy"

@@ -422,10 +422,16 @@ START_TEST(varlen_statuses)
     /* a buffer smaller than batch + 1 offsets */
     vl.cu_seqlens_k_buffer = small;
     clattn_plan plan;
-    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &r.tq, &r.tk, &r.tv, &to, &plan),
-                     CLATTN_ERROR_INVALID_ARGUMENT);
-    vl.cu_seqlens_k_buffer = mck;
     vl.max_seqlen_q = c->tq;
+    vl.max_seqlen_k = c->tk;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &r.tq, &r.tk, &r.tv, &to, &plan),
+                     CLATTN_ERROR_BUFFER_TOO_SMALL);
+    vl.cu_seqlens_k_buffer = mck;
+    /* device offsets need max_seqlen (0 would cut every sequence to nothing) */
+    vl.max_seqlen_k = 0;
+    ck_assert_int_eq(clattn_attention_plan(ctx, &d, &r.tq, &r.tk, &r.tv, &to, &plan),
+                     CLATTN_ERROR_INVALID_SHAPE);
+    vl.max_seqlen_k = c->tk;
     TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &r.tq, &r.tk, &r.tv, &to, &plan), "device plan");
     cl_mem all[3] = {mcq, mck, small};
     for (int i = 0; i < 3; i++)

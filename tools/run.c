@@ -281,7 +281,9 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
                                    size_t lse_count)
 {
     const size_t o_bytes = (o_count * dtype_size(o->dtype) + 15) / 16 * 16;
-    unsigned char *ref = malloc(o_bytes + (w_count + lse_count) * sizeof(float) + 1);
+    /* zeroed like the outputs: rows outside every --cu-seqlens sequence are written by
+     * neither */
+    unsigned char *ref = calloc(1, o_bytes + (w_count + lse_count) * sizeof(float) + 1);
     if (ref == NULL) {
         return cli_error("out of memory for the reference result");
     }

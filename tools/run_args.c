@@ -97,7 +97,8 @@ static const char run_usage_kv[] =
     "                    b + 1 query offsets (non-decreasing integers >= 0, or an int32\n"
     "                    .npy file); Q, K, V and O then hold the sequences one after\n"
     "                    another with a batch of 1, (1, h, total, d) or (h, total, d):\n"
-    "                    sequence b is query rows cu_q[b] .. cu_q[b + 1] - 1\n"
+    "                    sequence b is query rows cu_q[b] .. cu_q[b + 1] - 1; rows\n"
+    "                    outside every sequence are written as zeros (O and --lse)\n"
     "  --cu-seqlens-k L,...  the b + 1 key offsets (both or neither); not with --kv-lens,\n"
     "                    --q-lens, --mask-file, --weights, --block-table or --k-new\n";
 static const char run_usage_drop[] =
@@ -161,8 +162,9 @@ static const char run_usage_2[] =
     "With --sinks, the softmax of a row of head h also counts exp(L_h), a key of value 0.\n"
     "\n"
     "Exit status: 0 success, 1 failure (a file, the library or --check), 2 usage error\n"
-    "(including --kv-lens, --q-lens, --alibi and --cu-seqlens lists that do not fit the\n"
-    "inputs).\n";
+    "(including --kv-lens, --q-lens and --alibi lists that do not fit the inputs, and\n"
+    "--cu-seqlens lists of different counts; offsets past the inputs are the library's\n"
+    "error: 1).\n";
 static const char run_usage_bwd[] =
     "\n"
     "Backward pass (training): --backward writes the gradients of a loss L with respect\n"
