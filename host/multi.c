@@ -681,6 +681,10 @@ clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
         return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
                           "dropout: its generator counts heads, rows and keys per call, which "
                           "the several-device split renumbers; use one context");
+    if (desc->batch_invariant && split == CLATTN_SPLIT_KEYS)
+        return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
+                          "batch_invariant: a key split merges partial sums, whose order "
+                          "follows the split; use CLATTN_SPLIT_HEADS or one context");
     clattn_multi_part local[64];
     clattn_multi_part *pp = parts;
     if (!pp) {

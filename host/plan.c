@@ -496,9 +496,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     /* a few queries (decoding) share nothing between queries: decode.cl streams K and V
      * once per KV head for all its query heads; with no keys at all it just writes the
      * empty rows */
-    /* (dropout: the tiled kernels, which draw it; the decode kernels do not) */
+    /* (dropout: the tiled kernels, which draw it; the decode kernels do not; batch
+     * invariance: the tiled kernels, whose rows' arithmetic does not depend on n_q) */
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0 &&
-                                      desc->dropout_p == 0.0f);
+                                      desc->dropout_p == 0.0f && !desc->batch_invariant);
     const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
     const int64_t group = clattn_group(h_q, k->n[1]); /* query heads per KV head */
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
@@ -547,9 +548,20 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                                "shape: %s",
                                fused_why);
     }
-    const bool want_unfused =
-        desc->algorithm == CLATTN_ALGORITHM_UNFUSED ||
-        (desc->algorithm == CLATTN_ALGORITHM_AUTO && (f->weights || fused_why[0]));
+    if (desc->batch_invariant) { /* the fused kernels' rows, whatever the call's shape */
+        if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "batch_invariant runs with the fused algorithm (the unfused "
+                               "stages' blocking follows n_q)");
+        if (fused_why[0])
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "batch_invariant needs the fused algorithm, which cannot run "
+                               "this shape: %s",
+                               fused_why);
+    }
+    const bool want_unfused = desc->algorithm == CLATTN_ALGORITHM_UNFUSED ||
+                              (desc->algorithm == CLATTN_ALGORITHM_AUTO && !desc->batch_invariant &&
+                               (f->weights || fused_why[0]));
     if (desc->algorithm == CLATTN_ALGORITHM_FUSED && fused_why[0])
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", fused_why);
     if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED && unfused_why[0])
@@ -633,6 +645,11 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             snprintf(p->reason + at2, sizeof p->reason - at2,
                      "; dropout: the tiled kernel for n_q %lld (the decode kernels draw none)",
                      (long long)n_q);
+        }
+        if (desc->batch_invariant && n_kv > 0) {
+            const size_t at2 = strlen(p->reason);
+            snprintf(p->reason + at2, sizeof p->reason - at2,
+                     "; batch-invariant: the tiled kernel for any n_q");
         }
         if (pr->k.paged) {
             const size_t at2 = strlen(p->reason);

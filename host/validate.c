@@ -41,6 +41,9 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
     clattn_status st = clattn_check_dropout(ctx, desc);
     if (st != CLATTN_SUCCESS)
         return st;
+    if (desc->batch_invariant != 0 && desc->batch_invariant != 1)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "batch_invariant %d: 0 or 1",
+                           desc->batch_invariant);
     switch (desc->algorithm) {
     case CLATTN_ALGORITHM_AUTO:
     case CLATTN_ALGORITHM_UNFUSED:

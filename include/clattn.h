@@ -577,6 +577,9 @@ typedef struct clattn_attention_desc {
      *  seed draw independent masks when their offsets differ (advance it per call, as
      *  PyTorch's Philox offset). Added in 0.3. */
     uint64_t dropout_offset;
+    /** 1: batch-invariant (the bits of a row do not depend on the batch, the chunking or
+     *  n_q: no decode kernels or split-KV; docs/SEMANTICS.md). 0 (default) or 1. 0.3. */
+    int batch_invariant;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

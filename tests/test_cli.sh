@@ -678,6 +678,23 @@ for spec in "x3.npy|0,2,6|0,2,6" "x4.npy|$tmp/cu.npy|0,2,6" "x3.npy|$tmp/cu.npy|
     expect_values "run --cu-seqlens $spec" "$tmp/ovar.npy" "$VAR_O"
     expect_text "run --cu-seqlens $spec" "$tmp/out" "check LSE: max abs error"
 done
+# --batch-invariant: row 5 of the causal 6x3 call and the same row as a one-row call (the
+# decode shape) give the same bits
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal-bottom-right \
+    --batch-invariant --out "$tmp/obi.npy" --check
+expect_rc "run --batch-invariant" 0
+npy "$tmp/x5.npy" '<f4' '(1, 1, 3)' $(xrows 5 5)
+run_clattn run --q "$tmp/x5.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal-bottom-right \
+    --batch-invariant --out "$tmp/obi1.npy"
+expect_rc "run --batch-invariant, one row" 0
+# (row 5 is the last 12 bytes of both files)
+tail -c 12 "$tmp/obi.npy" >"$tmp/row_full"
+tail -c 12 "$tmp/obi1.npy" >"$tmp/row_one"
+if [ -s "$tmp/row_one" ] && cmp -s "$tmp/row_full" "$tmp/row_one"; then
+    pass
+else
+    fail "run --batch-invariant: the one-row call's bits differ from row 5 of the full call"
+fi
 # one sequence, rows 2-5 only: rows 0-1 are written as zeros, and --check compares them
 # as zeros too (its reference once read them from uninitialised memory)
 rm -f "$tmp/ovar.npy"

@@ -125,6 +125,8 @@ static const char run_usage_2[] =
     "  --masked-rows R   what a query row with no visible key outputs: zero (default; O\n"
     "                    and its weights 0) or nan (O and its weights NaN); LSE -inf\n"
     "  --algorithm A     auto (default), fused, unfused\n"
+    "  --batch-invariant  a row's bits do not depend on the batch, chunking or n_q (the\n"
+    "                    fused tiled kernel for every shape; docs/SEMANTICS.md)\n"
     "  --weights FILE    also write the attention weights (float32), shaped like O with\n"
     "                    the last dimension n_kv (either algorithm)\n"
     "  --weights-head-mean  with --weights: write the weights averaged over the query\n"
@@ -580,6 +582,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--algorithm", &a->algorithm_text, NULL},
         {"--weights", &a->weights, NULL},
         {"--weights-head-mean", NULL, &a->head_mean},
+        {"--batch-invariant", NULL, &a->batch_invariant},
         {"--lse", &a->lse, NULL},
         {"--scores", &a->scores, NULL},
         {"--scores-stage", &a->scores_stage_text, NULL},

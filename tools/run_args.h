@@ -18,7 +18,7 @@ typedef struct run_args {
     const char *scale_text, *mask_text, *algorithm_text, *kv_lens_text, *q_lens_text;
     const char *window_text, *alibi_text, *softcap_text, *masked_rows_text;
     const char *q_start_text, *kv_start_text, *dtype_text, *out_dtype_text;
-    int check, head_mean;
+    int check, head_mean, batch_invariant;
     float scale, softcap;
     clattn_mask mask;
     clattn_algorithm algorithm;

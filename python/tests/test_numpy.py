@@ -370,3 +370,23 @@ def test_reference_backward_against_oracle_differences(name, kw, okw):
             arrays[a][idx] = x
             fd[idx] = (lp - lm) / (2 * h)
         assert_close(got, fd, **F32_TOL, what=f"{name} {what}")
+
+
+def test_batch_invariant_decode_row_equals_prefill_row(ctx):
+    """``batch_invariant=True``: each of the last rows of a causal (bottom-right) prefill,
+    recomputed as a one-row call (the decode shape) with the keys it sees, has the same
+    bits; the oracle agrees within float32 tolerance. Without the flag the one-row calls
+    take the decode kernels (other bits are allowed, and usual)."""
+    r = rng(4242)
+    q, k, v = randn(r, 1, 4, 12, 16), randn(r, 1, 2, 60, 16), randn(r, 1, 2, 60, 16)
+    kw = dict(enable_gqa=True, is_causal=True, causal_alignment="bottom_right",
+              batch_invariant=True)
+    full = clattn.scaled_dot_product_attention(q, k, v, **kw)
+    assert_close(full, oracle(q, k, v, causal="bottom_right")[0], **F32_TOL)
+    for i in (9, 10, 11):
+        keys = 60 - (11 - i)
+        one = clattn.scaled_dot_product_attention(q[:, :, i:i + 1], k[:, :, :keys],
+                                                  v[:, :, :keys], **kw)
+        assert one.view(np.uint32).tolist() == full[:, :, i:i + 1].view(np.uint32).tolist(), i
+    with pytest.raises(clattn.UnsupportedError):
+        clattn.scaled_dot_product_attention(q, k, v, algorithm="unfused", **kw)

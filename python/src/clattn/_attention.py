@@ -125,6 +125,7 @@ class _Call:
                                  "1/sqrt(d_k)); pass None for the default")
             d.scale = _float(scale, "scale")
         d.algorithm = _lookup(_ALGORITHMS, o["algorithm"], "algorithm")
+        d.batch_invariant = 1 if o["batch_invariant"] else 0
         d.masked_rows = _lookup(_MASKED_ROWS, o["masked_rows"], "masked_rows")
         if is_causal and o["no_self"]:
             raise ValueError("is_causal and no_self cannot be combined")
@@ -399,9 +400,10 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     causal_alignment="top_left", no_self=False, window=None, alibi_slopes=None, sinks=None,
     softcap=None, kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False,
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
-    out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0)
+    out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
+    batch_invariant=False)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
-_FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean")
+_FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean", "batch_invariant")
 
 Result = Union[Any, Tuple[Any, ...]]
 
@@ -473,7 +475,10 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       ``(..., H_q, L)``, natural log, FlashAttention's ``softmax_lse``);
       ``return_weights`` (also return the attention weights, float32
       ``(..., H_q, L, S)``; with ``weights_head_mean=True`` averaged over heads,
-      ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused"); ``out`` (write
+      ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused");
+      ``batch_invariant`` (True: a row's bits do not depend on the batch, the chunking
+      or L, e.g. a decode step equals that row of a prefill; fused only, no decode
+      kernels; docs/SEMANTICS.md "Batch invariance"); ``out`` (write
       the result into this array: strides >= 0, no broadcast, writeable); ``context``
       (a :class:`Context`; default: this thread's, or the one kept for a PyOpenCL
       array's queue).

@@ -100,6 +100,7 @@ class Desc(ctypes.Structure):
         ("dropout_p", ctypes.c_float),
         ("dropout_seed", ctypes.c_uint64),
         ("dropout_offset", ctypes.c_uint64),
+        ("batch_invariant", ctypes.c_int),
     ]
 
 
