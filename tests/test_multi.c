@@ -475,6 +475,13 @@ START_TEST(errors_have_clear_statuses)
         CLATTN_ERROR_UNSUPPORTED);
     ck_assert_msg(strstr(clattn_multi_last_error_message(multi()), "SPLIT_HEADS"), "%s",
                   clattn_multi_last_error_message(multi()));
+    clattn_attention_desc di = desc; /* batch invariance: a key split's merge follows it */
+    di.batch_invariant = 1;
+    ck_assert_int_eq(
+        clattn_multi_attention(multi(), CLATTN_SPLIT_KEYS, &di, &tq, &tk, &tk, &to, NULL),
+        CLATTN_ERROR_UNSUPPORTED);
+    ck_assert_msg(strstr(clattn_multi_last_error_message(multi()), "batch_invariant"), "%s",
+                  clattn_multi_last_error_message(multi()));
     tu_assert_untouched("O after refusals", o, 0, 8, -7.0f);
     /* a successful call clears the message */
     ck_assert_int_eq(
