@@ -31,10 +31,11 @@ if(CLATTN_BUILD_SHARED)
   add_custom_command(
     OUTPUT "${_clattn_map}"
     COMMAND ${CMAKE_COMMAND}
-            "-DHEADERS=${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
+            "-DHEADERS=${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_tuning.h"
             "-DOUT=${_clattn_map}" -P "${CMAKE_CURRENT_SOURCE_DIR}/cmake/version_script.cmake"
     DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
             "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
+            "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_tuning.h"
             "${CMAKE_CURRENT_SOURCE_DIR}/cmake/version_script.cmake"
     COMMENT "Writing the shared library's version script from the public headers" VERBATIM)
   add_custom_target(clattn_version_script DEPENDS "${_clattn_map}")
@@ -81,6 +82,7 @@ install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_kvcache.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_multi.h"
+              "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_tuning.h"
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET clattn_cli)
   install(TARGETS clattn_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

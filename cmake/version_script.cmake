@@ -1,8 +1,8 @@
 # Writes the linker version script of the shared library: the functions declared in
 # the public headers are global, everything else (host/'s internal clattn_* helpers
 # included) is local. Generated from the headers at build time, so a function added to
-# include/clattn.h or include/clattn_backward.h is exported without a second list to
-# keep in step.
+# include/clattn.h, include/clattn_backward.h or include/clattn_tuning.h is exported
+# without a second list to keep in step.
 #   cmake -DHEADERS=include/clattn.h,include/clattn_backward.h -DOUT=clattn.map -P version_script.cmake
 # A declaration starts a line with its return type and names the function before its
 # '(' on that line; comment lines start with ' ' or '/' and are skipped.

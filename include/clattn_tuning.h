@@ -1,0 +1,110 @@
+/** @file
+ * clattn's tuning and kernel-family calls: the blocking of the tiled kernels (overrides,
+ * stored tuning), the kernel family and the split-KV count of a context. Included by
+ * clattn.h (which declares clattn_context and clattn_status); the conventions of
+ * clattn.h apply. docs/PERFORMANCE.md says how the choices are made.
+ */
+#ifndef CLATTN_TUNING_H
+#define CLATTN_TUNING_H
+
+#include "clattn.h"
+
+/* ---- Tuning: the blocking of the tiled kernels ------------------------------------- */
+
+/** The tiled kernels whose blocking can be tuned (see docs/PERFORMANCE.md). */
+typedef enum clattn_kernel {
+    CLATTN_KERNEL_FUSED = 0,       /**< fused.cl (head dims d_k, d_v) */
+    CLATTN_KERNEL_SCORES = 1,      /**< scores.cl (head dim d_k; d_v is 0) */
+    CLATTN_KERNEL_WEIGHTED_SUM = 2 /**< weighted_sum.cl (head dim d_v; d_k is 0) */
+} clattn_kernel;
+
+/** The blocking of one tiled kernel: compile-time constants of its program. */
+typedef struct clattn_blocking {
+    unsigned queries_per_work_item; /**< RQ: query rows each work-item holds, 1..6 */
+    unsigned work_group_size;       /**< WG: work-items per work-group, 1..1024 */
+    unsigned tile_kv; /**< TILE_KV: keys per local-memory tile, 16..512, multiple of 16 */
+} clattn_blocking;
+
+/**
+ * Overrides the blocking of `kernel` for head dims (d_k, d_v) on this context, in the
+ * manner of CLBlast's OverrideParameters: every later call on ctx that runs the kernel
+ * with those dims uses it, ahead of stored tuning and the built-in choice. d_k = 0
+ * (or d_v = 0) matches any d_k (d_v). `blocking` NULL removes the override for exactly
+ * (kernel, d_k, d_v). The CLATTN_BLOCKING="RQ,WG,TILE_KV" environment variable, read
+ * once when a context is created, sets such an override for every kernel and dims.
+ * A blocking the device cannot run makes the later call fail with
+ * CLATTN_ERROR_UNSUPPORTED naming the limit. The decode kernel (n_q ≤ 16) takes only
+ * RQ of a CLATTN_KERNEL_FUSED override, as its query rows (of a KV head) per work-item.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT for a NULL ctx, an unknown
+ *         kernel, negative dims or values outside the ranges above;
+ *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.
+ */
+clattn_status clattn_context_set_blocking(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
+                                          int64_t d_v, const clattn_blocking *blocking);
+
+/** Whether calls on ctx use the blocking stored in the device's tuning file (on by
+ *  default; CLATTN_TUNE=off, read when a context is created, turns it off). Overrides
+ *  apply either way. @return CLATTN_SUCCESS, or CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx). */
+clattn_status clattn_context_use_stored_tuning(clattn_context *ctx, int use);
+
+/**
+ * Stores `blocking` as the tuned choice for (kernel, d_k, d_v) in the device's tuning
+ * file, replacing an entry of the same key, and in ctx's loaded table (later contexts
+ * on the same device, driver and clattn version read it; stored tuning applies to
+ * problems with at least RQ × WG queries). `note` (may be NULL) is written as a comment
+ * on the line. The file is rewritten atomically (a temporary file renamed over it);
+ * its folder is created if needed. This is the library's one writer of the format
+ * (`clattn tune` measures, then calls this).
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT as for
+ *         clattn_context_set_blocking, or when the cache (and so the file) is disabled;
+ *         CLATTN_ERROR_IO when the file cannot be written;
+ *         CLATTN_ERROR_OUT_OF_HOST_MEMORY.
+ */
+clattn_status clattn_context_store_blocking(clattn_context *ctx, clattn_kernel kernel, int64_t d_k,
+                                            int64_t d_v, const clattn_blocking *blocking,
+                                            const char *note);
+
+/** Kernel families: the same semantics, shaped for different devices. */
+typedef enum clattn_kernel_family {
+    /** GPUs and accelerators take the GPU family, CPUs the CPU family. */
+    CLATTN_KERNEL_FAMILY_AUTO = 0,
+    /** Work-items that each hold several queries and wide float16 vectors, tiles sized
+     *  for caches (fused.cl, scores.cl, weighted_sum.cl). */
+    CLATTN_KERNEL_FAMILY_CPU = 1,
+    /** The fused kernel as work-groups of cooperating work-items: a tile of query rows
+     *  per group, K and V tiles in local memory, register micro-tiles of scores and of
+     *  O per work-item (fused_gpu.cl; docs/PERFORMANCE.md), and split-KV decoding for
+     *  n_q <= 16 (decode_gpu.cl, split_merge.cl). The unfused stages are shared by both
+     *  families. */
+    CLATTN_KERNEL_FAMILY_GPU = 2
+} clattn_kernel_family;
+
+/**
+ * Forces a kernel family on ctx for later calls (plans already made keep theirs), or
+ * CLATTN_KERNEL_FAMILY_AUTO to choose by device type. The environment variable
+ * CLATTN_KERNEL_FAMILY=gpu|cpu, read once when a context is created, does the same.
+ * Added in 0.3.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, unknown family).
+ */
+clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kernel_family family);
+
+/**
+ * Split-KV decoding (the GPU family, n_q <= 16, no weights requested): the keys are cut
+ * into chunks, each taken by its own work-groups, and the partial results are merged
+ * (Flash-Decoding). Each chunk is a whole number of the kernel's 128-key steps, the
+ * fewest that make at most `splits` chunks, so fewer than `splits` may run (7 asked of
+ * 1000 keys: 4 of 256). 0 (the default) chooses: enough work-groups for 16 per compute
+ * unit, at least 512 keys per split. clattn_attention_plan() reports the count in its
+ * reason. The CLATTN_DECODE_SPLITS environment variable, read once when a context is
+ * created, does the same. Added in 0.3.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, splits outside
+ *         0..256).
+ */
+clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
+
+/** The family calls on ctx use: CLATTN_KERNEL_FAMILY_CPU or _GPU (AUTO resolved by the
+ *  device type). @return that family; CLATTN_KERNEL_FAMILY_AUTO for a NULL ctx. Added
+ *  in 0.3. */
+clattn_kernel_family clattn_context_kernel_family(const clattn_context *ctx);
+
+#endif
