@@ -45,8 +45,9 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     clattn_status st = clattn_resolve_attention(ctx, desc, q, k, v, o, CLATTN_STORAGE_HOST, &host);
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_attention(ctx, &host, &plan);
-    if (st != CLATTN_SUCCESS || (host.q.count == 0 && !host.has_append))
-        return st;
+    if (st != CLATTN_SUCCESS ||
+        (host.q.count == 0 && !host.has_append && !(host.has_ksum && host.ksum.count > 0)))
+        return st; /* (no query row: only key weight sums, zeros, to write) */
     clattn_staging sg = {NULL, 0, 0};
     cl_event done = NULL;
     st = clattn_stage_problem(ctx, &sg, &host, &dev);

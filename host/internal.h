@@ -151,6 +151,9 @@ typedef struct clattn_problem {
      * VARLEN_ROWS). Not owned by the problem. */
     bool varlen;
     cl_mem varlen_bufs[4];
+    /* desc.key_weight_sums: [b, h_q or h_kv, 1, n_kv] float32 (key_sums.cl) */
+    clattn_view ksum;
+    bool has_ksum;
 } clattn_problem;
 /* Whether K or V is a quantized cache (int8, FP8): the fused forward of the CPU family. */
 static inline bool clattn_problem_quantized(const clattn_problem *p)
@@ -226,6 +229,8 @@ double clattn_dropout_factor(const clattn_attention_desc *desc, int64_t bh, int6
 clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const cl_event *wait);
 
 /* ---- planning (plan.c): algorithm, kernels, -D options, blocking, workspace ---- */
+/* Every program's language version (-w: PoCL prints warning counts to stderr) */
+#define CLATTN_CL_STD "-cl-std=CL1.2 -w"
 /* A tiled kernel's program and blocking: RQ queries per work-item, WG work-items per
  * group, TILE_KV keys per step (compile-time constants of the program). */
 typedef struct clattn_blocked {
@@ -244,6 +249,8 @@ typedef struct clattn_exec_plan {
     clattn_blocked scores, wsum, fused; /* the tiled kernels that will run */
     clattn_program_entry *softmax, *from_lse, *head_mean;
     clattn_program_entry *append, *rope_q; /* desc.k_new / v_new, desc.rotary (first) */
+    clattn_program_entry *key_sums;        /* desc.key_weight_sums (after the fused kernel) */
+    size_t key_sums_wg;
     size_t softmax_wg;
     int64_t workspace_bytes;
     char reason[256];
@@ -400,6 +407,12 @@ size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per
 clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const char *options,
                                 clattn_program_entry **out);
 void clattn_programs_release(clattn_context *ctx);
+
+/* ---- key weight sums (reductions.c): desc.key_weight_sums ---- */
+/* key_sums.cl for the problem's head dim, storage types and terms (feat: the fused
+ * kernel's -D options), its work-group sized to the device's local memory. */
+clattn_status clattn_plan_key_sums(clattn_context *ctx, const clattn_problem *pr, const char *feat,
+                                   clattn_exec_plan *p);
 
 /* The public description of an execution plan (clattn_attention_plan's out). */
 void clattn_plan_describe(const clattn_exec_plan *p, clattn_plan *out);

@@ -263,6 +263,35 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
     return st;
 }
 
+/* key_sums.cl: each key's summed weight (ks: [b, h_q or h_kv, 1, n_kv]) from Q, K and
+ * the absolute LSE the fused kernel wrote */
+static clattn_status enqueue_key_sums(clattn_context *ctx, const clattn_exec_plan *p,
+                                      const clattn_view *q, const clattn_view *k,
+                                      const clattn_view *lse, const clattn_view *ks, float scale,
+                                      const aux_t *x, cl_uint n_wait, const cl_event *wait,
+                                      cl_event *done)
+{
+    arg_list a = {p->key_sums->kernel, 0, CL_SUCCESS};
+    arg_view(&a, q);
+    arg_view(&a, k);
+    arg_view(&a, lse);
+    arg_view(&a, ks);
+    arg_int(&a, q->n[1]);
+    arg_int(&a, clattn_group(q->n[1], k->n[1]));
+    arg_int(&a, ks->n[1]);
+    arg_long(&a, q->n[2]);
+    arg_long(&a, k->n[2]);
+    arg(&a, sizeof scale, &scale);
+    arg_rule(&a, x);
+    arg_terms(&a, x);
+    arg_pages(&a, x);
+    const size_t wg = p->key_sums_wg;
+    const size_t global[2] = {(size_t)clattn_ceil_div(k->n[2], (int64_t)(16 * wg)) * wg,
+                              (size_t)(q->n[0] * ks->n[1])};
+    const size_t local[2] = {wg, 1};
+    return launch(ctx, "key_sums", &a, 2, global, local, n_wait, wait, done);
+}
+
 /* W = exp(S − LSE) from the relative scores and the fused kernel's relative LSE; the
  * caller's LSE (lse_out, may be NULL) gets the absolute one */
 static clattn_status enqueue_from_lse(clattn_context *ctx, clattn_program_entry *e,
@@ -488,10 +517,20 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     const clattn_view *w = dv->has_w ? &dv->w : NULL;
     const clattn_view *dv_lse = dv->has_lse ? &dv->lse : NULL;
     const float scale = clattn_effective_scale(desc, q->n[3]);
-    if (q->count == 0 && (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0))
+    /* no query row: nothing to compute, but key weight sums of zeros to write (key_sums.cl
+     * over no rows; it reads no LSE then) */
+    const bool zero_sums = q->count == 0 && p->key_sums && dv->ksum.count > 0;
+    if (q->count == 0 && !zero_sums && (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0))
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
     clattn_status st = aux_make(ctx, desc, q, k, dv->has_mask ? &dv->mask : NULL, &x);
+    if (zero_sums) {
+        if (st == CLATTN_SUCCESS)
+            st =
+                enqueue_key_sums(ctx, p, q, k, &dv->ksum, &dv->ksum, scale, &x, n_wait, wait, done);
+        aux_release(&x);
+        return st;
+    }
     if (st != CLATTN_SUCCESS) {
         aux_release(&x);
         return st;
@@ -557,12 +596,22 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
             ws_mem[1] = ws_lse.buffer;
             lse = &ws_lse;
         }
+        /* key weight sums (never with weights): from the LSE, the caller's or a workspace */
+        clattn_view ks_lse;
+        if (st == CLATTN_SUCCESS && p->key_sums && !lse) {
+            st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], 1, &ks_lse);
+            ws_mem[1] = ks_lse.buffer; /* released below (the runtime keeps it for the kernels) */
+            lse = &ks_lse;
+        }
+        cl_event *fused_done = w || p->key_sums ? &ev[0] : done;
         if (st == CLATTN_SUCCESS && p->fused.n_splits) /* (never with weights) */
             st = enqueue_decode_split(ctx, &p->fused, q, k, v, o, lse, scale, &x, n_wait, wait,
-                                      done);
+                                      fused_done);
         else if (st == CLATTN_SUCCESS)
             st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, w != NULL, scale, &x, n_wait, wait,
-                               w ? &ev[0] : done);
+                               fused_done);
+        if (st == CLATTN_SUCCESS && p->key_sums)
+            st = enqueue_key_sums(ctx, p, q, k, lse, &dv->ksum, scale, &x, 1, &ev[0], done);
         if (w) { /* second pass: scores again, then W = exp(S − LSE) */
             if (st == CLATTN_SUCCESS)
                 st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, false, true, &x, 1,

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CL_STD "-cl-std=CL1.2 -w" /* -w: PoCL prints warning counts to stderr */
-#define DECODE_MAX_N_Q 16         /* fused: up to this many queries stream K and V (decode.cl) */
-#define MAX_SOFTMAX_WG 256        /* softmax: work-items per row */
-#define MAX_HEAD_DIM 4096         /* beyond this, private arrays and tiles make no sense */
+#define CL_STD CLATTN_CL_STD
+#define DECODE_MAX_N_Q 16  /* fused: up to this many queries stream K and V (decode.cl) */
+#define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
+#define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
 
 static size_t pow2_at_least(int64_t n, size_t cap)
 {
@@ -548,20 +548,21 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                                "shape: %s",
                                fused_why);
     }
-    if (desc->batch_invariant) { /* the fused kernels' rows, whatever the call's shape */
-        if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED)
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                               "batch_invariant runs with the fused algorithm (the unfused "
-                               "stages' blocking follows n_q)");
-        if (fused_why[0])
-            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                               "batch_invariant needs the fused algorithm, which cannot run "
-                               "this shape: %s",
-                               fused_why);
-    }
-    const bool want_unfused = desc->algorithm == CLATTN_ALGORITHM_UNFUSED ||
-                              (desc->algorithm == CLATTN_ALGORITHM_AUTO && !desc->batch_invariant &&
-                               (f->weights || fused_why[0]));
+    /* batch invariance: the fused kernels' rows, whatever the call's shape; key weight
+     * sums: from the fused kernel's LSE */
+    const char *fused_only = desc->batch_invariant ? "batch_invariant"
+                             : pr->has_ksum        ? "key_weight_sums"
+                                                   : NULL;
+    if (fused_only && desc->algorithm == CLATTN_ALGORITHM_UNFUSED)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s runs with the fused algorithm only",
+                           fused_only);
+    if (fused_only && fused_why[0])
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "%s needs the fused algorithm, which cannot run this shape: %s",
+                           fused_only, fused_why);
+    const bool want_unfused =
+        desc->algorithm == CLATTN_ALGORITHM_UNFUSED ||
+        (desc->algorithm == CLATTN_ALGORITHM_AUTO && !fused_only && (f->weights || fused_why[0]));
     if (desc->algorithm == CLATTN_ALGORITHM_FUSED && fused_why[0])
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s", fused_why);
     if (desc->algorithm == CLATTN_ALGORITHM_UNFUSED && unfused_why[0])
@@ -617,6 +618,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             return st;
         if (p->fused.n_splits) /* the splits' O and LSE, float32 */
             p->workspace_bytes += batch * h_q * n_q * (int64_t)p->fused.n_splits * (d_v + 1) * 4;
+        if (pr->has_ksum && !p->no_keys) { /* key_sums.cl reads the LSE (a workspace) */
+            if ((st = clattn_plan_key_sums(ctx, pr, f->opts, p)) != CLATTN_SUCCESS)
+                return st;
+            if (!pr->has_lse)
+                p->workspace_bytes += batch * h_q * n_q * 4;
+        }
         const size_t at = strlen(p->reason);
         if (p->no_keys) /* whatever the algorithm: nothing to compute */
             snprintf(p->reason + at, sizeof p->reason - at,
@@ -657,13 +664,13 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      "; paged K/V: %lld pages of %lld keys per sequence, %lld in the pools",
                      (long long)k->page_stride, (long long)k->page_size, (long long)k->num_pages);
         }
-        snprintf(p->kernels, sizeof p->kernels, "%s%s%s",
+        snprintf(p->kernels, sizeof p->kernels, "%s%s%s%s",
                  p->fused.n_splits ? "decode_gpu, split_merge"
                  : decode          ? "decode"
                  : gpu             ? "fused_gpu"
                                    : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
-                 f->head_mean && !p->no_keys ? ", head_mean" : "");
+                 f->head_mean && !p->no_keys ? ", head_mean" : "", p->key_sums ? ", key_sums" : "");
         if (f->weights && !p->no_keys) {
             p->workspace_bytes += ws_fused;
             if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts,

@@ -186,8 +186,13 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
 
     const int64_t batch = q.n[0], h_q = q.n[1], n_q = q.n[2], d_k = q.n[3];
     const int64_t n_kv = k.n[2], d_v = v.n[3];
-    if (batch == 0 || h_q == 0 || n_q == 0)
+    if (batch == 0 || h_q == 0 || n_q == 0) { /* no row: key weight sums of 0 */
+        for (int64_t b = 0; ex.has_ksum && b < ex.ksum.n[0]; b++)
+            for (int64_t ho = 0; ho < ex.ksum.n[1]; ho++)
+                for (int64_t j = 0; j < n_kv; j++)
+                    clattn_host_store(&ex.ksum, clattn_view_index(&ex.ksum, b, ho, 0, j), 0.0f);
         return CLATTN_SUCCESS;
+    }
     const int64_t group = clattn_group(h_q, k.n[1]);
     const double scale = clattn_effective_scale(desc, d_k);
     const bool mean = desc->weights && desc->weights_head_mean;
@@ -198,16 +203,23 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
     /* head mean: per (b, i) sums over heads, in double */
     double *wsum =
         mean ? calloc((size_t)(n_kv > 0 ? n_kv : 1) * (size_t)n_q, sizeof(double)) : NULL;
-    if (!p || !acc || (mean && !wsum)) {
+    /* key weight sums: per (b, head of the output, j), in double */
+    const int64_t h_out = ex.has_ksum ? ex.ksum.n[1] : 0;
+    double *ksum =
+        ex.has_ksum ? calloc((size_t)(h_out * n_kv > 0 ? h_out * n_kv : 1), sizeof(double)) : NULL;
+    if (!p || !acc || (mean && !wsum) || (ex.has_ksum && !ksum)) {
         free(p);
         free(acc);
         free(wsum);
+        free(ksum);
         return clattn_fail(NULL, CLATTN_ERROR_OUT_OF_HOST_MEMORY,
                            "reference: cannot allocate %lld doubles", (long long)(n_kv + d_v));
     }
     for (int64_t b = 0; b < batch; b++) {
         if (mean)
             memset(wsum, 0, sizeof(double) * (size_t)(n_kv > 0 ? n_kv : 1) * (size_t)n_q);
+        if (ksum)
+            memset(ksum, 0, sizeof(double) * (size_t)(h_out * n_kv > 0 ? h_out * n_kv : 1));
         for (int64_t h = 0; h < h_q; h++) {
             const int64_t hk = h / group;
             for (int64_t i = 0; i < n_q; i++) {
@@ -256,6 +268,11 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                 if (ex.has_lse)
                     clattn_host_store64(&ex.lse, clattn_view_index(&ex.lse, b, h, i, 0),
                                         empty ? -INFINITY : m + log(l) + shift);
+                /* the row's weights into its output head's key sums (a row with no
+                 * visible key adds nothing) */
+                const int64_t ho = h_out == h_q ? h : hk;
+                for (int64_t j = 0; ksum && !empty && j < n_kv; j++)
+                    ksum[ho * n_kv + j] += p[j] / l;
                 for (int64_t j = 0; desc->weights && j < n_kv; j++) {
                     const double wij =
                         empty ? fill : p[j] / l * clattn_dropout_factor(desc, b * h_q + h, i, j);
@@ -270,10 +287,15 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
             for (int64_t j = 0; j < n_kv; j++)
                 clattn_host_store(&w, clattn_view_index(&w, b, 0, i, j),
                                   (float)(wsum[i * n_kv + j] / (double)h_q));
+        for (int64_t ho = 0; ksum && ho < h_out; ho++)
+            for (int64_t j = 0; j < n_kv; j++)
+                clattn_host_store(&ex.ksum, clattn_view_index(&ex.ksum, b, ho, 0, j),
+                                  (float)ksum[ho * n_kv + j]);
     }
     free(p);
     free(acc);
     free(wsum);
+    free(ksum);
     return CLATTN_SUCCESS;
 }
 

@@ -158,6 +158,8 @@ clattn_status clattn_stage_problem(clattn_context *ctx, clattn_staging *sg,
         st = clattn_stage_view(ctx, sg, &host->mask, true, &dev->mask);
     if (st == CLATTN_SUCCESS && host->has_lse)
         st = clattn_stage_view(ctx, sg, &host->lse, false, &dev->lse);
+    if (st == CLATTN_SUCCESS && host->has_ksum)
+        st = clattn_stage_view(ctx, sg, &host->ksum, false, &dev->ksum);
     return st;
 }
 
@@ -176,6 +178,8 @@ clattn_status clattn_unstage_problem(clattn_context *ctx, const clattn_problem *
         st = clattn_unstage(ctx, &host->w, &dev->w);
     if (st == CLATTN_SUCCESS && host->has_lse)
         st = clattn_unstage(ctx, &host->lse, &dev->lse);
+    if (st == CLATTN_SUCCESS && host->has_ksum)
+        st = clattn_unstage(ctx, &host->ksum, &dev->ksum);
     return st;
 }
 

@@ -219,6 +219,33 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
                                LL(l->n[0]), LL(l->n[1]), LL(l->n[2]), LL(l->n[3]), LL(batch),
                                LL(h_q), LL(n_q));
     }
+    if (desc->key_weight_sums) {
+        out->has_ksum = true;
+        st = clattn_view_make(ctx, "key_weight_sums", desc->key_weight_sums, storage, true,
+                              &out->ksum);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "key_weight_sums", &out->ksum, CLATTN_DT_F32);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        const clattn_view *s = &out->ksum;
+        if (s->n[0] != batch || (s->n[1] != h_q && s->n[1] != k->n[1]) || s->n[2] != 1 ||
+            s->n[3] != n_kv)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "key_weight_sums is [%lld, %lld, %lld, %lld], expected [%lld, "
+                               "%lld (per query head) or %lld (per KV head), 1, %lld]",
+                               LL(s->n[0]), LL(s->n[1]), LL(s->n[2]), LL(s->n[3]), LL(batch),
+                               LL(h_q), LL(k->n[1]), LL(n_kv));
+        const char *no = desc->weights                ? "weights (sum them instead)"
+                         : desc->dropout_p != 0.0f    ? "dropout"
+                         : desc->k_new || desc->v_new ? "an append (k_new, v_new)"
+                         : q->n[3] == 0               ? "d_k 0"
+                         : k->dtype == CLATTN_INT8 || k->dtype == CLATTN_FLOAT8_E4M3
+                             ? "an int8 or FP8 K"
+                             : NULL;
+        if (no)
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "key_weight_sums: not combined with %s", no);
+    }
 #undef LL
     return CLATTN_SUCCESS;
 }
@@ -262,10 +289,11 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must
      * not overlap the inputs the kernels are reading either */
-    const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL};
-    static const char *const out_names[3] = {"O", "weights", "lse"};
-    for (int a = 0; a < 3; a++)
-        for (int b = a + 1; b < 3; b++)
+    const clattn_view *outs[4] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL,
+                                  cv->has_ksum ? &cv->ksum : NULL};
+    static const char *const out_names[4] = {"O", "weights", "lse", "key_weight_sums"};
+    for (int a = 0; a < 4; a++)
+        for (int b = a + 1; b < 4; b++)
             if (outs[a] && outs[b] && clattn_views_overlap(outs[a], outs[b]))
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s and %s overlap",
                                    out_names[a], out_names[b]);
@@ -273,21 +301,23 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
         const clattn_view *ins[4] = {&cv->q, &cv->k, &cv->v, cv->has_mask ? &cv->mask : NULL};
         static const char *const names[4] = {"Q", "K", "V", "mask_tensor"};
         for (int i = 0; i < 4; i++)
-            for (int a = 0; a < 3; a++)
+            for (int a = 0; a < 4; a++)
                 if (ins[i] && outs[a] && clattn_views_overlap(outs[a], ins[i]))
                     return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
                                        "%s overlaps %s in the same cl_mem", out_names[a], names[i]);
     }
     /* last: the cl_mem behind each buffer view (its context, its size) */
-    const clattn_view *all[7] = {&cv->q,
+    const clattn_view *all[8] = {&cv->q,
                                  &cv->k,
                                  &cv->v,
                                  &cv->o,
                                  cv->has_w ? &cv->w : NULL,
                                  cv->has_mask ? &cv->mask : NULL,
-                                 cv->has_lse ? &cv->lse : NULL};
-    static const char *const all_names[7] = {"Q", "K", "V", "O", "weights", "mask_tensor", "lse"};
-    for (int i = 0; i < 7 && st == CLATTN_SUCCESS; i++)
+                                 cv->has_lse ? &cv->lse : NULL,
+                                 cv->has_ksum ? &cv->ksum : NULL};
+    static const char *const all_names[8] = {"Q",       "K",           "V",   "O",
+                                             "weights", "mask_tensor", "lse", "key_weight_sums"};
+    for (int i = 0; i < 8 && st == CLATTN_SUCCESS; i++)
         if (all[i])
             st = clattn_view_check_buffer(ctx, all_names[i], all[i]);
     return st;

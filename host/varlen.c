@@ -20,6 +20,7 @@ static clattn_status not_combined(clattn_context *ctx, const clattn_attention_de
                      : d->weights                    ? "weights"
                      : d->paged                      ? "paged K/V"
                      : d->k_new || d->rotary         ? "k_new, v_new, rotary"
+                     : d->key_weight_sums            ? "key_weight_sums"
                      : d->dropout_p != 0.0f          ? "dropout"
                                                      : NULL;
     const char *why = d->kv_lens || d->kv_lens_buffer || d->q_lens || d->q_lens_buffer
@@ -210,7 +211,7 @@ static clattn_status offsets_on_device(clattn_context *ctx, const clattn_varlen 
         st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, nb * 4, NULL, &bufs[i]);
     clattn_program_entry *e = NULL;
     if (st == CLATTN_SUCCESS)
-        st = clattn_get_kernel(ctx, "varlen.cl", "-cl-std=CL1.2 -w", &e);
+        st = clattn_get_kernel(ctx, "varlen.cl", CLATTN_CL_STD, &e);
     if (st != CLATTN_SUCCESS)
         return st;
     arg_list a = {e->kernel, 0, CL_SUCCESS};

@@ -485,6 +485,15 @@ typedef struct clattn_attention_desc {
     /** 1: batch-invariant (the bits of a row do not depend on the batch, the chunking or
      *  n_q: no decode kernels or split-KV; docs/SEMANTICS.md). 0 (default) or 1. 0.3. */
     int batch_invariant;
+    /** Optional output (added in 0.3): the attention each key receives, Σ_i P_ij over the
+     *  query rows i (H2O / SnapKV KV-cache eviction scores), from the fused path with no
+     *  n_q×n_kv matrix: float32 [b, h, 1, n_kv], h = h_q (per query head) or h = h_kv
+     *  (summed over each KV head's query heads). P are the weights the weights output
+     *  would hold (sinks take their share); rows with no visible key and padding rows add
+     *  nothing; keys past kv_lens get 0. Fused algorithm (AUTO keeps it); not with
+     *  weights, dropout, varlen or an int8/FP8 K (CLATTN_ERROR_UNSUPPORTED). The stages
+     *  and the backward pass ignore it. docs/SEMANTICS.md, "Key weight sums". */
+    const clattn_tensor *key_weight_sums;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

@@ -101,6 +101,8 @@ class Desc(ctypes.Structure):
         ("dropout_seed", ctypes.c_uint64),
         ("dropout_offset", ctypes.c_uint64),
         ("batch_invariant", ctypes.c_int),
+        # optional output: each key's summed weight (the package leaves it NULL)
+        ("key_weight_sums", ctypes.POINTER(Tensor)),
     ]
 
 

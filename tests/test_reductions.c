@@ -1,0 +1,262 @@
+/* Key weight sums (desc.key_weight_sums; cl/key_sums.cl, host/reductions.c): each key's
+ * total attention weight over the query rows, per query head or summed over each KV
+ * head's query heads, from the fused path. Against the float64 reference (which sums its
+ * own weights) within 2e-5 + 2e-5·|x| (sums of up to 148 weights in float32; a failure
+ * names the worst element), and against the device's own weights output summed in
+ * float64 (the same quantity by the other path), over:
+ *  - GQA 4:2 per query head with no-self (d_k 22: a dot-product tail); GQA 4:2 summed
+ *    per KV head with ALiBi, a window, softcap, sinks, a float
+ *    mask and q_lens / kv_lens (padding rows and keys past the lengths: 0); a decode shape
+ *    (n_q 1: the decode kernels, split-KV in the GPU family) with sinks; the caller's LSE
+ *    in float64; no query row (zeros);
+ *  - the enqueue call on buffers: the same bits; a rerun: the same bits;
+ *  - every status (weights, dropout, UNFUSED, int8 K, varlen, an append, d_k 0, shapes,
+ *    dtype, overlap with O).
+ * In the context's kernel family (CI's GPU-family pass forces the GPU family). Seed
+ * printed at start. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <clattn.h>
+
+typedef struct rcase {
+    const char *name;
+    int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
+    bool per_kv_head, terms, lse64;
+} rcase;
+
+static const rcase CASES[] = {
+    {"GQA no-self, d_k 22, per query head", 2, 4, 2, 37, 70, 22, 16, false, false, false},
+    {"GQA, every term, per KV head", 2, 4, 2, 29, 53, 24, 8, true, true, false},
+    {"decode, GQA, sinks, per KV head", 3, 8, 2, 1, 150, 64, 64, true, true, true},
+    {"no query row", 1, 2, 1, 0, 20, 16, 16, false, false, false},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+
+static float slopes[8], sinks[8];
+static const int32_t q_lens[3] = {29, 20, 1}, kv_lens[3] = {53, 41, 99};
+
+static clattn_attention_desc desc_for(const rcase *c, float *mask, clattn_tensor *tm)
+{
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    if (!c->terms) {
+        d.mask = CLATTN_MASK_NO_SELF;
+        return d;
+    }
+    for (int h = 0; h < 8; h++) {
+        slopes[h] = exp2f(-(float)(h + 1));
+        sinks[h] = h == 1 ? -INFINITY : 0.3f * (float)h - 1.0f; /* head 1: no sink */
+    }
+    d.alibi_slopes = slopes;
+    d.sinks = sinks;
+    d.softcap = 6.0f;
+    d.kv_lens = kv_lens;
+    /* queries 60 positions past the keys: every row's diagonal lies past its last key, so
+     * ALiBi's reference (the nearest visible key) is not 0 */
+    d.q_start = 60;
+    if (c->n_q > 1) {
+        d.q_lens = q_lens;
+        d.window = 1;
+        d.window_left = 200;
+        d.window_right = 2;
+        /* a float mask: -inf on every 7th key and on every key of row 3 (with head 1's
+         * missing sink: a row with no visible key, LSE -inf), small biases elsewhere */
+        const size_t nm = (size_t)(c->b * c->h_q * c->n_q * c->n_kv);
+        for (size_t e = 0; e < nm; e++)
+            mask[e] = e % 7 == 3 || (e / (size_t)c->n_kv) % (size_t)c->n_q == 3
+                          ? -INFINITY
+                          : 0.25f * tu_gen(tu_seed() + 9u, (uint32_t)e);
+        *tm = clattn_tensor_host(mask, c->b, c->h_q, c->n_q, c->n_kv);
+        d.mask_tensor = tm;
+    }
+    return d;
+}
+
+static void run_case(const rcase *c)
+{
+    clattn_context *ctx = tu_ctx();
+    tu_problem p;
+    tu_problem_init(&p, c->b, c->h_q, c->h_kv, c->n_q, c->n_kv, c->d_k, c->d_v, tu_seed() + 1u,
+                    tu_seed() + 2u, tu_seed() + 3u, 0);
+    const int64_t h_out = c->per_kv_head ? c->h_kv : c->h_q, ns = c->b * h_out * c->n_kv;
+    float *mask = tu_alloc((size_t)(c->b * c->h_q * (c->n_q ? c->n_q : 1) * c->n_kv), 0);
+    clattn_tensor tm;
+    clattn_attention_desc d = desc_for(c, mask, &tm);
+    float *o = tu_alloc((size_t)(c->b * c->h_q * (c->n_q ? c->n_q : 1) * c->d_v), 0);
+    float *ks = tu_alloc((size_t)ns, -7.0f), *ks_ref = tu_alloc((size_t)ns, -7.0f);
+    double *lse64 = calloc((size_t)(c->b * c->h_q * (c->n_q ? c->n_q : 1)), sizeof(double));
+    clattn_tensor to = tu_problem_o(&p, o), tks = clattn_tensor_host(ks, c->b, h_out, 1, c->n_kv),
+                  tref = clattn_tensor_host(ks_ref, c->b, h_out, 1, c->n_kv);
+    clattn_tensor tl = clattn_tensor_host(NULL, c->b, c->h_q, c->n_q, 1);
+    tl.host = lse64;
+    tl.dtype = CLATTN_FLOAT64;
+    if (c->lse64)
+        d.lse = &tl;
+    d.key_weight_sums = &tref;
+    ck_assert_int_eq(clattn_reference_attention(&d, &p.tq, &p.tk, &p.tv, &to), CLATTN_SUCCESS);
+    d.key_weight_sums = &tks;
+    clattn_plan plan;
+    TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &p.tq, &p.tk, &p.tv, &to, &plan), "%s plan",
+                 c->name);
+    printf("key sums, %s: %s\n", c->name, plan.kernels);
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to), "%s", c->name);
+    /* against the reference, the worst element named */
+    double *exp64 = malloc(sizeof(double) * (size_t)(ns ? ns : 1));
+    for (int64_t e = 0; e < ns; e++)
+        exp64[e] = ks_ref[e];
+    char what[160];
+    snprintf(what, sizeof what, "key weight sums, %s", c->name);
+    TU_ASSERT_CLOSE(what, &tks, exp64, NULL, ((tu_tol){2e-5, 2e-5}));
+    /* keys past kv_lens: exactly 0 */
+    for (int64_t b = 0; d.kv_lens && b < c->b; b++)
+        for (int64_t h = 0; h < h_out; h++)
+            for (int64_t j = d.kv_lens[b]; j < c->n_kv; j++)
+                ck_assert_msg(ks[(b * h_out + h) * c->n_kv + j] == 0.0f,
+                              "%s: key %lld past kv_lens of entry %lld sums to %g", c->name,
+                              (long long)j, (long long)b,
+                              (double)ks[(b * h_out + h) * c->n_kv + j]);
+    /* against the device's weights output, summed in float64 (not for n_q 0) */
+    if (c->n_q > 0) {
+        float *w = tu_alloc((size_t)(c->b * c->h_q * c->n_q * c->n_kv), 0);
+        clattn_tensor tw = clattn_tensor_host(w, c->b, c->h_q, c->n_q, c->n_kv);
+        clattn_attention_desc dw = d;
+        dw.key_weight_sums = NULL;
+        dw.weights = &tw;
+        dw.lse = NULL;
+        dw.masked_rows = CLATTN_MASKED_ROWS_ZERO;
+        TU_ASSERT_OK(clattn_attention(ctx, &dw, &p.tq, &p.tk, &p.tv, &to), "%s weights", c->name);
+        const int64_t group = c->h_q / c->h_kv;
+        for (int64_t e = 0; e < ns; e++)
+            exp64[e] = 0.0;
+        for (int64_t b = 0; b < c->b; b++)
+            for (int64_t h = 0; h < c->h_q; h++)
+                for (int64_t i = 0; i < c->n_q; i++)
+                    for (int64_t j = 0; j < c->n_kv; j++)
+                        exp64[(b * h_out + (c->per_kv_head ? h / group : h)) * c->n_kv + j] +=
+                            w[((b * c->h_q + h) * c->n_q + i) * c->n_kv + j];
+        snprintf(what, sizeof what, "key weight sums against the summed weights, %s", c->name);
+        TU_ASSERT_CLOSE(what, &tks, exp64, NULL, ((tu_tol){2e-5, 2e-5}));
+        free(w);
+    }
+    /* a rerun, and the enqueue call on buffers: the same bits */
+    float *ks2 = tu_alloc((size_t)ns, -7.0f);
+    clattn_tensor tks2 = clattn_tensor_host(ks2, c->b, h_out, 1, c->n_kv);
+    d.key_weight_sums = &tks2;
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to), "%s rerun", c->name);
+    ck_assert_msg(memcmp(ks, ks2, sizeof(float) * (size_t)ns) == 0, "%s: a rerun differs", c->name);
+    if (!c->lse64 && !c->terms && c->n_q > 0) {
+        cl_context cl_ctx;
+        cl_command_queue queue;
+        ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue), CLATTN_SUCCESS);
+        cl_int err;
+        const size_t bq = (size_t)tu_count(&p.tq) * 4, bk = (size_t)tu_count(&p.tk) * 4,
+                     bv = (size_t)tu_count(&p.tv) * 4, bo = (size_t)tu_count(&to) * 4;
+        cl_mem mq = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bq, p.q, &err),
+               mk = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bk, p.k, &err),
+               mv = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bv, p.v, &err),
+               mo = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, bo, NULL, &err),
+               ms = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, (size_t)ns * 4, NULL, &err);
+        ck_assert_int_eq(err, CL_SUCCESS);
+        clattn_tensor eq = clattn_tensor_buffer(mq, c->b, c->h_q, c->n_q, c->d_k),
+                      ek = clattn_tensor_buffer(mk, c->b, c->h_kv, c->n_kv, c->d_k),
+                      ev = clattn_tensor_buffer(mv, c->b, c->h_kv, c->n_kv, c->d_v),
+                      eo = clattn_tensor_buffer(mo, c->b, c->h_q, c->n_q, c->d_v),
+                      es = clattn_tensor_buffer(ms, c->b, h_out, 1, c->n_kv);
+        d.key_weight_sums = &es;
+        cl_event done = NULL;
+        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &d, &eq, &ek, &ev, &eo, 0, NULL, &done),
+                     "%s enqueue", c->name);
+        ck_assert_int_eq(
+            clEnqueueReadBuffer(queue, ms, CL_TRUE, 0, (size_t)ns * 4, ks2, 1, &done, NULL),
+            CL_SUCCESS);
+        clReleaseEvent(done);
+        ck_assert_msg(memcmp(ks, ks2, sizeof(float) * (size_t)ns) == 0,
+                      "%s: the enqueue call differs", c->name);
+        cl_mem all[5] = {mq, mk, mv, mo, ms};
+        for (int i = 0; i < 5; i++)
+            clReleaseMemObject(all[i]);
+    }
+    free(ks2);
+    free(exp64);
+    free(ks);
+    free(ks_ref);
+    free(o);
+    free(mask);
+    free(lse64);
+    tu_problem_free(&p);
+}
+
+START_TEST(key_sums_against_reference)
+{
+    run_case(&CASES[_i]);
+}
+END_TEST
+
+START_TEST(key_sums_statuses)
+{
+    clattn_context *ctx = tu_ctx();
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 1, 5, 9, 8, 8, tu_seed() + 5u, tu_seed() + 6u, tu_seed() + 7u, 0);
+    float o[2 * 5 * 8], ks[2 * 9], w[2 * 5 * 9];
+    clattn_tensor to = tu_problem_o(&p, o), tks = clattn_tensor_host(ks, 1, 2, 1, 9),
+                  tw = clattn_tensor_host(w, 1, 2, 5, 9);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.key_weight_sums = &tks;
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to), "plain");
+    clattn_attention_desc e = d;
+    e.weights = &tw;
+    ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    e = d;
+    e.dropout_p = 0.5f;
+    ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    e = d;
+    e.algorithm = CLATTN_ALGORITHM_UNFUSED;
+    ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    /* shapes: a middle dim other than 1, heads neither h_q nor h_kv, n_kv off by one */
+    const int64_t bad[3][4] = {{1, 2, 5, 9}, {1, 3, 1, 9}, {1, 2, 1, 8}};
+    for (int i = 0; i < 3; i++) {
+        clattn_tensor tb = clattn_tensor_host(ks, bad[i][0], bad[i][1], bad[i][2], bad[i][3]);
+        float big[2 * 5 * 9];
+        tb.host = big;
+        e = d;
+        e.key_weight_sums = &tb;
+        ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to),
+                         CLATTN_ERROR_INVALID_SHAPE);
+    }
+    /* a float16 output */
+    clattn_tensor th = tks;
+    th.dtype = CLATTN_FLOAT16;
+    e = d;
+    e.key_weight_sums = &th;
+    ck_assert_int_ne(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_SUCCESS);
+    /* varlen */
+    const int32_t cu[2] = {0, 5}, cuk[2] = {0, 9};
+    const clattn_varlen vl = {cu, cuk, 1, NULL, NULL, 0, 0};
+    e = d;
+    e.varlen = &vl;
+    ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    /* the reference refuses what the device refuses */
+    e = d;
+    e.weights = &tw;
+    ck_assert_int_eq(clattn_reference_attention(&e, &p.tq, &p.tk, &p.tv, &to),
+                     CLATTN_ERROR_UNSUPPORTED);
+    tu_problem_free(&p);
+}
+END_TEST
+
+int main(void)
+{
+    tu_seed_init(0x5c0e5u);
+    Suite *s = suite_create("reductions");
+    TCase *tc = tcase_create("key_sums");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, key_sums_against_reference, 0, N_CASES);
+    tcase_add_test(tc, key_sums_statuses);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s);
+}
