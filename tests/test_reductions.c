@@ -9,7 +9,8 @@
  *    mask and q_lens / kv_lens (padding rows and keys past the lengths: 0); a decode shape
  *    (n_q 1: the decode kernels, split-KV in the GPU family) with sinks; the caller's LSE
  *    in float64; no query row (zeros);
- *  - the enqueue call on buffers: the same bits; a rerun: the same bits;
+ *  - the enqueue call on buffers: the same bits; a rerun: the same bits; paged K/V
+ *    (pages swapped through the block table): the contiguous call's bits;
  *  - every status (weights, dropout, UNFUSED, int8 K, varlen, an append, d_k 0, shapes,
  *    dtype, overlap with O).
  * In the context's kernel family (CI's GPU-family pass forces the GPU family). Seed
@@ -197,6 +198,46 @@ START_TEST(key_sums_against_reference)
 }
 END_TEST
 
+/* Paged K/V: a pool of one page per sequence, the pages swapped (block table {1, 0}),
+ * K and V in clattn's pool layout [num_pages, h_kv, page_size, d]: the same bits as the
+ * contiguous call. */
+START_TEST(key_sums_paged)
+{
+    clattn_context *ctx = tu_ctx();
+    enum { B = 2, HQ = 4, HK = 2, NQ = 9, NK = 40, D = 16 };
+    tu_problem p;
+    tu_problem_init(&p, B, HQ, HK, NQ, NK, D, D, tu_seed() + 11u, tu_seed() + 12u, tu_seed() + 13u,
+                    0);
+    float *pk = tu_alloc((size_t)B * HK * NK * D, 0), *pv = tu_alloc((size_t)B * HK * NK * D, 0);
+    for (int b = 0; b < B; b++) { /* sequence b's keys in page 1 - b */
+        memcpy(pk + (size_t)(1 - b) * HK * NK * D, p.k + (size_t)b * HK * NK * D,
+               sizeof(float) * HK * NK * D);
+        memcpy(pv + (size_t)(1 - b) * HK * NK * D, p.v + (size_t)b * HK * NK * D,
+               sizeof(float) * HK * NK * D);
+    }
+    const int32_t table[B] = {1, 0};
+    const clattn_paged_kv pg = {table, NULL, 1};
+    float o[B * HQ * NQ * D], ks[B * HK * NK], kp[B * HK * NK];
+    clattn_tensor to = tu_problem_o(&p, o), tks = clattn_tensor_host(ks, B, HK, 1, NK),
+                  tkp = clattn_tensor_host(kp, B, HK, 1, NK);
+    clattn_tensor tpk = clattn_tensor_host(pk, B, HK, NK, D),
+                  tpv = clattn_tensor_host(pv, B, HK, NK, D);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    d.key_weight_sums = &tks;
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to), "contiguous");
+    d.key_weight_sums = &tkp;
+    d.paged = &pg;
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &tpk, &tpv, &to), "paged");
+    for (int e = 0; e < B * HK * NK; e++)
+        ck_assert_msg(memcmp(&ks[e], &kp[e], 4) == 0, "paged: key sum %d is %.9g, contiguous %.9g",
+                      e, (double)kp[e], (double)ks[e]);
+    free(pk);
+    free(pv);
+    tu_problem_free(&p);
+}
+END_TEST
+
 START_TEST(key_sums_statuses)
 {
     clattn_context *ctx = tu_ctx();
@@ -256,6 +297,7 @@ int main(void)
     TCase *tc = tcase_create("key_sums");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, key_sums_against_reference, 0, N_CASES);
+    tcase_add_test(tc, key_sums_paged);
     tcase_add_test(tc, key_sums_statuses);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
