@@ -390,3 +390,27 @@ def test_batch_invariant_decode_row_equals_prefill_row(ctx):
         assert one.view(np.uint32).tolist() == full[:, :, i:i + 1].view(np.uint32).tolist(), i
     with pytest.raises(clattn.UnsupportedError):
         clattn.scaled_dot_product_attention(q, k, v, algorithm="unfused", **kw)
+
+
+@pytest.mark.parametrize("heads", ["query_heads", "kv_heads"])
+def test_key_weight_sums_against_oracle(ctx, heads):
+    """``return_key_weight_sums``: each key's weights summed over the rows (and over each
+    KV head's query heads for "kv_heads"), against the float64 oracle's weights; the
+    reference gives the same within float32 tolerance; refused with return_weights."""
+    r = rng(777)
+    q, k, v = randn(r, 2, 4, 11, 8), randn(r, 2, 2, 23, 8), randn(r, 2, 2, 23, 8)
+    kw = dict(enable_gqa=True, is_causal=True, causal_alignment="bottom_right",
+              return_key_weight_sums=heads)
+    out, ks = clattn.scaled_dot_product_attention(q, k, v, **kw)
+    w = oracle(q, k, v, causal="bottom_right")[2]
+    want = w.sum(axis=2)
+    if heads == "kv_heads":
+        want = want.reshape(2, 2, 2, 23).sum(axis=2)
+    assert ks.shape == want.shape
+    assert_close(ks, want, **F32_TOL)
+    _, ks_ref = clattn.reference_attention(q, k, v, **kw)
+    assert_close(ks_ref, want, **F32_TOL)
+    with pytest.raises(clattn.UnsupportedError):
+        clattn.scaled_dot_product_attention(q, k, v, return_weights=True, **kw)
+    with pytest.raises(ValueError):
+        clattn.scaled_dot_product_attention(q, k, v, return_key_weight_sums="rows")

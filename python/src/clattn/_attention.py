@@ -201,6 +201,19 @@ class _Call:
         elif o["weights_head_mean"]:
             raise ValueError("weights_head_mean needs return_weights=True")
         self.return_lse, self.return_weights = o["return_lse"], o["return_weights"]
+        # each key's total weight over the query rows, per query head or per KV head
+        self.ksum_obj: Any = None
+        rk = o["return_key_weight_sums"]
+        if rk not in (False, None, True, "query_heads", "kv_heads"):
+            raise ValueError(f"return_key_weight_sums must be False, True, 'query_heads' or "
+                             f"'kv_heads', not {rk!r}")
+        if rk:
+            heads = hkv if rk == "kv_heads" else hq
+            self.ksum_obj = _empty(self.like, self.lead[:-2] + (heads, 1, n_kv), _lib.FLOAT32,
+                                   self.kind, np_only)
+            self.ksum = _arrays.view4(self.ksum_obj, "key_weight_sums", output=True,
+                                      batch_dims=nb)
+            d.key_weight_sums = ctypes.pointer(self.ksum.tensor)
 
     def _mask(self, attn_mask: Any, q: Any, target4: Tuple[int, ...], nb: int) -> View:
         m = _arrays.to_numpy_like(attn_mask, "attn_mask")
@@ -284,13 +297,15 @@ class _Call:
         return tuple(ctypes.byref(x.tensor) for x in (self.q, self.k, self.v, self.o))
 
     def result(self) -> Any:
-        if not (self.return_lse or self.return_weights):
+        if not (self.return_lse or self.return_weights or self.ksum_obj is not None):
             return self.out_obj
         res = [self.out_obj]
         if self.lse_obj is not None:
             res.append(self.lse_obj[..., 0])
         if self.weights_obj is not None:
             res.append(self.weights_obj)
+        if self.ksum_obj is not None:
+            res.append(self.ksum_obj[..., 0, :])
         return tuple(res)
 
 
@@ -401,7 +416,7 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     softcap=None, kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False,
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
     out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
-    batch_invariant=False)
+    batch_invariant=False, return_key_weight_sums=False)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
 _FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean", "batch_invariant")
 
@@ -482,8 +497,13 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       the result into this array: strides >= 0, no broadcast, writeable); ``context``
       (a :class:`Context`; default: this thread's, or the one kept for a PyOpenCL
       array's queue).
-    With ``return_lse`` and/or ``return_weights`` the result is a tuple
-    ``(out, lse?, weights?)`` in that order.
+    ``return_key_weight_sums`` (True or "query_heads": also return each key's total
+    attention over the query rows, float32 ``(..., H_q, S)``; "kv_heads": summed over each
+    KV head's query heads, ``(..., H_kv, S)``; H2O / SnapKV eviction scores, computed
+    without the weights matrix; fused only, not with ``return_weights`` or dropout;
+    docs/SEMANTICS.md "Key weight sums").
+    With ``return_lse``, ``return_weights`` and/or ``return_key_weight_sums`` the result
+    is a tuple ``(out, lse?, weights?, key_weight_sums?)`` in that order.
 
     Host arrays: blocks until the result is in host memory (the GIL is released during
     the call). PyOpenCL arrays: enqueues on query's queue (or the context's), after the
@@ -579,9 +599,10 @@ def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any
     ``dropout_seed`` and ``dropout_offset`` as the forward call regenerate its mask: the
     gradients of ``O = (softmax(S)·Z/(1 - p))·V`` (no gradient into the mask). Host
     arrays only; no device."""
-    if options.get("return_lse") or options.get("return_weights") or "out" in options:
+    if (options.get("return_lse") or options.get("return_weights") or "out" in options or
+            options.get("return_key_weight_sums")):
         raise TypeError("reference_attention_backward returns the three gradients only "
-                        "(no out, return_lse or return_weights)")
+                        "(no out, return_lse, return_weights or return_key_weight_sums)")
     call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options,
                  check_grad=False)
     if call.kind != HOST:
