@@ -501,6 +501,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0 &&
                                       desc->dropout_p == 0.0f && !desc->batch_invariant);
     const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
+    /* the n_q the tiled kernels' blocking is chosen for: batch invariance takes one for
+     * every shape (stored tuning applies from n_q >= RQ x WG on, tuning.c) */
+    const int64_t blocking_n_q = desc->batch_invariant ? INT64_MAX / 4 : n_q;
     const int64_t group = clattn_group(h_q, k->n[1]); /* query heads per KV head */
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
      * caller's weights), the per-head weights before averaging, the fused LSE */
@@ -610,9 +613,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         else if (decode)
             st = decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, &p->fused);
         else if (gpu)
-            st = fused_gpu_kernel(ctx, n_q, d_k, d_v, desc->work_group_size, f->opts, &p->fused);
+            st = fused_gpu_kernel(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, f->opts,
+                                  &p->fused);
         else
-            st = fused_kernel(ctx, n_q, d_k, d_v, fused_tile, desc->work_group_size, f->opts,
+            st = fused_kernel(ctx, blocking_n_q, d_k, d_v, fused_tile, desc->work_group_size, f->opts,
                               &p->fused);
         if (st != CLATTN_SUCCESS)
             return st;

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 /* Batch invariance (desc.batch_invariant; docs/SEMANTICS.md "Batch invariance"): the
  * bits of one sequence's rows do not depend on what else is in the batch, how its rows
  * are chunked into calls, n_q (a decode step of one row against the same row of a
@@ -8,7 +9,9 @@
  *    shape) with the keys it sees;
  *  - in two chunks of rows ([0, 8) and [8, 21));
  *  - packed between two other sequences (cu_seqlens, one launch);
- * every O and LSE element bit for bit equal to the call alone, in the context's kernel
+ * every O and LSE element bit for bit equal to the call alone (the one-row calls again on a
+ * context with a stored tuning, which the default mode takes for large n_q only), in the
+ * context's kernel
  * family (CPU on a CPU; CI's GPU-family pass forces the GPU family). Also: the plan of a
  * one-row call is the tiled kernel and says why, weights keep the fused algorithm, and
  * every status (batch_invariant 2; the unfused algorithm). Seed printed at start. */
@@ -38,6 +41,10 @@ static void seq_fill(seq *s, uint32_t seed)
 
 static clattn_attention_desc base_desc(void)
 {
+    for (int h = 0; h < HQ; h++) {
+        slopes[h] = exp2f(-(float)(h + 1));
+        sinks[h] = 0.25f * (float)h - 0.5f;
+    }
     clattn_attention_desc d = clattn_attention_desc_default();
     d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     d.alibi_slopes = slopes;
@@ -57,6 +64,9 @@ static void same_bits(const float *got, const float *want, int n, const char *wh
                       (double)got[e], (double)want[e]);
 }
 
+/* The context the checks run on (the suite's, or one with a stored tuning). */
+static clattn_context *cur_ctx(void);
+
 /* The call alone: O [1, HQ, NQ, D] and LSE [1, HQ, NQ, 1]. */
 static void run_alone(const seq *s, float *o, float *lse)
 {
@@ -67,16 +77,54 @@ static void run_alone(const seq *s, float *o, float *lse)
                   to = clattn_tensor_host(o, 1, HQ, NQ, D),
                   tl = clattn_tensor_host(lse, 1, HQ, NQ, 1);
     d.lse = &tl;
-    TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &tq, &tk, &tv, &to), "S alone");
+    TU_ASSERT_OK(clattn_attention(cur_ctx(), &d, &tq, &tk, &tv, &to), "S alone");
+}
+
+static clattn_context *tuned_ctx; /* set by invariant_with_stored_tuning */
+static clattn_context *cur_ctx(void)
+{
+    return tuned_ctx ? tuned_ctx : tu_ctx();
+}
+
+/* S's last three rows, each as a one-row call (the decode shape) seeing the keys it sees
+ * in S (kv_lens NK − (NQ − 1 − i), bottom-right aligned), against the call alone. */
+static void rows_one_by_one(const seq *s, const float *o, const float *lse)
+{
+    clattn_context *ctx = cur_ctx();
+    for (int i = NQ - 3; i < NQ; i++) {
+        float q1[HQ * D], o1[HQ * D], l1[HQ];
+        for (int h = 0; h < HQ; h++)
+            memcpy(q1 + h * D, s->q + (h * NQ + i) * D, D * sizeof(float));
+        const int32_t kv_len = NK - (NQ - 1 - i);
+        clattn_attention_desc d = base_desc();
+        d.kv_lens = &kv_len;
+        clattn_tensor tq = clattn_tensor_host(q1, 1, HQ, 1, D),
+                      tk = clattn_tensor_host((float *)s->k, 1, HK, NK, D),
+                      tv = clattn_tensor_host((float *)s->v, 1, HK, NK, D),
+                      to = clattn_tensor_host(o1, 1, HQ, 1, D),
+                      tl = clattn_tensor_host(l1, 1, HQ, 1, 1);
+        d.lse = &tl;
+        clattn_plan plan;
+        TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &tq, &tk, &tv, &to, &plan), "row %d plan", i);
+        if (i == NQ - 1)
+            printf("invariant: a one-row call runs %s (%s)\n", plan.kernels, plan.reason);
+        ck_assert_msg(strstr(plan.kernels, "decode") == NULL &&
+                          strstr(plan.reason, "batch-invariant"),
+                      "a one-row batch-invariant call plans %s (%s)", plan.kernels, plan.reason);
+        TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "row %d alone", i);
+        for (int h = 0; h < HQ; h++) {
+            char what[64];
+            snprintf(what, sizeof what, "O of row %d head %d, one-row call", i, h);
+            same_bits(o1 + h * D, o + (h * NQ + i) * D, D, what, i);
+            snprintf(what, sizeof what, "LSE of row %d head %d, one-row call", i, h);
+            same_bits(l1 + h, lse + h * NQ + i, 1, what, i);
+        }
+    }
 }
 
 START_TEST(invariant_rows)
 {
     clattn_context *ctx = tu_ctx();
-    for (int h = 0; h < HQ; h++) {
-        slopes[h] = exp2f(-(float)(h + 1));
-        sinks[h] = 0.25f * (float)h - 0.5f;
-    }
     seq *s = malloc(sizeof *s), *x = malloc(sizeof *x), *y = malloc(sizeof *y);
     seq_fill(s, tu_seed() + 10u);
     seq_fill(x, tu_seed() + 20u);
@@ -112,37 +160,8 @@ START_TEST(invariant_rows)
         for (int i = 0; i < 5; i++)
             free(all[i]);
     }
-    /* 2. the last three rows, each as a one-row call (the decode shape) seeing the keys
-     * it sees in S: kv_lens NK − (NQ − 1 − i), bottom-right aligned */
-    for (int i = NQ - 3; i < NQ; i++) {
-        float q1[HQ * D], o1[HQ * D], l1[HQ];
-        for (int h = 0; h < HQ; h++)
-            memcpy(q1 + h * D, s->q + (h * NQ + i) * D, D * sizeof(float));
-        const int32_t kv_len = NK - (NQ - 1 - i);
-        clattn_attention_desc d = base_desc();
-        d.kv_lens = &kv_len;
-        clattn_tensor tq = clattn_tensor_host(q1, 1, HQ, 1, D),
-                      tk = clattn_tensor_host(s->k, 1, HK, NK, D),
-                      tv = clattn_tensor_host(s->v, 1, HK, NK, D),
-                      to = clattn_tensor_host(o1, 1, HQ, 1, D),
-                      tl = clattn_tensor_host(l1, 1, HQ, 1, 1);
-        d.lse = &tl;
-        clattn_plan plan;
-        TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &tq, &tk, &tv, &to, &plan), "row %d plan", i);
-        if (i == NQ - 1)
-            printf("invariant: a one-row call runs %s (%s)\n", plan.kernels, plan.reason);
-        ck_assert_msg(strstr(plan.kernels, "decode") == NULL &&
-                          strstr(plan.reason, "batch-invariant"),
-                      "a one-row batch-invariant call plans %s (%s)", plan.kernels, plan.reason);
-        TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "row %d alone", i);
-        for (int h = 0; h < HQ; h++) {
-            char what[64];
-            snprintf(what, sizeof what, "O of row %d head %d, one-row call", i, h);
-            same_bits(o1 + h * D, o + (h * NQ + i) * D, D, what, i);
-            snprintf(what, sizeof what, "LSE of row %d head %d, one-row call", i, h);
-            same_bits(l1 + h, lse + h * NQ + i, 1, what, i);
-        }
-    }
+    /* 2. the last three rows, each as a one-row call (the decode shape) */
+    rows_one_by_one(s, o, lse);
     /* 3. two chunks of rows, [0, 8) and [8, NQ): a chunk ending at row e − 1 sees the
      * keys up to NK − (NQ − e), bottom-right aligned */
     const int cuts[3] = {0, 8, NQ};
@@ -219,6 +238,42 @@ START_TEST(invariant_rows)
 }
 END_TEST
 
+/* A stored tuning (what `clattn tune` writes) applies to large problems only in the
+ * default mode (n_q >= RQ x WG); batch invariance takes it for every shape: on a context
+ * with its own cache folder holding a tuned blocking for these head dims (4 queries per
+ * work-item, groups of 4, tiles of 32 keys), the one-row calls still give the bits of the
+ * call alone. */
+START_TEST(invariant_with_stored_tuning)
+{
+    char dir[] = "/tmp/clattn-invariant-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    clattn_context_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.cache_dir = dir;
+    ck_assert_int_eq(clattn_context_create(&opt, &tuned_ctx), CLATTN_SUCCESS);
+    ck_assert_int_eq(
+        clattn_context_set_kernel_family(tuned_ctx, clattn_context_kernel_family(tu_ctx())),
+        CLATTN_SUCCESS);
+    const clattn_blocking tuned = {4, 4, 32}; /* RQ x WG 16 <= NQ: the full call takes it */
+    TU_ASSERT_OK(clattn_context_store_blocking(tuned_ctx, CLATTN_KERNEL_FUSED, D, D, &tuned,
+                                               "test_invariant"),
+                 "store a tuning");
+    seq *s = malloc(sizeof *s);
+    seq_fill(s, tu_seed() + 50u);
+    float *o = tu_alloc(HQ * NQ * D, 0), *lse = tu_alloc(HQ * NQ, 0);
+    run_alone(s, o, lse);
+    rows_one_by_one(s, o, lse);
+    free(o);
+    free(lse);
+    free(s);
+    clattn_context_release(tuned_ctx);
+    tuned_ctx = NULL;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* Weights keep the fused algorithm (its second pass); statuses. */
 START_TEST(invariant_plan_and_statuses)
 {
@@ -256,6 +311,7 @@ int main(void)
     TCase *tc = tcase_create("invariant");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, invariant_rows);
+    tcase_add_test(tc, invariant_with_stored_tuning);
     tcase_add_test(tc, invariant_plan_and_statuses);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
