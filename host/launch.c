@@ -267,14 +267,15 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
  * the absolute LSE the fused kernel wrote */
 static clattn_status enqueue_key_sums(clattn_context *ctx, const clattn_exec_plan *p,
                                       const clattn_view *q, const clattn_view *k,
-                                      const clattn_view *lse, const clattn_view *ks, float scale,
-                                      const aux_t *x, cl_uint n_wait, const cl_event *wait,
-                                      cl_event *done)
+                                      const clattn_view *lse, const clattn_view *lse_out,
+                                      const clattn_view *ks, float scale, const aux_t *x,
+                                      cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     arg_list a = {p->key_sums->kernel, 0, CL_SUCCESS};
     arg_view(&a, q);
     arg_view(&a, k);
     arg_view(&a, lse);
+    arg_opt_view(&a, lse_out);
     arg_view(&a, ks);
     arg_int(&a, q->n[1]);
     arg_int(&a, clattn_group(q->n[1], k->n[1]));
@@ -526,8 +527,8 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     clattn_status st = aux_make(ctx, desc, q, k, dv->has_mask ? &dv->mask : NULL, &x);
     if (zero_sums) {
         if (st == CLATTN_SUCCESS)
-            st =
-                enqueue_key_sums(ctx, p, q, k, &dv->ksum, &dv->ksum, scale, &x, n_wait, wait, done);
+            st = enqueue_key_sums(ctx, p, q, k, &dv->ksum, NULL, &dv->ksum, scale, &x, n_wait, wait,
+                                  done);
         aux_release(&x);
         return st;
     }
@@ -581,10 +582,11 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
             st = enqueue_fused(ctx, &p->fused, q, k, v, o, dv_lse, false, scale, &x, n_wait, wait,
                                done);
     } else if (p->algorithm == CLATTN_ALGORITHM_FUSED) {
-        /* with weights: the LSE of the relative scores (common.cl alibi_ref) into a
-         * workspace for the second pass, which writes the caller's LSE */
+        /* with weights or key weight sums: the LSE of the relative scores (common.cl
+         * alibi_ref) into a workspace for the second pass, which writes the caller's LSE */
         const clattn_view *lse = dv_lse;
-        if (st == CLATTN_SUCCESS && w) {
+        const bool relative = w || p->key_sums;
+        if (st == CLATTN_SUCCESS && relative) {
             /* the row max and log-sum, in the LSE's precision (weights_from_lse.cl) */
             ws_lse = clattn_view_packed(q->n[0], q->n[1], q->n[2], 2);
             if (dv_lse && dv_lse->dtype == CLATTN_FLOAT64) {
@@ -596,22 +598,16 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
             ws_mem[1] = ws_lse.buffer;
             lse = &ws_lse;
         }
-        /* key weight sums (never with weights): from the LSE, the caller's or a workspace */
-        clattn_view ks_lse;
-        if (st == CLATTN_SUCCESS && p->key_sums && !lse) {
-            st = clattn_workspace(ctx, q->n[0], q->n[1], q->n[2], 1, &ks_lse);
-            ws_mem[1] = ks_lse.buffer; /* released below (the runtime keeps it for the kernels) */
-            lse = &ks_lse;
-        }
-        cl_event *fused_done = w || p->key_sums ? &ev[0] : done;
-        if (st == CLATTN_SUCCESS && p->fused.n_splits) /* (never with weights) */
+        cl_event *fused_done = relative ? &ev[0] : done;
+        if (st == CLATTN_SUCCESS && p->fused.n_splits) /* (never with weights, key sums) */
             st = enqueue_decode_split(ctx, &p->fused, q, k, v, o, lse, scale, &x, n_wait, wait,
                                       fused_done);
         else if (st == CLATTN_SUCCESS)
-            st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, w != NULL, scale, &x, n_wait, wait,
+            st = enqueue_fused(ctx, &p->fused, q, k, v, o, lse, relative, scale, &x, n_wait, wait,
                                fused_done);
+        /* key weight sums (never with weights): they write the caller's LSE */
         if (st == CLATTN_SUCCESS && p->key_sums)
-            st = enqueue_key_sums(ctx, p, q, k, lse, &dv->ksum, scale, &x, 1, &ev[0], done);
+            st = enqueue_key_sums(ctx, p, q, k, lse, dv_lse, &dv->ksum, scale, &x, 1, &ev[0], done);
         if (w) { /* second pass: scores again, then W = exp(S − LSE) */
             if (st == CLATTN_SUCCESS)
                 st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, false, true, &x, 1,

@@ -608,7 +608,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
                  f->head_mean ? ", head_mean" : "");
     } else {
-        if (decode && gpu && !p->no_keys && !f->weights && d_v > 0)
+        if (decode && gpu && !p->no_keys && !f->weights && !pr->has_ksum && d_v > 0)
             st = decode_gpu_kernel(ctx, pr, group, f, &p->fused);
         else if (decode)
             st = decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, &p->fused);
@@ -616,8 +616,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             st = fused_gpu_kernel(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, f->opts,
                                   &p->fused);
         else
-            st = fused_kernel(ctx, blocking_n_q, d_k, d_v, fused_tile, desc->work_group_size, f->opts,
-                              &p->fused);
+            st = fused_kernel(ctx, blocking_n_q, d_k, d_v, fused_tile, desc->work_group_size,
+                              f->opts, &p->fused);
         if (st != CLATTN_SUCCESS)
             return st;
         if (p->fused.n_splits) /* the splits' O and LSE, float32 */
@@ -625,8 +625,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         if (pr->has_ksum && !p->no_keys) { /* key_sums.cl reads the LSE (a workspace) */
             if ((st = clattn_plan_key_sums(ctx, pr, f->opts, p)) != CLATTN_SUCCESS)
                 return st;
-            if (!pr->has_lse)
-                p->workspace_bytes += batch * h_q * n_q * 4;
+            /* the row max and log-sum (the weights pass's workspace) */
+            p->workspace_bytes += batch * h_q * n_q * 2 * (f->lse_dt == CLATTN_FLOAT64 ? 8 : 4);
         }
         const size_t at = strlen(p->reason);
         if (p->no_keys) /* whatever the algorithm: nothing to compute */

@@ -238,7 +238,6 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
         const char *no = desc->weights                ? "weights (sum them instead)"
                          : desc->dropout_p != 0.0f    ? "dropout"
                          : desc->k_new || desc->v_new ? "an append (k_new, v_new)"
-                         : q->n[3] == 0               ? "d_k 0"
                          : k->dtype == CLATTN_INT8 || k->dtype == CLATTN_FLOAT8_E4M3
                              ? "an int8 or FP8 K"
                              : NULL;

@@ -491,8 +491,8 @@ typedef struct clattn_attention_desc {
      *  (summed over each KV head's query heads). P are the weights the weights output
      *  would hold (sinks take their share); rows with no visible key and padding rows add
      *  nothing; keys past kv_lens get 0. Fused algorithm (AUTO keeps it); not with
-     *  weights, dropout, varlen or an int8/FP8 K (CLATTN_ERROR_UNSUPPORTED). The stages
-     *  and the backward pass ignore it. docs/SEMANTICS.md, "Key weight sums". */
+     *  weights, dropout, an append, varlen or an int8/FP8 K (CLATTN_ERROR_UNSUPPORTED).
+     *  The stages and the backward pass ignore it. docs/SEMANTICS.md, "Key weight sums". */
     const clattn_tensor *key_weight_sums;
 } clattn_attention_desc;
 

@@ -7,8 +7,9 @@
  *  - GQA 4:2 per query head with no-self (d_k 22: a dot-product tail); GQA 4:2 summed
  *    per KV head with ALiBi, a window, softcap, sinks, a float
  *    mask and q_lens / kv_lens (padding rows and keys past the lengths: 0); a decode shape
- *    (n_q 1: the decode kernels, split-KV in the GPU family) with sinks; the caller's LSE
- *    in float64; no query row (zeros);
+ *    (n_q 1: the decode kernels) with sinks; the caller's LSE in float64 (written by
+ *    key_sums.cl, against the reference's); no query row (zeros); scores in the hundreds
+ *    (Q and K times 60: s − m must stay exact);
  *  - the enqueue call on buffers: the same bits; a rerun: the same bits; paged K/V
  *    (pages swapped through the block table): the contiguous call's bits;
  *  - every status (weights, dropout, UNFUSED, int8 K, varlen, an append, d_k 0, shapes,
@@ -28,13 +29,16 @@ typedef struct rcase {
     const char *name;
     int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
     bool per_kv_head, terms, lse64;
+    float big; /* Q and K times this (large scores), or 0 */
 } rcase;
 
 static const rcase CASES[] = {
-    {"GQA no-self, d_k 22, per query head", 2, 4, 2, 37, 70, 22, 16, false, false, false},
-    {"GQA, every term, per KV head", 2, 4, 2, 29, 53, 24, 8, true, true, false},
-    {"decode, GQA, sinks, per KV head", 3, 8, 2, 1, 150, 64, 64, true, true, true},
-    {"no query row", 1, 2, 1, 0, 20, 16, 16, false, false, false},
+    {"GQA no-self, d_k 22, per query head", 2, 4, 2, 37, 70, 22, 16, false, false, false, 0},
+    {"GQA, every term, per KV head", 2, 4, 2, 29, 53, 24, 8, true, true, false, 0},
+    {"decode, GQA, sinks, per KV head", 3, 8, 2, 1, 150, 64, 64, true, true, true, 0},
+    {"no query row", 1, 2, 1, 0, 20, 16, 16, false, false, false, 0},
+    /* scores in the hundreds: s - m must stay exact (a weight near 1 is not above it) */
+    {"large scores, GQA, per KV head", 1, 2, 1, 40, 200, 64, 16, true, false, true, 60.0f},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -84,22 +88,35 @@ static void run_case(const rcase *c)
     tu_problem p;
     tu_problem_init(&p, c->b, c->h_q, c->h_kv, c->n_q, c->n_kv, c->d_k, c->d_v, tu_seed() + 1u,
                     tu_seed() + 2u, tu_seed() + 3u, 0);
+    for (int64_t e = 0; c->big && e < tu_count(&p.tq); e++)
+        p.q[e] *= c->big;
+    for (int64_t e = 0; c->big && e < tu_count(&p.tk); e++)
+        p.k[e] *= c->big;
+    /* … with each key twice (rows of keys 2j and 2j + 1 equal): a row's top weight splits
+     * in two, so log l is log 2 and m + l rounds at the scores' size */
+    for (int64_t r = 0; c->big && r + 1 < c->b * c->h_kv * c->n_kv; r += 2)
+        memcpy(p.k + (r + 1) * c->d_k, p.k + r * c->d_k, sizeof(float) * (size_t)c->d_k);
     const int64_t h_out = c->per_kv_head ? c->h_kv : c->h_q, ns = c->b * h_out * c->n_kv;
     float *mask = tu_alloc((size_t)(c->b * c->h_q * (c->n_q ? c->n_q : 1) * c->n_kv), 0);
     clattn_tensor tm;
     clattn_attention_desc d = desc_for(c, mask, &tm);
     float *o = tu_alloc((size_t)(c->b * c->h_q * (c->n_q ? c->n_q : 1) * c->d_v), 0);
     float *ks = tu_alloc((size_t)ns, -7.0f), *ks_ref = tu_alloc((size_t)ns, -7.0f);
-    double *lse64 = calloc((size_t)(c->b * c->h_q * (c->n_q ? c->n_q : 1)), sizeof(double));
+    const size_t nl = (size_t)(c->b * c->h_q * (c->n_q ? c->n_q : 1));
+    double *lse64 = calloc(nl, sizeof(double)), *lse_ref = calloc(nl, sizeof(double));
     clattn_tensor to = tu_problem_o(&p, o), tks = clattn_tensor_host(ks, c->b, h_out, 1, c->n_kv),
                   tref = clattn_tensor_host(ks_ref, c->b, h_out, 1, c->n_kv);
     clattn_tensor tl = clattn_tensor_host(NULL, c->b, c->h_q, c->n_q, 1);
-    tl.host = lse64;
     tl.dtype = CLATTN_FLOAT64;
+    clattn_tensor tlr = tl;
+    tl.host = lse64;
+    tlr.host = lse_ref;
     if (c->lse64)
-        d.lse = &tl;
+        d.lse = &tlr;
     d.key_weight_sums = &tref;
     ck_assert_int_eq(clattn_reference_attention(&d, &p.tq, &p.tk, &p.tv, &to), CLATTN_SUCCESS);
+    if (c->lse64)
+        d.lse = &tl;
     d.key_weight_sums = &tks;
     clattn_plan plan;
     TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &p.tq, &p.tk, &p.tv, &to, &plan), "%s plan",
@@ -113,6 +130,11 @@ static void run_case(const rcase *c)
     char what[160];
     snprintf(what, sizeof what, "key weight sums, %s", c->name);
     TU_ASSERT_CLOSE(what, &tks, exp64, NULL, ((tu_tol){2e-5, 2e-5}));
+    /* the caller's LSE, which key_sums.cl writes from the relative max and log-sum */
+    for (size_t e = 0; c->lse64 && e < nl; e++) /* (float64: compared here, row by row) */
+        ck_assert_msg(tu_within(lse64[e], lse_ref[e], TU_TOL_DEFAULT),
+                      "%s: LSE element %zu is %.17g, reference %.17g", c->name, e, lse64[e],
+                      lse_ref[e]);
     /* keys past kv_lens: exactly 0 */
     for (int64_t b = 0; d.kv_lens && b < c->b; b++)
         for (int64_t h = 0; h < h_out; h++)
@@ -189,6 +211,7 @@ static void run_case(const rcase *c)
     free(o);
     free(mask);
     free(lse64);
+    free(lse_ref);
     tu_problem_free(&p);
 }
 

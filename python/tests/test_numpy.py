@@ -414,3 +414,8 @@ def test_key_weight_sums_against_oracle(ctx, heads):
         clattn.scaled_dot_product_attention(q, k, v, return_weights=True, **kw)
     with pytest.raises(ValueError):
         clattn.scaled_dot_product_attention(q, k, v, return_key_weight_sums="rows")
+    # 2-D inputs (one head): (S,), as the LSE is (L,)
+    _, lse2, ks2 = clattn.scaled_dot_product_attention(q[0, 0], k[0, 0], v[0, 0], return_lse=True,
+                                                       return_key_weight_sums=True)
+    assert lse2.shape == (11,) and ks2.shape == (23,)
+    assert_close(ks2, oracle(q[:1, :1], k[:1, :1], v[:1, :1])[2].sum(axis=2)[0, 0], **F32_TOL)

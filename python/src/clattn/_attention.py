@@ -304,8 +304,9 @@ class _Call:
             res.append(self.lse_obj[..., 0])
         if self.weights_obj is not None:
             res.append(self.weights_obj)
-        if self.ksum_obj is not None:
-            res.append(self.ksum_obj[..., 0, :])
+        if self.ksum_obj is not None:  # (..., H, S); 2-D inputs (one head): (S,)
+            res.append(self.ksum_obj[..., 0, :] if len(self.lead) > 1 else
+                       self.ksum_obj[0, 0])
         return tuple(res)
 
 
