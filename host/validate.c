@@ -297,9 +297,23 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s and %s overlap",
                                    out_names[a], out_names[b]);
     if (storage == CLATTN_STORAGE_BUFFER) {
-        const clattn_view *ins[4] = {&cv->q, &cv->k, &cv->v, cv->has_mask ? &cv->mask : NULL};
-        static const char *const names[4] = {"Q", "K", "V", "mask_tensor"};
-        for (int i = 0; i < 4; i++)
+        /* the lengths in a cl_mem (int32 [batch] from byte 0) are inputs too */
+        clattn_view lens[2];
+        const cl_mem lens_mem[2] = {desc->kv_lens_buffer, desc->q_lens_buffer};
+        for (int i = 0; i < 2; i++) {
+            lens[i] = clattn_view_packed(1, 1, 1, cv->q.n[0]);
+            lens[i].buffer = lens_mem[i];
+            lens[i].esize = 4;
+        }
+        const clattn_view *ins[6] = {&cv->q,
+                                     &cv->k,
+                                     &cv->v,
+                                     cv->has_mask ? &cv->mask : NULL,
+                                     lens_mem[0] ? &lens[0] : NULL,
+                                     lens_mem[1] ? &lens[1] : NULL};
+        static const char *const names[6] = {
+            "Q", "K", "V", "mask_tensor", "kv_lens_buffer", "q_lens_buffer"};
+        for (int i = 0; i < 6; i++)
             for (int a = 0; a < 4; a++)
                 if (ins[i] && outs[a] && clattn_views_overlap(outs[a], ins[i]))
                     return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,

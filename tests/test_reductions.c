@@ -304,6 +304,45 @@ START_TEST(key_sums_statuses)
     e = d;
     e.varlen = &vl;
     ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    /* an output on the cl_mem of kv_lens_buffer, over its ints: INVALID_LAYOUT (the
+     * kernels read the lengths while they write); past them: fine */
+    {
+        cl_context cl_ctx;
+        cl_command_queue queue;
+        ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue), CLATTN_SUCCESS);
+        cl_int err;
+        const int32_t len9 = 9;
+        cl_mem mq = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   sizeof(float) * 2 * 5 * 8, p.q, &err),
+               mk = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   sizeof(float) * 9 * 8, p.k, &err),
+               mo =
+                   clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, sizeof(float) * 2 * 5 * 8, NULL, &err),
+               ml = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, sizeof(float) * 64, NULL, &err);
+        ck_assert_int_eq(err, CL_SUCCESS);
+        ck_assert_int_eq(clEnqueueWriteBuffer(queue, ml, CL_TRUE, 0, 4, &len9, 0, NULL, NULL),
+                         CL_SUCCESS);
+        clattn_tensor eq = clattn_tensor_buffer(mq, 1, 2, 5, 8),
+                      ek = clattn_tensor_buffer(mk, 1, 1, 9, 8),
+                      eo = clattn_tensor_buffer(mo, 1, 2, 5, 8),
+                      es = clattn_tensor_buffer(ml, 1, 2, 1, 9);
+        e = d;
+        e.kv_lens_buffer = ml;
+        e.key_weight_sums = &es;
+        ck_assert_int_eq(clattn_attention_enqueue(ctx, &e, &eq, &ek, &ek, &eo, 0, NULL, NULL),
+                         CLATTN_ERROR_INVALID_LAYOUT);
+        es.offset = 16; /* past the one length */
+        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &e, &eq, &ek, &ek, &eo, 0, NULL, NULL),
+                     "key sums past the lengths on their cl_mem");
+        e.key_weight_sums = NULL;
+        clattn_tensor eo2 = clattn_tensor_buffer(ml, 1, 2, 5, 8); /* O over the lengths */
+        ck_assert_int_eq(clattn_attention_enqueue(ctx, &e, &eq, &ek, &ek, &eo2, 0, NULL, NULL),
+                         CLATTN_ERROR_INVALID_LAYOUT);
+        ck_assert_int_eq(clFinish(queue), CL_SUCCESS);
+        cl_mem all[4] = {mq, mk, mo, ml};
+        for (int i = 0; i < 4; i++)
+            clReleaseMemObject(all[i]);
+    }
     /* the reference refuses what the device refuses */
     e = d;
     e.weights = &tw;
