@@ -6,7 +6,7 @@
  * and terms through score_terms16, the forward's), P = exp(s − LSE), dP = dO·V,
  * dS = P·(dP − D)·scale·g, and dQ += dS_t·K_t key by key from the K rows also staged
  * row-major (float16 vectors along d_k). DROPOUT: dP = z·dO·V with the forward's factor
- * z (common.cl), so a dropped weight has dS = −P·D. */
+ * z (dropout.cl), so a dropped weight has dS = −P·D. */
 #ifndef D_K
 #define D_K 64
 #endif

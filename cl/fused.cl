@@ -18,7 +18,7 @@
  *         m_new = max(m, max_j s_j)                   (NaN wins)
  *         acc *= exp(m - m_new); l *= exp(m - m_new)  (rescale to the new max)
  *         p_j = exp(s_j - m_new); l += p_j; acc += p_j · V[j]   (p_j == 0 skipped)
- *                                     (DROPOUT: acc += p_j·z_ij · V[j], z of common.cl)
+ *                                     (DROPOUT: acc += p_j·z_ij · V[j], z of dropout.cl)
  *         m = m_new
  *     O[i] = (m == -inf) ? (masked_rows == NAN ? NaN : 0) : acc / l
  *     LSE[i] = (m == -inf) ? -inf : m + log(l) - slope_h * ref_i   (the absolute LSE;

@@ -92,7 +92,7 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     if (lse && lid == 0)
         lse[view_at(lse_off, lse_st, b, h, r, 0)] = LSE_ABS(m + log(l), slope, ref);
 
-    /* DROPOUT (common.cl): each weight times its factor (l and the LSE are before it) */
+    /* DROPOUT (dropout.cl): each weight times its factor (l and the LSE are before it) */
     for (long c = lid; c < n16; c += wg)
         vstore16(exp(vload16(c, x + xrow) - m) / l *
                      (DROPOUT ? dropout16_keys(DROPOUT_ARGS, bh, r, lo + 16 * c) : 1.0f),

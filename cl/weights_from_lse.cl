@@ -6,7 +6,7 @@
  *     W[i][j] = m[i] == -inf ? fill : exp((S[i][j] - m[i]) - l[i])    (S = -inf → 0)
  * fill is 0, or NaN for a fully masked row with masked_rows = NaN (never for padding
  * rows past q_lens[b]). NaN scores give NaN weights in their own row (LSE is NaN).
- * DROPOUT: W times the weight's dropout factor (common.cl), as the fused kernel used it.
+ * DROPOUT: W times the weight's dropout factor (dropout.cl), as the fused kernel used it.
  * Index map: NDRange (n_kv, n_q, batch·heads), one element per work-item; no local
  * memory, no barriers.
  */

@@ -1,4 +1,4 @@
-/* Kernel programs: common.cl + one concern file, built once per (file, options) and
+/* Kernel programs: common.cl + dropout.cl + one concern file, built once per (file, options) and
  * cached on the context with their one kernel ("clattn_<stem>"). */
 #include "internal.h"
 #include "kernels.h"
@@ -63,11 +63,12 @@ static clattn_status create_kernel(clattn_context *ctx, const char *file, clattn
 static clattn_status build(clattn_context *ctx, const char *file, const char *options,
                            clattn_program_entry *e)
 {
-    char *loaded[2] = {NULL, NULL};
-    const char *src[2];
-    const char *files[2] = {"common.cl", file};
+    enum { N_SRC = 3 }; /* common.cl, dropout.cl, then the kernel's file */
+    char *loaded[N_SRC] = {NULL, NULL, NULL};
+    const char *src[N_SRC];
+    const char *files[N_SRC] = {"common.cl", "dropout.cl", file};
     clattn_status st = CLATTN_SUCCESS;
-    for (int i = 0; i < 2 && st == CLATTN_SUCCESS; i++) {
+    for (int i = 0; i < N_SRC && st == CLATTN_SUCCESS; i++) {
         if (ctx->kernel_dir) {
             st = read_source(ctx, files[i], &loaded[i]);
             src[i] = loaded[i];
@@ -78,7 +79,7 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
     cl_int err = CL_SUCCESS;
     uint64_t key = 0;
     if (st == CLATTN_SUCCESS) {
-        key = clattn_cache_key(ctx, src, 2, options);
+        key = clattn_cache_key(ctx, src, N_SRC, options);
         e->program = clattn_cache_load(ctx, key);
         if (e->program && clBuildProgram(e->program, 1, &ctx->device, options, NULL, NULL) !=
                               CL_SUCCESS) { /* a stale or foreign binary: build from source */
@@ -86,16 +87,16 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
             e->program = NULL;
         }
         if (e->program) {
-            free(loaded[0]);
-            free(loaded[1]);
+            for (int i = 0; i < N_SRC; i++)
+                free(loaded[i]);
             return create_kernel(ctx, file, e);
         }
-        e->program = clCreateProgramWithSource(ctx->context, 2, src, NULL, &err);
+        e->program = clCreateProgramWithSource(ctx->context, N_SRC, src, NULL, &err);
         if (err != CL_SUCCESS)
             st = clattn_fail_cl(ctx, err, "clCreateProgramWithSource");
     }
-    free(loaded[0]);
-    free(loaded[1]);
+    for (int i = 0; i < N_SRC; i++)
+        free(loaded[i]);
     if (st != CLATTN_SUCCESS)
         return st;
 
