@@ -698,11 +698,8 @@ void scale_staged4(__local float *dst, int rows, int dpad, int stride, __global 
 #define VARLEN 0
 #endif
 #define ROW0_PARAMS __global const int *q_row0, __global const int *k_row0
-#if VARLEN
-#define VARLEN_SHIFT(off, st, row0) ((off) += (long)(row0) * (st).s2)
-#else
-#define VARLEN_SHIFT(off, st, row0) ((void)0)
-#endif
+/* (row0 is not evaluated in programs without VARLEN: its array is NULL there) */
+#define VARLEN_SHIFT(off, st, row0) ((off) += VARLEN ? (long)(row0) * (st).s2 : 0L)
 /* the rows of Q that batch entry b may read: n_q, or its sequence's length (past it lie
  * the next sequence's rows, or the end of Q) */
 #define Q_ROWS(b) (VARLEN ? seq_len(q_lens, (b), n_q) : n_q)

@@ -35,7 +35,7 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
                                const clattn_tensor *q, const clattn_tensor *k,
                                const clattn_tensor *v, const clattn_tensor *o)
 {
-    clattn_problem host, dev;
+    clattn_problem host;
     clattn_exec_plan plan;
     if (!ctx)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
@@ -48,15 +48,27 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     if (st != CLATTN_SUCCESS ||
         (host.q.count == 0 && !host.has_append && !(host.has_ksum && host.ksum.count > 0)))
         return st; /* (no query row: only key weight sums, zeros, to write) */
+    return clattn_run_staged(ctx, &plan, &host, NULL, NULL);
+}
+
+clattn_status clattn_run_staged(clattn_context *ctx, const clattn_exec_plan *plan,
+                                const clattn_problem *host,
+                                void (*adjust)(clattn_problem *dev, const void *arg),
+                                const void *arg)
+{
     clattn_staging sg = {NULL, 0, 0};
     cl_event done = NULL;
-    st = clattn_stage_problem(ctx, &sg, &host, &dev);
+    clattn_problem dev;
+    clattn_status st = clattn_stage_problem(ctx, &sg, host, &dev);
+    clattn_problem run = dev; /* dev keeps the staged views' shapes for the read-back */
+    if (adjust)
+        adjust(&run, arg);
     if (st == CLATTN_SUCCESS)
-        st = clattn_launch_attention(ctx, &plan, &dev, 0, NULL, &done);
+        st = clattn_launch_attention(ctx, plan, &run, 0, NULL, &done);
     if (st == CLATTN_SUCCESS)
         st = clattn_wait(ctx, done);
     if (st == CLATTN_SUCCESS)
-        st = clattn_unstage_problem(ctx, &host, &dev);
+        st = clattn_unstage_problem(ctx, host, &dev);
     clattn_staging_release(&sg);
     return st;
 }

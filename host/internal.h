@@ -414,6 +414,14 @@ void clattn_programs_release(clattn_context *ctx);
 clattn_status clattn_plan_key_sums(clattn_context *ctx, const clattn_problem *pr, const char *feat,
                                    clattn_exec_plan *p);
 
+/* A blocking call's device part: stages host's views, runs plan on them (reshaped by
+ * adjust(dev, arg) when adjust is set: varlen's batch of sequences), waits, and reads
+ * the outputs back into host's views (attention.c). */
+clattn_status clattn_run_staged(clattn_context *ctx, const clattn_exec_plan *plan,
+                                const clattn_problem *host,
+                                void (*adjust)(clattn_problem *dev, const void *arg),
+                                const void *arg);
+
 /* The public description of an execution plan (clattn_attention_plan's out). */
 void clattn_plan_describe(const clattn_exec_plan *p, clattn_plan *out);
 

@@ -514,7 +514,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         !workspace_fits(ctx, batch, h_q, n_q, n_kv, "unfused: score matrix", &ws_scores,
                         unfused_why, sizeof unfused_why))
         ws_scores = -1;
-    if (!fused_why[0] && f->weights) {
+    if (!fused_why[0] && (f->weights || pr->has_ksum)) { /* (key_sums.cl reads it too) */
         if (!workspace_fits(ctx, batch, h_q, n_q, 4, "fused: LSE for the weights pass", &ws_lse,
                             fused_why, sizeof fused_why))
             ws_lse = -1;
@@ -625,8 +625,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         if (pr->has_ksum && !p->no_keys) { /* key_sums.cl reads the LSE (a workspace) */
             if ((st = clattn_plan_key_sums(ctx, pr, f->opts, p)) != CLATTN_SUCCESS)
                 return st;
-            /* the row max and log-sum (the weights pass's workspace) */
-            p->workspace_bytes += batch * h_q * n_q * 2 * (f->lse_dt == CLATTN_FLOAT64 ? 8 : 4);
+            p->workspace_bytes += ws_fused; /* the row max and log-sum, as for weights */
         }
         const size_t at = strlen(p->reason);
         if (p->no_keys) /* whatever the algorithm: nothing to compute */

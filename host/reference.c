@@ -186,13 +186,8 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
 
     const int64_t batch = q.n[0], h_q = q.n[1], n_q = q.n[2], d_k = q.n[3];
     const int64_t n_kv = k.n[2], d_v = v.n[3];
-    if (batch == 0 || h_q == 0 || n_q == 0) { /* no row: key weight sums of 0 */
-        for (int64_t b = 0; ex.has_ksum && b < ex.ksum.n[0]; b++)
-            for (int64_t ho = 0; ho < ex.ksum.n[1]; ho++)
-                for (int64_t j = 0; j < n_kv; j++)
-                    clattn_host_store(&ex.ksum, clattn_view_index(&ex.ksum, b, ho, 0, j), 0.0f);
-        return CLATTN_SUCCESS;
-    }
+    if (batch == 0 || h_q == 0 || (n_q == 0 && !ex.has_ksum))
+        return CLATTN_SUCCESS; /* (no row: the loops below write key weight sums of 0) */
     const int64_t group = clattn_group(h_q, k.n[1]);
     const double scale = clattn_effective_scale(desc, d_k);
     const bool mean = desc->weights && desc->weights_head_mean;

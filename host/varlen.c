@@ -8,7 +8,6 @@
 #include "launch_args.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* What a varlen call does not take (before the other checks, so that their messages
  * do not send the caller to lengths varlen refuses). */
@@ -166,17 +165,28 @@ static void as_batches(clattn_view *v, int64_t batch, int64_t rows)
     v->count = v->n[0] * v->n[1] * v->n[2] * v->n[3];
 }
 
-static void problem_as_batches(clattn_problem *p, int64_t batch, int64_t max_q, int64_t max_k)
+/* The packed problem as the kernels see it: `batch` entries of max_q / max_k rows, the
+ * four arrays of offsets_on_device (NULL while planning). */
+typedef struct batches {
+    int64_t batch, max_q, max_k;
+    const cl_mem *bufs;
+} batches;
+
+static void problem_as_batches(clattn_problem *p, const void *arg)
 {
+    const batches *bt = arg;
     clattn_view *qs[3] = {&p->q, &p->o, &p->lse}, *ks[4] = {&p->k, &p->v, &p->k_scale, &p->v_scale};
     const bool has_q[3] = {true, true, p->has_lse},
                has_k[4] = {true, true, p->has_k_scale, p->has_v_scale};
     for (int i = 0; i < 3; i++)
         if (has_q[i])
-            as_batches(qs[i], batch, max_q);
+            as_batches(qs[i], bt->batch, bt->max_q);
     for (int i = 0; i < 4; i++)
         if (has_k[i])
-            as_batches(ks[i], batch, max_k);
+            as_batches(ks[i], bt->batch, bt->max_k);
+    p->varlen = true;
+    for (int i = 0; i < 4; i++)
+        p->varlen_bufs[i] = bt->bufs ? bt->bufs[i] : NULL;
 }
 
 /* The four int32 [batch] arrays the kernels read (q_lens, kv_lens, q_row0, k_row0): from
@@ -261,10 +271,11 @@ static clattn_status one_launch(clattn_context *ctx, clattn_varlen_mode mode,
                                                                  : CLATTN_STORAGE_HOST;
     clattn_problem hp, pr;
     clattn_exec_plan plan;
+    cl_mem bufs[4] = {NULL, NULL, NULL, NULL};
+    const batches plan_shape = {nb, max_q, max_k, NULL}, run_shape = {nb, max_q, max_k, bufs};
     clattn_status st = clattn_resolve_attention(ctx, &d, &qs, k, v, &os, storage, &hp);
     pr = hp;
-    problem_as_batches(&pr, nb, max_q, max_k);
-    pr.varlen = true;
+    problem_as_batches(&pr, &plan_shape);
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_attention(ctx, &pr, &plan);
     if (st != CLATTN_SUCCESS)
@@ -286,36 +297,24 @@ static clattn_status one_launch(clattn_context *ctx, clattn_varlen_mode mode,
     if (pr.q.count == 0) /* no sequence has a row */
         return mode == CLATTN_VARLEN_ENQUEUE ? enqueue_marker(ctx, n_wait, wait, done)
                                              : CLATTN_SUCCESS;
-    cl_event ready = NULL, ran_ev = NULL;
-    st = offsets_on_device(ctx, vl, total_q, total_k, max_q, max_k, pr.varlen_bufs, n_wait, wait,
-                           &ready);
+    cl_event ready = NULL;
+    st = offsets_on_device(ctx, vl, total_q, total_k, max_q, max_k, bufs, n_wait, wait, &ready);
     if (ready) { /* the attention after the offsets' kernel (which waited for `wait`) */
         n_wait = 1;
         wait = &ready;
     }
     if (st == CLATTN_SUCCESS && mode == CLATTN_VARLEN_ENQUEUE) {
-        st = clattn_launch_attention(ctx, &plan, &pr, n_wait, wait, done);
-    } else if (st == CLATTN_SUCCESS) { /* blocking: stage the packed views, run, read back */
-        clattn_staging sg = {NULL, 0, 0};
-        clattn_problem dev;
-        st = clattn_stage_problem(ctx, &sg, &hp, &dev);
-        clattn_problem run = dev;
-        problem_as_batches(&run, nb, max_q, max_k);
-        run.varlen = true;
-        memcpy(run.varlen_bufs, pr.varlen_bufs, sizeof run.varlen_bufs);
-        if (st == CLATTN_SUCCESS)
-            st = clattn_launch_attention(ctx, &plan, &run, 0, NULL, &ran_ev);
-        if (st == CLATTN_SUCCESS)
-            st = clattn_wait(ctx, ran_ev);
-        if (st == CLATTN_SUCCESS)
-            st = clattn_unstage_problem(ctx, &hp, &dev);
-        clattn_staging_release(&sg);
+        clattn_problem run = hp;
+        problem_as_batches(&run, &run_shape);
+        st = clattn_launch_attention(ctx, &plan, &run, n_wait, wait, done);
+    } else if (st == CLATTN_SUCCESS) { /* blocking: the packed views staged, run, read back */
+        st = clattn_run_staged(ctx, &plan, &hp, problem_as_batches, &run_shape);
     }
     if (ready)
         clReleaseEvent(ready);
     for (int i = 0; i < 4; i++) /* freed once the kernels that read them finish */
-        if (pr.varlen_bufs[i])
-            clReleaseMemObject(pr.varlen_bufs[i]);
+        if (bufs[i])
+            clReleaseMemObject(bufs[i]);
     return st;
 }
 

@@ -54,16 +54,6 @@ static clattn_attention_desc base_desc(void)
     return d;
 }
 
-/* Rows [r0, r0 + nr) of head h of S's O (or LSE) equal want's rows, bit for bit (the
- * first differing element named). */
-static void same_bits(const float *got, const float *want, int n, const char *what, int at)
-{
-    for (int e = 0; e < n; e++)
-        ck_assert_msg(memcmp(&got[e], &want[e], 4) == 0,
-                      "%s: element %d (of row block %d) is %.9g, alone %.9g", what, e, at,
-                      (double)got[e], (double)want[e]);
-}
-
 /* The context the checks run on (the suite's, or one with a stored tuning). */
 static clattn_context *cur_ctx(void);
 
@@ -115,9 +105,9 @@ static void rows_one_by_one(const seq *s, const float *o, const float *lse)
         for (int h = 0; h < HQ; h++) {
             char what[64];
             snprintf(what, sizeof what, "O of row %d head %d, one-row call", i, h);
-            same_bits(o1 + h * D, o + (h * NQ + i) * D, D, what, i);
+            tu_assert_same_bits(o1 + h * D, o + (h * NQ + i) * D, D, "%s", what);
             snprintf(what, sizeof what, "LSE of row %d head %d, one-row call", i, h);
-            same_bits(l1 + h, lse + h * NQ + i, 1, what, i);
+            tu_assert_same_bits(l1 + h, lse + h * NQ + i, 1, "%s", what);
         }
     }
 }
@@ -154,8 +144,8 @@ START_TEST(invariant_rows)
                       tl = clattn_tensor_host(bl, 3, HQ, NQ, 1);
         d.lse = &tl;
         TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "batch of 3");
-        same_bits(bo + HQ * NQ * D, o, HQ * NQ * D, "O, entry 1 of a batch of 3", 0);
-        same_bits(bl + HQ * NQ, lse, HQ * NQ, "LSE, entry 1 of a batch of 3", 0);
+        tu_assert_same_bits(bo + HQ * NQ * D, o, HQ * NQ * D, "O, entry 1 of a batch of 3");
+        tu_assert_same_bits(bl + HQ * NQ, lse, HQ * NQ, "LSE, entry 1 of a batch of 3");
         float *all[5] = {bq, bk, bv, bo, bl};
         for (int i = 0; i < 5; i++)
             free(all[i]);
@@ -182,8 +172,9 @@ START_TEST(invariant_rows)
         d.lse = &tl;
         TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "chunk %d", c);
         for (int h = 0; h < HQ; h++) {
-            same_bits(oc + h * nr * D, o + (h * NQ + r0) * D, nr * D, "O, chunked rows", c);
-            same_bits(lc + h * nr, lse + h * NQ + r0, nr, "LSE, chunked rows", c);
+            tu_assert_same_bits(oc + h * nr * D, o + (h * NQ + r0) * D, nr * D,
+                                "O, chunk %d of the rows", c);
+            tu_assert_same_bits(lc + h * nr, lse + h * NQ + r0, nr, "LSE, chunk %d of the rows", c);
         }
         free(qc);
         free(oc);
@@ -223,8 +214,10 @@ START_TEST(invariant_rows)
         d.lse = &tl;
         TU_ASSERT_OK(clattn_attention(ctx, &d, &tq, &tk, &tv, &to), "packed (varlen)");
         for (int h = 0; h < HQ; h++) {
-            same_bits(po + ((size_t)h * tq_rows + 7) * D, o + h * NQ * D, NQ * D, "O, packed", h);
-            same_bits(pl + (size_t)h * tq_rows + 7, lse + h * NQ, NQ, "LSE, packed", h);
+            tu_assert_same_bits(po + ((size_t)h * tq_rows + 7) * D, o + h * NQ * D, NQ * D,
+                                "O, packed, head %d", h);
+            tu_assert_same_bits(pl + (size_t)h * tq_rows + 7, lse + h * NQ, NQ,
+                                "LSE, packed, head %d", h);
         }
         float *all[5] = {pq, pk, pv, po, pl};
         for (int i = 0; i < 5; i++)

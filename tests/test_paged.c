@@ -200,10 +200,8 @@ static clattn_status run(const paged *p, const clattn_attention_desc *base, bool
 static void assert_same_bits(const char *what, const float *a, const float *b, size_t n,
                              const char *text)
 {
-    for (size_t i = 0; i < n; i++)
-        ck_assert_msg(memcmp(&a[i], &b[i], sizeof(float)) == 0,
-                      "%s: %s: element %zu is %.9g paged, %.9g contiguous", text, what, i,
-                      (double)a[i], (double)b[i]);
+    tu_assert_same_bits(a, b, n, "%s: %s (expected: the contiguous or host-input call)", text,
+                        what);
 }
 
 /* The checks of one configuration with the context's current kernel family. */
@@ -1018,11 +1016,7 @@ END_TEST
 
 static cl_mem buf_of(cl_context cl_ctx, const float *host, size_t n)
 {
-    cl_int err;
-    cl_mem m =
-        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * 4, (void *)host, &err);
-    ck_assert_int_eq(err, CL_SUCCESS);
-    return m;
+    return tu_buffer(cl_ctx, host, n * 4);
 }
 
 /* The caller's rotary tables (cos_table, sin_table; table_buffer): tables holding the

@@ -171,7 +171,7 @@ static void run_case(const rcase *c)
     clattn_tensor tks2 = clattn_tensor_host(ks2, c->b, h_out, 1, c->n_kv);
     d.key_weight_sums = &tks2;
     TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to), "%s rerun", c->name);
-    ck_assert_msg(memcmp(ks, ks2, sizeof(float) * (size_t)ns) == 0, "%s: a rerun differs", c->name);
+    tu_assert_same_bits(ks2, ks, (size_t)ns, "%s: key weight sums of a rerun", c->name);
     if (!c->lse64 && !c->terms && c->n_q > 0) {
         cl_context cl_ctx;
         cl_command_queue queue;
@@ -198,8 +198,8 @@ static void run_case(const rcase *c)
             clEnqueueReadBuffer(queue, ms, CL_TRUE, 0, (size_t)ns * 4, ks2, 1, &done, NULL),
             CL_SUCCESS);
         clReleaseEvent(done);
-        ck_assert_msg(memcmp(ks, ks2, sizeof(float) * (size_t)ns) == 0,
-                      "%s: the enqueue call differs", c->name);
+        tu_assert_same_bits(ks2, ks, (size_t)ns, "%s: key weight sums of the enqueue call",
+                            c->name);
         cl_mem all[5] = {mq, mk, mv, mo, ms};
         for (int i = 0; i < 5; i++)
             clReleaseMemObject(all[i]);
@@ -252,9 +252,7 @@ START_TEST(key_sums_paged)
     d.key_weight_sums = &tkp;
     d.paged = &pg;
     TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &tpk, &tpv, &to), "paged");
-    for (int e = 0; e < B * HK * NK; e++)
-        ck_assert_msg(memcmp(&ks[e], &kp[e], 4) == 0, "paged: key sum %d is %.9g, contiguous %.9g",
-                      e, (double)kp[e], (double)ks[e]);
+    tu_assert_same_bits(kp, ks, B * HK * NK, "key weight sums, paged (expected: contiguous)");
     free(pk);
     free(pv);
     tu_problem_free(&p);

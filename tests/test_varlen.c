@@ -177,23 +177,6 @@ static void check_against(const vrun *r, const float *o, const float *lse, const
     }
 }
 
-static cl_mem buffer_of(cl_context cl_ctx, const void *host, size_t bytes)
-{
-    cl_int err;
-    cl_mem m =
-        clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, (void *)host, &err);
-    ck_assert_int_eq(err, CL_SUCCESS);
-    return m;
-}
-
-static void assert_same_bits(const float *a, const float *b, size_t n, const char *name,
-                             const char *what)
-{
-    for (size_t i = 0; i < n; i++)
-        ck_assert_msg(memcmp(&a[i], &b[i], 4) == 0, "%s: %s: element %zu is %.9g, expected %.9g",
-                      name, what, i, (double)a[i], (double)b[i]);
-}
-
 /* The host twin of varlen.cl's clamping: sequence b starts at clamp(cu[b], end of b − 1,
  * total) and is clamp(cu[b + 1] − start, 0, min(max_len, total − start)) long. The hostile
  * offsets below are chosen so that the non-empty clamped sequences follow each other
@@ -227,10 +210,10 @@ static clattn_status run_enqueue(const vrun *r, const clattn_attention_desc *d, 
     ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue), CLATTN_SUCCESS);
     const size_t no = (size_t)c->tq * c->hq * c->dv, nl = (size_t)c->tq * c->hq;
     float *oc = tu_alloc(no + TAIL, -7.0f), *lc = tu_alloc(nl + TAIL, -7.0f);
-    cl_mem mq = buffer_of(cl_ctx, r->q, (size_t)c->tq * c->hq * c->dk * 4),
-           mk = buffer_of(cl_ctx, r->k, (size_t)c->tk * c->hk * c->dk * 4),
-           mv = buffer_of(cl_ctx, r->v, (size_t)c->tk * c->hk * c->dv * 4),
-           mo = buffer_of(cl_ctx, oc, (no + TAIL) * 4), ml = buffer_of(cl_ctx, lc, (nl + TAIL) * 4);
+    cl_mem mq = tu_buffer(cl_ctx, r->q, (size_t)c->tq * c->hq * c->dk * 4),
+           mk = tu_buffer(cl_ctx, r->k, (size_t)c->tk * c->hk * c->dk * 4),
+           mv = tu_buffer(cl_ctx, r->v, (size_t)c->tk * c->hk * c->dv * 4),
+           mo = tu_buffer(cl_ctx, oc, (no + TAIL) * 4), ml = tu_buffer(cl_ctx, lc, (nl + TAIL) * 4);
     clattn_tensor bq = r->tq, bk = r->tk, bv = r->tv, bo = packed(NULL, c->hq, c->tq, c->dv);
     const int64_t shl[4] = {1, c->hq, c->tq, 1}, sl[4] = {(int64_t)c->tq * c->hq, 1, c->hq, 1};
     clattn_tensor bl = tu_view(NULL, shl, sl, 0);
@@ -298,12 +281,12 @@ static void run_case(const vcase *c, clattn_kernel_family family)
     check_against(&r, o, lse, ro, rl, fam);
     /* enqueued with host offsets, and with offsets on the device: the same bits */
     TU_ASSERT_OK(run_enqueue(&r, &d, o2, l2), "%s enqueue", c->name);
-    assert_same_bits(o2, o, no, c->name, "O enqueued, host offsets");
-    assert_same_bits(l2, lse, nl, c->name, "LSE enqueued, host offsets");
+    tu_assert_same_bits(o2, o, no, "%s: %s", c->name, "O enqueued, host offsets");
+    tu_assert_same_bits(l2, lse, nl, "%s: %s", c->name, "LSE enqueued, host offsets");
     cl_context cl_ctx;
     ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, NULL), CLATTN_SUCCESS);
-    cl_mem mcq = buffer_of(cl_ctx, c->cu_q, (size_t)(c->nb + 1) * 4),
-           mck = buffer_of(cl_ctx, c->cu_k, (size_t)(c->nb + 1) * 4);
+    cl_mem mcq = tu_buffer(cl_ctx, c->cu_q, (size_t)(c->nb + 1) * 4),
+           mck = tu_buffer(cl_ctx, c->cu_k, (size_t)(c->nb + 1) * 4);
     clattn_varlen dv = {NULL, NULL, c->nb, mcq, mck, 0, 0};
     for (int b = 0; b < c->nb; b++) {
         dv.max_seqlen_q = fmax(dv.max_seqlen_q, c->cu_q[b + 1] - c->cu_q[b]);
@@ -317,17 +300,17 @@ static void run_case(const vcase *c, clattn_kernel_family family)
         tu_fill_value(o2, no, -7.0f);
         tu_fill_value(l2, nl, -7.0f);
         TU_ASSERT_OK(run_enqueue(&r, &dd, o2, l2), "%s enqueue, device offsets", c->name);
-        assert_same_bits(o2, o, no, c->name,
-                         extra ? "O, device offsets, larger max_seqlen" : "O, device offsets");
-        assert_same_bits(l2, lse, nl, c->name, "LSE, device offsets");
+        tu_assert_same_bits(o2, o, no, "%s: %s", c->name,
+                            extra ? "O, device offsets, larger max_seqlen" : "O, device offsets");
+        tu_assert_same_bits(l2, lse, nl, "%s: %s", c->name, "LSE, device offsets");
     }
     /* hostile offsets on the device: decreasing, past the tensors, negative; the kernels
      * clamp them (nothing written outside O and the LSE: run_enqueue checks the tails),
      * giving the same bits as the clamped offsets from the host */
     const int32_t bad_q[MAXB + 1] = {5, 2, 1000, -3, 7, 1 << 30, 0, 3, 9},
                                bad_k[MAXB + 1] = {-100, 7, 5000, 2, 1 << 30, 0, 9, 1, 4};
-    cl_mem mbq = buffer_of(cl_ctx, bad_q, sizeof bad_q),
-           mbk = buffer_of(cl_ctx, bad_k, sizeof bad_k);
+    cl_mem mbq = tu_buffer(cl_ctx, bad_q, sizeof bad_q),
+           mbk = tu_buffer(cl_ctx, bad_k, sizeof bad_k);
     /* max_seqlen below some clamped lengths: those sequences are cut */
     const int64_t cut_q = c->tq - c->tq / 4, cut_k = c->tk - 10;
     clattn_varlen bv = {NULL, NULL, c->nb, mbq, mbk, cut_q, cut_k};
@@ -342,8 +325,10 @@ static void run_case(const vcase *c, clattn_kernel_family family)
     dd.varlen = &hv;
     float *o3 = tu_alloc(no, -7.0f), *l3 = tu_alloc(nl, -7.0f);
     TU_ASSERT_OK(run_enqueue(&r, &dd, o3, l3), "%s enqueue, the clamped offsets", c->name);
-    assert_same_bits(o2, o3, no, c->name, "O, hostile device offsets vs the clamped ones");
-    assert_same_bits(l2, l3, nl, c->name, "LSE, hostile device offsets vs the clamped ones");
+    tu_assert_same_bits(o2, o3, no, "%s: %s", c->name,
+                        "O, hostile device offsets vs the clamped ones");
+    tu_assert_same_bits(l2, l3, nl, "%s: %s", c->name,
+                        "LSE, hostile device offsets vs the clamped ones");
     free(o3);
     free(l3);
     /* the unfused algorithm: a call per sequence (host offsets), within tolerance; with
@@ -389,9 +374,9 @@ START_TEST(varlen_statuses)
     clattn_tensor to = packed(o, c->hq, c->tq, c->dv);
     cl_context cl_ctx;
     ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, NULL), CLATTN_SUCCESS);
-    cl_mem mcq = buffer_of(cl_ctx, c->cu_q, (size_t)(c->nb + 1) * 4),
-           mck = buffer_of(cl_ctx, c->cu_k, (size_t)(c->nb + 1) * 4),
-           small = buffer_of(cl_ctx, c->cu_k, (size_t)c->nb * 4);
+    cl_mem mcq = tu_buffer(cl_ctx, c->cu_q, (size_t)(c->nb + 1) * 4),
+           mck = tu_buffer(cl_ctx, c->cu_k, (size_t)(c->nb + 1) * 4),
+           small = tu_buffer(cl_ctx, c->cu_k, (size_t)c->nb * 4);
     clattn_attention_desc d = r.d;
     clattn_varlen vl = r.vl;
     d.varlen = &vl;

@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -333,6 +334,31 @@ void tu_assert_untouched(const char *what, const float *buf, size_t begin, size_
                   "%s: %zu of the elements [%zu, %zu) that must stay %g were written; first at "
                   "%zu: %.9g",
                   what, n_bad, begin, end, (double)value, first, n_bad ? (double)buf[first] : 0.0);
+}
+
+void tu_assert_same_bits(const float *got, const float *want, size_t n, const char *what, ...)
+{
+    size_t i = 0;
+    while (i < n && memcmp(&got[i], &want[i], sizeof *got) == 0)
+        i++;
+    if (i == n)
+        return;
+    char name[512];
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(name, sizeof name, what, ap);
+    va_end(ap);
+    ck_abort_msg("%s: element %zu is %.9g, expected %.9g (the same bits)", name, i, (double)got[i],
+                 (double)want[i]);
+}
+
+cl_mem tu_buffer(cl_context context, const void *host, size_t bytes)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes,
+                              (void *)host, &err);
+    ck_assert_int_eq(err, CL_SUCCESS);
+    return m;
 }
 
 void tu_assert_finite(const char *what, const clattn_tensor *t)

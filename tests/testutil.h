@@ -137,6 +137,13 @@ bool tu_close(const char *what, const clattn_tensor *got, const double *exp64, c
 /** Fails the test unless buf[begin..end) all still hold `value` (bitwise; canaries and
  *  "untouched" regions). */
 void tu_assert_untouched(const char *what, const float *buf, size_t begin, size_t end, float value);
+/** Fails the test unless got[0..n) has the bits of want[0..n), naming the first element
+ *  that differs; the message starts with the printf-formatted `what`. */
+void tu_assert_same_bits(const float *got, const float *want, size_t n, const char *what, ...)
+    __attribute__((format(printf, 4, 5)));
+/** A read-write cl_mem of `bytes` bytes copied from host (an OpenCL error fails the
+ *  test); the caller releases it. */
+cl_mem tu_buffer(cl_context context, const void *host, size_t bytes);
 /** Fails the test if any element of the view is NaN or infinite. */
 void tu_assert_finite(const char *what, const clattn_tensor *t);
 
