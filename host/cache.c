@@ -83,7 +83,7 @@ static uint64_t get_u64(const unsigned char *p)
 
 cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key)
 {
-    if (!ctx->cache_dir)
+    if (!ctx->cache_dir || !ctx->cache_binaries)
         return NULL;
     char path[4096];
     file_path(ctx, key, path, sizeof path);
@@ -140,7 +140,7 @@ static int make_dirs(const char *dir)
 
 void clattn_cache_store(const clattn_context *ctx, uint64_t key, cl_program program)
 {
-    if (!ctx->cache_dir)
+    if (!ctx->cache_dir || !ctx->cache_binaries)
         return;
     size_t size = 0;
     if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
@@ -199,4 +199,29 @@ char *clattn_cache_dir(const char *option)
     if (copy)
         strcpy(copy, buf);
     return copy;
+}
+
+/* PoCL keeps its own cache of builds (keyed by sources and options) unless
+ * POCL_KERNEL_CACHE=0; asking it for CL_PROGRAM_BINARIES compiles every kernel again. */
+static bool runtime_caches_builds(cl_platform_id platform)
+{
+    char name[128] = "";
+    if (clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof name - 1, name, NULL) != CL_SUCCESS ||
+        strcmp(name, "Portable Computing Language") != 0)
+        return false;
+    const char *env = getenv("POCL_KERNEL_CACHE");
+    return !env || strcmp(env, "0") != 0;
+}
+
+clattn_status clattn_cache_open(clattn_context *ctx, const clattn_context_options *options)
+{
+    const clattn_binary_cache mode = options ? options->binary_cache : CLATTN_BINARY_CACHE_AUTO;
+    if (mode != CLATTN_BINARY_CACHE_AUTO && mode != CLATTN_BINARY_CACHE_ON &&
+        mode != CLATTN_BINARY_CACHE_OFF)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "options->binary_cache %d is not a clattn_binary_cache", (int)mode);
+    ctx->cache_dir = clattn_cache_dir(options ? options->cache_dir : NULL); /* best effort */
+    ctx->cache_binaries = mode == CLATTN_BINARY_CACHE_ON || (mode == CLATTN_BINARY_CACHE_AUTO &&
+                                                             !runtime_caches_builds(ctx->platform));
+    return CLATTN_SUCCESS;
 }

@@ -226,7 +226,6 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
     ctx->device = device;
     if (kdir && *kdir && !(ctx->kernel_dir = dup_string(kdir)))
         return fail_create(ctx, clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "strdup"));
-    ctx->cache_dir = clattn_cache_dir(options ? options->cache_dir : NULL);
 
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
@@ -237,7 +236,8 @@ clattn_status clattn_context_create(const clattn_context_options *options, clatt
     ctx->in_order = true;
     if (err != CL_SUCCESS)
         return fail_create(ctx, clattn_fail_cl(ctx, err, "clCreateCommandQueue"));
-    if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
+    if ((st = probe_limits(ctx)) != CLATTN_SUCCESS ||
+        (st = clattn_cache_open(ctx, options)) != CLATTN_SUCCESS)
         return fail_create(ctx, st);
     clattn_tuning_init(ctx);
     clattn_clear_error(NULL);
@@ -291,8 +291,8 @@ clattn_status clattn_context_create_from_cl_with_options(const clattn_context_op
         options && options->kernel_dir ? options->kernel_dir : getenv("CLATTN_KERNEL_DIR");
     if (kdir && *kdir && !(ctx->kernel_dir = dup_string(kdir)))
         return fail_create(ctx, clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "strdup"));
-    ctx->cache_dir = clattn_cache_dir(options ? options->cache_dir : NULL);
-    if ((st = probe_limits(ctx)) != CLATTN_SUCCESS)
+    if ((st = probe_limits(ctx)) != CLATTN_SUCCESS ||
+        (st = clattn_cache_open(ctx, options)) != CLATTN_SUCCESS)
         return fail_create(ctx, st);
     clattn_tuning_init(ctx);
     clattn_clear_error(NULL);

@@ -39,7 +39,8 @@ struct clattn_context {
     cl_ulong global_mem;   /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
     bool has_fp64;         /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
     char *kernel_dir;      /* NULL = embedded sources */
-    char *cache_dir;       /* program-binary cache folder; NULL = off */
+    char *cache_dir;       /* program-binary cache and tuning folder; NULL = off */
+    bool cache_binaries;   /* programs saved to / loaded from cache_dir (cache.c) */
     clattn_program_entry *programs;
     char *tune_path;         /* the device's tuning file (NULL: cache disabled) */
     clattn_tune_entry *tune; /* stored entries, loaded at creation */
@@ -349,6 +350,10 @@ clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_proble
 /* The folder from the option (or CLATTN_CACHE_DIR, $XDG_CACHE_HOME/clattn,
  * ~/.cache/clattn); NULL when disabled ("" or "off") or out of memory. Heap string. */
 char *clattn_cache_dir(const char *option);
+/* Sets ctx->cache_dir and ctx->cache_binaries from the options (NULL: defaults) once the
+ * device's platform is known; CLATTN_ERROR_INVALID_ARGUMENT for an unknown binary_cache
+ * (a folder that cannot be allocated only turns the cache off). */
+clattn_status clattn_cache_open(clattn_context *ctx, const clattn_context_options *options);
 uint64_t clattn_cache_key(const clattn_context *ctx, const char *const *sources, int n_sources,
                           const char *options);
 /* The hash of the clattn version and the device's name, driver and version: what makes a

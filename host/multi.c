@@ -102,7 +102,7 @@ clattn_status clattn_multi_create(const char *const *devices, size_t n_devices, 
     clattn_multi *m = NULL;
     clattn_status st = multi_new(n_devices, &m);
     for (size_t i = 0; st == CLATTN_SUCCESS && i < n_devices; i++) {
-        clattn_context_options opt = {devices[i], NULL, NULL};
+        clattn_context_options opt = {.device = devices[i]};
         st = clattn_context_create(&opt, &m->ctx[i]);
         if (st != CLATTN_SUCCESS) {
             char msg[1024];
@@ -135,7 +135,7 @@ clattn_status clattn_multi_create_sub_devices(const char *device, size_t n_sub,
                                    i);
     /* find the device the way a context does, then partition it */
     clattn_context *probe = NULL;
-    clattn_context_options opt = {device, NULL, NULL};
+    clattn_context_options opt = {.device = device};
     clattn_status st = clattn_context_create(&opt, &probe);
     if (st != CLATTN_SUCCESS)
         return st;

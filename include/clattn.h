@@ -86,6 +86,19 @@ const char *clattn_status_string(clattn_status status);
  *  the last error. Owned by the caller; free with clattn_context_release(). */
 typedef struct clattn_context clattn_context;
 
+/** clattn_context_options.binary_cache: whether the program cache keeps binaries. */
+typedef enum clattn_binary_cache {
+    /** On, except where the OpenCL runtime keeps its own cache of builds by source and
+     *  options: PoCL with its kernel cache on (the environment variable
+     *  POCL_KERNEL_CACHE unset or not 0), whose rebuild of a program it has built
+     *  before takes milliseconds, while handing clattn the binary (CL_PROGRAM_BINARIES)
+     *  compiles every kernel of the program once more (about 3.5 s of a 5.7 s first
+     *  build of the fused kernel on a 2-core Xeon). */
+    CLATTN_BINARY_CACHE_AUTO = 0,
+    CLATTN_BINARY_CACHE_ON = 1,  /**< always, on every runtime */
+    CLATTN_BINARY_CACHE_OFF = 2, /**< never (the folder still keeps the tuning) */
+} clattn_binary_cache;
+
 /** Options of clattn_context_create(); zero-initialise, NULL fields take defaults. */
 typedef struct clattn_context_options {
     /** Which device: "P:D" (platform index P, device index D, both from 0, as
@@ -103,8 +116,12 @@ typedef struct clattn_context_options {
      *  processes; corrupt or foreign files are ignored and rebuilt. NULL: the
      *  CLATTN_CACHE_DIR environment variable, else $XDG_CACHE_HOME/clattn, else
      *  ~/.cache/clattn. "" or "off" disables it. Failures to read or write it are never
-     *  errors. */
+     *  errors. The folder also keeps the tuning `clattn tune` stores; whether it keeps
+     *  program binaries is `binary_cache`. */
     const char *cache_dir;
+    /** Whether built programs are saved to and loaded from `cache_dir` as binaries.
+     *  Added in 0.3. */
+    clattn_binary_cache binary_cache;
 } clattn_context_options;
 
 /**

@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -612,12 +613,29 @@ START_TEST(stored_tuning_is_used)
 }
 END_TEST
 
+/* Whether the context's runtime keeps its own build cache (PoCL with POCL_KERNEL_CACHE
+ * unset or not 0): where clattn's AUTO binary cache stays empty. */
+static bool runtime_caches_builds(const clattn_context *c)
+{
+    cl_device_id dev;
+    cl_platform_id plat;
+    char name[128] = "";
+    ck_assert_int_eq(clattn_context_get_cl(c, NULL, &dev, NULL), CLATTN_SUCCESS);
+    ck_assert_int_eq(clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL),
+                     CL_SUCCESS);
+    ck_assert_int_eq(clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof name - 1, name, NULL),
+                     CL_SUCCESS);
+    const char *env = getenv("POCL_KERNEL_CACHE");
+    return strcmp(name, "Portable Computing Language") == 0 && (!env || strcmp(env, "0") != 0);
+}
+
 START_TEST(program_binary_cache)
 {
     char dir[] = "/tmp/clattn_cache_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     clattn_context_options opt = {0};
     opt.cache_dir = dir;
+    opt.binary_cache = CLATTN_BINARY_CACHE_ON;
     clattn_attention_desc d = unscaled();
     clattn_tensor x = clattn_tensor_host(X, 1, 1, 6, 3);
     float out[18];
@@ -638,6 +656,33 @@ START_TEST(program_binary_cache)
         ck_assert_int_eq(count_bin_files(dir, 0), gpu_family() ? 5 : 4);
     }
     remove_dir(dir);
+    /* AUTO: binaries unless the runtime caches its builds itself; OFF: none, with the
+     * folder still holding the tuning; an unknown value is refused */
+    for (int mode = CLATTN_BINARY_CACHE_AUTO; mode <= CLATTN_BINARY_CACHE_OFF + 1; mode += 2) {
+        char dir2[] = "/tmp/clattn_cache_mode_XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir2));
+        opt.cache_dir = dir2;
+        opt.binary_cache = (clattn_binary_cache)mode;
+        clattn_context *c2 = NULL;
+        if (mode > CLATTN_BINARY_CACHE_OFF) {
+            ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_ERROR_INVALID_ARGUMENT);
+            ck_assert_ptr_null(c2);
+            ck_assert_ptr_nonnull(strstr(clattn_last_error_message(NULL), "binary_cache 3"));
+            rmdir(dir2);
+            continue;
+        }
+        ck_assert_int_eq(clattn_context_create(&opt, &c2), CLATTN_SUCCESS);
+        d.algorithm = CLATTN_ALGORITHM_FUSED;
+        ck_assert_int_eq(clattn_attention(c2, &d, &x, &x, &x, &o), CLATTN_SUCCESS);
+        assert_z(out, mode == CLATTN_BINARY_CACHE_AUTO ? "binary cache auto" : "binary cache off");
+        const bool own = runtime_caches_builds(c2);
+        printf("binary cache %s on this runtime (%s its own build cache)\n",
+               mode == CLATTN_BINARY_CACHE_AUTO ? "AUTO" : "OFF", own ? "with" : "without");
+        clattn_context_release(c2);
+        ck_assert_int_eq(count_bin_files(dir2, 0), mode == CLATTN_BINARY_CACHE_AUTO && !own);
+        remove_dir(dir2);
+    }
+    opt.binary_cache = CLATTN_BINARY_CACHE_ON;
     char off_dir[] = "/tmp/clattn_cache_off_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(off_dir));
     ck_assert_int_eq(setenv("CLATTN_CACHE_DIR", off_dir, 1), 0); /* the option wins */

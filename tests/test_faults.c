@@ -330,7 +330,8 @@ static clattn_context *case_context(const fault_case *fc, char *cache_dir, size_
         snprintf(cache_dir, cap, "/tmp/clattn_test_faults.XXXXXX");
         ck_assert_msg(mkdtemp(cache_dir) != NULL, "mkdtemp failed");
     }
-    clattn_context_options opt = {NULL, NULL, "off"};
+    clattn_context_options opt = {NULL, NULL, "off", CLATTN_BINARY_CACHE_AUTO};
+    opt.binary_cache = CLATTN_BINARY_CACHE_ON; /* the binary cache's calls on every runtime */
     if (fc->cache == CACHE_COLD)
         opt.cache_dir = cache_dir;
     else if (fc->cache == CACHE_WARM)
@@ -505,7 +506,7 @@ START_TEST(every_failure_point)
     if (fc->cache == CACHE_WARM && !g_cache_dir[0]) {
         snprintf(g_cache_dir, sizeof g_cache_dir, "/tmp/clattn_test_faults_warm.XXXXXX");
         ck_assert_msg(mkdtemp(g_cache_dir) != NULL, "mkdtemp failed");
-        clattn_context_options opt = {NULL, NULL, g_cache_dir};
+        clattn_context_options opt = {NULL, NULL, g_cache_dir, CLATTN_BINARY_CACHE_ON};
         clattn_context *ctx = NULL;
         ck_assert_int_eq(clattn_context_create(&opt, &ctx), CLATTN_SUCCESS);
         run_io io;

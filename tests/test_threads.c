@@ -264,7 +264,7 @@ static void *worker_main(void *arg)
 {
     worker *wk = arg;
     clattn_context *ctx = NULL;
-    clattn_context_options opt = {NULL, NULL, wk->cache_dir};
+    clattn_context_options opt = {NULL, NULL, wk->cache_dir, CLATTN_BINARY_CACHE_ON};
     wk->create_status = clattn_context_create(&opt, &ctx);
     if (wk->create_status != CLATTN_SUCCESS)
         snprintf(wk->message[JOBS_PER_THREAD], sizeof wk->message[0], "%s",
@@ -484,7 +484,7 @@ START_TEST(deterministic_repeats)
 
     /* a second context on the same device, building from source (no binary cache) */
     clattn_context *fresh = NULL;
-    const clattn_context_options opt = {NULL, NULL, "off"};
+    const clattn_context_options opt = {NULL, NULL, "off", CLATTN_BINARY_CACHE_AUTO};
     clattn_status st = clattn_context_create(&opt, &fresh);
     ck_assert_msg(st == CLATTN_SUCCESS, "clattn_context_create: %s: %s", clattn_status_string(st),
                   clattn_last_error_message(NULL));

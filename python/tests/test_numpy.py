@@ -326,6 +326,20 @@ def test_devices_and_context():
         clattn.scaled_dot_product_attention(q, q, q, context=c)
 
 
+def test_binary_cache_modes(tmp_path):
+    """binary_cache="on" keeps program binaries in cache_dir, "off" none; others refused."""
+    q = np.ones((1, 1, 2, 4), np.float32)
+    for mode in ("on", "off"):
+        folder = tmp_path / mode
+        with clattn.Context(cache_dir=str(folder), binary_cache=mode) as c:
+            assert_close(clattn.scaled_dot_product_attention(q, q, q, context=c), q,
+                         atol=0, rtol=0)
+        bins = list(folder.glob("*.bin")) if folder.exists() else []
+        assert (len(bins) > 0) == (mode == "on"), (mode, bins)
+    with pytest.raises(ValueError, match="binary_cache must be"):
+        clattn.Context(binary_cache="sometimes")
+
+
 def test_bfloat16_numpy(ctx):
     """bfloat16 NumPy arrays through ml_dtypes (where installed)."""
     ml_dtypes = pytest.importorskip("ml_dtypes")

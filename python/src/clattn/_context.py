@@ -64,6 +64,15 @@ def _str_or_none(s: Optional[str], name: str) -> Optional[bytes]:
     return None if s is None else s.encode()
 
 
+_BINARY_CACHE = {"auto": 0, "on": 1, "off": 2}  # clattn_binary_cache
+
+
+def _binary_cache(mode: str) -> int:
+    if not isinstance(mode, str) or mode not in _BINARY_CACHE:
+        raise ValueError(f"binary_cache must be 'auto', 'on' or 'off', not {mode!r}")
+    return _BINARY_CACHE[mode]
+
+
 class Context:
     """One OpenCL device, its cl_context and in-order queue, and clattn's program cache
     (``clattn_context``).
@@ -71,9 +80,11 @@ class Context:
     ``device``: ``"P:D"`` (platform and device index, as :func:`devices` lists them) or a
     case-insensitive substring of the device name; None: the ``CLATTN_DEVICE``
     environment variable, else the first GPU, else the first device. ``cache_dir``: the
-    program-binary cache folder (None: ``CLATTN_CACHE_DIR``, else ``~/.cache/clattn``;
-    ``"off"`` disables it). ``kernel_dir``: load .cl sources from there instead of the
-    embedded ones (kernel development).
+    program-binary cache and tuning folder (None: ``CLATTN_CACHE_DIR``, else
+    ``~/.cache/clattn``; ``"off"`` disables it). ``binary_cache``: ``"auto"`` keeps
+    program binaries there unless the OpenCL runtime caches its own builds (PoCL),
+    ``"on"`` always, ``"off"`` never (``clattn_binary_cache``). ``kernel_dir``: load .cl
+    sources from there instead of the embedded ones (kernel development).
 
     A C context serves one host thread at a time; this object holds a lock, so sharing
     it between Python threads is safe but serialises their calls (use one per thread to
@@ -84,10 +95,11 @@ class Context:
     """
 
     def __init__(self, device: Optional[str] = None, *, cache_dir: Optional[str] = None,
-                 kernel_dir: Optional[str] = None) -> None:
+                 kernel_dir: Optional[str] = None, binary_cache: str = "auto") -> None:
         opts = _lib.ContextOptions(_str_or_none(device, "device"),
                                    _str_or_none(kernel_dir, "kernel_dir"),
-                                   _str_or_none(cache_dir, "cache_dir"))
+                                   _str_or_none(cache_dir, "cache_dir"),
+                                   _binary_cache(binary_cache))
         handle = ctypes.c_void_p()
         status = lib.clattn_context_create(ctypes.byref(opts), ctypes.byref(handle))
         raise_status(status, None)
@@ -101,13 +113,14 @@ class Context:
     @classmethod
     def from_cl(cls, context: int, device: int, queue: int, *,
                 cache_dir: Optional[str] = None, kernel_dir: Optional[str] = None,
-                keep: Any = None) -> "Context":
+                binary_cache: str = "auto", keep: Any = None) -> "Context":
         """Wrap an application's OpenCL objects, given as integer handles
         (``cl_context``, ``cl_device_id``, ``cl_command_queue``): clattn retains them and
         releases its references when this context closes (after finishing the queue).
         ``keep``: any Python object to hold on to for as long as the context lives."""
         opts = _lib.ContextOptions(None, _str_or_none(kernel_dir, "kernel_dir"),
-                                   _str_or_none(cache_dir, "cache_dir"))
+                                   _str_or_none(cache_dir, "cache_dir"),
+                                   _binary_cache(binary_cache))
         handle = ctypes.c_void_p()
         status = lib.clattn_context_create_from_cl_with_options(
             ctypes.byref(opts), context, device, queue, ctypes.byref(handle))

@@ -128,6 +128,7 @@ class ContextOptions(ctypes.Structure):
         ("device", ctypes.c_char_p),
         ("kernel_dir", ctypes.c_char_p),
         ("cache_dir", ctypes.c_char_p),
+        ("binary_cache", ctypes.c_int),  # clattn_binary_cache; 0 = AUTO
     ]
 
 
