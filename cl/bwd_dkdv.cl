@@ -101,8 +101,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
                 const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
                 const float16 x = score_terms16(
                     vload16(kc, s_l + r * WG), lane, rel_bound(rr.lo, jc, 16),
-                    rel_bound(rr.hi, jc, 16), rel_key(rr.self, jc, 16), jc, n_kv, mt, mt_off,
-                    mt_st, alibi, softcap, mbase, rr.diag, slope, ALIBI ? alibi_ref(rr) : 0);
+                    rel_bound(rr.hi, jc, 16), rel_key(rr.self, jc, 16), jc, n_kv, TERM_ARGS,
+                    mbase, rr.diag, slope, ALIBI ? alibi_ref(rr) : 0, b, h, i);
                 vstore16(x, kc, s_l + r * WG);
             }
             barrier(CLK_LOCAL_MEM_FENCE);

@@ -79,8 +79,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
             const float16 raw = dot_cols(qi, kt, D_K) * scale;
             const float16 s = score_terms16(raw, lane, rel_bound(r.lo, j0, KT),
                                             rel_bound(r.hi, j0, KT), rel_key(r.self, j0, KT), j0,
-                                            n_kv, mt, mt_off, mt_st, alibi, softcap, mbase, r.diag,
-                                            slope, ALIBI ? alibi_ref(r) : 0);
+                                            n_kv, TERM_ARGS, mbase, r.diag, slope,
+                                            ALIBI ? alibi_ref(r) : 0, b, h, i);
             /* P ≤ 1: a recomputed score may round above the LSE where scores are huge
              * (float32 steps of 256 at 1e9), and exp must not overflow to inf there */
             const float16 e = exp(s - lse_r);

@@ -207,6 +207,18 @@ long2 group_key_range(RULE_PARAMS, long b, long i_first, long i_last, long n_q, 
 #ifndef SOFTCAP
 #define SOFTCAP 0
 #endif
+/* MODS: the desc's score / mask snippets (clattn_mods.h), spliced in before this file by
+ * the host with MOD_SCORE, MOD_MASK and the user buffers' MOD_BUF_PARAMS / MOD_BUF_ARGS
+ * (", __global const int *clattn_buf0, …"); mod_pos = (q_start, kv_start). */
+#ifndef MODS
+#define MODS 0
+#define MOD_SCORE 0
+#define MOD_MASK 0
+#define MOD_BUF_PARAMS
+#define MOD_BUF_ARGS
+#endif
+/* any term beyond the scale: the kernels' fast paths for plain tiles check this */
+#define SCORE_TERMS (MASK_T || ALIBI || SOFTCAP || MODS)
 #if MASK_T == 1
 #define MASK_ELEM uchar
 #else
@@ -214,20 +226,23 @@ long2 group_key_range(RULE_PARAMS, long b, long i_first, long i_last, long n_q, 
 #endif
 #define TERM_PARAMS                                                                         \
     __global const MASK_ELEM *mt, long mt_off, long4 mt_st, __global const float *alibi,   \
-        float softcap
+        float softcap, long2 mod_pos MOD_BUF_PARAMS
+#define TERM_ARGS mt, mt_off, mt_st, alibi, softcap, mod_pos MOD_BUF_ARGS
 
-/* Scores of one row for 16 keys j = j0 + lane: raw dot products s (already scaled)
- * become softcap(s) − slope·|diag − j| + mask, and −∞ where the key is not visible:
- * outside [lim_lo, lim_hi) (tile-relative), equal to `self`, false in a bool mask, or
- * −∞ in a float mask (masked keys never read their values into the sum). */
+/* Scores of row i of batch entry b, query head h, for 16 keys j = j0 + lane: raw dot
+ * products s (already scaled) become score_mod(softcap(s) − slope·|diag − j| + mask), and
+ * −∞ where the key is not visible: outside [lim_lo, lim_hi) (tile-relative), equal to
+ * `self`, false in a bool mask, −∞ in a float mask, or false in mask_mod (masked keys
+ * never read their values into the sum). The snippets see visible keys only. */
 /* ALiBi biases are taken relative to the row's nearest visible key: the distance from
  * the diagonal to it (0 when the diagonal is visible). −slope·(|a_i − j| − ref) stays
  * small even when a chunk of keys lies far from the queries (split sequences), so the
  * differences between keys keep their digits; the row's constant −slope·ref goes into
- * the LSE only (softmax does not depend on it). */
+ * the LSE only (softmax does not depend on it). A score_mod, which need not be a shift,
+ * sees the absolute bias: ref 0 (host/reference.c likewise). */
 long alibi_ref(row_rule r)
 {
-    if (r.hi <= r.lo)
+    if (MOD_SCORE || r.hi <= r.lo) /* a score_mod sees the absolute bias */
         return 0;
     if (r.diag < r.lo)
         return r.lo - r.diag;
@@ -237,7 +252,8 @@ long alibi_ref(row_rule r)
 }
 
 float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, long j0,
-                      long n_kv, TERM_PARAMS, long mbase, long diag, float slope, long ref)
+                      long n_kv, TERM_PARAMS, long mbase, long diag, float slope, long ref,
+                      long b, long h, long i)
 {
     int16 vis = (key >= lim_lo) & (key < lim_hi) & (key != self);
 #if SOFTCAP
@@ -264,6 +280,26 @@ float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, lo
     vis &= mv != (float16)(-INFINITY);
     s += mv;
 #endif
+#endif
+#if MODS
+    float sa[16];
+    int va[16];
+    vstore16(s, 0, sa);
+    vstore16(vis, 0, va);
+    for (int t = 0; t < 16; t++) {
+        const long j = j0 + key.s0 + t; /* keys are consecutive */
+        if (!va[t] || j >= n_kv)
+            continue;
+#if MOD_SCORE
+        sa[t] = clattn_score_mod(sa[t], (int)b, (int)h, mod_pos.x + i, mod_pos.y + j MOD_BUF_ARGS);
+#endif
+#if MOD_MASK
+        if (!clattn_mask_mod((int)b, (int)h, mod_pos.x + i, mod_pos.y + j MOD_BUF_ARGS))
+            va[t] = 0;
+#endif
+    }
+    s = vload16(0, sa);
+    vis = vload16(0, va);
 #endif
     return select((float16)(-INFINITY), s, vis);
 }

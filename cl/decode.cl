@@ -134,9 +134,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             const int lo = rel_bound(rule[r].lo, j0, 16), hi = rel_bound(rule[r].hi, j0, 16);
             const int self = rel_key(rule[r].self, j0, 16);
             float16 s = vload16(0, p[r]) * scale;
-            if (MASK_T || ALIBI || SOFTCAP || lo > 0 || hi < 16 || self >= 0)
-                s = score_terms16(s, lane, lo, hi, self, j0, n_kv, mt, mt_off, mt_st, alibi,
-                                  softcap, mbase[r], rule[r].diag, slope[r], ref[r]);
+            const long rho = x * NR + r; /* query head hk·group + ρ / n_q, row ρ mod n_q */
+            if (SCORE_TERMS || lo > 0 || hi < 16 || self >= 0)
+                s = score_terms16(s, lane, lo, hi, self, j0, n_kv, TERM_ARGS, mbase[r],
+                                  rule[r].diag, slope[r], ref[r], b, hk * group + rho / n_q,
+                                  rho % n_q);
             const float m_new = max_nan(m[r], hmax_nan(s));
             if (m_new == -INFINITY) { /* nothing visible yet: weights 0 */
                 vstore16((float16)(0.0f), 0, p[r]);

@@ -92,7 +92,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
         VARLEN_SHIFT(vs_off, vs_st, k_row0[b]);
     }
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const bool terms = MASK_T || ALIBI || SOFTCAP || mask == MASK_NO_SELF;
+    const bool terms = SCORE_TERMS || mask == MASK_NO_SELF;
 
     for (int e = t; e < RB * DK8; e += WG) {
         const int r = e / DK8, c = e % DK8;
@@ -166,9 +166,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
                 const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
                 const float16 x = score_terms16(
                     vload16(sv, s_s + r * WG), lane + 16 * sv, rel_bound(rr.lo, j0, WG),
-                    rel_bound(min(rr.hi, k_hi), j0, WG), rel_key(rr.self, j0, WG), j0, n_kv, mt,
-                    mt_off, mt_st, alibi, softcap, mbase, rr.diag, ALIBI ? alibi[h] : 0.0f,
-                    ALIBI ? alibi_ref(rr) : 0);
+                    rel_bound(min(rr.hi, k_hi), j0, WG), rel_key(rr.self, j0, WG), j0, n_kv,
+                    TERM_ARGS, mbase, rr.diag, ALIBI ? alibi[h] : 0.0f, ALIBI ? alibi_ref(rr) : 0,
+                    b, h, i);
                 vstore16(x, sv, s_s + r * WG);
             }
             barrier(CLK_LOCAL_MEM_FENCE);

@@ -155,7 +155,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
                 /* every key of the tile visible and no score term: only the scale */
                 const bool plain =
-                    !MASK_T && !ALIBI && !SOFTCAP && lo == 0 && hi == TILE_KV && self < 0;
+                    !SCORE_TERMS && lo == 0 && hi == TILE_KV && self < 0;
                 float16 m16 = (float16)(-INFINITY);
                 for (int sv = 0; sv < N_SV; sv++) {
                     float16 x = vload16(sv, p[r]) * scale;
@@ -163,9 +163,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                     x *= vload16(sv, ks_tile); /* the int8 keys' scales */
 #endif
                     if (!plain)
-                        x = score_terms16(x, lane + 16 * sv, lo, hi, self, j0, n_kv, mt, mt_off,
-                                          mt_st, alibi, softcap, mbase, rule[r].diag, slope,
-                                          ALIBI ? alibi_ref(rule[r]) : 0);
+                        x = score_terms16(x, lane + 16 * sv, lo, hi, self, j0, n_kv, TERM_ARGS,
+                                          mbase, rule[r].diag, slope,
+                                          ALIBI ? alibi_ref(rule[r]) : 0, b, h, i);
                     vstore16(x, sv, p[r]);
                     m16 = max_nan16(m16, x);
                 }

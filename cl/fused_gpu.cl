@@ -108,7 +108,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const long2 kr = group_key_range(RULE_ARGS, b, g0, g0 + BQ - 1, n_q, n_kv);
     const row_rule r_first = rule_at(RULE_ARGS, b, g0 < n_q ? g0 : 0, n_q, n_kv);
     const row_rule r_last = rule_at(RULE_ARGS, b, i_last >= 0 ? i_last : 0, n_q, n_kv);
-    const bool terms = MASK_T || ALIBI || SOFTCAP || mask == MASK_NO_SELF;
+    const bool terms = SCORE_TERMS || mask == MASK_NO_SELF;
 
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
         (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, TILE_KV, D_K, DK4, QK_STRIDE, k_s KV_PAGES);
@@ -188,9 +188,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
                     t16[e] = p_t[(16 * sv + e) * P_STRIDE + row];
                 const float16 x = score_terms16(
                     vload16(0, t16), lane + 16 * sv, rel_bound(rr.lo, j0, TILE_KV),
-                    rel_bound(rr.hi, j0, TILE_KV), rel_key(rr.self, j0, TILE_KV), j0, n_kv, mt,
-                    mt_off, mt_st, alibi, softcap, mbase, rr.diag, slope,
-                    ALIBI ? alibi_ref(rr) : 0);
+                    rel_bound(rr.hi, j0, TILE_KV), rel_key(rr.self, j0, TILE_KV), j0, n_kv,
+                    TERM_ARGS, mbase, rr.diag, slope, ALIBI ? alibi_ref(rr) : 0, b, h, i);
                 vstore16(x, 0, t16);
                 for (int e = 0; e < 16; e++)
                     p_t[(16 * sv + e) * P_STRIDE + row] = t16[e];

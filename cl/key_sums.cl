@@ -91,8 +91,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_key_sums(
                 const long mbase = MASK_T ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
                 const float16 s = score_terms16(
                     dot_keys(qs + r * DKP, kt + 16 * t) * scale, lane, rel_bound(rule.lo, j0, 16),
-                    rel_bound(rule.hi, j0, 16), rel_key(rule.self, j0, 16), j0, n_kv, mt, mt_off,
-                    mt_st, alibi, softcap, mbase, rule.diag, slope, ref);
+                    rel_bound(rule.hi, j0, 16), rel_key(rule.self, j0, 16), j0, n_kv, TERM_ARGS,
+                    mbase, rule.diag, slope, ref, b, h, i);
                 acc += exp((s - m) - l); /* (both relative to the row's ALiBi reference) */
             }
         }

@@ -95,9 +95,9 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
         const long row = view_at(s_off, s_st, b, h, i, j0);
         for (int sv = 0; sv < N_SV; sv++) {
             const float16 out =
-                score_terms16(acc[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0, n_kv, mt,
-                              mt_off, mt_st, alibi, softcap, mbase, rr.diag, slope,
-                              ALIBI && relative ? alibi_ref(rr) : 0);
+                score_terms16(acc[r][sv] * scale, lane + 16 * sv, lo, hi, self, j0, n_kv,
+                              TERM_ARGS, mbase, rr.diag, slope,
+                              ALIBI && relative ? alibi_ref(rr) : 0, b, h, i);
             if (s_st.s3 == 1 && 16 * (sv + 1) <= n_keys) {
                 vstore16(out, 0, s + row + 16 * sv);
             } else {

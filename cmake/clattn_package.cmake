@@ -81,6 +81,7 @@ install(TARGETS ${_clattn_targets} EXPORT clattnTargets
 install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_kvcache.h"
+              "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_mods.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_multi.h"
               "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_tuning.h"
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

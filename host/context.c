@@ -317,6 +317,7 @@ void clattn_context_release(clattn_context *ctx)
         clReleaseContext(ctx->context);
     free(ctx->kernel_dir);
     free(ctx->cache_dir);
+    clattn_mods_release(ctx);
     clattn_tuning_release(ctx);
     free(ctx->message);
     free(ctx);

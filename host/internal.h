@@ -24,6 +24,8 @@ typedef struct clattn_tune_entry {
     clattn_blocking blocking;
 } clattn_tune_entry;
 
+typedef struct clattn_mod_source clattn_mod_source; /* mods.c */
+
 struct clattn_context {
     cl_platform_id platform;
     cl_device_id device;
@@ -31,16 +33,17 @@ struct clattn_context {
     cl_command_queue queue;
     char device_name[256];
     cl_device_type device_type;
-    size_t max_wg;         /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
-    size_t max_wi[3];      /* CL_DEVICE_MAX_WORK_ITEM_SIZES */
-    cl_ulong local_mem;    /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
-    cl_uint compute_units; /* CL_DEVICE_MAX_COMPUTE_UNITS */
-    cl_ulong max_alloc;    /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
-    cl_ulong global_mem;   /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
-    bool has_fp64;         /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
-    char *kernel_dir;      /* NULL = embedded sources */
-    char *cache_dir;       /* program-binary cache and tuning folder; NULL = off */
-    bool cache_binaries;   /* programs saved to / loaded from cache_dir (cache.c) */
+    size_t max_wg;                  /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    size_t max_wi[3];               /* CL_DEVICE_MAX_WORK_ITEM_SIZES */
+    cl_ulong local_mem;             /* CL_DEVICE_LOCAL_MEM_SIZE, bytes */
+    cl_uint compute_units;          /* CL_DEVICE_MAX_COMPUTE_UNITS */
+    cl_ulong max_alloc;             /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
+    cl_ulong global_mem;            /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
+    bool has_fp64;                  /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
+    char *kernel_dir;               /* NULL = embedded sources */
+    char *cache_dir;                /* program-binary cache and tuning folder; NULL = off */
+    bool cache_binaries;            /* programs saved to / loaded from cache_dir (cache.c) */
+    clattn_mod_source *mod_sources; /* the snippets' sources the programs were built with */
     clattn_program_entry *programs;
     char *tune_path;         /* the device's tuning file (NULL: cache disabled) */
     clattn_tune_entry *tune; /* stored entries, loaded at creation */
@@ -345,6 +348,25 @@ clattn_status clattn_launch_stage(clattn_context *ctx, const clattn_stage_plan *
                                   const cl_event *wait, cl_event *done);
 clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_problem *dev,
                                   cl_uint n_wait, const cl_event *wait, cl_event *done);
+
+/* ---- score and mask snippets (mods.c, clattn_mods.h) ---- */
+#define CLATTN_MAX_MOD_BUFFERS 8
+/* The desc's mods: snippets, buffers (dtypes, counts, host xor cl_mem, its size). */
+clattn_status clattn_mods_check(clattn_context *ctx, const clattn_attention_desc *desc);
+/* The reference's needs: a C twin for each snippet and host arrays (UNSUPPORTED). */
+clattn_status clattn_mods_check_twins(const clattn_attention_desc *desc);
+/* The build option naming the desc's snippets (" -DMOD_ID=<hash>", "" without mods);
+ * their source is kept on the context for program.c. OUT_OF_HOST_MEMORY. */
+clattn_status clattn_mods_options(clattn_context *ctx, const clattn_attention_desc *desc, char *out,
+                                  size_t len);
+/* The source to splice in before common.cl for a program's options, or NULL. */
+const char *clattn_mods_source(const clattn_context *ctx, const char *options);
+void clattn_mods_release(clattn_context *ctx);
+/* The user buffers on the device, in order: the caller's cl_mem, or a copy of the host
+ * array (owned[i]: release it after the launch). *n counts those set, even on failure. */
+clattn_status clattn_mods_buffers(clattn_context *ctx, const clattn_attention_desc *desc,
+                                  cl_mem out[CLATTN_MAX_MOD_BUFFERS],
+                                  bool owned[CLATTN_MAX_MOD_BUFFERS], int *n);
 
 /* ---- persistent program-binary cache (cache.c) ---- */
 /* The folder from the option (or CLATTN_CACHE_DIR, $XDG_CACHE_HOME/clattn,

@@ -11,69 +11,6 @@
 
 /* ------------------------------------------------------------ stage dispatchers */
 
-/* Device-side inputs of the optional terms: host arrays copied into small buffers (the
- * runtime keeps them alive until the kernels that use them finish). */
-typedef struct aux_t {
-    const clattn_attention_desc *desc; /* NULL: plain rows (the public softmax stage) */
-    cl_mem q_lens, kv_lens, alibi, sinks;
-    cl_mem lens_given[2];    /* the desc's q_lens_buffer, kv_lens_buffer (not ours) */
-    const clattn_view *mask; /* device view, or NULL */
-    float softcap;
-    const clattn_view *pages;             /* paged K (the block table's shape), or NULL */
-    const clattn_view *k_scale, *v_scale; /* an int8 K's and V's scales, or NULL */
-    cl_mem table;                         /* its block table on the device */
-    cl_mem q_row0, k_row0;                /* a packed batch's first rows (not ours), or NULL */
-    bool own_table;                       /* … copied from the host table here */
-} aux_t;
-
-/* common.cl PAGE_PARAMS: the block table, its row stride, page_size and the pool's page
- * count (a NULL table and 0, 1, 1 without pages) */
-static void arg_pages(arg_list *a, const aux_t *x)
-{
-    const clattn_view *k = x->pages;
-    arg(a, sizeof(cl_mem), &x->table);
-    arg_long(a, k ? k->page_stride : 0);
-    arg_long(a, k ? k->page_size : 1);
-    arg_long(a, k ? k->num_pages : 1);
-}
-
-static void arg_rule(arg_list *a, const aux_t *x)
-{
-    const clattn_attention_desc *d = x->desc;
-    int64_t wl = -1, wr = -1; /* saturated by the host rule (rule.c) */
-    if (d)
-        clattn_rule_window(d, &wl, &wr);
-    arg_int(a, d ? d->mask : CLATTN_MASK_NONE);
-    arg_long(a, d ? d->q_start - d->kv_start : 0);
-    arg_long(a, wl);
-    arg_long(a, wr);
-    arg(a, sizeof(cl_mem), &x->q_lens);
-    arg(a, sizeof(cl_mem), &x->kv_lens);
-}
-
-static void arg_terms(arg_list *a, const aux_t *x)
-{
-    arg_opt_view(a, x->mask);
-    arg(a, sizeof(cl_mem), &x->alibi);
-    arg(a, sizeof(float), &x->softcap);
-}
-
-/* common.cl DROPOUT_PARAMS: seed, offset, threshold ⌊p·2^32⌋ and 1/(1 − p) (zeros
- * without dropout, or without a desc: the public stages) */
-static void arg_dropout(arg_list *a, const aux_t *x)
-{
-    const clattn_attention_desc *d = x->desc;
-    const bool on = d && d->dropout_p > 0.0f;
-    const cl_ulong seed = on ? d->dropout_seed : 0;
-    const cl_uint offset = on ? (cl_uint)d->dropout_offset : 0;
-    const cl_uint thr = on ? clattn_dropout_threshold(d->dropout_p) : 0;
-    const float keep_scale = on ? (float)(1.0 / (1.0 - (double)d->dropout_p)) : 1.0f;
-    arg(a, sizeof seed, &seed);
-    arg(a, sizeof offset, &offset);
-    arg(a, sizeof thr, &thr);
-    arg(a, sizeof keep_scale, &keep_scale);
-}
-
 static clattn_status enqueue_scores(clattn_context *ctx, const clattn_blocked *bk,
                                     const clattn_view *q, const clattn_view *k,
                                     const clattn_view *s, float scale, bool sparse, bool relative,
@@ -333,56 +270,6 @@ static void release_events(cl_event *e, int n)
     for (int i = 0; i < n; i++)
         if (e[i])
             clReleaseEvent(e[i]);
-}
-
-/* The host arrays of the desc as device buffers (count elements of 4 bytes each). */
-static clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *desc,
-                              const clattn_view *q, const clattn_view *k, const clattn_view *mask,
-                              aux_t *x)
-{
-    memset(x, 0, sizeof *x);
-    x->desc = desc;
-    x->mask = mask;
-    x->softcap = desc->softcap;
-    const cl_mem_flags ro = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    clattn_status st = CLATTN_SUCCESS;
-    if (desc->q_lens && q->n[0] > 0)
-        st = clattn_create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->q_lens, &x->q_lens);
-    if (st == CLATTN_SUCCESS && desc->kv_lens && q->n[0] > 0)
-        st = clattn_create_buffer(ctx, ro, q->n[0] * 4, (void *)desc->kv_lens, &x->kv_lens);
-    /* lengths already on the device: used as they are, not released here */
-    x->lens_given[0] = desc->q_lens_buffer, x->lens_given[1] = desc->kv_lens_buffer;
-    if (desc->q_lens_buffer)
-        x->q_lens = desc->q_lens_buffer;
-    if (desc->kv_lens_buffer)
-        x->kv_lens = desc->kv_lens_buffer;
-    if (st == CLATTN_SUCCESS && desc->alibi_slopes && q->n[1] > 0)
-        st = clattn_create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->alibi_slopes, &x->alibi);
-    if (st == CLATTN_SUCCESS && desc->sinks && q->n[1] > 0)
-        st = clattn_create_buffer(ctx, ro, q->n[1] * 4, (void *)desc->sinks, &x->sinks);
-    if (st == CLATTN_SUCCESS && k && k->paged) {
-        x->pages = k;
-        x->table = k->page_table_buffer;
-        if (!x->table && k->page_stride > 0 && q->n[0] > 0) {
-            x->own_table = true;
-            st = clattn_create_buffer(ctx, ro, q->n[0] * k->page_stride * 4, (void *)k->page_table,
-                                      &x->table);
-        }
-    }
-    return st;
-}
-
-static void aux_release(aux_t *x)
-{
-    cl_mem *bufs[4] = {&x->q_lens, &x->kv_lens, &x->alibi, &x->sinks};
-    for (int i = 0; i < 4; i++)
-        if (*bufs[i] && (i >= 2 || *bufs[i] != x->lens_given[i])) {
-            (void)clReleaseMemObject(*bufs[i]); /* freed once the kernels that use it finish */
-            *bufs[i] = NULL;
-        }
-    if (x->own_table && x->table)
-        (void)clReleaseMemObject(x->table);
-    x->table = NULL;
 }
 
 /* desc.rotary's frequencies f_p = base^(−2p/dim), rounded to float32 (the reference

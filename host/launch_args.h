@@ -88,4 +88,34 @@ static inline clattn_status enqueue_marker(clattn_context *ctx, cl_uint n_wait,
     return err == CL_SUCCESS ? CLATTN_SUCCESS : clattn_fail_cl(ctx, err, "clEnqueueMarker");
 }
 
+/* Device-side inputs of the optional terms: host arrays copied into small buffers (the
+ * runtime keeps them alive until the kernels that use them finish). */
+typedef struct aux_t {
+    const clattn_attention_desc *desc; /* NULL: plain rows (the public softmax stage) */
+    cl_mem q_lens, kv_lens, alibi, sinks;
+    cl_mem lens_given[2];    /* the desc's q_lens_buffer, kv_lens_buffer (not ours) */
+    const clattn_view *mask; /* device view, or NULL */
+    float softcap;
+    const clattn_view *pages;              /* paged K (the block table's shape), or NULL */
+    const clattn_view *k_scale, *v_scale;  /* an int8 K's and V's scales, or NULL */
+    cl_mem table;                          /* its block table on the device */
+    cl_mem q_row0, k_row0;                 /* a packed batch's first rows (not ours), or NULL */
+    bool own_table;                        /* … copied from the host table here */
+    cl_mem mods[CLATTN_MAX_MOD_BUFFERS];   /* the snippets' user buffers (clattn_mods.h) */
+    bool own_mods[CLATTN_MAX_MOD_BUFFERS]; /* … copied from host arrays here */
+    int n_mods;
+} aux_t;
+
+/* launch_aux.c: the desc's host arrays (lengths, ALiBi slopes, sinks, a host block table,
+ * the snippets' host buffers) as device buffers, and their release (the runtime keeps a
+ * buffer alive until the kernels that use it finish) */
+clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *desc, const clattn_view *q,
+                       const clattn_view *k, const clattn_view *mask, aux_t *x);
+void aux_release(aux_t *x);
+/* the arguments of common.cl's PAGE_PARAMS, RULE_PARAMS, TERM_PARAMS, DROPOUT_PARAMS */
+void arg_pages(arg_list *a, const aux_t *x);
+void arg_rule(arg_list *a, const aux_t *x);
+void arg_terms(arg_list *a, const aux_t *x);
+void arg_dropout(arg_list *a, const aux_t *x);
+
 #endif

@@ -42,7 +42,7 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
                            "(%llu bytes)",
                            tile_kv, file, (unsigned long long)ctx->local_mem);
     for (;;) {
-        char opts[320];
+        char opts[512];
         snprintf(opts, sizeof opts, CL_STD " %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu", dims, tile_kv, wg,
                  rq);
         clattn_status st = clattn_get_kernel(ctx, file, opts, &out->entry);
@@ -80,7 +80,7 @@ static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kerne
             scores ? "scores" : "weighted sum", scores ? "K" : "V", scores ? "d_k" : "d_v",
             (long long)d, (unsigned long long)(16 * per_key * sizeof(float)),
             (unsigned long long)clattn_local_tile_budget(ctx), (unsigned long long)ctx->local_mem);
-    char dims[200];
+    char dims[384];
     snprintf(dims, sizeof dims, "-D%s=%lld %s", scores ? "D_K" : "D_V", (long long)d, feat);
     /* private floats per query: 16 + 2 per key (scores), d_v + 16 + 1 per key (sum) */
     const int64_t priv = scores ? 16 : per_key + 16, priv_key = scores ? 2 : 1;
@@ -134,7 +134,7 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
 /* What a call adds to the plain problem: the desc's optional terms and outputs, and
  * the storage types, as compile-time options of the kernels that read them. */
 typedef struct features {
-    char opts[200];      /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0" */
+    char opts[256];      /* "-DQ_DT=1 … -DMASK_T=2 -DALIBI=1 -DSOFTCAP=0 …" */
     bool weights;        /* weights requested */
     bool head_mean;      /* … averaged over heads */
     bool lse;            /* LSE requested */
@@ -160,7 +160,7 @@ static void term_options(char *out, size_t len, int q_dt, int k_dt, int v_dt, in
                  desc->dropout_p > 0.0f ? " -DDROPOUT=1" : "");
 }
 
-static void make_features(const clattn_problem *p, features *f)
+static clattn_status make_features(clattn_context *ctx, const clattn_problem *p, features *f)
 {
     /* with rotary embeddings the kernels read the rotated Q, a float32 workspace */
     const int q_dt = p->desc && p->desc->rotary ? (int)CLATTN_FLOAT32 : (int)p->q.dtype;
@@ -188,6 +188,8 @@ static void make_features(const clattn_problem *p, features *f)
         snprintf(f->opts + at, sizeof f->opts - at, " -DK_SCALED=%d -DV_SCALED=%d",
                  (int)p->has_k_scale, (int)p->has_v_scale);
     }
+    const size_t at = strlen(f->opts); /* the snippets, by their hash (mods.c) */
+    return clattn_mods_options(ctx, p->desc, f->opts + at, sizeof f->opts - at);
 }
 
 /* fused_gpu.cl: work-items sharing a row block (a power of two up to 16 dividing WG) */
@@ -277,7 +279,7 @@ static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n
                                    int64_t d_v, const char *feat, clattn_blocked *out)
 {
     const size_t nr = clattn_decode_rows(ctx, group * n_q, d_k, d_v);
-    char opts[320];
+    char opts[512];
     snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DWG=1 %s", (long long)d_k,
              (long long)d_v, nr, feat);
     clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &out->entry);
@@ -338,7 +340,7 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     /* whole steps per split; the count follows */
     const int64_t chunk =
         clattn_ceil_div(clattn_ceil_div(n_kv, splits), GPU_DECODE_WG) * GPU_DECODE_WG;
-    char opts[400];
+    char opts[512];
     snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu -DKB=%d %s",
              (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, GPU_DECODE_KB, f->opts);
     clattn_status st = clattn_get_kernel(ctx, "decode_gpu.cl", opts, &out->entry);
@@ -367,7 +369,7 @@ static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k,
                                   size_t tile, size_t wg_request, const char *feat,
                                   clattn_blocked *out)
 {
-    char dims[280];
+    char dims[384];
     snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld %s", (long long)d_k, (long long)d_v, feat);
     /* private floats per query: q row, accumulator, scores and weights of a tile */
     const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
@@ -416,7 +418,7 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
         else if (!gpu_fits(ctx, d_k, d_v, rq, wg, tile, &kv_shared))
             why = "needs more local memory than the device has";
         if (!why) {
-            char opts[400];
+            char opts[512];
             snprintf(opts, sizeof opts,
                      CL_STD " -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
                             "-DKV_SHARED=%d",
@@ -481,7 +483,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     const clattn_attention_desc *desc = pr->desc;
     const clattn_view *q = &pr->q, *k = &pr->k, *v = &pr->v;
     features feat;
-    make_features(pr, &feat);
+    clattn_status st0 = make_features(ctx, pr, &feat);
+    if (st0 != CLATTN_SUCCESS)
+        return st0;
     const features *f = &feat;
     const int64_t batch = q->n[0], h_q = q->n[1], n_q = q->n[2], d_k = q->n[3];
     const int64_t n_kv = k->n[2], d_v = v->n[3];
@@ -701,16 +705,21 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
                                 clattn_stage_plan *out)
 {
     memset(out, 0, sizeof *out);
-    char feat[160];
+    char feat[256];
     switch (sp->kind) {
     case CLATTN_STAGE_SOFTMAX:
         return softmax_kernel(ctx, sp->desc, sp->a.n[3], CLATTN_FLOAT32, &out->softmax,
                               &out->softmax_wg);
-    case CLATTN_STAGE_SCORES:
+    case CLATTN_STAGE_SCORES: {
         term_options(feat, sizeof feat, (int)sp->a.dtype, (int)sp->b.dtype, -1, -1,
                      sp->has_mask ? &sp->mask : NULL, sp->desc);
+        const size_t at = strlen(feat);
+        const clattn_status st = clattn_mods_options(ctx, sp->desc, feat + at, sizeof feat - at);
+        if (st != CLATTN_SUCCESS)
+            return st;
         return tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, sp->a.n[2], sp->a.n[3], feat,
                                   &out->bk);
+    }
     case CLATTN_STAGE_WEIGHTED_SUM:
     default:
         term_options(feat, sizeof feat, -1, -1, (int)sp->b.dtype, (int)sp->c.dtype, NULL, NULL);
@@ -745,9 +754,11 @@ clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr
                                    clattn_backward_plan *out)
 {
     features f;
-    make_features(pr, &f);
-    const int64_t d_k = pr->q.n[3], d_v = pr->v.n[3];
     memset(out, 0, sizeof *out);
+    clattn_status st0 = make_features(ctx, pr, &f);
+    if (st0 != CLATTN_SUCCESS)
+        return st0;
+    const int64_t d_k = pr->q.n[3], d_v = pr->v.n[3];
     if (pr->q.n[1] > INT_MAX)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "heads above INT_MAX");
     if (d_k > CLATTN_BACKWARD_MAX_D || d_v > CLATTN_BACKWARD_MAX_D)
@@ -759,7 +770,7 @@ clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr
                            "a float64 LSE needs cl_khr_fp64, which %s does not have (use a "
                            "float32 LSE)",
                            ctx->device_name);
-    char opts[400];
+    char opts[512];
     snprintf(opts, sizeof opts,
              CL_STD " -DBWD=1 -DWG=%d -DD_K=%lld -DD_V=%lld -DDO_DT=%d -DDQ_DT=%d -DDK_DT=%d "
                     "-DDV_DT=%d %s",

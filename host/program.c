@@ -63,12 +63,15 @@ static clattn_status create_kernel(clattn_context *ctx, const char *file, clattn
 static clattn_status build(clattn_context *ctx, const char *file, const char *options,
                            clattn_program_entry *e)
 {
-    enum { N_SRC = 3 }; /* common.cl, dropout.cl, then the kernel's file */
-    char *loaded[N_SRC] = {NULL, NULL, NULL};
-    const char *src[N_SRC];
-    const char *files[N_SRC] = {"common.cl", "dropout.cl", file};
+    /* src[1…3]: common.cl, dropout.cl, then the kernel's file; src[0]: the snippets'
+     * source (clattn_mods.h), which the program starts with where the options name one */
+    enum { N_FILES = 3 };
+    char *loaded[N_FILES + 1] = {NULL, NULL, NULL, NULL};
+    const char *src[N_FILES + 1] = {clattn_mods_source(ctx, options), NULL, NULL, NULL};
+    const char *files[N_FILES + 1] = {NULL, "common.cl", "dropout.cl", file};
+    const int first = src[0] ? 0 : 1, n_src = N_FILES + 1 - first;
     clattn_status st = CLATTN_SUCCESS;
-    for (int i = 0; i < N_SRC && st == CLATTN_SUCCESS; i++) {
+    for (int i = 1; i <= N_FILES && st == CLATTN_SUCCESS; i++) {
         if (ctx->kernel_dir) {
             st = read_source(ctx, files[i], &loaded[i]);
             src[i] = loaded[i];
@@ -79,7 +82,7 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
     cl_int err = CL_SUCCESS;
     uint64_t key = 0;
     if (st == CLATTN_SUCCESS) {
-        key = clattn_cache_key(ctx, src, N_SRC, options);
+        key = clattn_cache_key(ctx, src + first, n_src, options);
         e->program = clattn_cache_load(ctx, key);
         if (e->program && clBuildProgram(e->program, 1, &ctx->device, options, NULL, NULL) !=
                               CL_SUCCESS) { /* a stale or foreign binary: build from source */
@@ -87,15 +90,16 @@ static clattn_status build(clattn_context *ctx, const char *file, const char *op
             e->program = NULL;
         }
         if (e->program) {
-            for (int i = 0; i < N_SRC; i++)
+            for (int i = 0; i <= N_FILES; i++)
                 free(loaded[i]);
             return create_kernel(ctx, file, e);
         }
-        e->program = clCreateProgramWithSource(ctx->context, N_SRC, src, NULL, &err);
+        e->program =
+            clCreateProgramWithSource(ctx->context, (cl_uint)n_src, src + first, NULL, &err);
         if (err != CL_SUCCESS)
             st = clattn_fail_cl(ctx, err, "clCreateProgramWithSource");
     }
-    for (int i = 0; i < N_SRC; i++)
+    for (int i = 0; i <= N_FILES; i++)
         free(loaded[i]);
     if (st != CLATTN_SUCCESS)
         return st;

@@ -29,7 +29,7 @@ clattn_status clattn_plan_key_sums(clattn_context *ctx, const clattn_problem *pr
                            KEY_SUMS_RT, (long long)d_k,
                            (unsigned long long)clattn_local_tile_budget(ctx));
     for (;;) {
-        char opts[400];
+        char opts[512];
         snprintf(opts, sizeof opts, CLATTN_CL_STD " -DD_K=%lld -DWG=%lld -DRT=%d %s",
                  (long long)d_k, (long long)wg, KEY_SUMS_RT, feat);
         clattn_status st = clattn_get_kernel(ctx, "key_sums.cl", opts, &p->key_sums);

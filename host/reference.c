@@ -20,9 +20,9 @@
  * (NaN wins, as in the kernels). */
 /* The row's ALiBi reference (common.cl alibi_ref): the distance from the diagonal to the
  * nearest key of [lo, hi), 0 when the diagonal is inside or the range is empty. */
-static int64_t alibi_ref(const clattn_row_rule *r)
+static int64_t alibi_ref(const clattn_attention_desc *desc, const clattn_row_rule *r)
 {
-    if (r->hi <= r->lo)
+    if ((desc->mods && desc->mods->score_mod) || r->hi <= r->lo) /* score_mod: absolute */
         return 0;
     if (r->diag < r->lo)
         return r->lo - r->diag;
@@ -40,7 +40,7 @@ static double row_scores(const clattn_attention_desc *desc, const clattn_view *q
 {
     const int64_t n_q = q->n[2], n_kv = k->n[2], d_k = q->n[3];
     const clattn_row_rule rule = clattn_rule(desc, b, i, n_q, n_kv);
-    const int64_t r0 = ref ? alibi_ref(&rule) : 0;
+    const int64_t r0 = ref ? alibi_ref(desc, &rule) : 0;
     if (ref)
         *ref = r0;
     const double slope = desc->alibi_slopes ? (double)desc->alibi_slopes[h] : 0.0;
@@ -75,6 +75,17 @@ static double row_scores(const clattn_attention_desc *desc, const clattn_view *q
             s -= slope * (double)(dist - r0);
         }
         s += mval;
+        const clattn_mods *mods = desc->mods; /* the snippets' C twins (clattn_mods.h) */
+        if (mods) {
+            const void *bufs[CLATTN_MAX_MOD_BUFFERS];
+            for (int u = 0; u < mods->n_buffers; u++)
+                bufs[u] = mods->buffers[u].host;
+            const int64_t qp = desc->q_start + i, kp = desc->kv_start + j;
+            if (mods->score_mod)
+                s = mods->score_mod_host(s, (int)b, (int)h, qp, kp, bufs, mods->user);
+            if (mods->mask_mod && !mods->mask_mod_host((int)b, (int)h, qp, kp, bufs, mods->user))
+                continue;
+        }
         p[j] = s;
         if (s > m || isnan(s))
             m = isnan(m) ? m : s;
@@ -115,6 +126,9 @@ clattn_status clattn_reference_attention(const clattn_attention_desc *desc,
                                          const clattn_tensor *q_t, const clattn_tensor *k_t,
                                          const clattn_tensor *v_t, const clattn_tensor *o_t)
 {
+    const clattn_status st_twins = clattn_mods_check_twins(desc);
+    if (st_twins != CLATTN_SUCCESS)
+        return st_twins;
     if (desc && desc->varlen)
         return clattn_varlen_run(NULL, CLATTN_VARLEN_REFERENCE, desc, q_t, k_t, v_t, o_t, 0, NULL,
                                  NULL, NULL);
@@ -300,6 +314,8 @@ clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const c
     clattn_stage_call sp;
     clattn_status st = clattn_resolve_stage(NULL, CLATTN_STAGE_SCORES, desc, q_t, k_t, s_t,
                                             CLATTN_STORAGE_HOST, &sp);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_mods_check_twins(desc);
     if (st != CLATTN_SUCCESS)
         return st;
     clattn_problem ex; /* the mask, as row_scores reads it */
@@ -344,7 +360,9 @@ clattn_reference_attention_backward(const clattn_attention_desc *desc, const cla
 {
     if (!desc)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "desc is NULL");
-    const clattn_status st0 = clattn_check_backward_desc(NULL, desc);
+    clattn_status st0 = clattn_check_backward_desc(NULL, desc);
+    if (st0 == CLATTN_SUCCESS)
+        st0 = clattn_mods_check_twins(desc);
     if (st0 != CLATTN_SUCCESS)
         return st0;
     clattn_attention_desc fwd = *desc; /* the weights and LSE outputs play no part */

@@ -63,6 +63,7 @@ size_t clattn_dtype_size(clattn_dtype dtype)
     case CLATTN_INT8:
     case CLATTN_FLOAT8_E4M3: return 1;
     case CLATTN_FLOAT64: return 8;
+    case CLATTN_INT32: return 4;
     default: return 0;
     }
 }

@@ -38,7 +38,9 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "q_start %lld / kv_start %lld must be within ±2^53",
                            (long long)desc->q_start, (long long)desc->kv_start);
-    clattn_status st = clattn_check_dropout(ctx, desc);
+    clattn_status st = clattn_mods_check(ctx, desc);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_check_dropout(ctx, desc);
     if (st != CLATTN_SUCCESS)
         return st;
     if (desc->batch_invariant != 0 && desc->batch_invariant != 1)
@@ -67,6 +69,10 @@ clattn_status clattn_check_backward_desc(clattn_context *ctx, const clattn_atten
                            : desc->rotary ? "rotary"
                            : desc->varlen ? "varlen"
                                           : "an int8 K/V (k_scale, v_scale)");
+    if (desc->mods && desc->mods->score_mod) /* (mask_mod has no gradient: it runs) */
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "mods.score_mod: the backward pass cannot differentiate an OpenCL C "
+                           "snippet (mask_mod works)");
     return CLATTN_SUCCESS;
 }
 

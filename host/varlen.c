@@ -21,6 +21,7 @@ static clattn_status not_combined(clattn_context *ctx, const clattn_attention_de
                      : d->k_new || d->rotary         ? "k_new, v_new, rotary"
                      : d->key_weight_sums            ? "key_weight_sums"
                      : d->dropout_p != 0.0f          ? "dropout"
+                     : d->mods                       ? "mods (snippets)"
                                                      : NULL;
     const char *why = d->kv_lens || d->kv_lens_buffer || d->q_lens || d->q_lens_buffer
                           ? " (the offsets give each sequence's lengths)"

@@ -258,12 +258,12 @@ clattn_view clattn_view_slice(const clattn_view *v, int dim, int64_t start, int6
 clattn_status clattn_view_check_dtype(clattn_context *ctx, const char *name, const clattn_view *v,
                                       unsigned allowed)
 {
-    static const char *const names[7] = {"float32", "float16", "bfloat16",   "bool",
-                                         "float64", "int8",    "float8_e4m3"};
+    static const char *const names[8] = {"float32", "float16", "bfloat16",    "bool",
+                                         "float64", "int8",    "float8_e4m3", "int32"};
     if (allowed & (1u << v->dtype))
         return CLATTN_SUCCESS;
     char list[96] = "";
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         if (allowed & (1u << i)) {
             strcat(list, list[0] ? ", " : "");
             strcat(list, names[i]);

@@ -243,10 +243,13 @@ typedef enum clattn_dtype {
      *  mantissa bits; finite to ±448, no infinities, 0x7f/0xff NaN; uint8_t on the host):
      *  a K or V cache only, optionally times a float32 scale (k_scale, v_scale; usually one
      *  per head). Added in 0.3. */
-    CLATTN_FLOAT8_E4M3 = 6
+    CLATTN_FLOAT8_E4M3 = 6,
+    /** Signed 32-bit integers (int32_t): the snippets' user buffers only
+     *  (clattn_mod_buffer). Added in 0.3. */
+    CLATTN_INT32 = 7
 } clattn_dtype;
 
-/** Bytes per element of a dtype. @return 4, 2, 2, 1, 8, 1 or 1; 0 for an unknown value. */
+/** Bytes per element of a dtype. @return 4, 2, 2, 1, 8, 1, 1 or 4; 0 for an unknown value. */
 size_t clattn_dtype_size(clattn_dtype dtype);
 
 /** Conversions between float32 and the 16-bit storage types, as the kernels do them:
@@ -347,6 +350,7 @@ typedef enum clattn_masked_rows {
 typedef struct clattn_paged_kv clattn_paged_kv; /**< paged K/V: pools and a block table */
 typedef struct clattn_varlen clattn_varlen;     /**< packed variable-length batches */
 typedef struct clattn_rotary clattn_rotary;     /**< rotary position embeddings */
+typedef struct clattn_mods clattn_mods;         /**< score and mask snippets */
 
 /** What to compute. Zero-initialise (or use clattn_attention_desc_default()) and set
  *  what you need; fields will only ever be appended. */
@@ -511,6 +515,9 @@ typedef struct clattn_attention_desc {
      *  weights, dropout, an append, varlen or an int8/FP8 K (CLATTN_ERROR_UNSUPPORTED).
      *  The stages and the backward pass ignore it. docs/SEMANTICS.md, "Key weight sums". */
     const clattn_tensor *key_weight_sums;
+    /** Optional: OpenCL C snippets that modify scores and mask keys, with their user
+     *  buffers (clattn_mods.h). NULL: none. Added in 0.3. */
+    const clattn_mods *mods;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal
@@ -726,5 +733,6 @@ clattn_status clattn_reference_scores(const clattn_attention_desc *desc, const c
 #endif
 #include "clattn_backward.h" /* the backward pass: gradients for training */
 #include "clattn_kvcache.h"  /* paged K/V, varlen batches, rotary embeddings */
+#include "clattn_mods.h"     /* score and mask snippets */
 #include "clattn_multi.h"    /* several devices in one process */
 #endif                       /* CLATTN_H */
