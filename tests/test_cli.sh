@@ -695,6 +695,49 @@ if [ -s "$tmp/row_one" ] && cmp -s "$tmp/row_full" "$tmp/row_one"; then
 else
     fail "run --batch-invariant: the one-row call's bits differ from row 5 of the full call"
 fi
+# --mask-mod: causal written as a snippet gives the bits of --mask causal (fused); a
+# document mask through --mod-buffer (int32 ids: rows 0-2 and 3-5) gives the two halves'
+# own results; a snippet that does not compile names its own line; --check refuses
+printf 'bool clattn_mask_mod(int b, int h, long q, long k)\n{\n    return k <= q;\n}\n' >"$tmp/causal.cl"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --algorithm fused --out "$tmp/oc_builtin.npy"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/causal.cl" \
+    --algorithm fused --out "$tmp/oc_mod.npy"
+expect_rc "run --mask-mod causal.cl" 0
+if cmp -s "$tmp/oc_builtin.npy" "$tmp/oc_mod.npy"; then pass; else
+    fail "run --mask-mod causal.cl: not the bits of --mask causal"; fi
+printf 'bool clattn_mask_mod(int b, int h, long q, long k,\n                     __global const int *doc)\n{\n    return doc[q] == doc[k];\n}\n' >"$tmp/doc.cl"
+npy_with f32 "$tmp/doc.npy" '<i4' '(6,)' 00000000 00000000 00000000 00000001 00000001 00000001
+npy "$tmp/x02.npy" '<f4' '(3, 3)' $(xrows 0 2)
+npy "$tmp/x35.npy" '<f4' '(3, 3)' $(xrows 3 5)
+run_clattn run --q "$tmp/x02.npy" --k "$tmp/x02.npy" --v "$tmp/x02.npy" --out "$tmp/od0.npy"
+run_clattn run --q "$tmp/x35.npy" --k "$tmp/x35.npy" --v "$tmp/x35.npy" --out "$tmp/od1.npy"
+for alg in fused unfused; do
+    run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/doc.cl" \
+        --mod-buffer doc="$tmp/doc.npy" --algorithm $alg --out "$tmp/odoc.npy"
+    expect_rc "run --mask-mod doc.cl --mod-buffer ($alg)" 0
+    expect_values "run --mask-mod doc.cl --mod-buffer ($alg)" "$tmp/odoc.npy" \
+        "$(values_of "$tmp/od0.npy") $(values_of "$tmp/od1.npy")"
+done
+printf 'bool clattn_mask_mod(int b, int h, long q, long k)\n{\n    return q >= ;\n}\n' >"$tmp/bad.cl"
+rm -f "$tmp/never.npy"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/bad.cl" \
+    --out "$tmp/never.npy"
+expect_rc "run --mask-mod bad.cl" 1
+expect_text "run --mask-mod bad.cl" "$tmp/err" "mask_mod:3:"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/doc.cl" \
+    --mod-buffer doc="$tmp/doc.npy" --check --out "$tmp/never.npy"
+expect_rc "run --mask-mod --check" 2
+expect_text "run --mask-mod --check" "$tmp/err" "cannot run the OpenCL C"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mod-buffer doc="$tmp/doc.npy" \
+    --out "$tmp/never.npy"
+expect_rc "run --mod-buffer alone" 2
+expect_text "run --mod-buffer alone" "$tmp/err" "--mod-buffer needs --score-mod or --mask-mod"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/doc.cl" \
+    --mod-buffer "$tmp/doc.npy" --out "$tmp/never.npy"
+expect_rc "run --mod-buffer without NAME=" 2
+expect_text "run --mod-buffer without NAME=" "$tmp/err" "is not NAME=FILE.npy"
+if [ -e "$tmp/never.npy" ]; then fail "run --mask-mod errors: wrote an output"; else pass; fi
 # one sequence, rows 2-5 only: rows 0-1 are written as zeros, and --check compares them
 # as zeros too (its reference once read them from uninitialised memory)
 rm -f "$tmp/ovar.npy"

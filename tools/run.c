@@ -614,6 +614,10 @@ static int read_inputs(const run_args *a, run_inputs *in)
             return cli_error("%s %s", i == 0 ? "--rotary-cos" : "--rotary-sin", message);
         }
     }
+    int mrc = run_read_mods(a, in); /* tools/run_mods.c */
+    if (mrc >= 0) {
+        return mrc;
+    }
     const char *const cu_paths[] = {a->cu_q_file, a->cu_k_file};
     npy_data *const cus[] = {&in->cu_q, &in->cu_k};
     for (int i = 0; i < 2; ++i) {
@@ -649,6 +653,7 @@ int cmd_run(int argc, char **argv)
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; ++i) {
         npy_data_free(arrays[i]);
     }
+    run_free_mods(&in);
     free_run_args(&a);
     return rc;
 }

@@ -202,7 +202,7 @@ static const char run_usage_bwd[] =
     "(\"clattn_attention_backward failed: unsupported: ...\").\n";
 /* parse_run_args joins them */
 static char run_usage[sizeof run_usage_1 + sizeof run_usage_kv + sizeof run_usage_drop +
-                      sizeof run_usage_2 + sizeof run_usage_bwd];
+                      sizeof run_usage_2 + sizeof run_usage_bwd + 2048];
 
 void free_run_args(run_args *a)
 {
@@ -614,8 +614,12 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--dropout-seed", &a->dropout_seed_text, NULL},
         {"--dropout-offset", &a->dropout_offset_text, NULL},
     };
-    snprintf(run_usage, sizeof run_usage, "%s%s%s%s%s", run_usage_1, run_usage_kv, run_usage_drop,
-             run_usage_2, run_usage_bwd);
+    snprintf(run_usage, sizeof run_usage, "%s%s%s%s%s%s", run_usage_1, run_usage_kv, run_usage_drop,
+             run_usage_mods, run_usage_2, run_usage_bwd);
+    int rc = run_take_mod_args(&argc, argv, a); /* tools/run_mods.c */
+    if (rc >= 0) {
+        return rc;
+    }
     a->out_dtype = -1;
     char **rest = malloc((size_t)(argc + 1) * 2 * sizeof *rest);
     if (rest == NULL) {
@@ -626,8 +630,8 @@ int parse_run_args(int argc, char **argv, run_args *a)
     split_kv_arguments(argc, argv, options, sizeof options / sizeof options[0], kv_options,
                        sizeof kv_options / sizeof kv_options[0], rest, &n_rest, kv_args,
                        &n_kv_args);
-    int rc = parse_command_line(command, run_usage, n_rest, rest, options,
-                                sizeof options / sizeof options[0]);
+    rc = parse_command_line(command, run_usage, n_rest, rest, options,
+                            sizeof options / sizeof options[0]);
     if (rc < 0) {
         rc = parse_command_line(command, run_usage, n_kv_args, kv_args, kv_options,
                                 sizeof kv_options / sizeof kv_options[0]);

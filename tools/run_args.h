@@ -11,6 +11,8 @@
 /* --scores-stage: which scores --scores writes (ONNX Attention's modes 0, 1, 2) */
 enum { RUN_SCORES_RAW, RUN_SCORES_SOFTCAP, RUN_SCORES_MASKED };
 
+enum { CLATTN_RUN_MAX_MOD_BUFFERS = 8 };
+
 typedef struct run_args {
     const char *q, *k, *v, *out, *weights, *lse, *scores, *mask_file, *device;
     const char *scores_stage_text;
@@ -64,6 +66,10 @@ typedef struct run_args {
     const char *dropout_text, *dropout_seed_text, *dropout_offset_text;
     float dropout_p;
     uint64_t dropout_seed, dropout_offset;
+    /* --score-mod / --mask-mod FILE.cl and --mod-buffer NAME=FILE.npy (tools/run_mods.c) */
+    const char *score_mod_file, *mask_mod_file;
+    const char *mod_buf_args[CLATTN_RUN_MAX_MOD_BUFFERS]; /* "NAME=FILE.npy" */
+    int n_mod_bufs;
 } run_args;
 
 /* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;
@@ -83,6 +89,8 @@ typedef struct run_inputs {
     clattn_dtype dq, dk, dv, dk_new, dv_new;
     int64_t qs[4], ks[4], vs[4]; /* 4-D shapes */
     int64_t n_kv;                /* keys per batch entry: ks[2], or max_pages*page_size */
+    char *score_mod, *mask_mod;  /* the snippets' sources (malloc'd), or NULL */
+    npy_data mod_bufs[CLATTN_RUN_MAX_MOD_BUFFERS];
 } run_inputs;
 
 /* Bytes per element of a library dtype (float32 4, bool 1, others 2). */
@@ -105,11 +113,23 @@ typedef struct run_desc {
     clattn_paged_kv paged;
     clattn_rotary rotary;
     clattn_varlen varlen;
+    clattn_mods mods;
+    clattn_mod_buffer mod_bufs[CLATTN_RUN_MAX_MOD_BUFFERS];
 } run_desc;
 /* Fills rd from the options and the inputs read, checking the inputs against each other
  * (mask shape, block table, new rows, rotary tables, cu_seqlens, lengths, ALiBi slopes,
  * sinks). Returns -1 to go on, or an exit status. */
 int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd);
+
+/* ---- tools/run_mods.c: --score-mod, --mask-mod, --mod-buffer ---- */
+extern const char run_usage_mods[];
+/* Takes the options out of argv (argc updated); -1 to go on, or an exit status. */
+int run_take_mod_args(int *argc, char **argv, run_args *a);
+/* Reads the snippets and buffers into `in`; -1 to go on, or an exit status. */
+int run_read_mods(const run_args *a, run_inputs *in);
+/* Points rd->desc.mods at them (nothing without snippets). */
+void run_mods_desc(const run_args *a, const run_inputs *in, run_desc *rd);
+void run_free_mods(run_inputs *in);
 
 /* The 4-D shape of an npy array of rank ndim (leading dimensions 1). */
 void shape4(const int64_t *shape, int ndim, int64_t out[4]);

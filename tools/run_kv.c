@@ -330,5 +330,6 @@ int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd)
         lrc = run_check_sinks(a->sinks_file, &in->sinks, in->qs[1]);
         desc->sinks = in->sinks.data;
     }
+    run_mods_desc(a, in, rd); /* --score-mod, --mask-mod, --mod-buffer (run_mods.c) */
     return lrc;
 }
