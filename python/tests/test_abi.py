@@ -20,6 +20,8 @@ STRUCTS = {
     "clattn_attention_desc": _lib.Desc,
     "clattn_plan": _lib.Plan,
     "clattn_context_options": _lib.ContextOptions,
+    "clattn_mod_buffer": _lib.ModBuffer,
+    "clattn_mods": _lib.Mods,
 }
 
 

@@ -433,3 +433,44 @@ def test_key_weight_sums_against_oracle(ctx, heads):
                                                        return_key_weight_sums=True)
     assert lse2.shape == (11,) and ks2.shape == (23,)
     assert_close(ks2, oracle(q[:1, :1], k[:1, :1], v[:1, :1])[2].sum(axis=2)[0, 0], **F32_TOL)
+
+
+DOC_MASK = """bool clattn_mask_mod(int b, int h, long q, long k, __global const int *doc)
+{
+    return doc[q] == doc[k];
+}
+"""
+REL_BIAS = """float clattn_score_mod(float s, int b, int h, long q, long k, __global const float *t)
+{
+    return s + t[h * 9 + clamp(k - q, -4L, 4L) + 4];
+}
+"""
+
+
+def test_score_and_mask_snippets():
+    """A document mask (int32 ids) and a relative bias from a per-head table against
+    NumPy in float64 (atol 2e-5), in both algorithms; errors name the snippet's line."""
+    rng = np.random.default_rng(20261201)
+    q, k, v = (rng.standard_normal((2, 30, 8)).astype(np.float32) for _ in range(3))
+    doc = np.arange(30) // 7
+    table = rng.standard_normal((2, 9)).astype(np.float32)
+    s = np.einsum("hid,hjd->hij", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(8)
+    dist = np.clip(np.arange(30)[None, :] - np.arange(30)[:, None], -4, 4) + 4
+    s_doc = np.where(doc[:, None] == doc[None, :], s, -np.inf)
+    s_rel = s + table.astype(np.float64)[:, dist]
+    for mods, scores in (({"mask_mod": DOC_MASK, "mod_buffers": [doc]}, s_doc),
+                         ({"score_mod": REL_BIAS, "mod_buffers": [table]}, s_rel)):
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        want = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+        for alg in ("fused", "unfused"):
+            got = clattn.scaled_dot_product_attention(q, k, v, algorithm=alg, **mods)
+            assert_close(got, want, atol=2e-5, rtol=2e-5)
+    with pytest.raises(clattn.DeviceError, match="mask_mod:3"):
+        clattn.scaled_dot_product_attention(
+            q, k, v, mask_mod="bool clattn_mask_mod(int b, int h, long q, long k)\n{\n  x;\n}\n")
+    with pytest.raises(TypeError, match="OpenCL C source"):
+        clattn.scaled_dot_product_attention(q, k, v, mask_mod=lambda b, h, q, k: True)
+    with pytest.raises(ValueError, match="needs score_mod or mask_mod"):
+        clattn.scaled_dot_product_attention(q, k, v, mod_buffers=[doc])
+    with pytest.raises(clattn.UnsupportedError, match="mask_mod_host"):
+        clattn.reference_attention(q, k, v, mask_mod=DOC_MASK, mod_buffers=[doc])

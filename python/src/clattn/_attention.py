@@ -152,6 +152,8 @@ class _Call:
         if o["sinks"] is not None:
             arr, d.sinks = _arrays.host_float32(o["sinks"], "sinks", hq)
             self.keep.append(arr)
+        if o["score_mod"] is not None or o["mask_mod"] is not None or o["mod_buffers"]:
+            d.mods = ctypes.pointer(self._mods(o["score_mod"], o["mask_mod"], o["mod_buffers"]))
         self.mask: Optional[View] = None
         if attn_mask is not None:
             self.mask = self._mask(attn_mask, q, (b, hq, n_q, n_kv), nb)
@@ -214,6 +216,38 @@ class _Call:
             self.ksum = _arrays.view4(self.ksum_obj, "key_weight_sums", output=True,
                                       batch_dims=nb)
             d.key_weight_sums = ctypes.pointer(self.ksum.tensor)
+
+    def _mods(self, score_mod: Any, mask_mod: Any, buffers: Any) -> Any:
+        """clattn_mods from OpenCL C source strings and host arrays (kept alive)."""
+        srcs = []
+        for name, src in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+            if src is not None and not isinstance(src, str):
+                raise TypeError(f"{name} must be OpenCL C source (a str), not "
+                                f"{type(src).__name__}")
+            srcs.append(None if src is None else src.encode())
+        if srcs == [None, None]:
+            raise ValueError("mod_buffers needs score_mod or mask_mod")
+        bufs = list(buffers or ())
+        if len(bufs) > 8:
+            raise ValueError(f"mod_buffers: {len(bufs)} arrays, at most 8")
+        arr = (_lib.ModBuffer * max(1, len(bufs)))()
+        for i, x in enumerate(bufs):
+            if _arrays.is_torch(x):
+                x = x.detach().cpu().numpy()
+            a = np.asarray(x)
+            if a.dtype.kind in "iub":
+                if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
+                    raise ValueError(f"mod_buffers[{i}] holds values outside int32")
+                a, dt = np.ascontiguousarray(a, dtype=np.int32).ravel(), _lib.INT32
+            elif a.dtype.kind == "f":
+                a, dt = np.ascontiguousarray(a, dtype=np.float32).ravel(), _lib.FLOAT32
+            else:
+                raise TypeError(f"mod_buffers[{i}] must hold integers or floats, not {a.dtype}")
+            self.keep.append(a)
+            arr[i].dtype, arr[i].count, arr[i].host = dt, a.size, a.ctypes.data
+        mods = _lib.Mods(srcs[0], srcs[1], arr, len(bufs))
+        self.keep += [srcs, arr, mods]
+        return mods
 
     def _mask(self, attn_mask: Any, q: Any, target4: Tuple[int, ...], nb: int) -> View:
         m = _arrays.to_numpy_like(attn_mask, "attn_mask")
@@ -417,7 +451,8 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     softcap=None, kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False,
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
     out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
-    batch_invariant=False, return_key_weight_sums=False)
+    batch_invariant=False, return_key_weight_sums=False, score_mod=None, mask_mod=None,
+    mod_buffers=())
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
 _FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean", "batch_invariant")
 
@@ -503,6 +538,17 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     KV head's query heads, ``(..., H_kv, S)``; H2O / SnapKV eviction scores, computed
     without the weights matrix; fused only, not with ``return_weights`` or dropout;
     docs/SEMANTICS.md "Key weight sums").
+    ``score_mod`` / ``mask_mod`` (OpenCL C source defining ``float clattn_score_mod(float
+    score, int b, int h, long q_pos, long k_pos, ...)`` / ``bool clattn_mask_mod(int b, int
+    h, long q_pos, long k_pos, ...)``, compiled into the kernels: FlexAttention's idea;
+    ``...`` are ``mod_buffers``, up to 8 read-only arrays passed flat as ``__global const
+    int *`` (integer arrays) or ``__global const float *``, in order; b is the batch entry
+    (the leading dims flattened), h the query head, q_pos = q_start + i, k_pos = kv_start + j;
+    applied after softcap, ALiBi and attn_mask to visible keys; a compile error raises
+    :class:`DeviceError` (status_name "kernel build failed") whose message names the
+    snippet's line, e.g. ``mask_mod:3``;
+    :func:`reference_attention` raises :class:`UnsupportedError` for them (it cannot run
+    OpenCL C); docs/SEMANTICS.md "Score and mask snippets").
     With ``return_lse``, ``return_weights`` and/or ``return_key_weight_sums`` the result
     is a tuple ``(out, lse?, weights?, key_weight_sums?)`` in that order.
 

@@ -34,6 +34,7 @@ IO = 13
 
 # clattn_dtype (INT8: a quantized K or V, with the desc's k_scale / v_scale)
 FLOAT32, FLOAT16, BFLOAT16, BOOL, FLOAT64, INT8 = 0, 1, 2, 3, 4, 5
+INT32 = 7  # the snippets' user buffers only
 # clattn_mask
 MASK_NONE, MASK_CAUSAL_TOP_LEFT, MASK_CAUSAL_BOTTOM_RIGHT, MASK_NO_SELF = 0, 1, 2, 3
 # clattn_algorithm
@@ -53,6 +54,39 @@ class Tensor(ctypes.Structure):
         ("host", c_void_p),
         ("buffer", c_void_p),
         ("broadcast", ctypes.c_uint32),
+    ]
+
+
+class ModBuffer(ctypes.Structure):
+    """clattn_mod_buffer."""
+
+    _fields_ = [
+        ("dtype", ctypes.c_int),
+        ("count", ctypes.c_int64),
+        ("host", ctypes.c_void_p),
+        ("buffer", ctypes.c_void_p),
+    ]
+
+
+# the C twins of the snippets, for the reference (the package leaves them NULL)
+SCORE_MOD_HOST = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_int64, ctypes.c_int64,
+                                  ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+MASK_MOD_HOST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                                 ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+class Mods(ctypes.Structure):
+    """clattn_mods."""
+
+    _fields_ = [
+        ("score_mod", ctypes.c_char_p),
+        ("mask_mod", ctypes.c_char_p),
+        ("buffers", ctypes.POINTER(ModBuffer)),
+        ("n_buffers", ctypes.c_int),
+        ("score_mod_host", SCORE_MOD_HOST),
+        ("mask_mod_host", MASK_MOD_HOST),
+        ("user", ctypes.c_void_p),
     ]
 
 
@@ -103,6 +137,8 @@ class Desc(ctypes.Structure):
         ("batch_invariant", ctypes.c_int),
         # optional output: each key's summed weight (the package leaves it NULL)
         ("key_weight_sums", ctypes.POINTER(Tensor)),
+        # score / mask snippets (clattn_mods.h)
+        ("mods", ctypes.POINTER(Mods)),
     ]
 
 
