@@ -21,14 +21,14 @@
 
 #include <clattn.h>
 
-enum { B = 2, HQ = 4, HK = 2, D = 16, NQ = 37, NK = 53, POS = 100 };
+enum { B = 2, HQ = 4, HK = 2, D = 16, NQ = 37, NK = 53, NK_DECODE = 300, POS = 400 };
 static const int64_t Q_START = 16, KV_START = 0; /* queries sit at positions 16 … 52 */
 
 /* ---- document masking: doc[pos] per position; causal within a document ---- */
 static const char *DOC_MASK =
     "bool clattn_mask_mod(int b, int h, long q_pos, long k_pos, __global const int *doc)\n"
     "{\n"
-    "    return doc[b * 100 + q_pos] == doc[b * 100 + k_pos] && k_pos <= q_pos;\n"
+    "    return doc[b * 400 + q_pos] == doc[b * 400 + k_pos] && k_pos <= q_pos;\n"
     "}\n";
 static int doc_mask_c(int b, int h, int64_t qp, int64_t kp, const void *const *bufs, void *user)
 {
@@ -138,7 +138,8 @@ START_TEST(document_mask_and_relative_bias)
         mask[i] = !(i / NK == 3 && (i % NK) % 5 == 0);
     clattn_tensor tm = clattn_tensor_host(mask, 1, 1, NQ, NK);
     tm.dtype = CLATTN_BOOL;
-    const int64_t shapes[2][2] = {{NQ, NK}, {1, NK}}; /* prefill, decode (n_q 1, GQA) */
+    /* prefill; decode (n_q 1, GQA) over more keys than a tile or a decode work-group */
+    const int64_t shapes[2][2] = {{NQ, NK}, {1, NK_DECODE}};
     for (int sh = 0; sh < 2; sh++) {
         tu_problem p;
         tu_problem_init(&p, B, HQ, HK, shapes[sh][0], shapes[sh][1], D, D, tu_seed() + 1u,
@@ -204,11 +205,13 @@ START_TEST(buffers_on_the_device)
 END_TEST
 
 /* causal as a mask_mod: the built-in causal mask's bits (fused), and within tolerance of
- * it in the unfused algorithm; tanh softcap as a score_mod: the built-in softcap's values */
+ * it in the unfused algorithm; tanh softcap as a score_mod: the built-in softcap's values
+ * (300 keys: whole tiles with no other term, the kernels' fast path) and, over ALiBi, the
+ * reference's (absolute biases) */
 START_TEST(snippets_equal_builtins)
 {
     tu_problem p;
-    tu_problem_init(&p, 1, HQ, HK, 70, 90, D, D, tu_seed() + 8u, tu_seed() + 9u, tu_seed() + 10u,
+    tu_problem_init(&p, 1, HQ, HK, 70, 300, D, D, tu_seed() + 8u, tu_seed() + 9u, tu_seed() + 10u,
                     0);
     const clattn_mods causal = {NULL, CAUSAL, NULL, 0, NULL, NULL, NULL};
     const clattn_mods cap = {SOFTCAP5, NULL, NULL, 0, softcap5_c, NULL, NULL};
@@ -228,6 +231,18 @@ START_TEST(snippets_equal_builtins)
         free(a);
         free(b);
     }
+    /* under ALiBi a score_mod sees the absolute bias: queries placed 200 past the keys
+     * (the built-in terms would take the bias relative to the nearest key) */
+    float slopes[HQ];
+    for (int h = 0; h < HQ; h++)
+        slopes[h] = 0.05f * (float)(h + 1);
+    mod = clattn_attention_desc_default();
+    mod.mods = &cap;
+    mod.alibi_slopes = slopes;
+    mod.q_start = 200;
+    for (int alg = CLATTN_ALGORITHM_UNFUSED; alg <= CLATTN_ALGORITHM_FUSED; alg++)
+        check_against_reference(&p, mod, (clattn_algorithm)alg, false,
+                                "softcap as score_mod over absolute ALiBi");
     builtin = clattn_attention_desc_default();
     builtin.softcap = 5.0f;
     mod = clattn_attention_desc_default();
