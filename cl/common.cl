@@ -224,10 +224,40 @@ long2 group_key_range(RULE_PARAMS, long b, long i_first, long i_last, long n_q, 
 #else
 #define MASK_ELEM float
 #endif
+/* BLOCK_MASK: the mask_mod's block flags (clattn_block_mask): bmask[b·st.s0 + h·st.s1 +
+ * (i/16)·st.s2 + j/16] is 0 (every key of the 16 × 16 block masked), 1 (mixed) or 2
+ * (none masked); a NULL bmask without it */
+#ifndef BLOCK_MASK
+#define BLOCK_MASK 0
+#endif
 #define TERM_PARAMS                                                                         \
     __global const MASK_ELEM *mt, long mt_off, long4 mt_st, __global const float *alibi,   \
-        float softcap, long2 mod_pos MOD_BUF_PARAMS
-#define TERM_ARGS mt, mt_off, mt_st, alibi, softcap, mod_pos MOD_BUF_ARGS
+        float softcap, long2 mod_pos, __global const uchar *bmask, long4 bm_st MOD_BUF_PARAMS
+#define TERM_ARGS mt, mt_off, mt_st, alibi, softcap, mod_pos, bmask, bm_st MOD_BUF_ARGS
+/* a tile whose only term is mask_mod needs none where the block mask says "full" */
+#define ONLY_MASK_MOD (MOD_MASK && !MOD_SCORE && !MASK_T && !ALIBI && !SOFTCAP)
+
+/* The block mask's state of rows [i0, i1] × keys [j0, j1] of (b, h): 0 when every
+ * 16 × 16 block they touch is empty, 2 when every one is full, else 1 (and 1 without a
+ * block mask: every tile evaluated). Uniform over a work-group that shares the range. */
+int block_tile_state(__global const uchar *bmask, long4 st, long b, long h, long i0, long i1,
+                     long j0, long j1)
+{
+#if BLOCK_MASK
+    if (i1 < i0 || j1 < j0)
+        return 0;
+    bool any = false, all = true;
+    for (long qb = i0 / 16; qb <= i1 / 16; qb++)
+        for (long kb = j0 / 16; kb <= j1 / 16; kb++) {
+            const uchar f = bmask[b * st.s0 + h * st.s1 + qb * st.s2 + kb];
+            any |= f != 0;
+            all &= f == 2;
+        }
+    return all ? 2 : any ? 1 : 0;
+#else
+    return 1;
+#endif
+}
 
 /* Scores of row i of batch entry b, query head h, for 16 keys j = j0 + lane: raw dot
  * products s (already scaled) become score_mod(softcap(s) − slope·|diag − j| + mask), and

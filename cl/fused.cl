@@ -106,6 +106,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
     /* key tiles outside every row's range are fully masked: the group skips them */
     const long2 kr = group_key_range(RULE_ARGS, b, g0, min(g0 + WG * RQ, n_q) - 1, n_q, n_kv);
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
+        /* the block mask (uniform over the group): a tile mask_mod masks for every row is
+         * skipped, and one it leaves fully visible needs no snippet */
+        const int bstate = block_tile_state(bmask, bm_st, b, h, g0, min(g0 + WG * RQ, n_q) - 1,
+                                            j0, min(j0 + TILE_KV, n_kv) - 1);
+        if (bstate == 0)
+            continue;
         TYPED(stage_rows, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, D_K, D_K, TILE_KV, WG, true, k_t KV_PAGES);
         TYPED(stage_rows, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, D_V, D_V_PAD, TILE_KV, WG, false,
                                 v_tile KV_PAGES);
@@ -155,7 +161,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
                 /* every key of the tile visible and no score term: only the scale */
                 const bool plain =
-                    !SCORE_TERMS && lo == 0 && hi == TILE_KV && self < 0;
+                    (!SCORE_TERMS || (ONLY_MASK_MOD && bstate == 2)) && lo == 0 &&
+                    hi == TILE_KV && self < 0;
                 float16 m16 = (float16)(-INFINITY);
                 for (int sv = 0; sv < N_SV; sv++) {
                     float16 x = vload16(sv, p[r]) * scale;

@@ -111,6 +111,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     const bool terms = SCORE_TERMS || mask == MASK_NO_SELF;
 
     for (long j0 = kr.x / TILE_KV * TILE_KV; j0 < kr.y; j0 += TILE_KV) {
+        /* the block mask (uniform over the group): a tile mask_mod masks for every row is
+         * skipped, and one it leaves fully visible needs no snippet */
+        const int bstate = block_tile_state(bmask, bm_st, b, h, g0, min(g0 + BQ, n_q) - 1, j0,
+                                            min(j0 + TILE_KV, n_kv) - 1);
+        if (bstate == 0)
+            continue;
         (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, TILE_KV, D_K, DK4, QK_STRIDE, k_s KV_PAGES);
 #if K_SCALED /* a quantized K: the staged rows times their scales */
         scale_staged4(k_s, TILE_KV, DK4, QK_STRIDE, k_sc, ks_off, ks_st, b, hk, j0, nkv_b KV_PAGES);
@@ -168,7 +174,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
 #endif
 
         /* 3. the rule and the score terms, where the tile needs them (uniform) */
-        if (terms || r_last.lo > j0 || r_first.hi < j0 + TILE_KV) {
+        if ((terms && !(ONLY_MASK_MOD && mask != MASK_NO_SELF && bstate == 2)) ||
+            r_last.lo > j0 || r_first.hi < j0 + TILE_KV) {
             #pragma unroll
             for (int r = 0; r < RQ; r++) {
                 #pragma unroll

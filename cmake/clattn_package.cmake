@@ -31,11 +31,12 @@ if(CLATTN_BUILD_SHARED)
   add_custom_command(
     OUTPUT "${_clattn_map}"
     COMMAND ${CMAKE_COMMAND}
-            "-DHEADERS=${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_tuning.h"
+            "-DHEADERS=${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_tuning.h,${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_mods.h"
             "-DOUT=${_clattn_map}" -P "${CMAKE_CURRENT_SOURCE_DIR}/cmake/version_script.cmake"
     DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn.h"
             "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_backward.h"
             "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_tuning.h"
+            "${CMAKE_CURRENT_SOURCE_DIR}/include/clattn_mods.h"
             "${CMAKE_CURRENT_SOURCE_DIR}/cmake/version_script.cmake"
     COMMENT "Writing the shared library's version script from the public headers" VERBATIM)
   add_custom_target(clattn_version_script DEPENDS "${_clattn_map}")

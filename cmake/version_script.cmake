@@ -1,7 +1,7 @@
 # Writes the linker version script of the shared library: the functions declared in
 # the public headers are global, everything else (host/'s internal clattn_* helpers
 # included) is local. Generated from the headers at build time, so a function added to
-# include/clattn.h, include/clattn_backward.h or include/clattn_tuning.h is exported
+# include/clattn.h, clattn_backward.h, clattn_tuning.h or clattn_mods.h is exported
 # without a second list to keep in step.
 #   cmake -DHEADERS=include/clattn.h,include/clattn_backward.h -DOUT=clattn.map -P version_script.cmake
 # A declaration starts a line with its return type and names the function before its

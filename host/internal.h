@@ -362,6 +362,11 @@ clattn_status clattn_mods_options(clattn_context *ctx, const clattn_attention_de
 /* The source to splice in before common.cl for a program's options, or NULL. */
 const char *clattn_mods_source(const clattn_context *ctx, const char *options);
 void clattn_mods_release(clattn_context *ctx);
+/* The desc's block mask against the call's sizes and positions (INVALID_ARGUMENT). */
+clattn_status clattn_block_mask_check(clattn_context *ctx, const clattn_attention_desc *desc,
+                                      int64_t batch, int64_t h_q, int64_t n_q, int64_t n_kv);
+/* Its flags and strides for common.cl's TERM_PARAMS (NULL and zeros without one). */
+void clattn_block_mask_arg(const clattn_attention_desc *desc, cl_mem *flags, cl_long4 *st);
 /* The user buffers on the device, in order: the caller's cl_mem, or a copy of the host
  * array (owned[i]: release it after the launch). *n counts those set, even on failure. */
 clattn_status clattn_mods_buffers(clattn_context *ctx, const clattn_attention_desc *desc,

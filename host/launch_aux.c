@@ -39,6 +39,11 @@ void arg_terms(arg_list *a, const aux_t *x)
     const clattn_attention_desc *d = x->desc;
     const cl_long2 mod_pos = {{d ? d->q_start : 0, d ? d->kv_start : 0}};
     arg(a, sizeof mod_pos, &mod_pos);
+    cl_mem bmask; /* the snippet's block mask, or NULL */
+    cl_long4 bm_st;
+    clattn_block_mask_arg(d, &bmask, &bm_st);
+    arg(a, sizeof bmask, &bmask);
+    arg(a, sizeof bm_st, &bm_st);
     for (int i = 0; i < x->n_mods; i++) /* MOD_BUF_PARAMS: only in programs with snippets */
         arg(a, sizeof(cl_mem), &x->mods[i]);
 }

@@ -189,3 +189,176 @@ clattn_status clattn_mods_buffers(clattn_context *ctx, const clattn_attention_de
     }
     return CLATTN_SUCCESS;
 }
+
+/* ---- block masks (clattn_block_mask_create) ---- */
+
+struct clattn_block_mask {
+    clattn_context *ctx;
+    cl_mem flags; /* [batch, heads, n_qb, n_kb] bytes */
+    int64_t batch, heads, n_q, n_kv, n_qb, n_kb;
+    int64_t q_start, kv_start;
+    uint64_t mask_id; /* mask_mod's text and its buffers' dtypes */
+};
+
+/* What a block mask depends on besides positions and sizes: mask_mod and its buffers'
+ * dtypes (their contents are the caller's to keep). */
+static uint64_t mask_id(const clattn_mods *m)
+{
+    uint64_t h = fnv1a(m->mask_mod);
+    for (int i = 0; i < m->n_buffers; i++)
+        h = (h ^ (uint64_t)(m->buffers[i].dtype + 1)) * 0x100000001b3ULL;
+    return h;
+}
+
+clattn_status clattn_block_mask_create(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       int64_t batch, int64_t heads, int64_t n_q, int64_t n_kv,
+                                       clattn_block_mask **out)
+{
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    if (!out || !desc)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s is NULL", out ? "desc" : "out");
+    *out = NULL;
+    clattn_status st = clattn_mods_check(ctx, desc);
+    if (st != CLATTN_SUCCESS)
+        return st;
+    if (!desc->mods || !desc->mods->mask_mod)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "block mask: desc->mods has no mask_mod to build it from");
+    const int64_t n_qb = clattn_ceil_div(n_q, 16), n_kb = clattn_ceil_div(n_kv, 16);
+    int64_t count = 0;
+    if (batch < 1 || heads < 1 || heads > INT32_MAX || n_q < 0 || n_kv < 0 ||
+        !clattn_mul_ok(batch, heads, &count) || !clattn_mul_ok(count, n_qb, &count) ||
+        !clattn_mul_ok(count, n_kb, &count))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "block mask: batch %lld and heads %lld (≥ 1), n_q %lld and n_kv %lld "
+                           "(≥ 0) out of range",
+                           (long long)batch, (long long)heads, (long long)n_q, (long long)n_kv);
+    char opts[96];
+    snprintf(opts, sizeof opts, "%s", CLATTN_CL_STD);
+    const size_t at = strlen(opts);
+    clattn_program_entry *e = NULL;
+    if ((st = clattn_mods_options(ctx, desc, opts + at, sizeof opts - at)) != CLATTN_SUCCESS ||
+        (st = clattn_get_kernel(ctx, "block_mask.cl", opts, &e)) != CLATTN_SUCCESS)
+        return st;
+    clattn_block_mask *m = calloc(1, sizeof *m);
+    if (!m)
+        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "block mask");
+    *m = (clattn_block_mask){ctx,
+                             NULL,
+                             batch,
+                             heads,
+                             n_q,
+                             n_kv,
+                             n_qb,
+                             n_kb,
+                             desc->q_start,
+                             desc->kv_start,
+                             mask_id(desc->mods)};
+    st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, count > 0 ? count : 1, NULL, &m->flags);
+    cl_mem bufs[CLATTN_MAX_MOD_BUFFERS];
+    bool owned[CLATTN_MAX_MOD_BUFFERS];
+    int n_bufs = 0;
+    if (st == CLATTN_SUCCESS)
+        st = clattn_mods_buffers(ctx, desc, bufs, owned, &n_bufs);
+    if (st == CLATTN_SUCCESS && count > 0) {
+        const cl_int h32 = (cl_int)heads;
+        const cl_long longs[4] = {n_q, n_kv, desc->q_start, desc->kv_start};
+        cl_int err = clSetKernelArg(e->kernel, 0, sizeof(cl_mem), &m->flags);
+        err |= clSetKernelArg(e->kernel, 1, sizeof h32, &h32);
+        for (cl_uint i = 0; i < 4; i++)
+            err |= clSetKernelArg(e->kernel, 2 + i, sizeof(cl_long), &longs[i]);
+        for (int i = 0; i < n_bufs; i++)
+            err |= clSetKernelArg(e->kernel, 6 + (cl_uint)i, sizeof(cl_mem), &bufs[i]);
+        const size_t global[3] = {(size_t)n_kb, (size_t)n_qb, (size_t)(batch * heads)};
+        cl_event done = NULL;
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(ctx->queue, e->kernel, 3, NULL, global, NULL, 0, NULL,
+                                         &done);
+        if (err == CL_SUCCESS)
+            err = clWaitForEvents(1, &done);
+        if (done)
+            clReleaseEvent(done);
+        if (err != CL_SUCCESS)
+            st = clattn_fail_cl(ctx, err, "block mask: building the flags (block_mask.cl)");
+    }
+    for (int i = 0; i < n_bufs; i++)
+        if (owned[i] && bufs[i])
+            clReleaseMemObject(bufs[i]);
+    if (st != CLATTN_SUCCESS) {
+        clattn_block_mask_release(m);
+        return st;
+    }
+    *out = m;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_block_mask_counts(const clattn_block_mask *m, int64_t *empty, int64_t *partial,
+                                       int64_t *full)
+{
+    if (!m)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "mask is NULL");
+    const size_t n = (size_t)(m->batch * m->heads * m->n_qb * m->n_kb);
+    unsigned char *f = malloc(n > 0 ? n : 1);
+    if (!f)
+        return clattn_fail(m->ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "block mask counts");
+    const cl_int err =
+        n > 0 ? clEnqueueReadBuffer(m->ctx->queue, m->flags, CL_TRUE, 0, n, f, 0, NULL, NULL)
+              : CL_SUCCESS;
+    int64_t c[3] = {0, 0, 0};
+    for (size_t i = 0; err == CL_SUCCESS && i < n; i++)
+        c[f[i] < 3 ? f[i] : 1]++;
+    free(f);
+    if (err != CL_SUCCESS)
+        return clattn_fail_cl(m->ctx, err, "block mask counts: clEnqueueReadBuffer");
+    if (empty)
+        *empty = c[0];
+    if (partial)
+        *partial = c[1];
+    if (full)
+        *full = c[2];
+    return CLATTN_SUCCESS;
+}
+
+void clattn_block_mask_release(clattn_block_mask *m)
+{
+    if (!m)
+        return;
+    if (m->flags)
+        clReleaseMemObject(m->flags);
+    free(m);
+}
+
+clattn_status clattn_block_mask_check(clattn_context *ctx, const clattn_attention_desc *desc,
+                                      int64_t batch, int64_t h_q, int64_t n_q, int64_t n_kv)
+{
+    const clattn_block_mask *m = desc && desc->mods ? desc->mods->block_mask : NULL;
+    if (!m)
+        return CLATTN_SUCCESS;
+    const char *why = !desc->mods->mask_mod || m->mask_id != mask_id(desc->mods)
+                          ? "another mask_mod (or buffer dtypes)"
+                      : m->ctx != ctx ? "another context"
+                      : m->q_start != desc->q_start || m->kv_start != desc->kv_start
+                          ? "other q_start / kv_start"
+                      : m->n_q != n_q || m->n_kv != n_kv ? "another n_q or n_kv"
+                      : (m->batch != 1 && m->batch != batch) || (m->heads != 1 && m->heads != h_q)
+                          ? "another batch or head count"
+                          : NULL;
+    if (why)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "mods.block_mask was built for %s (it has batch %lld, heads %lld, "
+                           "n_q %lld, n_kv %lld, q_start %lld, kv_start %lld)",
+                           why, (long long)m->batch, (long long)m->heads, (long long)m->n_q,
+                           (long long)m->n_kv, (long long)m->q_start, (long long)m->kv_start);
+    return CLATTN_SUCCESS;
+}
+
+void clattn_block_mask_arg(const clattn_attention_desc *desc, cl_mem *flags, cl_long4 *st)
+{
+    const clattn_block_mask *m = desc && desc->mods ? desc->mods->block_mask : NULL;
+    *flags = m ? m->flags : NULL;
+    const int64_t per_head = m ? m->n_qb * m->n_kb : 0;
+    *st = (cl_long4){{m && m->batch > 1 ? m->heads * per_head : 0, m && m->heads > 1 ? per_head : 0,
+                      m ? m->n_kb : 0, 1}};
+}

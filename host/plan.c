@@ -188,8 +188,16 @@ static clattn_status make_features(clattn_context *ctx, const clattn_problem *p,
         snprintf(f->opts + at, sizeof f->opts - at, " -DK_SCALED=%d -DV_SCALED=%d",
                  (int)p->has_k_scale, (int)p->has_v_scale);
     }
+    clattn_status st =
+        clattn_block_mask_check(ctx, p->desc, p->q.n[0], p->q.n[1], p->q.n[2], p->k.n[2]);
+    if (st == CLATTN_SUCCESS && p->desc && p->desc->mods && p->desc->mods->block_mask) {
+        const size_t at = strlen(f->opts); /* the fused kernels skip by it (common.cl) */
+        snprintf(f->opts + at, sizeof f->opts - at, " -DBLOCK_MASK=1");
+    }
     const size_t at = strlen(f->opts); /* the snippets, by their hash (mods.c) */
-    return clattn_mods_options(ctx, p->desc, f->opts + at, sizeof f->opts - at);
+    return st != CLATTN_SUCCESS
+               ? st
+               : clattn_mods_options(ctx, p->desc, f->opts + at, sizeof f->opts - at);
 }
 
 /* fused_gpu.cl: work-items sharing a row block (a power of two up to 16 dividing WG) */

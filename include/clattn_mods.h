@@ -10,6 +10,9 @@
 
 #include "clattn.h"
 
+/** Opaque: the flags of a mask_mod per 16×16 block (clattn_block_mask_create). */
+typedef struct clattn_block_mask clattn_block_mask;
+
 /** One read-only user buffer of the snippets (document ids per token, a per-head table,
  *  a relative-position bias table): passed to clattn_score_mod and clattn_mask_mod after
  *  k_pos, in the order of clattn_mods.buffers, as `__global const int *` (dtype
@@ -68,6 +71,42 @@ struct clattn_mods {
     int (*mask_mod_host)(int b, int h, int64_t q_pos, int64_t k_pos, const void *const *buffers,
                          void *user);
     void *user; /**< passed to the twins */
+    /** Optional: the block mask of this mask_mod (clattn_block_mask_create), so the fused
+     *  algorithm skips key tiles that mask_mod masks for all of a work-group's rows and
+     *  evaluates no snippet on tiles it leaves fully visible. It must have been built from
+     *  the same mask_mod, buffers' contents, q_start, kv_start, n_q and n_kv
+     *  (CLATTN_ERROR_INVALID_ARGUMENT when the text, positions or sizes differ; contents
+     *  of the buffers are the caller's to keep). NULL: every tile evaluated. */
+    const clattn_block_mask *block_mask;
 };
+
+/**
+ * Build a block mask (FlexAttention's BlockMask) on the device: for every 16 query rows ×
+ * 16 keys of every (batch entry, query head), whether desc->mods->mask_mod is false for
+ * all of them (empty), true for all (full), or mixed, evaluated once with desc's q_start,
+ * kv_start and user buffers. Rows i ≥ n_q and keys j ≥ n_kv do not count. Only the snippet
+ * is evaluated: the built-in rules (lengths, causal, window, mask tensors) keep their own
+ * skipping. `batch` and `heads` may be 1 when mask_mod does not depend on b or h (it is
+ * then evaluated with b = 0 or h = 0, and the flags are shared), else the call's batch and
+ * h_q. Blocking: returns when the flags are built (one byte per block on the device).
+ * Used by the fused algorithm's tiled kernels (both families); the decode kernels, the
+ * unfused algorithm and the backward pass evaluate mask_mod as without it.
+ * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (no mask_mod, out NULL, a bad
+ *         buffer: as clattn_mods), CLATTN_ERROR_INVALID_SHAPE (negative sizes),
+ *         CLATTN_ERROR_BUILD_FAILED, CLATTN_ERROR_OUT_OF_DEVICE_MEMORY, CLATTN_ERROR_OPENCL.
+ */
+clattn_status clattn_block_mask_create(clattn_context *ctx, const clattn_attention_desc *desc,
+                                       int64_t batch, int64_t heads, int64_t n_q, int64_t n_kv,
+                                       clattn_block_mask **out);
+
+/** The number of empty, partial and full 16×16 blocks of a block mask (any pointer may be
+ *  NULL): how much a call can skip. @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT
+ *  (mask NULL), CLATTN_ERROR_OPENCL (reading the flags back failed). Blocking. */
+clattn_status clattn_block_mask_counts(const clattn_block_mask *mask, int64_t *empty,
+                                       int64_t *partial, int64_t *full);
+
+/** Release a block mask (NULL is ignored). Calls that use it must have been enqueued
+ *  before; the runtime keeps its flags until they finish. */
+void clattn_block_mask_release(clattn_block_mask *mask);
 
 #endif

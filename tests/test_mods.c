@@ -127,8 +127,8 @@ START_TEST(document_mask_and_relative_bias)
     fill_tables();
     const clattn_mod_buffer doc_buf = {CLATTN_INT32, B * POS, docs, NULL};
     const clattn_mod_buffer tab_buf = {CLATTN_FLOAT32, HQ * 33, table, NULL};
-    const clattn_mods doc = {NULL, DOC_MASK, &doc_buf, 1, NULL, doc_mask_c, NULL};
-    const clattn_mods rel = {REL_BIAS, NULL, &tab_buf, 1, rel_bias_c, NULL, NULL};
+    const clattn_mods doc = {NULL, DOC_MASK, &doc_buf, 1, NULL, doc_mask_c, NULL, NULL};
+    const clattn_mods rel = {REL_BIAS, NULL, &tab_buf, 1, rel_bias_c, NULL, NULL, NULL};
     float slopes[HQ];
     for (int h = 0; h < HQ; h++)
         slopes[h] = 0.1f * (float)(h + 1);
@@ -176,7 +176,7 @@ START_TEST(buffers_on_the_device)
     cl_mem dm = tu_buffer(cl, docs, sizeof docs);
     const clattn_mod_buffer host_buf = {CLATTN_INT32, B * POS, docs, NULL};
     const clattn_mod_buffer dev_buf = {CLATTN_INT32, B * POS, NULL, dm};
-    clattn_mods mods = {NULL, DOC_MASK, &host_buf, 1, NULL, doc_mask_c, NULL};
+    clattn_mods mods = {NULL, DOC_MASK, &host_buf, 1, NULL, doc_mask_c, NULL, NULL};
     tu_problem p;
     tu_problem_init(&p, B, HQ, HK, NQ, NK, D, D, tu_seed() + 4u, tu_seed() + 5u, tu_seed() + 6u, 0);
     clattn_attention_desc d = clattn_attention_desc_default();
@@ -213,8 +213,8 @@ START_TEST(snippets_equal_builtins)
     tu_problem p;
     tu_problem_init(&p, 1, HQ, HK, 70, 300, D, D, tu_seed() + 8u, tu_seed() + 9u, tu_seed() + 10u,
                     0);
-    const clattn_mods causal = {NULL, CAUSAL, NULL, 0, NULL, NULL, NULL};
-    const clattn_mods cap = {SOFTCAP5, NULL, NULL, 0, softcap5_c, NULL, NULL};
+    const clattn_mods causal = {NULL, CAUSAL, NULL, 0, NULL, NULL, NULL, NULL};
+    const clattn_mods cap = {SOFTCAP5, NULL, NULL, 0, softcap5_c, NULL, NULL, NULL};
     clattn_attention_desc builtin = clattn_attention_desc_default(), mod = builtin;
     builtin.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
     mod.mods = &causal;
@@ -265,7 +265,7 @@ START_TEST(sums_and_backward)
 {
     fill_tables();
     const clattn_mod_buffer doc_buf = {CLATTN_INT32, B * POS, docs, NULL};
-    const clattn_mods doc = {NULL, DOC_MASK, &doc_buf, 1, NULL, doc_mask_c, NULL};
+    const clattn_mods doc = {NULL, DOC_MASK, &doc_buf, 1, NULL, doc_mask_c, NULL, NULL};
     tu_problem p;
     tu_problem_init(&p, B, HQ, HK, NQ, NK, D, D, tu_seed() + 11u, tu_seed() + 12u, tu_seed() + 13u,
                     0);
@@ -317,7 +317,7 @@ START_TEST(sums_and_backward)
         free(gr[t]);
     }
     /* a score_mod has no gradient clattn can take */
-    const clattn_mods cap = {SOFTCAP5, NULL, NULL, 0, softcap5_c, NULL, NULL};
+    const clattn_mods cap = {SOFTCAP5, NULL, NULL, 0, softcap5_c, NULL, NULL, NULL};
     d.mods = &cap;
     ck_assert_int_eq(clattn_attention_backward(ctx, &d, &p.tq, &p.tk, &p.tv, &to, &tl, &tdo, &tg[0],
                                                &tg[1], &tg[2]),
@@ -334,6 +334,95 @@ START_TEST(sums_and_backward)
 }
 END_TEST
 
+/* Block masks: a document mask over 256 rows and keys (8 documents of 32, causal within
+ * each) and causal as a mask_mod, each with its block mask built once: every output bit
+ * as without it (skipped tiles add exact zeros; full tiles skip only the snippet), the
+ * counts as the layout says, a block mask reused over calls and shared over heads; a mask
+ * built for other sizes, positions or snippet is refused. */
+static const char *DOC256 = "bool clattn_mask_mod(int b, int h, long q_pos, long k_pos)\n"
+                            "{\n"
+                            "    return q_pos / 32 == k_pos / 32 && k_pos <= q_pos;\n"
+                            "}\n";
+
+START_TEST(block_masks)
+{
+    clattn_context *ctx = tu_ctx();
+    tu_problem p;
+    tu_problem_init(&p, 2, HQ, HK, 256, 256, D, D, tu_seed() + 15u, tu_seed() + 16u,
+                    tu_seed() + 17u, 0);
+    const size_t n_o = (size_t)(2 * HQ * 256 * D);
+    const char *srcs[2] = {DOC256, CAUSAL};
+    for (int s = 0; s < 2; s++) {
+        clattn_mods mods = {NULL, srcs[s], NULL, 0, NULL, NULL, NULL, NULL};
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.mods = &mods;
+        float *plain = tu_run(&p, &d, CLATTN_ALGORITHM_FUSED);
+        clattn_block_mask *bm = NULL;
+        TU_ASSERT_OK(clattn_block_mask_create(ctx, &d, 1, 1, 256, 256, &bm), "block mask %d", s);
+        int64_t c[3];
+        TU_ASSERT_OK(clattn_block_mask_counts(bm, &c[0], &c[1], &c[2]), "counts");
+        /* 16 × 16 blocks: doc: 8 documents of 2 × 2 blocks, each 1 full below 2 diagonal;
+         * causal: 16 diagonal blocks mixed, 120 full below */
+        const int64_t want[2][3] = {{256 - 24, 16, 8}, {120, 16, 120}};
+        printf("block mask %s: %lld empty, %lld partial, %lld full\n", s ? "causal" : "documents",
+               (long long)c[0], (long long)c[1], (long long)c[2]);
+        for (int k = 0; k < 3; k++)
+            ck_assert_int_eq(c[k], want[s][k]);
+        mods.block_mask = bm;
+        for (int rep = 0; rep < 2; rep++) { /* reused */
+            float *o = tu_run(&p, &d, CLATTN_ALGORITHM_FUSED);
+            tu_assert_same_bits(o, plain, n_o, "O with the block mask of %s (call %d)",
+                                s ? "causal" : "documents", rep);
+            free(o);
+        }
+        /* refused: other sizes, positions, snippet */
+        float *o = tu_alloc(n_o, 7.0f);
+        clattn_tensor to = tu_problem_o(&p, o);
+        clattn_tensor q2 = p.tq;
+        q2.shape[2] = 255;
+        clattn_tensor o2 = to;
+        o2.shape[2] = 255;
+        ck_assert_int_eq(clattn_attention(ctx, &d, &q2, &p.tk, &p.tv, &o2),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "another n_q or n_kv"));
+        d.q_start = 1;
+        ck_assert_int_eq(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+        d.q_start = 0;
+        mods.mask_mod = srcs[1 - s];
+        ck_assert_int_eq(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+        ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "another mask_mod"));
+        tu_assert_untouched("O after refused block masks", o, 0, n_o, 7.0f);
+        clattn_block_mask_release(bm);
+        free(o);
+        free(plain);
+    }
+    /* built per batch entry and head (b and h in the snippet) */
+    const char *per_bh = "bool clattn_mask_mod(int b, int h, long q, long k)\n"
+                         "{\n"
+                         "    return (k / 16 + b + h) % 3 != 0;\n"
+                         "}\n";
+    clattn_mods mods = {NULL, per_bh, NULL, 0, NULL, NULL, NULL, NULL};
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mods = &mods;
+    float *plain = tu_run(&p, &d, CLATTN_ALGORITHM_FUSED);
+    clattn_block_mask *bm = NULL;
+    TU_ASSERT_OK(clattn_block_mask_create(ctx, &d, 2, HQ, 256, 256, &bm), "per (b, h)");
+    mods.block_mask = bm;
+    float *o = tu_run(&p, &d, CLATTN_ALGORITHM_FUSED);
+    tu_assert_same_bits(o, plain, n_o, "O with a block mask per batch entry and head");
+    clattn_block_mask *none = NULL;
+    ck_assert_int_eq(clattn_block_mask_create(ctx, &d, 0, 1, 4, 4, &none),
+                     CLATTN_ERROR_INVALID_SHAPE);
+    ck_assert_ptr_null(none);
+    clattn_block_mask_release(bm);
+    free(o);
+    free(plain);
+    tu_problem_free(&p);
+}
+END_TEST
+
 /* A snippet that does not compile: BUILD_FAILED, the log naming the snippet's line; then
  * the context still computes. */
 START_TEST(build_error_names_the_snippet_line)
@@ -346,6 +435,7 @@ START_TEST(build_error_names_the_snippet_line)
                              "}\n",
                              NULL,
                              0,
+                             NULL,
                              NULL,
                              NULL,
                              NULL};
@@ -376,7 +466,7 @@ START_TEST(statuses)
     int32_t ids[7] = {0};
     const clattn_mod_buffer ok = {CLATTN_INT32, 7, ids, NULL};
     clattn_mod_buffer bad = ok;
-    clattn_mods m = {NULL, CAUSAL, &ok, 1, NULL, NULL, NULL};
+    clattn_mods m = {NULL, CAUSAL, &ok, 1, NULL, NULL, NULL, NULL};
     clattn_attention_desc d = clattn_attention_desc_default();
     d.mods = &m;
     struct {
@@ -398,7 +488,7 @@ START_TEST(statuses)
     ck_assert_int_eq(clattn_context_get_cl(ctx, &cl, NULL, NULL), CLATTN_SUCCESS);
     cl_mem small = tu_buffer(cl, ids, 6 * sizeof(int32_t));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        m = (clattn_mods){NULL, CAUSAL, &bad, 1, NULL, NULL, NULL};
+        m = (clattn_mods){NULL, CAUSAL, &bad, 1, NULL, NULL, NULL, NULL};
         bad = ok;
         switch (cases[c].field) {
         case 1: m.n_buffers = 9; break;
@@ -421,7 +511,7 @@ START_TEST(statuses)
     }
     clReleaseMemObject(small);
     /* the reference without a C twin; varlen, the several-device layer */
-    m = (clattn_mods){NULL, CAUSAL, NULL, 0, NULL, NULL, NULL};
+    m = (clattn_mods){NULL, CAUSAL, NULL, 0, NULL, NULL, NULL, NULL};
     ck_assert_int_eq(clattn_reference_attention(&d, &p.tq, &p.tk, &p.tv, &to),
                      CLATTN_ERROR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(clattn_last_error_message(NULL), "mask_mod_host"));
@@ -447,6 +537,7 @@ int main(void)
     tcase_add_test(tc, buffers_on_the_device);
     tcase_add_test(tc, snippets_equal_builtins);
     tcase_add_test(tc, sums_and_backward);
+    tcase_add_test(tc, block_masks);
     tcase_add_test(tc, build_error_names_the_snippet_line);
     tcase_add_test(tc, statuses);
     suite_add_tcase(s, tc);

@@ -144,8 +144,10 @@ void run_mods_desc(const run_args *a, const run_inputs *in, run_desc *rd)
         rd->mod_bufs[i] = (clattn_mod_buffer){d->dtype == NPY_I32 ? CLATTN_INT32 : CLATTN_FLOAT32,
                                               (int64_t)d->count, d->data, NULL};
     }
-    rd->mods =
-        (clattn_mods){in->score_mod, in->mask_mod, rd->mod_bufs, a->n_mod_bufs, NULL, NULL, NULL};
+    rd->mods = (clattn_mods){.score_mod = in->score_mod,
+                             .mask_mod = in->mask_mod,
+                             .buffers = rd->mod_bufs,
+                             .n_buffers = a->n_mod_bufs};
     rd->desc.mods = &rd->mods;
 }
 

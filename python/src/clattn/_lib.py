@@ -87,6 +87,7 @@ class Mods(ctypes.Structure):
         ("score_mod_host", SCORE_MOD_HOST),
         ("mask_mod_host", MASK_MOD_HOST),
         ("user", ctypes.c_void_p),
+        ("block_mask", ctypes.c_void_p),  # clattn_block_mask * (the package leaves it NULL)
     ]
 
 
