@@ -217,6 +217,12 @@ long2 group_key_range(RULE_PARAMS, long b, long i_first, long i_last, long n_q, 
 #define MOD_BUF_PARAMS
 #define MOD_BUF_ARGS
 #endif
+/* with a score_mod the ALiBi bias is absolute (alibi_ref 0): the snippets' programs know
+ * it from MOD_SCORE, the softmax and weights programs from this option (host/mods.c
+ * clattn_alibi_absolute) */
+#ifndef ALIBI_ABSOLUTE
+#define ALIBI_ABSOLUTE MOD_SCORE
+#endif
 /* any term beyond the scale: the kernels' fast paths for plain tiles check this */
 #define SCORE_TERMS (MASK_T || ALIBI || SOFTCAP || MODS)
 #if MASK_T == 1
@@ -272,7 +278,7 @@ int block_tile_state(__global const uchar *bmask, long4 st, long b, long h, long
  * sees the absolute bias: ref 0 (host/reference.c likewise). */
 long alibi_ref(row_rule r)
 {
-    if (MOD_SCORE || r.hi <= r.lo) /* a score_mod sees the absolute bias */
+    if (ALIBI_ABSOLUTE || r.hi <= r.lo) /* a score_mod sees the absolute bias */
         return 0;
     if (r.diag < r.lo)
         return r.lo - r.diag;

@@ -159,10 +159,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 const int hi = rel_bound(rule[r].hi, j0, TILE_KV);
                 const int self = rel_key(rule[r].self, j0, TILE_KV);
                 const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
-                /* every key of the tile visible and no score term: only the scale */
-                const bool plain =
-                    (!SCORE_TERMS || (ONLY_MASK_MOD && bstate == 2)) && lo == 0 &&
-                    hi == TILE_KV && self < 0;
+                /* every key of the tile visible and no score term (a mask_mod that the
+                 * block mask says masks nothing here counts as none): only the scale */
+                const bool no_terms = !SCORE_TERMS || (ONLY_MASK_MOD && bstate == 2);
+                const bool plain = no_terms && lo == 0 && hi == TILE_KV && self < 0;
                 float16 m16 = (float16)(-INFINITY);
                 for (int sv = 0; sv < N_SV; sv++) {
                     float16 x = vload16(sv, p[r]) * scale;

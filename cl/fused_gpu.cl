@@ -174,8 +174,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
 #endif
 
         /* 3. the rule and the score terms, where the tile needs them (uniform) */
-        if ((terms && !(ONLY_MASK_MOD && mask != MASK_NO_SELF && bstate == 2)) ||
-            r_last.lo > j0 || r_first.hi < j0 + TILE_KV) {
+        /* (a mask_mod that the block mask says masks nothing here needs no terms) */
+        const bool tile_terms = terms && !(ONLY_MASK_MOD && mask != MASK_NO_SELF && bstate == 2);
+        if (tile_terms || r_last.lo > j0 || r_first.hi < j0 + TILE_KV) {
             #pragma unroll
             for (int r = 0; r < RQ; r++) {
                 #pragma unroll

@@ -353,14 +353,19 @@ clattn_status clattn_launch_merge(clattn_context *ctx, const clattn_merge_proble
 #define CLATTN_MAX_MOD_BUFFERS 8
 /* The desc's mods: snippets, buffers (dtypes, counts, host xor cl_mem, its size). */
 clattn_status clattn_mods_check(clattn_context *ctx, const clattn_attention_desc *desc);
+/* Whether ALiBi biases are absolute (a score_mod sees them so: the row's reference 0),
+ * for the kernels (ALIBI_ABSOLUTE) and the reference. */
+bool clattn_alibi_absolute(const clattn_attention_desc *desc);
 /* The reference's needs: a C twin for each snippet and host arrays (UNSUPPORTED). */
 clattn_status clattn_mods_check_twins(const clattn_attention_desc *desc);
 /* The build option naming the desc's snippets (" -DMOD_ID=<hash>", "" without mods);
  * their source is kept on the context for program.c. OUT_OF_HOST_MEMORY. */
 clattn_status clattn_mods_options(clattn_context *ctx, const clattn_attention_desc *desc, char *out,
                                   size_t len);
-/* The source to splice in before common.cl for a program's options, or NULL. */
-const char *clattn_mods_source(const clattn_context *ctx, const char *options);
+/* The sources to splice in before common.cl and after the kernel's file for a program's
+ * options (false, NULLs: none). */
+bool clattn_mods_source(const clattn_context *ctx, const char *options, const char **head,
+                        const char **tail);
 void clattn_mods_release(clattn_context *ctx);
 /* The desc's block mask against the call's sizes and positions (INVALID_ARGUMENT). */
 clattn_status clattn_block_mask_check(clattn_context *ctx, const clattn_attention_desc *desc,

@@ -1,8 +1,26 @@
-/* The merge of partial results (clattn_merge, merge.cl): the first part initialises a
- * running (O, LSE) workspace, each next part merges into it, the last step writes the
- * outputs; events chain the steps. */
+/* The merge of partial results (clattn_merge, merge.cl): its program, and its steps: the
+ * first part initialises a running (O, LSE) workspace, each next part merges into it, the
+ * last step writes the outputs; events chain the steps. */
 #include "internal.h"
 #include "launch_args.h"
+
+clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype part_lse,
+                                     clattn_dtype out, clattn_dtype out_lse, bool lse64,
+                                     clattn_program_entry **e)
+{
+    if (lse64 && !ctx->has_fp64)
+        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                           "a float64 LSE needs cl_khr_fp64, which %s does not have (use "
+                           "float32 LSEs)",
+                           ctx->device_name);
+    char opts[112];
+    /* LSE_DT: the running LSE (float64 when any LSE is); PL_DT: the part's; OL_DT: the
+     * output's */
+    snprintf(opts, sizeof opts,
+             CLATTN_CL_STD " -DV_DT=%d -DO_DT=%d -DPL_DT=%d -DLSE_DT=%d -DOL_DT=%d", (int)part,
+             (int)out, (int)part_lse, lse64 ? 4 : 0, (int)out_lse);
+    return clattn_get_kernel(ctx, "merge.cl", opts, e);
+}
 
 /* The steps of a merge (merge.cl's `mode`): the first part initialises the running
  * (O, LSE) workspace, each next part merges into it, the last step writes the outputs. */

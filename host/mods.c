@@ -1,6 +1,7 @@
-/* Score and mask snippets (clattn_mods.h): their checks, the source the host splices in
- * before common.cl (the snippets and the macros that give common.cl's score_terms16 their
- * user buffers), and those buffers on the device. A program built with snippets names
+/* Score and mask snippets (clattn_mods.h): their checks, the sources the host splices in
+ * (before common.cl: the macros that give common.cl's score_terms16 the user buffers and
+ * the snippets' prototypes; after the kernel's file: the snippets), and those buffers on
+ * the device. A program built with snippets names
  * them in its options by the hash of that source (-DMOD_ID=…), so the context's program
  * table and the binary cache keep one program per snippet text; the context keeps each
  * source for program.c (clattn_mods_source). */
@@ -12,7 +13,7 @@
 
 struct clattn_mod_source {
     uint64_t id;
-    char *text;
+    char *head, *tail; /* spliced in before common.cl / after the kernel's file */
     clattn_mod_source *next;
 };
 
@@ -28,6 +29,13 @@ clattn_status clattn_mods_check(clattn_context *ctx, const clattn_attention_desc
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "mods: %s is an empty string (NULL for none)",
                            m->score_mod && !*m->score_mod ? "score_mod" : "mask_mod");
+    if ((m->score_mod && !m->mask_mod && strstr(m->score_mod, "clattn_mask_mod")) ||
+        (m->mask_mod && !m->score_mod && strstr(m->mask_mod, "clattn_score_mod")))
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "mods: %s names %s, which would not be called: give each function's "
+                           "source in its own field",
+                           m->mask_mod ? "mask_mod" : "score_mod",
+                           m->mask_mod ? "clattn_score_mod" : "clattn_mask_mod");
     if (m->n_buffers < 0 || m->n_buffers > CLATTN_MAX_MOD_BUFFERS ||
         (m->n_buffers > 0 && !m->buffers))
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
@@ -79,6 +87,11 @@ clattn_status clattn_mods_check_twins(const clattn_attention_desc *desc)
     return CLATTN_SUCCESS;
 }
 
+bool clattn_alibi_absolute(const clattn_attention_desc *desc)
+{
+    return desc && desc->mods && desc->mods->score_mod;
+}
+
 static uint64_t fnv1a(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
@@ -90,13 +103,11 @@ static uint64_t fnv1a(const char *s)
 }
 
 /* The source spliced in before common.cl: the switches, the buffers' parameters and
- * arguments, then each snippet from its own line 1 (the compiler's log names
- * score_mod:LINE and mask_mod:LINE), then common.cl's own numbering. */
-static char *prelude(const clattn_mods *m)
+ * arguments and the snippets' prototypes (a definition of other types, or writing a
+ * buffer, is a compile error at the snippet's line), then common.cl's own numbering. */
+static char *head_source(const clattn_mods *m)
 {
-    size_t len = 1024 + (size_t)m->n_buffers * 96;
-    len += m->score_mod ? strlen(m->score_mod) : 0;
-    len += m->mask_mod ? strlen(m->mask_mod) : 0;
+    const size_t len = 1024 + (size_t)m->n_buffers * 128;
     char *s = malloc(len);
     if (!s)
         return NULL;
@@ -112,10 +123,32 @@ static char *prelude(const clattn_mods *m)
         at += (size_t)snprintf(s + at, len - at, " , clattn_buf%d", i);
     at += (size_t)snprintf(s + at, len - at, "\n");
     if (m->score_mod)
-        at += (size_t)snprintf(s + at, len - at, "#line 1 \"score_mod\"\n%s\n", m->score_mod);
+        at += (size_t)snprintf(s + at, len - at,
+                               "float clattn_score_mod(float score, int b, int h, long q_pos, "
+                               "long k_pos MOD_BUF_PARAMS);\n");
     if (m->mask_mod)
-        at += (size_t)snprintf(s + at, len - at, "#line 1 \"mask_mod\"\n%s\n", m->mask_mod);
+        at += (size_t)snprintf(s + at, len - at,
+                               "bool clattn_mask_mod(int b, int h, long q_pos, long k_pos "
+                               "MOD_BUF_PARAMS);\n");
     snprintf(s + at, len - at, "#line 1 \"common.cl\"\n");
+    return s;
+}
+
+/* The snippets themselves, after every clattn source (so that their macros cannot reach
+ * clattn's code), each from its own line 1. */
+static char *tail_source(const clattn_mods *m)
+{
+    const size_t len =
+        128 + (m->score_mod ? strlen(m->score_mod) : 0) + (m->mask_mod ? strlen(m->mask_mod) : 0);
+    char *s = malloc(len);
+    if (!s)
+        return NULL;
+    size_t at = 0;
+    s[0] = '\0';
+    if (m->score_mod)
+        at += (size_t)snprintf(s + at, len - at, "\n#line 1 \"score_mod\"\n%s\n\n", m->score_mod);
+    if (m->mask_mod)
+        snprintf(s + at, len - at, "\n#line 1 \"mask_mod\"\n%s\n\n", m->mask_mod);
     return s;
 }
 
@@ -125,45 +158,61 @@ clattn_status clattn_mods_options(clattn_context *ctx, const clattn_attention_de
     out[0] = '\0';
     if (!desc || !desc->mods)
         return CLATTN_SUCCESS;
-    char *text = prelude(desc->mods);
-    if (!text)
-        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "mods: the snippets' source");
-    const uint64_t id = fnv1a(text);
-    snprintf(out, len, " -DMOD_ID=%016llx", (unsigned long long)id);
-    for (clattn_mod_source *e = ctx->mod_sources; e; e = e->next)
-        if (e->id == id && strcmp(e->text, text) == 0) {
-            free(text);
-            return CLATTN_SUCCESS;
-        }
-    clattn_mod_source *e = malloc(sizeof *e);
-    if (!e) {
-        free(text);
+    char *head = head_source(desc->mods), *tail = tail_source(desc->mods);
+    if (!head || !tail) {
+        free(head);
+        free(tail);
         return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "mods: the snippets' source");
     }
-    e->id = id;
-    e->text = text;
-    e->next = ctx->mod_sources;
+    /* the id names the program: a hash of both parts, moved on past another text's */
+    uint64_t id = fnv1a(head) ^ (fnv1a(tail) * 0x100000001b3ULL);
+    for (clattn_mod_source *e = ctx->mod_sources; e; e = e->next) {
+        if (e->id == id && strcmp(e->head, head) == 0 && strcmp(e->tail, tail) == 0) {
+            free(head);
+            free(tail);
+            snprintf(out, len, " -DMOD_ID=%016llx", (unsigned long long)id);
+            return CLATTN_SUCCESS;
+        }
+        if (e->id == id) { /* a collision: the next free id */
+            id++;
+            e = ctx->mod_sources;
+        }
+    }
+    clattn_mod_source *e = malloc(sizeof *e);
+    if (!e) {
+        free(head);
+        free(tail);
+        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "mods: the snippets' source");
+    }
+    *e = (clattn_mod_source){id, head, tail, ctx->mod_sources};
     ctx->mod_sources = e;
+    snprintf(out, len, " -DMOD_ID=%016llx", (unsigned long long)id);
     return CLATTN_SUCCESS;
 }
 
-const char *clattn_mods_source(const clattn_context *ctx, const char *options)
+bool clattn_mods_source(const clattn_context *ctx, const char *options, const char **head,
+                        const char **tail)
 {
+    *head = *tail = NULL;
     const char *at = strstr(options, "-DMOD_ID=");
     if (!at)
-        return NULL;
+        return false;
     const uint64_t id = strtoull(at + 9, NULL, 16);
     for (const clattn_mod_source *e = ctx->mod_sources; e; e = e->next)
-        if (e->id == id)
-            return e->text;
-    return NULL;
+        if (e->id == id) {
+            *head = e->head;
+            *tail = e->tail;
+            return true;
+        }
+    return false;
 }
 
 void clattn_mods_release(clattn_context *ctx)
 {
     while (ctx->mod_sources) {
         clattn_mod_source *next = ctx->mod_sources->next;
-        free(ctx->mod_sources->text);
+        free(ctx->mod_sources->head);
+        free(ctx->mod_sources->tail);
         free(ctx->mod_sources);
         ctx->mod_sources = next;
     }

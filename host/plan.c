@@ -89,26 +89,32 @@ static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kerne
     return build_blocked(ctx, scores ? "scores.cl" : "weighted_sum.cl", dims, &r, out);
 }
 
-/* Softmax work-group: the caller's size if it is legal, else a power of two covering
- * the row, capped by the kernel's limit. */
-/* weights_from_lse.cl for the LSE's dtype, with the desc's dropout */
+/* The options of the programs that turn scores into weights (softmax.cl,
+ * weights_from_lse.cl): the LSE's dtype, the desc's dropout and how ALiBi is referenced. */
+static void weights_options(char *opts, size_t len, clattn_dtype lse_dt,
+                            const clattn_attention_desc *desc)
+{
+    snprintf(opts, len, CL_STD "%s%s%s", lse_dt == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
+             desc && desc->dropout_p > 0.0f ? " -DDROPOUT=1" : "",
+             clattn_alibi_absolute(desc) ? " -DALIBI_ABSOLUTE=1" : "");
+}
+
 static clattn_status from_lse_kernel(clattn_context *ctx, clattn_dtype lse_dt,
                                      const clattn_attention_desc *desc, clattn_program_entry **out)
 {
-    char opts[64];
-    snprintf(opts, sizeof opts, CL_STD "%s%s", lse_dt == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
-             desc->dropout_p > 0.0f ? " -DDROPOUT=1" : "");
+    char opts[96];
+    weights_options(opts, sizeof opts, lse_dt, desc);
     return clattn_get_kernel(ctx, "weights_from_lse.cl", opts, out);
 }
 
+/* Softmax work-group: the caller's size if it is legal, else a power of two covering
+ * the row, capped by the kernel's limit. */
 static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_desc *desc,
                                     int64_t width, clattn_dtype lse_dt, clattn_program_entry **out,
                                     size_t *wg)
 {
-    const bool drop = desc && desc->dropout_p > 0.0f;
-    char opts[64];
-    snprintf(opts, sizeof opts, CL_STD "%s%s", lse_dt == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
-             drop ? " -DDROPOUT=1" : "");
+    char opts[96];
+    weights_options(opts, sizeof opts, lse_dt, desc);
     clattn_status st = clattn_get_kernel(ctx, "softmax.cl", opts, out);
     if (st != CLATTN_SUCCESS)
         return st;
@@ -734,23 +740,6 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
         return tiled_stage_kernel(ctx, CLATTN_KERNEL_WEIGHTED_SUM, sp->c.n[2], sp->c.n[3], feat,
                                   &out->bk);
     }
-}
-
-clattn_status clattn_plan_merge_step(clattn_context *ctx, clattn_dtype part, clattn_dtype part_lse,
-                                     clattn_dtype out, clattn_dtype out_lse, bool lse64,
-                                     clattn_program_entry **e)
-{
-    if (lse64 && !ctx->has_fp64)
-        return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
-                           "a float64 LSE needs cl_khr_fp64, which %s does not have (use "
-                           "float32 LSEs)",
-                           ctx->device_name);
-    char opts[112];
-    /* LSE_DT: the running LSE (float64 when any LSE is); PL_DT: the part's; OL_DT: the
-     * output's */
-    snprintf(opts, sizeof opts, CL_STD " -DV_DT=%d -DO_DT=%d -DPL_DT=%d -DLSE_DT=%d -DOL_DT=%d",
-             (int)part, (int)out, (int)part_lse, lse64 ? 4 : 0, (int)out_lse);
-    return clattn_get_kernel(ctx, "merge.cl", opts, e);
 }
 
 /* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl): the storage types of every

@@ -63,13 +63,15 @@ static clattn_status create_kernel(clattn_context *ctx, const char *file, clattn
 static clattn_status build(clattn_context *ctx, const char *file, const char *options,
                            clattn_program_entry *e)
 {
-    /* src[1…3]: common.cl, dropout.cl, then the kernel's file; src[0]: the snippets'
-     * source (clattn_mods.h), which the program starts with where the options name one */
+    /* src[1…3]: common.cl, dropout.cl, then the kernel's file; with snippets
+     * (clattn_mods.h) src[0] and src[4]: their macros and prototypes before, the snippets
+     * after */
     enum { N_FILES = 3 };
     char *loaded[N_FILES + 1] = {NULL, NULL, NULL, NULL};
-    const char *src[N_FILES + 1] = {clattn_mods_source(ctx, options), NULL, NULL, NULL};
+    const char *src[N_FILES + 2] = {NULL, NULL, NULL, NULL, NULL};
     const char *files[N_FILES + 1] = {NULL, "common.cl", "dropout.cl", file};
-    const int first = src[0] ? 0 : 1, n_src = N_FILES + 1 - first;
+    const bool mods = clattn_mods_source(ctx, options, &src[0], &src[N_FILES + 1]);
+    const int first = mods ? 0 : 1, n_src = mods ? N_FILES + 2 : N_FILES;
     clattn_status st = CLATTN_SUCCESS;
     for (int i = 1; i <= N_FILES && st == CLATTN_SUCCESS; i++) {
         if (ctx->kernel_dir) {

@@ -22,7 +22,7 @@
  * nearest key of [lo, hi), 0 when the diagonal is inside or the range is empty. */
 static int64_t alibi_ref(const clattn_attention_desc *desc, const clattn_row_rule *r)
 {
-    if ((desc->mods && desc->mods->score_mod) || r->hi <= r->lo) /* score_mod: absolute */
+    if (clattn_alibi_absolute(desc) || r->hi <= r->lo) /* score_mod: absolute */
         return 0;
     if (r->diag < r->lo)
         return r->lo - r->diag;

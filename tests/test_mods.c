@@ -231,18 +231,27 @@ START_TEST(snippets_equal_builtins)
         free(a);
         free(b);
     }
-    /* under ALiBi a score_mod sees the absolute bias: queries placed 200 past the keys
+    /* under ALiBi a score_mod sees the absolute bias: queries placed past the keys
      * (the built-in terms would take the bias relative to the nearest key) */
     float slopes[HQ];
     for (int h = 0; h < HQ; h++)
         slopes[h] = 0.05f * (float)(h + 1);
+    float sinks[HQ] = {0.5f, -1.0f, 2.0f, 0.0f};
+    const int32_t kv_len = 250; /* padding: the diagonal past the visible keys as well */
     mod = clattn_attention_desc_default();
     mod.mods = &cap;
     mod.alibi_slopes = slopes;
-    mod.q_start = 200;
-    for (int alg = CLATTN_ALGORITHM_UNFUSED; alg <= CLATTN_ALGORITHM_FUSED; alg++)
-        check_against_reference(&p, mod, (clattn_algorithm)alg, false,
-                                "softcap as score_mod over absolute ALiBi");
+    mod.sinks = sinks;
+    for (int q_start = 0; q_start <= 1000; q_start += 1000) { /* past every key at 1000 */
+        mod.q_start = q_start;
+        mod.kv_lens = q_start ? NULL : &kv_len;
+        for (int alg = CLATTN_ALGORITHM_UNFUSED; alg <= CLATTN_ALGORITHM_FUSED; alg++)
+            check_against_reference(&p, mod, (clattn_algorithm)alg, alg == 1,
+                                    q_start ? "softcap as score_mod over absolute ALiBi, past the "
+                                              "keys, sinks"
+                                            : "softcap as score_mod over absolute ALiBi, padded "
+                                              "keys, sinks");
+    }
     builtin = clattn_attention_desc_default();
     builtin.softcap = 5.0f;
     mod = clattn_attention_desc_default();
@@ -334,6 +343,51 @@ START_TEST(sums_and_backward)
 }
 END_TEST
 
+/* A snippet's macros come after clattn's sources: they cannot change clattn's kernels
+ * (names the kernels use, a function-like macro of a builtin). */
+START_TEST(snippet_macros_stay_in_the_snippet)
+{
+    tu_problem p;
+    tu_problem_init(&p, 1, HQ, HK, 20, 150, D, D, tu_seed() + 18u, tu_seed() + 19u, tu_seed() + 20u,
+                    0);
+    const clattn_mods cap = {"#define SOFTCAP 30\n#define TILE_KV 4\n#define D_K 64\n"
+                             "#define ALIBI 1\n#define MASK_T 1\n#define clamp(x, a, b) x\n"
+                             "float clattn_score_mod(float s, int b, int h, long q, long k)\n"
+                             "{\n    return 5.0f * tanh(s / 5.0f);\n}\n",
+                             NULL,
+                             NULL,
+                             0,
+                             softcap5_c,
+                             NULL,
+                             NULL,
+                             NULL};
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mods = &cap;
+    for (int alg = CLATTN_ALGORITHM_UNFUSED; alg <= CLATTN_ALGORITHM_FUSED; alg++)
+        check_against_reference(&p, d, (clattn_algorithm)alg, false, "a snippet with #defines");
+    /* a function given in the other field would never be called: refused */
+    const clattn_mods misplaced = {"float clattn_score_mod(float s, int b, int h, long q, long k)\n"
+                                   "{\n    return s;\n}\n"
+                                   "bool clattn_mask_mod(int b, int h, long q, long k)\n"
+                                   "{\n    return k <= q;\n}\n",
+                                   NULL,
+                                   NULL,
+                                   0,
+                                   NULL,
+                                   NULL,
+                                   NULL,
+                                   NULL};
+    d.mods = &misplaced;
+    float *o = tu_alloc((size_t)(HQ * 20 * D), 0);
+    clattn_tensor to = tu_problem_o(&p, o);
+    ck_assert_int_eq(clattn_attention(tu_ctx(), &d, &p.tq, &p.tk, &p.tv, &to),
+                     CLATTN_ERROR_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(clattn_last_error_message(tu_ctx()), "its own field"));
+    free(o);
+    tu_problem_free(&p);
+}
+END_TEST
+
 /* Block masks: a document mask over 256 rows and keys (8 documents of 32, causal within
  * each) and causal as a mask_mod, each with its block mask built once: every output bit
  * as without it (skipped tiles add exact zeros; full tiles skip only the snippet), the
@@ -351,11 +405,16 @@ START_TEST(block_masks)
     tu_problem_init(&p, 2, HQ, HK, 256, 256, D, D, tu_seed() + 15u, tu_seed() + 16u,
                     tu_seed() + 17u, 0);
     const size_t n_o = (size_t)(2 * HQ * 256 * D);
-    const char *srcs[2] = {DOC256, CAUSAL};
-    for (int s = 0; s < 2; s++) {
+    /* documents; causal; causal with the built-in no-self rule on top (a full tile still
+     * needs the rule's terms) */
+    const char *srcs[3] = {DOC256, CAUSAL, CAUSAL};
+    const char *names[3] = {"documents", "causal", "causal, no-self"};
+    for (int s = 0; s < 3; s++) {
         clattn_mods mods = {NULL, srcs[s], NULL, 0, NULL, NULL, NULL, NULL};
         clattn_attention_desc d = clattn_attention_desc_default();
         d.mods = &mods;
+        if (s == 2)
+            d.mask = CLATTN_MASK_NO_SELF;
         float *plain = tu_run(&p, &d, CLATTN_ALGORITHM_FUSED);
         clattn_block_mask *bm = NULL;
         TU_ASSERT_OK(clattn_block_mask_create(ctx, &d, 1, 1, 256, 256, &bm), "block mask %d", s);
@@ -363,16 +422,16 @@ START_TEST(block_masks)
         TU_ASSERT_OK(clattn_block_mask_counts(bm, &c[0], &c[1], &c[2]), "counts");
         /* 16 × 16 blocks: doc: 8 documents of 2 × 2 blocks, each 1 full below 2 diagonal;
          * causal: 16 diagonal blocks mixed, 120 full below */
-        const int64_t want[2][3] = {{256 - 24, 16, 8}, {120, 16, 120}};
-        printf("block mask %s: %lld empty, %lld partial, %lld full\n", s ? "causal" : "documents",
-               (long long)c[0], (long long)c[1], (long long)c[2]);
+        const int64_t want[3][3] = {{256 - 24, 16, 8}, {120, 16, 120}, {120, 16, 120}};
+        printf("block mask %s: %lld empty, %lld partial, %lld full\n", names[s], (long long)c[0],
+               (long long)c[1], (long long)c[2]);
         for (int k = 0; k < 3; k++)
             ck_assert_int_eq(c[k], want[s][k]);
         mods.block_mask = bm;
         for (int rep = 0; rep < 2; rep++) { /* reused */
             float *o = tu_run(&p, &d, CLATTN_ALGORITHM_FUSED);
-            tu_assert_same_bits(o, plain, n_o, "O with the block mask of %s (call %d)",
-                                s ? "causal" : "documents", rep);
+            tu_assert_same_bits(o, plain, n_o, "O with the block mask of %s (call %d)", names[s],
+                                rep);
             free(o);
         }
         /* refused: other sizes, positions, snippet */
@@ -389,7 +448,7 @@ START_TEST(block_masks)
         ck_assert_int_eq(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to),
                          CLATTN_ERROR_INVALID_ARGUMENT);
         d.q_start = 0;
-        mods.mask_mod = srcs[1 - s];
+        mods.mask_mod = s == 0 ? CAUSAL : DOC256;
         ck_assert_int_eq(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to),
                          CLATTN_ERROR_INVALID_ARGUMENT);
         ck_assert_ptr_nonnull(strstr(clattn_last_error_message(ctx), "another mask_mod"));
@@ -450,6 +509,25 @@ START_TEST(build_error_names_the_snippet_line)
     const char *msg = clattn_last_error_message(ctx);
     ck_assert_msg(strstr(msg, "mask_mod:3:") != NULL, "the log does not name mask_mod:3: %.600s",
                   msg);
+    /* the prototypes clattn declares: a definition of other types (or writing a buffer)
+     * does not compile, and the log names the snippet's line */
+    int32_t ids[7] = {0};
+    const clattn_mod_buffer fbuf = {CLATTN_FLOAT32, 7, ids, NULL};
+    const char *wrong[3] = {
+        "float clattn_score_mod(float s, int b, int h, long q, long k, __global const int *t)\n"
+        "{\n    return s + t[k];\n}\n",
+        "float clattn_score_mod(float s, int b, int h, long q, long k, __global float *t)\n"
+        "{\n    t[k] = 1.0f;\n    return s;\n}\n",
+        "int clattn_score_mod(float s, int b, int h, long q, long k, __global const float *t)\n"
+        "{\n    return 1;\n}\n"};
+    for (int w = 0; w < 3; w++) {
+        const clattn_mods typed = {wrong[w], NULL, &fbuf, 1, NULL, NULL, NULL, NULL};
+        d.mods = &typed;
+        ck_assert_int_eq(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to),
+                         CLATTN_ERROR_BUILD_FAILED);
+        msg = clattn_last_error_message(ctx);
+        ck_assert_msg(strstr(msg, "score_mod:1:") != NULL, "wrong types %d: %.600s", w, msg);
+    }
     d.mods = NULL;
     TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to), "after a failed build");
     tu_problem_free(&p);
@@ -537,6 +615,7 @@ int main(void)
     tcase_add_test(tc, buffers_on_the_device);
     tcase_add_test(tc, snippets_equal_builtins);
     tcase_add_test(tc, sums_and_backward);
+    tcase_add_test(tc, snippet_macros_stay_in_the_snippet);
     tcase_add_test(tc, block_masks);
     tcase_add_test(tc, build_error_names_the_snippet_line);
     tcase_add_test(tc, statuses);

@@ -472,5 +472,13 @@ def test_score_and_mask_snippets():
         clattn.scaled_dot_product_attention(q, k, v, mask_mod=lambda b, h, q, k: True)
     with pytest.raises(ValueError, match="needs score_mod or mask_mod"):
         clattn.scaled_dot_product_attention(q, k, v, mod_buffers=[doc])
+    with pytest.raises(TypeError, match="list or tuple of arrays"):
+        clattn.scaled_dot_product_attention(q, k, v, mask_mod=DOC_MASK, mod_buffers=doc)
+    with pytest.raises(ValueError, match="NUL"):
+        clattn.scaled_dot_product_attention(q, k, v, mask_mod=DOC_MASK + "\0x")
+    # a float table where the snippet declares int: does not compile (clattn's prototypes)
+    with pytest.raises(clattn.DeviceError, match="mask_mod:1"):
+        clattn.scaled_dot_product_attention(q, k, v, mask_mod=DOC_MASK,
+                                            mod_buffers=[doc.astype(np.float32)])
     with pytest.raises(clattn.UnsupportedError, match="mask_mod_host"):
         clattn.reference_attention(q, k, v, mask_mod=DOC_MASK, mod_buffers=[doc])

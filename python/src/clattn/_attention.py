@@ -152,7 +152,9 @@ class _Call:
         if o["sinks"] is not None:
             arr, d.sinks = _arrays.host_float32(o["sinks"], "sinks", hq)
             self.keep.append(arr)
-        if o["score_mod"] is not None or o["mask_mod"] is not None or o["mod_buffers"]:
+        mb = o["mod_buffers"]
+        if o["score_mod"] is not None or o["mask_mod"] is not None or not (
+                mb is None or (isinstance(mb, (list, tuple)) and len(mb) == 0)):
             d.mods = ctypes.pointer(self._mods(o["score_mod"], o["mask_mod"], o["mod_buffers"]))
         self.mask: Optional[View] = None
         if attn_mask is not None:
@@ -224,10 +226,17 @@ class _Call:
             if src is not None and not isinstance(src, str):
                 raise TypeError(f"{name} must be OpenCL C source (a str), not "
                                 f"{type(src).__name__}")
+            if src is not None and "\0" in src:
+                raise ValueError(f"{name} holds a NUL character")
             srcs.append(None if src is None else src.encode())
         if srcs == [None, None]:
             raise ValueError("mod_buffers needs score_mod or mask_mod")
-        bufs = list(buffers or ())
+        if buffers is None:
+            buffers = ()
+        if not isinstance(buffers, (list, tuple)):
+            raise TypeError(f"mod_buffers must be a list or tuple of arrays, not "
+                            f"{type(buffers).__name__}")
+        bufs = list(buffers)
         if len(bufs) > 8:
             raise ValueError(f"mod_buffers: {len(bufs)} arrays, at most 8")
         arr = (_lib.ModBuffer * max(1, len(bufs)))()
@@ -541,8 +550,11 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     ``score_mod`` / ``mask_mod`` (OpenCL C source defining ``float clattn_score_mod(float
     score, int b, int h, long q_pos, long k_pos, ...)`` / ``bool clattn_mask_mod(int b, int
     h, long q_pos, long k_pos, ...)``, compiled into the kernels: FlexAttention's idea;
-    ``...`` are ``mod_buffers``, up to 8 read-only arrays passed flat as ``__global const
-    int *`` (integer arrays) or ``__global const float *``, in order; b is the batch entry
+    ``...`` are ``mod_buffers``, a list of up to 8 read-only arrays passed flat as
+    ``__global const int *`` (integer and bool arrays, converted to int32) or ``__global
+    const float *`` (float arrays, converted to float32), in order; the snippet must
+    declare exactly these parameter types (clattn declares the prototypes: other types do
+    not compile); b is the batch entry
     (the leading dims flattened), h the query head, q_pos = q_start + i, k_pos = kv_start + j;
     applied after softcap, ALiBi and attn_mask to visible keys; a compile error raises
     :class:`DeviceError` (status_name "kernel build failed") whose message names the
