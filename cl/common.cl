@@ -322,6 +322,12 @@ float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, lo
     int va[16];
     vstore16(s, 0, sa);
     vstore16(vis, 0, va);
+    /* the block mask's flag of these 16 keys (when they are one block): 0 all masked by
+     * mask_mod, 2 none, 1 mixed (evaluate it) */
+    const long jb = j0 + key.s0;
+    const uchar bf = BLOCK_MASK && jb % 16 == 0
+                         ? bmask[b * bm_st.s0 + h * bm_st.s1 + (i / 16) * bm_st.s2 + jb / 16]
+                         : 1;
     for (int t = 0; t < 16; t++) {
         const long j = j0 + key.s0 + t; /* keys are consecutive */
         if (!va[t] || j >= n_kv)
@@ -330,7 +336,8 @@ float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, lo
         sa[t] = clattn_score_mod(sa[t], (int)b, (int)h, mod_pos.x + i, mod_pos.y + j MOD_BUF_ARGS);
 #endif
 #if MOD_MASK
-        if (!clattn_mask_mod((int)b, (int)h, mod_pos.x + i, mod_pos.y + j MOD_BUF_ARGS))
+        if (bf == 0 ||
+            (bf == 1 && !clattn_mask_mod((int)b, (int)h, mod_pos.x + i, mod_pos.y + j MOD_BUF_ARGS)))
             va[t] = 0;
 #endif
     }

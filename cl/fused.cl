@@ -130,7 +130,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         for (int t = 0; t < WG; t++)
             v_finite &= !tile_bad[t];
 
-        if (j0 < wi_hi && j0 + TILE_KV > wi_lo) {
+        /* this work-item's rows see some key of the tile (the block mask: for its own
+         * rows, which a mask_mod may hide where the group's others see keys) */
+        if (j0 < wi_hi && j0 + TILE_KV > wi_lo &&
+            (!BLOCK_MASK || block_tile_state(bmask, bm_st, b, h, i0, min(i0 + RQ, n_q) - 1, j0,
+                                             min(j0 + TILE_KV, n_kv) - 1) != 0)) {
             /* the raw scores of RQ rows × TILE_KV keys, 16 keys at a time: RQ float16
              * accumulators, each K vector feeding RQ FMAs (a GEMM micro-kernel in
              * broadcast form; the accumulators and one K vector fit 16 AVX2 registers) */

@@ -457,6 +457,30 @@ START_TEST(block_masks)
         free(o);
         free(plain);
     }
+    /* a decode step (n_q 1) whose window starts off a 16-key boundary: the decode kernels
+     * (split-KV in the GPU family) read the flags only of whole blocks */
+    {
+        tu_problem p1;
+        tu_problem_init(&p1, 2, HQ, HK, 1, 256, D, D, tu_seed() + 21u, tu_seed() + 22u,
+                        tu_seed() + 23u, 0);
+        clattn_mods mods = {NULL, DOC256, NULL, 0, NULL, NULL, NULL, NULL};
+        clattn_attention_desc d = clattn_attention_desc_default();
+        d.mods = &mods;
+        d.q_start = 250;
+        d.window = 1;
+        d.window_left = 27;
+        d.window_right = 0;
+        float *plain = tu_run(&p1, &d, CLATTN_ALGORITHM_FUSED);
+        clattn_block_mask *bm = NULL;
+        TU_ASSERT_OK(clattn_block_mask_create(ctx, &d, 1, 1, 1, 256, &bm), "decode block mask");
+        mods.block_mask = bm;
+        float *o = tu_run(&p1, &d, CLATTN_ALGORITHM_FUSED);
+        tu_assert_same_bits(o, plain, (size_t)(2 * HQ * D), "O of a decode step with a block mask");
+        clattn_block_mask_release(bm);
+        free(o);
+        free(plain);
+        tu_problem_free(&p1);
+    }
     /* built per batch entry and head (b and h in the snippet) */
     const char *per_bh = "bool clattn_mask_mod(int b, int h, long q, long k)\n"
                          "{\n"
