@@ -405,10 +405,14 @@ START_TEST(block_masks)
     tu_problem_init(&p, 2, HQ, HK, 256, 256, D, D, tu_seed() + 15u, tu_seed() + 16u,
                     tu_seed() + 17u, 0);
     const size_t n_o = (size_t)(2 * HQ * 256 * D);
-    /* documents; causal; causal with the built-in no-self rule on top (a full tile still
-     * needs the rule's terms) */
-    const char *srcs[3] = {DOC256, CAUSAL, CAUSAL};
-    const char *names[3] = {"documents", "causal", "causal, no-self"};
+    /* documents; causal; keys below 192 with the built-in no-self rule on top (a tile the
+     * block mask calls full still needs the rule's terms: the diagonal lies in it) */
+    const char *below192 = "bool clattn_mask_mod(int b, int h, long q_pos, long k_pos)\n"
+                           "{\n"
+                           "    return k_pos < 192;\n"
+                           "}\n";
+    const char *srcs[3] = {DOC256, CAUSAL, below192};
+    const char *names[3] = {"documents", "causal", "keys below 192, no-self"};
     for (int s = 0; s < 3; s++) {
         clattn_mods mods = {NULL, srcs[s], NULL, 0, NULL, NULL, NULL, NULL};
         clattn_attention_desc d = clattn_attention_desc_default();
@@ -422,7 +426,7 @@ START_TEST(block_masks)
         TU_ASSERT_OK(clattn_block_mask_counts(bm, &c[0], &c[1], &c[2]), "counts");
         /* 16 × 16 blocks: doc: 8 documents of 2 × 2 blocks, each 1 full below 2 diagonal;
          * causal: 16 diagonal blocks mixed, 120 full below */
-        const int64_t want[3][3] = {{256 - 24, 16, 8}, {120, 16, 120}, {120, 16, 120}};
+        const int64_t want[3][3] = {{256 - 24, 16, 8}, {120, 16, 120}, {64, 0, 192}};
         printf("block mask %s: %lld empty, %lld partial, %lld full\n", names[s], (long long)c[0],
                (long long)c[1], (long long)c[2]);
         for (int k = 0; k < 3; k++)
@@ -481,10 +485,11 @@ START_TEST(block_masks)
         free(plain);
         tu_problem_free(&p1);
     }
-    /* built per batch entry and head (b and h in the snippet) */
+    /* built per batch entry and head (b and h in the snippet): whole tiles of 128 keys
+     * empty for some (b, h), and every other block mixed (no tile is full) */
     const char *per_bh = "bool clattn_mask_mod(int b, int h, long q, long k)\n"
                          "{\n"
-                         "    return (k / 16 + b + h) % 3 != 0;\n"
+                         "    return (k / 128 + b + h) % 2 == 0 && (q + k) % 7 != 0;\n"
                          "}\n";
     clattn_mods mods = {NULL, per_bh, NULL, 0, NULL, NULL, NULL, NULL};
     clattn_attention_desc d = clattn_attention_desc_default();
