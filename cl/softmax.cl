@@ -65,7 +65,7 @@ __kernel void clattn_softmax(__global const float *x, long x_off, long4 x_st,
     for (long j = 16 * n16 + lid; j < n; j += wg)
         m = max_nan(m, x[xrow + j * x_st.s3]);
     WG_REDUCE(red, m, max_nan);
-    /* the sink (common.cl fold_sink): one more key of value zero, in l and the LSE */
+    /* the sink (rows.cl fold_sink): one more key of value zero, in l and the LSE */
     float l_sink = 0.0f;
     const float slope = alibi ? alibi[h] : 0.0f;
     const long ref = alibi ? alibi_ref(rr) : 0;

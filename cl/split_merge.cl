@@ -6,7 +6,7 @@
  * LSE is −∞ (no visible key there) add nothing, whatever their O; a row with none
  * anywhere is an empty row (zeros, NaN with masked_nan, zeros for padding rows; LSE
  * −∞). A sink (the desc's sinks) joins as one more part, of LSE = the sink and O = 0
- * (common.cl fold_sink), so the splits run without it. A NaN LSE makes the row NaN. NDRange (d_v, n_q, batch·h_q), one element per
+ * (rows.cl fold_sink), so the splits run without it. A NaN LSE makes the row NaN. NDRange (d_v, n_q, batch·h_q), one element per
  * work-item; the column-0 work-item writes the LSE.
  */
 #ifndef D_V
@@ -43,7 +43,7 @@ __kernel void clattn_split_merge(__global const float *part_o, __global const fl
             sum += w;
             acc = fma(w, part_o[(row * n_splits + s) * D_V + c], acc);
         }
-    /* the sink (common.cl fold_sink): one more part, of O = 0 */
+    /* the sink (rows.cl fold_sink): one more part, of O = 0 */
     acc *= fold_sink(sinks, h, q_lens, b, i, &mx, &sum, slope, ref);
     const bool empty = mx == -INFINITY;
     const float fill = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;

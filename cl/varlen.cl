@@ -1,6 +1,6 @@
 /* varlen.cl — a packed batch's offsets on the device (desc.varlen's cu_seqlens_q_buffer
  * and cu_seqlens_k_buffer, FlashAttention's cu_seqlens) as what the kernels read with
- * -DVARLEN=1 (common.cl VARLEN_ROWS): each sequence's first row and its length, clamped
+ * -DVARLEN=1 (rows.cl VARLEN_ROWS): each sequence's first row and its length, clamped
  * so that no kernel leaves the packed tensors and no two sequences share a row, whatever
  * the offsets hold (end[−1] = 0):
  *     row0[b] = clamp(cu[b], end[b − 1], total)

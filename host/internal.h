@@ -151,7 +151,7 @@ typedef struct clattn_problem {
     bool has_k_scale, has_v_scale;
     /* A packed batch in one launch (varlen.c): batch entry b is sequence b, the views'
      * batch strides are 0 and n[2] the longest sequence; the kernels (-DVARLEN=1) read
-     * device int32 [batch] arrays: q_lens, kv_lens, q_row0, k_row0 (common.cl
+     * device int32 [batch] arrays: q_lens, kv_lens, q_row0, k_row0 (rows.cl
      * VARLEN_ROWS). Not owned by the problem. */
     bool varlen;
     cl_mem varlen_bufs[4];

@@ -185,7 +185,7 @@ static clattn_status make_features(clattn_context *ctx, const clattn_problem *p,
         snprintf(f->opts + at, sizeof f->opts - at, " -DPAGED=1");
     }
     f->quantized = clattn_problem_quantized(p);
-    if (p->varlen) { /* a packed batch in one launch (common.cl VARLEN_ROWS) */
+    if (p->varlen) { /* a packed batch in one launch (rows.cl VARLEN_ROWS) */
         const size_t at = strlen(f->opts);
         snprintf(f->opts + at, sizeof f->opts - at, " -DVARLEN=1");
     }

@@ -1,5 +1,5 @@
-/* Kernel programs: common.cl + dropout.cl + one concern file, built once per (file, options) and
- * cached on the context with their one kernel ("clattn_<stem>"). */
+/* Kernel programs: common.cl + dropout.cl + rows.cl + one concern file, built once per
+ * (file, options) and cached on the context with their one kernel ("clattn_<stem>"). */
 #include "internal.h"
 #include "kernels.h"
 
@@ -63,13 +63,13 @@ static clattn_status create_kernel(clattn_context *ctx, const char *file, clattn
 static clattn_status build(clattn_context *ctx, const char *file, const char *options,
                            clattn_program_entry *e)
 {
-    /* src[1…3]: common.cl, dropout.cl, then the kernel's file; with snippets
-     * (clattn_mods.h) src[0] and src[4]: their macros and prototypes before, the snippets
+    /* src[1…4]: common.cl, dropout.cl, rows.cl, then the kernel's file; with snippets
+     * (clattn_mods.h) src[0] and src[5]: their macros and prototypes before, the snippets
      * after */
-    enum { N_FILES = 3 };
-    char *loaded[N_FILES + 1] = {NULL, NULL, NULL, NULL};
-    const char *src[N_FILES + 2] = {NULL, NULL, NULL, NULL, NULL};
-    const char *files[N_FILES + 1] = {NULL, "common.cl", "dropout.cl", file};
+    enum { N_FILES = 4 };
+    char *loaded[N_FILES + 1] = {NULL, NULL, NULL, NULL, NULL};
+    const char *src[N_FILES + 2] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    const char *files[N_FILES + 1] = {NULL, "common.cl", "dropout.cl", "rows.cl", file};
     const bool mods = clattn_mods_source(ctx, options, &src[0], &src[N_FILES + 1]);
     const int first = mods ? 0 : 1, n_src = mods ? N_FILES + 2 : N_FILES;
     clattn_status st = CLATTN_SUCCESS;

@@ -1,6 +1,6 @@
 /* Packed variable-length batches (desc.varlen, FlashAttention's cu_seqlens): the packed
  * call is validated once as a batch-1 call; the fused algorithm then runs every sequence
- * in one launch (a batch entry per sequence, common.cl VARLEN_ROWS), with offsets on the
+ * in one launch (a batch entry per sequence, rows.cl VARLEN_ROWS), with offsets on the
  * host or the device; the unfused algorithm and the reference run each non-empty sequence
  * as its own attention on slices of the packed views (blocking, enqueued and chained to
  * one event, planned). */
@@ -155,7 +155,7 @@ static clattn_tensor slice_seq(const clattn_tensor *t, int64_t start, int64_t le
 }
 
 /* The views of the packed problem as a batch of sequences: batch entry b reads its rows
- * from the row offsets (common.cl VARLEN_ROWS), so the batch stride is 0 and the seq
+ * from the row offsets (rows.cl VARLEN_ROWS), so the batch stride is 0 and the seq
  * extent the longest sequence. */
 static void as_batches(clattn_view *v, int64_t batch, int64_t rows)
 {

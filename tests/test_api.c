@@ -489,11 +489,13 @@ START_TEST(build_failure_reports_log)
           "long view_at(long o, long4 s, long b, long h, long x, long d) { return o; }\n",
           f);
     fclose(f);
-    /* every program also includes dropout.cl (empty here) */
-    snprintf(path, sizeof path, "%s/dropout.cl", dir);
-    f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fclose(f);
+    /* every program also includes dropout.cl and rows.cl (empty here) */
+    for (int x = 0; x < 2; x++) {
+        snprintf(path, sizeof path, "%s/%s", dir, x ? "rows.cl" : "dropout.cl");
+        f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
     /* 6 queries run decode.cl (GPU family: decode_gpu.cl); longer ones fused.cl (or
      * fused_gpu.cl) */
     static const char *const names[4] = {"fused", "decode", "fused_gpu", "decode_gpu"};
@@ -530,6 +532,8 @@ START_TEST(build_failure_reports_log)
     snprintf(path, sizeof path, "%s/common.cl", dir);
     unlink(path);
     snprintf(path, sizeof path, "%s/dropout.cl", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/rows.cl", dir);
     unlink(path);
     rmdir(dir);
 }

@@ -1,0 +1,106 @@
+/* rows.cl — what the fused kernels share beyond common.cl (every program includes it,
+ * after common.cl and dropout.cl; host/program.c): their one signature (FUSED_PARAMS),
+ * the rows of a packed variable-length batch, attention sinks and the row store. */
+
+/* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
+ * The arguments; lse may be NULL (not written). */
+
+#define FUSED_PARAMS                                                                        \
+    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k, \
+        long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,     \
+        __global ELEM_T(O_DT) *o, long o_off, long4 o_st, __global lse_t *lse, long lse_off, \
+        long4 lse_st, int h_q, int group, long n_q, long n_kv, float scale, int masked_nan, \
+        int lse_relative, \
+        RULE_PARAMS, TERM_PARAMS, PAGE_PARAMS, __global const float *sinks,                \
+        __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc,  \
+        long vs_off, long4 vs_st, DROPOUT_PARAMS, ROW0_PARAMS
+
+/* ---- packed variable-length batches in one launch (-DVARLEN=1; host: varlen.c) ----
+ * Batch entry b is sequence b of a packed batch (FlashAttention's cu_seqlens): its query
+ * rows start at row q_row0[b] of Q, O and the LSE, its keys at row k_row0[b] of K, V and
+ * their scales (the host passes batch strides of 0), and q_lens / kv_lens hold its
+ * lengths, so every rule and term sees a batch entry of those lengths. The host (or
+ * clattn_varlen of varlen.cl, from offsets on the device) clamps row0 + length into the
+ * packed tensors. Rows past a sequence's length belong to the next one: not written.
+ * Programs built with VARLEN 0 take the arguments and never read them. */
+#ifndef VARLEN
+#define VARLEN 0
+#endif
+#define ROW0_PARAMS __global const int *q_row0, __global const int *k_row0
+/* (row0 is not evaluated in programs without VARLEN: its array is NULL there) */
+#define VARLEN_SHIFT(off, st, row0) ((off) += VARLEN ? (long)(row0) * (st).s2 : 0L)
+/* the rows of Q that batch entry b may read: n_q, or its sequence's length (past it lie
+ * the next sequence's rows, or the end of Q) */
+#define Q_ROWS(b) (VARLEN ? seq_len(q_lens, (b), n_q) : n_q)
+/* the views of a FUSED_PARAMS kernel moved to batch entry b's sequence */
+#define VARLEN_ROWS(b)                                                                      \
+    do {                                                                                    \
+        if (VARLEN) {                                                                       \
+            VARLEN_SHIFT(q_off, q_st, q_row0[b]);                                           \
+            VARLEN_SHIFT(o_off, o_st, q_row0[b]);                                           \
+            VARLEN_SHIFT(lse_off, lse_st, q_row0[b]);                                       \
+            VARLEN_SHIFT(k_off, k_st, k_row0[b]);                                           \
+            VARLEN_SHIFT(v_off, v_st, k_row0[b]);                                           \
+            VARLEN_SHIFT(ks_off, ks_st, k_row0[b]);                                         \
+            VARLEN_SHIFT(vs_off, vs_st, k_row0[b]);                                         \
+        }                                                                                   \
+    } while (0)
+
+
+/* ---- attention sinks (the desc's sinks; host twin: reference.c) ----
+ * Head h's sink is one more key of logit sinks[h] and value zero in every row's softmax.
+ * Folds it into row i's online-softmax state (m, l), relative to the row's ALiBi
+ * reference as the scores are (sinks[h] + slope·ref), and returns the factor the row's
+ * accumulator takes (exp(m − m_new); 1 when the max does not move). No sinks (NULL), a
+ * sink of −∞ and padding rows: nothing changes. A row with no visible key gets m = the
+ * sink and l = 1: output zeros, LSE = the sink. Split-KV decoding folds it in the merge
+ * (split_merge.cl), as one more part of O = 0. */
+float fold_sink(__global const float *sinks, long h, __global const int *q_lens, long b, long i,
+                float *m, float *l, float slope, long ref)
+{
+    if (!sinks || row_padding(q_lens, b, i))
+        return 1.0f;
+    const float s = sinks[h] + slope * (float)ref;
+    if (s == -INFINITY)
+        return 1.0f;
+    const float m_new = max_nan(*m, s);
+    const float alpha = m_new == *m ? 1.0f : exp(*m - m_new); /* 0 from an empty row */
+    *l = *l * alpha + exp(s - m_new);
+    *m = m_new;
+    return alpha;
+}
+
+/* Row i of head h, batch entry b (variables at the use; D_V, D_V_PAD and N_AV from the
+ * kernel file): the sink folded in (fold_sink), then acc / l, or for a row with no
+ * visible key zeros (NaN with masked_nan, but zeros for padding rows); LSE = m + log l
+ * (−∞ for no visible key). */
+#define STORE_ROW(acc_row, m_row, l_row, slope_row, ref_row)                                \
+    do {                                                                                    \
+        if (VARLEN && row_padding(q_lens, b, i))                                            \
+            break; /* another sequence's row */                                             \
+        float out_[D_V_PAD];                                                                \
+        float ms_ = (m_row), ls_ = (l_row);                                                 \
+        const float as_ = fold_sink(sinks, h, q_lens, b, i, &ms_, &ls_, slope_row, ref_row); \
+        const bool empty_ = (ms_ == -INFINITY);                                             \
+        const float fill_ = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;          \
+        _Pragma("unroll") for (int a_ = 0; a_ < N_AV; a_++)                                 \
+            vstore16(empty_ ? (float16)(fill_) : (acc_row)[a_] * as_ / ls_, a_, out_);      \
+        for (int c_ = 0; c_ < D_V; c_++)                                                    \
+            ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
+        STORE_LSE(empty_, ms_, ls_, slope_row, ref_row);                                    \
+    } while (0)
+
+/* The LSE of row i (variables at the use): −∞ for a row with no visible key, else
+ * m + log l and the row's ALiBi constant; lse_relative (the weights pass) keeps the row
+ * max and log l apart. Nothing without an LSE. */
+#define STORE_LSE(empty_row, m_row, l_row, slope_row, ref_row)                              \
+    do {                                                                                    \
+        const long lat_ = view_at(lse_off, lse_st, b, h, i, 0);                             \
+        if (lse && lse_relative) { /* the weights pass: the row max and log l apart */     \
+            lse[lat_] = (empty_row) ? (lse_t)(-INFINITY) : (lse_t)(m_row);                  \
+            lse[lat_ + lse_st.s3] = (empty_row) ? (lse_t)0.0f : (lse_t)log(l_row);          \
+        } else if (lse) {                                                                   \
+            lse[lat_] = (empty_row) ? (lse_t)(-INFINITY)                                    \
+                                    : LSE_ABS((m_row) + log(l_row), (slope_row), (ref_row)); \
+        }                                                                                   \
+    } while (0)
