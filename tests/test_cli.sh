@@ -719,6 +719,12 @@ for alg in fused unfused; do
     expect_values "run --mask-mod doc.cl --mod-buffer ($alg)" "$tmp/odoc.npy" \
         "$(values_of "$tmp/od0.npy") $(values_of "$tmp/od1.npy")"
 done
+# --block-mask: the same bits as without it
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/causal.cl" \
+    --block-mask --algorithm fused --out "$tmp/oc_bm.npy"
+expect_rc "run --mask-mod causal.cl --block-mask" 0
+if cmp -s "$tmp/oc_builtin.npy" "$tmp/oc_bm.npy"; then pass; else
+    fail "run --mask-mod causal.cl --block-mask: not the bits of --mask causal"; fi
 printf 'bool clattn_mask_mod(int b, int h, long q, long k)\n{\n    return q >= ;\n}\n' >"$tmp/bad.cl"
 rm -f "$tmp/never.npy"
 run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/bad.cl" \

@@ -431,6 +431,8 @@ static int run_attention(const run_args *a, run_inputs *in)
     float *lse = lse_file ? calloc(lse_count > 0 ? lse_count : 1, sizeof *lse) : NULL;
     float *sc = s_file ? calloc(s_count > 0 ? s_count : 1, sizeof *sc) : NULL;
     clattn_context *ctx = NULL;
+    run_desc rd;
+    memset(&rd, 0, sizeof rd);
     int rc = EXIT_FAILURE;
     if (o == NULL || (w_file && w == NULL) || (lse_file && lse == NULL) || (s_file && sc == NULL)) {
         cli_error("out of memory for the outputs (%zu + %zu + %zu + %zu elements)", o_count,
@@ -445,7 +447,6 @@ static int run_attention(const run_args *a, run_inputs *in)
     clattn_tensor tw =
         clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
     clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
-    run_desc rd;
     int lrc = run_make_desc(a, in, &rd);
     if (lrc >= 0) {
         rc = lrc;
@@ -476,9 +477,14 @@ static int run_attention(const run_args *a, run_inputs *in)
     if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
         goto done;
     }
-    clattn_status status = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
+    const char *what = "clattn_block_mask_create";
+    clattn_status status = run_block_mask(a, in, ctx, &rd); /* --block-mask (run_mods.c) */
+    if (status == CLATTN_SUCCESS) {
+        what = "clattn_attention";
+        status = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
+    }
     if (status != CLATTN_SUCCESS) {
-        library_error("clattn_attention", status, ctx);
+        library_error(what, status, ctx);
         goto done;
     }
     if (a->check) {
@@ -514,6 +520,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     }
     rc = write_outputs(files, n_files);
 done:
+    clattn_block_mask_release((clattn_block_mask *)rd.mods.block_mask);
     clattn_context_release(ctx);
     free(ref_k);
     free(ref_v);

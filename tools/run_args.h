@@ -70,6 +70,7 @@ typedef struct run_args {
     const char *score_mod_file, *mask_mod_file;
     const char *mod_buf_args[CLATTN_RUN_MAX_MOD_BUFFERS]; /* "NAME=FILE.npy" */
     int n_mod_bufs;
+    int block_mask; /* --block-mask: build the mask_mod's block mask first */
 } run_args;
 
 /* Parses and checks the command line (argv after "run") into `a`, which starts zeroed;
@@ -130,6 +131,9 @@ int run_read_mods(const run_args *a, run_inputs *in);
 /* Points rd->desc.mods at them (nothing without snippets). */
 void run_mods_desc(const run_args *a, const run_inputs *in, run_desc *rd);
 void run_free_mods(run_inputs *in);
+/* --block-mask: rd->mods.block_mask built on ctx (released by the caller); a status. */
+clattn_status run_block_mask(const run_args *a, const run_inputs *in, clattn_context *ctx,
+                             run_desc *rd);
 
 /* The 4-D shape of an npy array of rank ndim (leading dimensions 1). */
 void shape4(const int64_t *shape, int ndim, int64_t out[4]);

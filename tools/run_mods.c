@@ -25,7 +25,11 @@ const char run_usage_mods[] =
     "                    flat) passed to the snippets after k_pos as __global const int *\n"
     "                    or float *, in the order given (up to 8; NAME is for messages).\n"
     "                    Compile errors name FILE.cl's own lines. Not with --check (the\n"
-    "                    CPU reference cannot run OpenCL C) or --cu-seqlens\n";
+    "                    CPU reference cannot run OpenCL C) or --cu-seqlens\n"
+    "  --block-mask      with --mask-mod: evaluate it once per 16x16 block first\n"
+    "                    (clattn_block_mask_create) so the fused kernels skip the tiles it\n"
+    "                    masks entirely (the same result, faster for causal or document\n"
+    "                    masks)\n";
 
 /* The value after option argv[i], or NULL (a usage error is printed). */
 static const char *value_of(int argc, char **argv, int i)
@@ -44,6 +48,10 @@ int run_take_mod_args(int *argc, char **argv, run_args *a)
         const char *opt = argv[i];
         const bool score = strcmp(opt, "--score-mod") == 0, mask = strcmp(opt, "--mask-mod") == 0,
                    buf = strcmp(opt, "--mod-buffer") == 0;
+        if (strcmp(opt, "--block-mask") == 0) {
+            a->block_mask = 1;
+            continue;
+        }
         if (!score && !mask && !buf) {
             argv[out++] = argv[i];
             continue;
@@ -75,6 +83,9 @@ int run_take_mod_args(int *argc, char **argv, run_args *a)
     argv[out] = NULL;
     if (a->n_mod_bufs > 0 && a->score_mod_file == NULL && a->mask_mod_file == NULL) {
         return usage_error("clattn run", "--mod-buffer needs --score-mod or --mask-mod");
+    }
+    if (a->block_mask && a->mask_mod_file == NULL) {
+        return usage_error("clattn run", "--block-mask needs --mask-mod");
     }
     return -1;
 }
@@ -158,4 +169,17 @@ void run_free_mods(run_inputs *in)
     for (int i = 0; i < CLATTN_RUN_MAX_MOD_BUFFERS; i++) {
         npy_data_free(&in->mod_bufs[i]);
     }
+}
+
+clattn_status run_block_mask(const run_args *a, const run_inputs *in, clattn_context *ctx,
+                             run_desc *rd)
+{
+    if (!a->block_mask) {
+        return CLATTN_SUCCESS;
+    }
+    clattn_block_mask *bm = NULL;
+    const clattn_status st =
+        clattn_block_mask_create(ctx, &rd->desc, in->qs[0], in->qs[1], in->qs[2], in->n_kv, &bm);
+    rd->mods.block_mask = bm;
+    return st;
 }
