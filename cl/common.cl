@@ -322,10 +322,11 @@ float16 score_terms16(float16 s, int16 key, int lim_lo, int lim_hi, int self, lo
     int va[16];
     vstore16(s, 0, sa);
     vstore16(vis, 0, va);
-    /* the block mask's flag of these 16 keys (when they are one block): 0 all masked by
-     * mask_mod, 2 none, 1 mixed (evaluate it) */
+    /* the block mask's flag of these 16 keys (when they are one block, and some key is
+     * visible: then row i and key jb lie inside the mask): 0 all masked by mask_mod, 2
+     * none, 1 mixed (evaluate it) */
     const long jb = j0 + key.s0;
-    const uchar bf = BLOCK_MASK && jb % 16 == 0
+    const uchar bf = BLOCK_MASK && jb % 16 == 0 && any(vis)
                          ? bmask[b * bm_st.s0 + h * bm_st.s1 + (i / 16) * bm_st.s2 + jb / 16]
                          : 1;
     for (int t = 0; t < 16; t++) {

@@ -85,6 +85,21 @@ for alg in fused unfused; do
         --v "$data/og_v16.npy" --check --out "$tmp/o.npy" --algorithm "$alg" --mask no-self \
         --q-start 3 --kv-start 1
 done
+# score / mask snippets (common.cl score_terms16) and a block mask (block_mask.cl, the
+# tiled kernels' skipping), both algorithms
+printf 'bool clattn_mask_mod(int b, int h, long q, long k)\n{\n    return (q + k) %% 3 != 0 && k / 7 != 2;\n}\n' >"$tmp/mm.cl"
+printf 'float clattn_score_mod(float s, int b, int h, long q, long k)\n{\n    return s - 0.1f * (float)(k - q);\n}\n' >"$tmp/sm.cl"
+for alg in fused unfused; do
+    check "snippets $alg" "$bin" run --q "$data/og_q.npy" --k "$data/og_k.npy" \
+        --v "$data/og_v.npy" --out "$tmp/o.npy" --algorithm "$alg" --mask-mod "$tmp/mm.cl" \
+        --score-mod "$tmp/sm.cl" --alibi 0.5,0.25 --lse "$tmp/l.npy"
+done
+check "block mask" "$bin" run --q "$data/og_q.npy" --k "$data/og_k.npy" --v "$data/og_v.npy" \
+    --out "$tmp/o.npy" --algorithm fused --mask-mod "$tmp/mm.cl" --block-mask
+CLATTN_KERNEL_FAMILY=cpu check "block mask, CPU family" "$bin" run --q "$data/og_q.npy" \
+    --k "$data/og_k.npy" --v "$data/og_v.npy" --out "$tmp/o.npy" --algorithm fused \
+    --mask-mod "$tmp/mm.cl" --block-mask
+unset CLATTN_KERNEL_FAMILY
 # the merge kernel (clattn_merge of 2, 3 and 7 parts, in place too) from test_features
 if [ -n "${CLATTN_FEATURES_BIN:-}" ]; then
     export CK_RUN_CASE=merge
