@@ -482,3 +482,24 @@ def test_score_and_mask_snippets():
                                             mod_buffers=[doc.astype(np.float32)])
     with pytest.raises(clattn.UnsupportedError, match="mask_mod_host"):
         clattn.reference_attention(q, k, v, mask_mod=DOC_MASK, mod_buffers=[doc])
+
+
+def test_block_mask():
+    """A BlockMask of a document mask: the same bits as without it, its counts, and the
+    statuses (another n_q, a closed mask, block_mask without mask_mod)."""
+    rng = np.random.default_rng(20261202)
+    q, k, v = (rng.standard_normal((2, 64, 8)).astype(np.float32) for _ in range(3))
+    mm = ("bool clattn_mask_mod(int b, int h, long q, long k)\n"
+          "{\n    return q / 32 == k / 32 && k <= q;\n}\n")
+    plain = clattn.scaled_dot_product_attention(q, k, v, mask_mod=mm, algorithm="fused")
+    with clattn.BlockMask(mm, 64, 64) as bm:
+        assert bm.counts() == (10, 4, 2)  # 4 x 4 blocks: per document 2 mixed, 1 full
+        got = clattn.scaled_dot_product_attention(q, k, v, mask_mod=mm, block_mask=bm,
+                                                  algorithm="fused")
+        assert got.tobytes() == plain.tobytes()
+        with pytest.raises(clattn.InvalidArgumentError, match="another n_q"):
+            clattn.scaled_dot_product_attention(q[:, :63], k, v, mask_mod=mm, block_mask=bm)
+    with pytest.raises(ValueError, match="closed"):
+        clattn.scaled_dot_product_attention(q, k, v, mask_mod=mm, block_mask=bm)
+    with pytest.raises(ValueError, match="needs the mask_mod"):
+        clattn.scaled_dot_product_attention(q, k, v, block_mask=bm)

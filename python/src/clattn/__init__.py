@@ -12,7 +12,7 @@ draws clattn's own Philox4x32-10 mask (``dropout_seed``, ``dropout_offset``;
 :func:`plan`, :class:`Context`, :func:`devices`.
 """
 
-from ._attention import (Plan, dropout_mask, plan, reference_attention,
+from ._attention import (BlockMask, Plan, dropout_mask, plan, reference_attention,
                          reference_attention_backward, scaled_dot_product_attention)
 from ._context import (Context, Device, DeviceError, Error, InvalidArgumentError,
                        UnsupportedError, default_context, devices)
@@ -22,7 +22,7 @@ __version__: str = _clib.clattn_version().decode()
 """The C library's version (``clattn_version()``), which is the package's."""
 
 __all__ = [
-    "Context", "Device", "DeviceError", "Error", "InvalidArgumentError", "Plan",
+    "BlockMask", "Context", "Device", "DeviceError", "Error", "InvalidArgumentError", "Plan",
     "UnsupportedError", "default_context", "devices", "dropout_mask", "plan",
     "reference_attention", "reference_attention_backward",
     "scaled_dot_product_attention", "__version__",

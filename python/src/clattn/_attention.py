@@ -68,6 +68,46 @@ def _np_dtype(like: Any, code: int) -> np.dtype:
     raise TypeError("a bfloat16 output needs PyTorch or ml_dtypes")
 
 
+def _make_mods(score_mod: Any, mask_mod: Any, buffers: Any, keep: List[Any]) -> Any:
+    """clattn_mods from OpenCL C source strings and host arrays (kept alive in keep)."""
+    srcs = []
+    for name, src in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if src is not None and not isinstance(src, str):
+            raise TypeError(f"{name} must be OpenCL C source (a str), not "
+                            f"{type(src).__name__}")
+        if src is not None and "\0" in src:
+            raise ValueError(f"{name} holds a NUL character")
+        srcs.append(None if src is None else src.encode())
+    if srcs == [None, None]:
+        raise ValueError("mod_buffers needs score_mod or mask_mod")
+    if buffers is None:
+        buffers = ()
+    if not isinstance(buffers, (list, tuple)):
+        raise TypeError(f"mod_buffers must be a list or tuple of arrays, not "
+                        f"{type(buffers).__name__}")
+    bufs = list(buffers)
+    if len(bufs) > 8:
+        raise ValueError(f"mod_buffers: {len(bufs)} arrays, at most 8")
+    arr = (_lib.ModBuffer * max(1, len(bufs)))()
+    for i, x in enumerate(bufs):
+        if _arrays.is_torch(x):
+            x = x.detach().cpu().numpy()
+        a = np.asarray(x)
+        if a.dtype.kind in "iub":
+            if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
+                raise ValueError(f"mod_buffers[{i}] holds values outside int32")
+            a, dt = np.ascontiguousarray(a, dtype=np.int32).ravel(), _lib.INT32
+        elif a.dtype.kind == "f":
+            a, dt = np.ascontiguousarray(a, dtype=np.float32).ravel(), _lib.FLOAT32
+        else:
+            raise TypeError(f"mod_buffers[{i}] must hold integers or floats, not {a.dtype}")
+        keep.append(a)
+        arr[i].dtype, arr[i].count, arr[i].host = dt, a.size, a.ctypes.data
+    mods = _lib.Mods(srcs[0], srcs[1], arr, len(bufs))
+    keep += [srcs, arr, mods]
+    return mods
+
+
 class _Call:
     """One call's views and desc, built from the Python arguments."""
 
@@ -155,7 +195,15 @@ class _Call:
         mb = o["mod_buffers"]
         if o["score_mod"] is not None or o["mask_mod"] is not None or not (
                 mb is None or (isinstance(mb, (list, tuple)) and len(mb) == 0)):
-            d.mods = ctypes.pointer(self._mods(o["score_mod"], o["mask_mod"], o["mod_buffers"]))
+            mods = self._mods(o["score_mod"], o["mask_mod"], o["mod_buffers"])
+            if o["block_mask"] is not None:
+                if not isinstance(o["block_mask"], BlockMask):
+                    raise TypeError(f"block_mask must be a clattn.BlockMask, not "
+                                    f"{type(o['block_mask']).__name__}")
+                mods.block_mask = o["block_mask"].handle
+            d.mods = ctypes.pointer(mods)
+        elif o["block_mask"] is not None:
+            raise ValueError("block_mask needs the mask_mod it was built from")
         self.mask: Optional[View] = None
         if attn_mask is not None:
             self.mask = self._mask(attn_mask, q, (b, hq, n_q, n_kv), nb)
@@ -221,42 +269,7 @@ class _Call:
 
     def _mods(self, score_mod: Any, mask_mod: Any, buffers: Any) -> Any:
         """clattn_mods from OpenCL C source strings and host arrays (kept alive)."""
-        srcs = []
-        for name, src in (("score_mod", score_mod), ("mask_mod", mask_mod)):
-            if src is not None and not isinstance(src, str):
-                raise TypeError(f"{name} must be OpenCL C source (a str), not "
-                                f"{type(src).__name__}")
-            if src is not None and "\0" in src:
-                raise ValueError(f"{name} holds a NUL character")
-            srcs.append(None if src is None else src.encode())
-        if srcs == [None, None]:
-            raise ValueError("mod_buffers needs score_mod or mask_mod")
-        if buffers is None:
-            buffers = ()
-        if not isinstance(buffers, (list, tuple)):
-            raise TypeError(f"mod_buffers must be a list or tuple of arrays, not "
-                            f"{type(buffers).__name__}")
-        bufs = list(buffers)
-        if len(bufs) > 8:
-            raise ValueError(f"mod_buffers: {len(bufs)} arrays, at most 8")
-        arr = (_lib.ModBuffer * max(1, len(bufs)))()
-        for i, x in enumerate(bufs):
-            if _arrays.is_torch(x):
-                x = x.detach().cpu().numpy()
-            a = np.asarray(x)
-            if a.dtype.kind in "iub":
-                if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
-                    raise ValueError(f"mod_buffers[{i}] holds values outside int32")
-                a, dt = np.ascontiguousarray(a, dtype=np.int32).ravel(), _lib.INT32
-            elif a.dtype.kind == "f":
-                a, dt = np.ascontiguousarray(a, dtype=np.float32).ravel(), _lib.FLOAT32
-            else:
-                raise TypeError(f"mod_buffers[{i}] must hold integers or floats, not {a.dtype}")
-            self.keep.append(a)
-            arr[i].dtype, arr[i].count, arr[i].host = dt, a.size, a.ctypes.data
-        mods = _lib.Mods(srcs[0], srcs[1], arr, len(bufs))
-        self.keep += [srcs, arr, mods]
-        return mods
+        return _make_mods(score_mod, mask_mod, buffers, self.keep)
 
     def _mask(self, attn_mask: Any, q: Any, target4: Tuple[int, ...], nb: int) -> View:
         m = _arrays.to_numpy_like(attn_mask, "attn_mask")
@@ -461,7 +474,7 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
     out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
     batch_invariant=False, return_key_weight_sums=False, score_mod=None, mask_mod=None,
-    mod_buffers=())
+    mod_buffers=(), block_mask=None)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
 _FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean", "batch_invariant")
 
@@ -560,7 +573,9 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     :class:`DeviceError` (status_name "kernel build failed") whose message names the
     snippet's line, e.g. ``mask_mod:3``;
     :func:`reference_attention` raises :class:`UnsupportedError` for them (it cannot run
-    OpenCL C); docs/SEMANTICS.md "Score and mask snippets").
+    OpenCL C); ``block_mask`` (a :class:`BlockMask` of this ``mask_mod``: the fused kernels
+    skip the tiles it masks entirely; the same result); docs/SEMANTICS.md "Score and mask
+    snippets").
     With ``return_lse``, ``return_weights`` and/or ``return_key_weight_sums`` the result
     is a tuple ``(out, lse?, weights?, key_weight_sums?)`` in that order.
 
@@ -734,3 +749,58 @@ def dropout_mask(batch: int, h_q: int, n_q: int, n_kv: int, p: float, seed: int 
 __all__ = ["Plan", "dropout_mask", "plan", "reference_attention",
            "reference_attention_backward", "scaled_dot_product_attention"]
 
+
+
+class BlockMask:
+    """The block mask of a ``mask_mod`` (``clattn_block_mask_create``; FlexAttention's
+    BlockMask): the snippet evaluated once on the device for every 16 query rows × 16 keys
+    and flagged empty, full or mixed, so that calls with ``block_mask=`` skip the key tiles
+    it masks entirely. Build it for the calls' ``n_q``, ``n_kv``, ``q_start``, ``kv_start``
+    and the same ``mask_mod`` and ``mod_buffers`` (their contents must not change);
+    ``batch`` and ``heads`` are 1 when the snippet does not depend on b or h (the flags are
+    then shared), else the calls' batch (leading dims flattened) and query heads. Blocks
+    until built. ``context``: the calls' context (default: this thread's). ``counts()``:
+    the numbers of (empty, mixed, full) blocks. Close it (or use ``with``) to free the
+    flags; calls already made keep them alive."""
+
+    def __init__(self, mask_mod: str, n_q: int, n_kv: int, *, mod_buffers: Any = (),
+                 batch: int = 1, heads: int = 1, q_start: int = 0, kv_start: int = 0,
+                 context: Optional[Context] = None) -> None:
+        self._keep: List[Any] = []
+        d = _lib.Desc()
+        d.mods = ctypes.pointer(_make_mods(None, mask_mod, mod_buffers, self._keep))
+        d.q_start, d.kv_start = _int64(q_start, "q_start"), _int64(kv_start, "kv_start")
+        self._ctx = context if context is not None else default_context()
+        out = ctypes.c_void_p()
+        with self._ctx._lock:
+            status = _lib.lib.clattn_block_mask_create(self._ctx.handle, ctypes.byref(d),
+                                                  _int64(batch, "batch"), _int64(heads, "heads"),
+                                                  _int64(n_q, "n_q"), _int64(n_kv, "n_kv"),
+                                                  ctypes.byref(out))
+            raise_status(status, self._ctx.handle)
+        self._handle: Optional[int] = out.value
+
+    @property
+    def handle(self) -> int:
+        """The ``clattn_block_mask *`` as an integer."""
+        if self._handle is None:
+            raise ValueError("this BlockMask is closed")
+        return self._handle
+
+    def counts(self) -> Tuple[int, int, int]:
+        e, p, f = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+        with self._ctx._lock:
+            raise_status(_lib.lib.clattn_block_mask_counts(self.handle, ctypes.byref(e),
+                                                      ctypes.byref(p), ctypes.byref(f)), None)
+        return e.value, p.value, f.value
+
+    def close(self) -> None:
+        if self._handle is not None:
+            _lib.lib.clattn_block_mask_release(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "BlockMask":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -211,6 +211,12 @@ _PROTOTYPES = {
     "clattn_attention_plan": (ctypes.c_int, [_CTX, _P(Desc), _T, _T, _T, _T, _P(Plan)]),
     "clattn_reference_attention": (ctypes.c_int, [_P(Desc), _T, _T, _T, _T]),
     "clattn_reference_attention_backward": (ctypes.c_int, [_P(Desc), _T, _T, _T, _T, _T, _T, _T]),
+    # (ctx, desc, batch, heads, n_q, n_kv, clattn_block_mask **out)
+    "clattn_block_mask_create": (ctypes.c_int, [_CTX, _P(Desc), c_int64, c_int64, c_int64,
+                                                c_int64, _P(c_void_p)]),
+    "clattn_block_mask_counts": (ctypes.c_int, [c_void_p, _P(c_int64), _P(c_int64),
+                                                _P(c_int64)]),
+    "clattn_block_mask_release": (None, [c_void_p]),
     # (desc, batch, h_q, n_q, n_kv, uint8_t *keep)
     "clattn_dropout_mask": (ctypes.c_int, [_P(Desc), c_int64, c_int64, c_int64, c_int64,
                                            c_void_p]),
