@@ -275,14 +275,17 @@ clattn_status clattn_block_mask_create(clattn_context *ctx, const clattn_attenti
     if (!desc->mods || !desc->mods->mask_mod)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "block mask: desc->mods has no mask_mod to build it from");
-    const int64_t n_qb = clattn_ceil_div(n_q, 16), n_kb = clattn_ceil_div(n_kv, 16);
+    const int64_t pos_max = (int64_t)1 << 53; /* positions, as clattn_check_desc's */
+    const bool sizes_ok = n_q >= 0 && n_kv >= 0 && n_q <= pos_max && n_kv <= pos_max;
+    const int64_t n_qb = sizes_ok ? clattn_ceil_div(n_q, 16) : 0;
+    const int64_t n_kb = sizes_ok ? clattn_ceil_div(n_kv, 16) : 0;
     int64_t count = 0;
-    if (batch < 1 || heads < 1 || heads > INT32_MAX || n_q < 0 || n_kv < 0 ||
+    if (!sizes_ok || batch < 1 || heads < 1 || heads > INT32_MAX ||
         !clattn_mul_ok(batch, heads, &count) || !clattn_mul_ok(count, n_qb, &count) ||
         !clattn_mul_ok(count, n_kb, &count))
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
                            "block mask: batch %lld and heads %lld (≥ 1), n_q %lld and n_kv %lld "
-                           "(≥ 0) out of range",
+                           "(0 … 2^53) out of range",
                            (long long)batch, (long long)heads, (long long)n_q, (long long)n_kv);
     char opts[96];
     snprintf(opts, sizeof opts, "%s", CLATTN_CL_STD);

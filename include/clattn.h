@@ -130,8 +130,8 @@ typedef struct clattn_context_options {
  *
  * @param options  may be NULL (all defaults).
  * @param out      receives the new context; set to NULL on failure.
- * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT (out is NULL),
- *         CLATTN_ERROR_NO_PLATFORM, CLATTN_ERROR_NO_DEVICE,
+ * @return CLATTN_SUCCESS, CLATTN_ERROR_INVALID_ARGUMENT (out is NULL, or an unknown
+ *         options->binary_cache), CLATTN_ERROR_NO_PLATFORM, CLATTN_ERROR_NO_DEVICE,
  *         CLATTN_ERROR_OUT_OF_HOST_MEMORY or CLATTN_ERROR_OPENCL. On failure, a
  *         message is available from clattn_last_error_message(NULL) for this thread.
  */

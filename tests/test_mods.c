@@ -504,6 +504,9 @@ START_TEST(block_masks)
     ck_assert_int_eq(clattn_block_mask_create(ctx, &d, 0, 1, 4, 4, &none),
                      CLATTN_ERROR_INVALID_SHAPE);
     ck_assert_ptr_null(none);
+    ck_assert_int_eq(clattn_block_mask_create(ctx, &d, 1, 1, 1, INT64_MAX, &none),
+                     CLATTN_ERROR_INVALID_SHAPE); /* (its block count would overflow) */
+    ck_assert_ptr_null(none);
     clattn_block_mask_release(bm);
     free(o);
     free(plain);

@@ -799,6 +799,12 @@ class BlockMask:
             _lib.lib.clattn_block_mask_release(self._handle)
             self._handle = None
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
     def __enter__(self) -> "BlockMask":
         return self
 
