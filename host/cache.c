@@ -30,7 +30,7 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-static uint64_t hash_str(uint64_t h, const char *s)
+uint64_t clattn_hash_str(uint64_t h, const char *s)
 {
     return fnv1a(h, s, strlen(s) + 1); /* the NUL separates the fields */
 }
@@ -42,23 +42,23 @@ static uint64_t hash_device(uint64_t h, cl_device_id device)
     for (int i = 0; i < 3; i++) {
         char text[256] = "";
         clGetDeviceInfo(device, infos[i], sizeof text - 1, text, NULL);
-        h = hash_str(h, text);
+        h = clattn_hash_str(h, text);
     }
     return h;
 }
 
 uint64_t clattn_device_hash(const clattn_context *ctx)
 {
-    return hash_device(hash_str(0xcbf29ce484222325ULL, CLATTN_VERSION_STRING), ctx->device);
+    return hash_device(clattn_hash_str(CLATTN_HASH_SEED, CLATTN_VERSION_STRING), ctx->device);
 }
 
 uint64_t clattn_cache_key(const clattn_context *ctx, const char *const *sources, int n_sources,
                           const char *options)
 {
     uint64_t h = clattn_device_hash(ctx);
-    h = hash_str(h, options);
+    h = clattn_hash_str(h, options);
     for (int i = 0; i < n_sources; i++)
-        h = hash_str(h, sources[i]);
+        h = clattn_hash_str(h, sources[i]);
     return h;
 }
 
@@ -101,7 +101,7 @@ cl_program clattn_cache_load(const clattn_context *ctx, uint64_t key)
             binary = malloc(size + 1);
         /* exactly `size` bytes must follow, with the recorded hash */
         if (binary && (fread(binary, 1, size + 1, f) != size ||
-                       fnv1a(0xcbf29ce484222325ULL, binary, size) != get_u64(head + 24))) {
+                       fnv1a(CLATTN_HASH_SEED, binary, size) != get_u64(head + 24))) {
             free(binary);
             binary = NULL;
         }
@@ -162,7 +162,7 @@ void clattn_cache_store(const clattn_context *ctx, uint64_t key, cl_program prog
     memcpy(head, MAGIC, 8);
     put_u64(head + 8, key);
     put_u64(head + 16, size);
-    put_u64(head + 24, fnv1a(0xcbf29ce484222325ULL, binary, size));
+    put_u64(head + 24, fnv1a(CLATTN_HASH_SEED, binary, size));
     const int fd = mkstemp(tmp);
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (fd >= 0 && !f) {

@@ -386,6 +386,10 @@ char *clattn_cache_dir(const char *option);
  * device's platform is known; CLATTN_ERROR_INVALID_ARGUMENT for an unknown binary_cache
  * (a folder that cannot be allocated only turns the cache off). */
 clattn_status clattn_cache_open(clattn_context *ctx, const clattn_context_options *options);
+/* FNV-1a, 64-bit (the cache's keys and files, the snippets' program ids): h over s and
+ * its NUL (which separates fields); start from CLATTN_HASH_SEED. */
+#define CLATTN_HASH_SEED 0xcbf29ce484222325ULL
+uint64_t clattn_hash_str(uint64_t h, const char *s);
 uint64_t clattn_cache_key(const clattn_context *ctx, const char *const *sources, int n_sources,
                           const char *options);
 /* The hash of the clattn version and the device's name, driver and version: what makes a

@@ -1,10 +1,10 @@
 /* Score and mask snippets (clattn_mods.h): their checks, the sources the host splices in
  * (before common.cl: the macros that give common.cl's score_terms16 the user buffers and
  * the snippets' prototypes; after the kernel's file: the snippets), and those buffers on
- * the device. A program built with snippets names
- * them in its options by the hash of that source (-DMOD_ID=…), so the context's program
- * table and the binary cache keep one program per snippet text; the context keeps each
- * source for program.c (clattn_mods_source). */
+ * the device. A program built with snippets names them in its options by the hash of their
+ * texts and buffer types (-DMOD_ID=…), so the context's program table and the binary cache
+ * keep one program per snippet text; the context keeps each one's sources for program.c
+ * (clattn_mods_source), built on its first use. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -13,6 +13,8 @@
 
 struct clattn_mod_source {
     uint64_t id;
+    char *score, *mask;                     /* the snippets' texts (copies), or NULL */
+    char types[CLATTN_MAX_MOD_BUFFERS + 1]; /* buffer_types */
     char *head, *tail; /* spliced in before common.cl / after the kernel's file */
     clattn_mod_source *next;
 };
@@ -92,14 +94,38 @@ bool clattn_alibi_absolute(const clattn_attention_desc *desc)
     return desc && desc->mods && desc->mods->score_mod;
 }
 
-static uint64_t fnv1a(const char *s)
+/* The buffers' parameter types, "i" (int32) or "f" (float32) each, into types[]. */
+static void buffer_types(const clattn_mods *m, char types[CLATTN_MAX_MOD_BUFFERS + 1])
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
+    int n = 0;
+    for (; n < m->n_buffers && n < CLATTN_MAX_MOD_BUFFERS; n++)
+        types[n] = m->buffers[n].dtype == CLATTN_INT32 ? 'i' : 'f';
+    types[n] = '\0';
+}
+
+/* What a program (or, mask_only, a block mask) depends on in the mods: the snippets'
+ * texts (NULL and "" hash apart: "" is refused) and the buffers' types. */
+static uint64_t mods_hash(const clattn_mods *m, bool mask_only)
+{
+    char types[CLATTN_MAX_MOD_BUFFERS + 1];
+    buffer_types(m, types);
+    uint64_t h = clattn_hash_str(CLATTN_HASH_SEED, types);
+    if (!mask_only)
+        h = clattn_hash_str(h, m->score_mod ? m->score_mod : "");
+    return clattn_hash_str(h, m->mask_mod ? m->mask_mod : "");
+}
+
+static bool same_text(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static char *copy_text(const char *s, bool *failed)
+{
+    char *c = s ? malloc(strlen(s) + 1) : NULL;
+    if (s && !c)
+        *failed = true;
+    return c ? strcpy(c, s) : NULL;
 }
 
 /* The source spliced in before common.cl: the switches, the buffers' parameters and
@@ -152,39 +178,54 @@ static char *tail_source(const clattn_mods *m)
     return s;
 }
 
+/* The context's entry of program id `id`, or NULL. */
+static const clattn_mod_source *entry(const clattn_context *ctx, uint64_t id)
+{
+    for (const clattn_mod_source *e = ctx->mod_sources; e; e = e->next)
+        if (e->id == id)
+            return e;
+    return NULL;
+}
+
 clattn_status clattn_mods_options(clattn_context *ctx, const clattn_attention_desc *desc, char *out,
                                   size_t len)
 {
     out[0] = '\0';
     if (!desc || !desc->mods)
         return CLATTN_SUCCESS;
-    char *head = head_source(desc->mods), *tail = tail_source(desc->mods);
-    if (!head || !tail) {
-        free(head);
-        free(tail);
-        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "mods: the snippets' source");
-    }
-    /* the id names the program: a hash of both parts, moved on past another text's */
-    uint64_t id = fnv1a(head) ^ (fnv1a(tail) * 0x100000001b3ULL);
-    for (clattn_mod_source *e = ctx->mod_sources; e; e = e->next) {
-        if (e->id == id && strcmp(e->head, head) == 0 && strcmp(e->tail, tail) == 0) {
-            free(head);
-            free(tail);
+    const clattn_mods *m = desc->mods;
+    char types[CLATTN_MAX_MOD_BUFFERS + 1];
+    buffer_types(m, types);
+    /* the id names the program: the inputs' hash, moved on past another text's (each call
+     * compares texts; the sources are built once, on the first call with them) */
+    uint64_t id = mods_hash(m, false);
+    for (const clattn_mod_source *e; (e = entry(ctx, id)) != NULL; id++) /* (++: a collision) */
+        if (same_text(e->score, m->score_mod) && same_text(e->mask, m->mask_mod) &&
+            strcmp(e->types, types) == 0) {
             snprintf(out, len, " -DMOD_ID=%016llx", (unsigned long long)id);
             return CLATTN_SUCCESS;
         }
-        if (e->id == id) { /* a collision: the next free id */
-            id++;
-            e = ctx->mod_sources;
-        }
+    bool failed = false;
+    clattn_mod_source *e = calloc(1, sizeof *e);
+    if (e) {
+        e->id = id;
+        e->score = copy_text(m->score_mod, &failed);
+        e->mask = copy_text(m->mask_mod, &failed);
+        memcpy(e->types, types, sizeof types);
+        e->head = head_source(m);
+        e->tail = tail_source(m);
     }
-    clattn_mod_source *e = malloc(sizeof *e);
-    if (!e) {
-        free(head);
-        free(tail);
+    if (!e || failed || !e->head || !e->tail) {
+        if (e) {
+            free(e->score);
+            free(e->mask);
+            free(e->head);
+            free(e->tail);
+            free(e);
+        }
         return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "mods: the snippets' source");
     }
-    *e = (clattn_mod_source){id, head, tail, ctx->mod_sources};
+    e->next = ctx->mod_sources;
     ctx->mod_sources = e;
     snprintf(out, len, " -DMOD_ID=%016llx", (unsigned long long)id);
     return CLATTN_SUCCESS;
@@ -197,20 +238,20 @@ bool clattn_mods_source(const clattn_context *ctx, const char *options, const ch
     const char *at = strstr(options, "-DMOD_ID=");
     if (!at)
         return false;
-    const uint64_t id = strtoull(at + 9, NULL, 16);
-    for (const clattn_mod_source *e = ctx->mod_sources; e; e = e->next)
-        if (e->id == id) {
-            *head = e->head;
-            *tail = e->tail;
-            return true;
-        }
-    return false;
+    const clattn_mod_source *e = entry(ctx, strtoull(at + 9, NULL, 16));
+    if (!e)
+        return false;
+    *head = e->head;
+    *tail = e->tail;
+    return true;
 }
 
 void clattn_mods_release(clattn_context *ctx)
 {
     while (ctx->mod_sources) {
         clattn_mod_source *next = ctx->mod_sources->next;
+        free(ctx->mod_sources->score);
+        free(ctx->mod_sources->mask);
         free(ctx->mod_sources->head);
         free(ctx->mod_sources->tail);
         free(ctx->mod_sources);
@@ -248,16 +289,6 @@ struct clattn_block_mask {
     int64_t q_start, kv_start;
     uint64_t mask_id; /* mask_mod's text and its buffers' dtypes */
 };
-
-/* What a block mask depends on besides positions and sizes: mask_mod and its buffers'
- * dtypes (their contents are the caller's to keep). */
-static uint64_t mask_id(const clattn_mods *m)
-{
-    uint64_t h = fnv1a(m->mask_mod);
-    for (int i = 0; i < m->n_buffers; i++)
-        h = (h ^ (uint64_t)(m->buffers[i].dtype + 1)) * 0x100000001b3ULL;
-    return h;
-}
 
 clattn_status clattn_block_mask_create(clattn_context *ctx, const clattn_attention_desc *desc,
                                        int64_t batch, int64_t heads, int64_t n_q, int64_t n_kv,
@@ -307,7 +338,7 @@ clattn_status clattn_block_mask_create(clattn_context *ctx, const clattn_attenti
                              n_kb,
                              desc->q_start,
                              desc->kv_start,
-                             mask_id(desc->mods)};
+                             mods_hash(desc->mods, true)};
     st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, count > 0 ? count : 1, NULL, &m->flags);
     cl_mem bufs[CLATTN_MAX_MOD_BUFFERS];
     bool owned[CLATTN_MAX_MOD_BUFFERS];
@@ -388,7 +419,7 @@ clattn_status clattn_block_mask_check(clattn_context *ctx, const clattn_attentio
     const clattn_block_mask *m = desc && desc->mods ? desc->mods->block_mask : NULL;
     if (!m)
         return CLATTN_SUCCESS;
-    const char *why = !desc->mods->mask_mod || m->mask_id != mask_id(desc->mods)
+    const char *why = !desc->mods->mask_mod || m->mask_id != mods_hash(desc->mods, true)
                           ? "another mask_mod (or buffer dtypes)"
                       : m->ctx != ctx ? "another context"
                       : m->q_start != desc->q_start || m->kv_start != desc->kv_start
