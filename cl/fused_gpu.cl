@@ -310,6 +310,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         const bool no_keys = m[r] == -INFINITY || rule.hi <= rule.lo;
         const long ref = ALIBI ? alibi_ref(rule) : 0;
         float mr = no_keys ? -INFINITY : m[r];
+        const float mx = mr; /* (the scores' max, before the sink) */
         lt = no_keys ? 0.0f : lt;
         const float as = fold_sink(sinks, h, q_lens, b, i, &mr, &lt, slope, ref);
         const bool empty = mr == -INFINITY;
@@ -325,6 +326,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
             }
         }
         if (tx == 0)
-            STORE_LSE(empty, mr, lt, slope, ref);
+            STORE_LSE(empty, mr, lt, mx, slope, ref);
     }
 }

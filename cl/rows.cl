@@ -87,18 +87,21 @@ float fold_sink(__global const float *sinks, long h, __global const int *q_lens,
             vstore16(empty_ ? (float16)(fill_) : (acc_row)[a_] * as_ / ls_, a_, out_);      \
         for (int c_ = 0; c_ < D_V; c_++)                                                    \
             ST(O_DT, o, view_at(o_off, o_st, b, h, i, c_), out_[c_]);                       \
-        STORE_LSE(empty_, ms_, ls_, slope_row, ref_row);                                    \
+        STORE_LSE(empty_, ms_, ls_, m_row, slope_row, ref_row);                             \
     } while (0)
 
 /* The LSE of row i (variables at the use): −∞ for a row with no visible key, else
- * m + log l and the row's ALiBi constant; lse_relative (the weights pass) keeps the row
- * max and log l apart. Nothing without an LSE. */
-#define STORE_LSE(empty_row, m_row, l_row, slope_row, ref_row)                              \
+ * m + log l and the row's ALiBi constant; lse_relative (the second passes: weights, key
+ * weight sums, max logits) keeps three columns: the row max and log l (the sink folded
+ * in), and the max of the scores alone (mx_row, before the sink; −∞ for no visible key).
+ * Nothing without an LSE. */
+#define STORE_LSE(empty_row, m_row, l_row, mx_row, slope_row, ref_row)                      \
     do {                                                                                    \
         const long lat_ = view_at(lse_off, lse_st, b, h, i, 0);                             \
-        if (lse && lse_relative) { /* the weights pass: the row max and log l apart */     \
+        if (lse && lse_relative) { /* the second passes: max, log l, max of the scores */  \
             lse[lat_] = (empty_row) ? (lse_t)(-INFINITY) : (lse_t)(m_row);                  \
             lse[lat_ + lse_st.s3] = (empty_row) ? (lse_t)0.0f : (lse_t)log(l_row);          \
+            lse[lat_ + 2 * lse_st.s3] = (lse_t)(mx_row);                                    \
         } else if (lse) {                                                                   \
             lse[lat_] = (empty_row) ? (lse_t)(-INFINITY)                                    \
                                     : LSE_ABS((m_row) + log(l_row), (slope_row), (ref_row)); \

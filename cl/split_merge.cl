@@ -49,5 +49,5 @@ __kernel void clattn_split_merge(__global const float *part_o, __global const fl
     const float fill = masked_nan && !row_padding(q_lens, b, i) ? NAN : 0.0f;
     ST(O_DT, o, view_at(o_off, o_st, b, h, i, c), empty ? fill : acc / sum);
     if (c == 0)
-        STORE_LSE(empty, mx, sum, slope, ref);
+        STORE_LSE(empty, mx, sum, -INFINITY, slope, ref); /* (not relative: no max column) */
 }

@@ -158,6 +158,9 @@ typedef struct clattn_problem {
     /* desc.key_weight_sums: [b, h_q or h_kv, 1, n_kv] float32 (key_sums.cl) */
     clattn_view ksum;
     bool has_ksum;
+    /* desc.max_logits: [b, h_q, n_q, 1] float32 (row_max.cl) */
+    clattn_view mlog;
+    bool has_mlog;
 } clattn_problem;
 /* Whether K or V is a quantized cache (int8, FP8): the fused forward of the CPU family. */
 static inline bool clattn_problem_quantized(const clattn_problem *p)
@@ -255,6 +258,7 @@ typedef struct clattn_exec_plan {
     clattn_program_entry *append, *rope_q; /* desc.k_new / v_new, desc.rotary (first) */
     clattn_program_entry *key_sums;        /* desc.key_weight_sums (after the fused kernel) */
     size_t key_sums_wg;
+    clattn_program_entry *row_max; /* desc.max_logits (after the fused kernel) */
     size_t softmax_wg;
     int64_t workspace_bytes;
     char reason[256];
@@ -449,11 +453,14 @@ clattn_status clattn_get_kernel(clattn_context *ctx, const char *file, const cha
                                 clattn_program_entry **out);
 void clattn_programs_release(clattn_context *ctx);
 
-/* ---- key weight sums (reductions.c): desc.key_weight_sums ---- */
+/* ---- reductions (reductions.c): desc.key_weight_sums, desc.max_logits ---- */
 /* key_sums.cl for the problem's head dim, storage types and terms (feat: the fused
  * kernel's -D options), its work-group sized to the device's local memory. */
 clattn_status clattn_plan_key_sums(clattn_context *ctx, const clattn_problem *pr, const char *feat,
                                    clattn_exec_plan *p);
+/* row_max.cl for desc.max_logits (its LSE type and ALiBi reference as the weights pass's). */
+clattn_status clattn_plan_row_max(clattn_context *ctx, const clattn_problem *pr,
+                                  clattn_exec_plan *p);
 
 /* A blocking call's device part: stages host's views, runs plan on them (reshaped by
  * adjust(dev, arg) when adjust is set: varlen's batch of sequences), waits, and reads

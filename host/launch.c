@@ -253,6 +253,26 @@ static clattn_status enqueue_from_lse(clattn_context *ctx, clattn_program_entry 
     return launch(ctx, "weights_from_lse", &a, 3, global, NULL, n_wait, wait, done);
 }
 
+/* row_max.cl: each row's largest logit (mlog) from the fused kernel's relative LSE
+ * columns; the caller's LSE (lse_out, may be NULL) gets the absolute one */
+static clattn_status enqueue_row_max(clattn_context *ctx, clattn_program_entry *e,
+                                     const clattn_view *lse, const clattn_view *lse_out,
+                                     const clattn_view *mlog, int64_t n_kv, const aux_t *x,
+                                     cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    arg_list a = {e->kernel, 0, CL_SUCCESS};
+    arg_view(&a, lse);
+    arg_opt_view(&a, lse_out);
+    arg_view(&a, mlog);
+    arg_int(&a, mlog->n[1]);
+    arg(&a, sizeof(cl_mem), &x->alibi);
+    arg_long(&a, mlog->n[2]);
+    arg_long(&a, n_kv);
+    arg_rule(&a, x);
+    const size_t global[2] = {(size_t)mlog->n[2], (size_t)(mlog->n[0] * mlog->n[1])};
+    return launch(ctx, "row_max", &a, 2, global, NULL, n_wait, wait, done);
+}
+
 static clattn_status enqueue_head_mean(clattn_context *ctx, clattn_program_entry *e,
                                        const clattn_view *w, const clattn_view *out, cl_uint n_wait,
                                        const cl_event *wait, cl_event *done)
@@ -462,9 +482,9 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
         st = clattn_workspace_nn(ctx, q->n[0], q->n[1], q->n[2], k->n[2], &ws_w, &ws_mem[0]);
         w_heads = &ws_w;
     }
-    if (p->no_keys) {
+    if (p->no_keys && !p->row_max) {
         /* no keys: the streaming kernel writes every row (zeros or NaN, LSE −∞); weights
-         * have no columns */
+         * have no columns (max logits: the fused branch, to write them) */
         if (st == CLATTN_SUCCESS)
             st = enqueue_fused(ctx, &p->fused, q, k, v, o, dv_lse, false, scale, &x, n_wait, wait,
                                done);
@@ -472,10 +492,14 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
         /* with weights or key weight sums: the LSE of the relative scores (common.cl
          * alibi_ref) into a workspace for the second pass, which writes the caller's LSE */
         const clattn_view *lse = dv_lse;
-        const bool relative = w || p->key_sums;
+        const bool weights = w && !p->no_keys, other = weights || p->key_sums;
+        const bool relative = other || p->row_max;
+        /* the second passes' last event: done, or what the row max waits for */
+        cl_event *tail = !p->row_max ? done : other ? &ev[3] : NULL;
         if (st == CLATTN_SUCCESS && relative) {
-            /* the row max and log-sum, in the LSE's precision (weights_from_lse.cl) */
-            ws_lse = clattn_view_packed(q->n[0], q->n[1], q->n[2], 2);
+            /* the row max, log-sum and max of the scores, in the LSE's precision (rows.cl
+             * STORE_LSE) */
+            ws_lse = clattn_view_packed(q->n[0], q->n[1], q->n[2], 3);
             if (dv_lse && dv_lse->dtype == CLATTN_FLOAT64) {
                 ws_lse.dtype = CLATTN_FLOAT64;
                 ws_lse.esize = 8;
@@ -494,17 +518,21 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
                                fused_done);
         /* key weight sums (never with weights): they write the caller's LSE */
         if (st == CLATTN_SUCCESS && p->key_sums)
-            st = enqueue_key_sums(ctx, p, q, k, lse, dv_lse, &dv->ksum, scale, &x, 1, &ev[0], done);
-        if (w) { /* second pass: scores again, then W = exp(S − LSE) */
+            st = enqueue_key_sums(ctx, p, q, k, lse, dv_lse, &dv->ksum, scale, &x, 1, &ev[0], tail);
+        if (weights) { /* second pass: scores again, then W = exp(S − LSE) */
             if (st == CLATTN_SUCCESS)
                 st = enqueue_scores(ctx, &p->scores, q, k, w_heads, scale, false, true, &x, 1,
                                     &ev[0], &ev[1]);
             if (st == CLATTN_SUCCESS)
                 st = enqueue_from_lse(ctx, p->from_lse, w_heads, lse, dv_lse, q->n[2], k->n[2], &x,
-                                      1, &ev[1], head_mean ? &ev[2] : done);
+                                      1, &ev[1], head_mean ? &ev[2] : tail);
             if (st == CLATTN_SUCCESS && head_mean)
-                st = enqueue_head_mean(ctx, p->head_mean, w_heads, w, 1, &ev[2], done);
+                st = enqueue_head_mean(ctx, p->head_mean, w_heads, w, 1, &ev[2], tail);
         }
+        /* max logits last (after the pass that writes the caller's LSE, or writing it) */
+        if (st == CLATTN_SUCCESS && p->row_max)
+            st = enqueue_row_max(ctx, p->row_max, lse, other ? NULL : dv_lse, &dv->mlog, k->n[2],
+                                 &x, 1, other ? &ev[3] : &ev[0], done);
     } else {
         clattn_view ws;
         /* clattn's own workspace (no weights to return) with zeros for masked rows: the

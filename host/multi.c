@@ -681,10 +681,12 @@ clattn_status clattn_multi_attention(clattn_multi *multi, clattn_split split,
         return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
                           "dropout: its generator counts heads, rows and keys per call, which "
                           "the several-device split renumbers; use one context");
-    if (desc->key_weight_sums || desc->mods)
+    if (desc->key_weight_sums || desc->mods || desc->max_logits)
         return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
                           "%s: not with the several-device layer; use one context",
-                          desc->mods ? "mods (snippets and their buffers)" : "key_weight_sums");
+                          desc->mods              ? "mods (snippets and their buffers)"
+                          : desc->key_weight_sums ? "key_weight_sums"
+                                                  : "max_logits");
     if (desc->batch_invariant && split == CLATTN_SPLIT_KEYS)
         return multi_fail(multi, CLATTN_ERROR_UNSUPPORTED,
                           "batch_invariant: a key split merges partial sums, whose order "

@@ -532,7 +532,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         !workspace_fits(ctx, batch, h_q, n_q, n_kv, "unfused: score matrix", &ws_scores,
                         unfused_why, sizeof unfused_why))
         ws_scores = -1;
-    if (!fused_why[0] && (f->weights || pr->has_ksum)) { /* (key_sums.cl reads it too) */
+    if (!fused_why[0] && (f->weights || pr->has_ksum || pr->has_mlog)) { /* (and the reductions) */
         if (!workspace_fits(ctx, batch, h_q, n_q, 4, "fused: LSE for the weights pass", &ws_lse,
                             fused_why, sizeof fused_why))
             ws_lse = -1;
@@ -573,6 +573,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
      * sums: from the fused kernel's LSE */
     const char *fused_only = desc->batch_invariant ? "batch_invariant"
                              : pr->has_ksum        ? "key_weight_sums"
+                             : pr->has_mlog        ? "max_logits"
                                                    : NULL;
     if (fused_only && desc->algorithm == CLATTN_ALGORITHM_UNFUSED)
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED, "%s runs with the fused algorithm only",
@@ -626,7 +627,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         snprintf(p->kernels, sizeof p->kernels, "scores, softmax, weighted_sum%s",
                  f->head_mean ? ", head_mean" : "");
     } else {
-        if (decode && gpu && !p->no_keys && !f->weights && !pr->has_ksum && d_v > 0)
+        if (decode && gpu && !p->no_keys && !f->weights && !pr->has_ksum && !pr->has_mlog &&
+            d_v > 0)
             st = decode_gpu_kernel(ctx, pr, group, f, &p->fused);
         else if (decode)
             st = decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, &p->fused);
@@ -645,6 +647,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                 return st;
             p->workspace_bytes += ws_fused; /* the row max and log-sum, as for weights */
         }
+        if (pr->has_mlog && (st = clattn_plan_row_max(ctx, pr, p)) != CLATTN_SUCCESS)
+            return st;
+        if (pr->has_mlog && !pr->has_ksum && !(f->weights && !p->no_keys))
+            p->workspace_bytes += ws_lse; /* (its LSE columns) */
         const size_t at = strlen(p->reason);
         if (p->no_keys) /* whatever the algorithm: nothing to compute */
             snprintf(p->reason + at, sizeof p->reason - at,
@@ -685,13 +691,14 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      "; paged K/V: %lld pages of %lld keys per sequence, %lld in the pools",
                      (long long)k->page_stride, (long long)k->page_size, (long long)k->num_pages);
         }
-        snprintf(p->kernels, sizeof p->kernels, "%s%s%s%s",
+        snprintf(p->kernels, sizeof p->kernels, "%s%s%s%s%s",
                  p->fused.n_splits ? "decode_gpu, split_merge"
                  : decode          ? "decode"
                  : gpu             ? "fused_gpu"
                                    : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
-                 f->head_mean && !p->no_keys ? ", head_mean" : "", p->key_sums ? ", key_sums" : "");
+                 f->head_mean && !p->no_keys ? ", head_mean" : "", p->key_sums ? ", key_sums" : "",
+                 p->row_max ? ", row_max" : "");
         if (f->weights && !p->no_keys) {
             p->workspace_bytes += ws_fused;
             if ((st = tiled_stage_kernel(ctx, CLATTN_KERNEL_SCORES, n_q, d_k, f->opts,

@@ -1,6 +1,7 @@
-/* Reductions over the attention weights that the fused path computes without storing
- * them: the desc's key_weight_sums (key_sums.cl, run after the fused kernel wrote the
- * LSE). Planning here; the launch is launch.c's (it shares the terms' arguments). */
+/* Reductions over the attention weights and scores that the fused path computes without
+ * storing them: the desc's key_weight_sums (key_sums.cl) and max_logits (row_max.cl), run
+ * after the fused kernel wrote its relative LSE columns (rows.cl STORE_LSE). Planning
+ * here; the launches are launch.c's (they share the terms' arguments). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -44,4 +45,14 @@ clattn_status clattn_plan_key_sums(clattn_context *ctx, const clattn_problem *pr
     }
     p->key_sums_wg = (size_t)wg;
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_plan_row_max(clattn_context *ctx, const clattn_problem *pr,
+                                  clattn_exec_plan *p)
+{
+    char opts[96];
+    snprintf(opts, sizeof opts, CLATTN_CL_STD "%s%s",
+             pr->has_lse && pr->lse.dtype == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
+             clattn_alibi_absolute(pr->desc) ? " -DALIBI_ABSOLUTE=1" : "");
+    return clattn_get_kernel(ctx, "row_max.cl", opts, &p->row_max);
 }

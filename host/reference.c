@@ -241,6 +241,9 @@ static clattn_status attend(const clattn_attention_desc *desc, const clattn_prob
                  * reference, as the scores are) and value zero; not for padding rows */
                 const double sink =
                     desc->sinks && valid ? (double)desc->sinks[h] - shift : -INFINITY;
+                if (ex.has_mlog) /* the scores' max, before the sink */
+                    clattn_host_store(&ex.mlog, clattn_view_index(&ex.mlog, b, h, i, 0),
+                                      m == -INFINITY ? -INFINITY : (float)(m + shift));
                 if (sink > m)
                     m = sink;
                 const bool empty = (m == -INFINITY);

@@ -160,6 +160,8 @@ clattn_status clattn_stage_problem(clattn_context *ctx, clattn_staging *sg,
         st = clattn_stage_view(ctx, sg, &host->lse, false, &dev->lse);
     if (st == CLATTN_SUCCESS && host->has_ksum)
         st = clattn_stage_view(ctx, sg, &host->ksum, false, &dev->ksum);
+    if (st == CLATTN_SUCCESS && host->has_mlog)
+        st = clattn_stage_view(ctx, sg, &host->mlog, false, &dev->mlog);
     return st;
 }
 
@@ -180,6 +182,8 @@ clattn_status clattn_unstage_problem(clattn_context *ctx, const clattn_problem *
         st = clattn_unstage(ctx, &host->lse, &dev->lse);
     if (st == CLATTN_SUCCESS && host->has_ksum)
         st = clattn_unstage(ctx, &host->ksum, &dev->ksum);
+    if (st == CLATTN_SUCCESS && host->has_mlog)
+        st = clattn_unstage(ctx, &host->mlog, &dev->mlog);
     return st;
 }
 

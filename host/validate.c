@@ -251,6 +251,21 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
             return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                                "key_weight_sums: not combined with %s", no);
     }
+    if (desc->max_logits) { /* shaped as the LSE */
+        out->has_mlog = true;
+        st = clattn_view_make(ctx, "max_logits", desc->max_logits, storage, true, &out->mlog);
+        if (st == CLATTN_SUCCESS)
+            st = clattn_view_check_dtype(ctx, "max_logits", &out->mlog, CLATTN_DT_F32);
+        if (st != CLATTN_SUCCESS)
+            return st;
+        const clattn_view *l = &out->mlog;
+        if (l->n[0] != batch || l->n[1] != h_q || l->n[2] != n_q || l->n[3] != 1)
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "max_logits is [%lld, %lld, %lld, %lld], expected [%lld, %lld, "
+                               "%lld, 1] (batch, heads_q, n_q, 1)",
+                               LL(l->n[0]), LL(l->n[1]), LL(l->n[2]), LL(l->n[3]), LL(batch),
+                               LL(h_q), LL(n_q));
+    }
 #undef LL
     return CLATTN_SUCCESS;
 }
@@ -294,11 +309,12 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
         return st;
     /* outputs never overlap each other; on device buffers (no staging copy) they must
      * not overlap the inputs the kernels are reading either */
-    const clattn_view *outs[4] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL,
-                                  cv->has_ksum ? &cv->ksum : NULL};
-    static const char *const out_names[4] = {"O", "weights", "lse", "key_weight_sums"};
-    for (int a = 0; a < 4; a++)
-        for (int b = a + 1; b < 4; b++)
+    const clattn_view *outs[5] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL,
+                                  cv->has_ksum ? &cv->ksum : NULL, cv->has_mlog ? &cv->mlog : NULL};
+    static const char *const out_names[5] = {"O", "weights", "lse", "key_weight_sums",
+                                             "max_logits"};
+    for (int a = 0; a < 5; a++)
+        for (int b = a + 1; b < 5; b++)
             if (outs[a] && outs[b] && clattn_views_overlap(outs[a], outs[b]))
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT, "%s and %s overlap",
                                    out_names[a], out_names[b]);
@@ -320,23 +336,24 @@ clattn_status clattn_resolve_attention(clattn_context *ctx, const clattn_attenti
         static const char *const names[6] = {
             "Q", "K", "V", "mask_tensor", "kv_lens_buffer", "q_lens_buffer"};
         for (int i = 0; i < 6; i++)
-            for (int a = 0; a < 4; a++)
+            for (int a = 0; a < 5; a++)
                 if (ins[i] && outs[a] && clattn_views_overlap(outs[a], ins[i]))
                     return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
                                        "%s overlaps %s in the same cl_mem", out_names[a], names[i]);
     }
     /* last: the cl_mem behind each buffer view (its context, its size) */
-    const clattn_view *all[8] = {&cv->q,
+    const clattn_view *all[9] = {&cv->q,
                                  &cv->k,
                                  &cv->v,
                                  &cv->o,
                                  cv->has_w ? &cv->w : NULL,
                                  cv->has_mask ? &cv->mask : NULL,
                                  cv->has_lse ? &cv->lse : NULL,
-                                 cv->has_ksum ? &cv->ksum : NULL};
-    static const char *const all_names[8] = {"Q",       "K",           "V",   "O",
-                                             "weights", "mask_tensor", "lse", "key_weight_sums"};
-    for (int i = 0; i < 8 && st == CLATTN_SUCCESS; i++)
+                                 cv->has_ksum ? &cv->ksum : NULL,
+                                 cv->has_mlog ? &cv->mlog : NULL};
+    static const char *const all_names[9] = {
+        "Q", "K", "V", "O", "weights", "mask_tensor", "lse", "key_weight_sums", "max_logits"};
+    for (int i = 0; i < 9 && st == CLATTN_SUCCESS; i++)
         if (all[i])
             st = clattn_view_check_buffer(ctx, all_names[i], all[i]);
     return st;

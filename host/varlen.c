@@ -20,6 +20,7 @@ static clattn_status not_combined(clattn_context *ctx, const clattn_attention_de
                      : d->paged                      ? "paged K/V"
                      : d->k_new || d->rotary         ? "k_new, v_new, rotary"
                      : d->key_weight_sums            ? "key_weight_sums"
+                     : d->max_logits                 ? "max_logits"
                      : d->dropout_p != 0.0f          ? "dropout"
                      : d->mods                       ? "mods (snippets)"
                                                      : NULL;

@@ -518,6 +518,16 @@ typedef struct clattn_attention_desc {
     /** Optional: OpenCL C snippets that modify scores and mask keys, with their user
      *  buffers (clattn_mods.h). NULL: none. Added in 0.3. */
     const clattn_mods *mods;
+    /** Optional output (added in 0.3): each query row's largest logit, max_j s_ij over the
+     *  keys it sees, with s_ij the score its softmax takes (scale·q·k after softcap, ALiBi,
+     *  the float mask and score_mod; not the sink) — the "max logit" QK-clip (MuonClip,
+     *  Kimi K2) monitors; a head's maximum is the max over its rows. float32
+     *  [b, h_q, n_q, 1], shaped as the LSE. −∞ for a row with no visible key and for
+     *  padding rows; NaN when a score is NaN. From the fused path with no n_q×n_kv
+     *  matrix: fused algorithm (AUTO keeps it), not split-KV; not with varlen, the
+     *  several-device split or clattn-mpi (CLATTN_ERROR_UNSUPPORTED). The stages and
+     *  the backward pass ignore it. docs/SEMANTICS.md, "Max logits". */
+    const clattn_tensor *max_logits;
 } clattn_attention_desc;
 
 /** The keys one query row sees under the positional terms of a desc (lengths, causal

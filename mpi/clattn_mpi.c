@@ -156,13 +156,14 @@ static clattn_status common_checks(clattn_context *ctx, MPI_Comm comm,
              desc->masked_rows == CLATTN_MASKED_ROWS_NAN || desc->paged || desc->k_new ||
              desc->rotary || desc->kv_lens_buffer || desc->q_lens_buffer || desc->varlen ||
              desc->k_scale || desc->v_scale || desc->dropout_p != 0.0f || desc->batch_invariant ||
-             desc->key_weight_sums || desc->mods || k->dtype == CLATTN_INT8 ||
+             desc->key_weight_sums || desc->max_logits || desc->mods || k->dtype == CLATTN_INT8 ||
              k->dtype == CLATTN_FLOAT8_E4M3 || v->dtype == CLATTN_INT8 ||
              v->dtype == CLATTN_FLOAT8_E4M3)
         st = fail(CLATTN_ERROR_UNSUPPORTED,
                   "clattn-mpi does not take weights, mask_tensor, kv_lens, q_lens, "
                   "masked_rows = NAN, paged K/V, k_new / v_new, rotary, varlen, dropout, "
-                  "batch_invariant (its ring splits the keys), key_weight_sums, mods or "
+                  "batch_invariant (its ring splits the keys), key_weight_sums, max_logits, "
+                  "mods or "
                   "int8/FP8 K/V");
     else if (!q->host || !k->host || !v->host || !o->host)
         st = fail(CLATTN_ERROR_INVALID_LAYOUT, "clattn-mpi takes host views");

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include <clattn.h>
+#include <clattn_mods.h>
 
 typedef struct rcase {
     const char *name;
@@ -350,6 +351,220 @@ START_TEST(key_sums_statuses)
 }
 END_TEST
 
+/* ---- max logits (desc.max_logits; cl/row_max.cl, rows.cl STORE_LSE) ----
+ * Each row's largest score against the float64 reference within 1e-5 + 1e-5·|x| (one
+ * float32 score; −∞ exactly where the row sees no key), with the caller's LSE (written
+ * by row_max.cl when no other second pass does, else by key_sums.cl or
+ * weights_from_lse.cl) against the reference's; with weights or key weight sums beside
+ * them; sinks above every score of some rows (the max excludes the sink); ALiBi with a
+ * score_mod (absolute ALiBi); n_kv 0 (every row −∞); a decode shape; an int8 K. */
+typedef struct mcase {
+    const char *name;
+    int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
+    bool terms, lse64;
+    int with; /* 0: alone, 1: with weights, 2: with key weight sums */
+    bool mod, int8;
+    float big;
+} mcase;
+
+static const mcase MCASES[] = {
+    {"MHA no-self, d_k 22", 2, 3, 3, 37, 70, 22, 16, false, false, 0, false, false, 0},
+    {"GQA, every term, float64 LSE", 2, 4, 2, 29, 53, 24, 8, true, true, 0, false, false, 0},
+    {"GQA, every term, with weights", 2, 4, 2, 29, 53, 24, 8, true, false, 1, false, false, 0},
+    {"GQA, every term, with key sums", 2, 4, 2, 29, 53, 24, 8, true, true, 2, false, false, 0},
+    {"decode, GQA, sinks", 3, 8, 2, 1, 150, 64, 64, true, true, 0, false, false, 0},
+    {"no keys", 2, 2, 1, 5, 0, 16, 16, false, true, 0, false, false, 0},
+    {"ALiBi under a score_mod", 2, 4, 2, 29, 53, 24, 8, true, true, 0, true, false, 0},
+    {"int8 K and V", 1, 4, 2, 33, 90, 32, 32, false, true, 0, false, true, 0},
+    {"large scores", 1, 2, 1, 40, 200, 64, 16, false, true, 0, false, false, 60.0f},
+};
+#define N_MCASES ((int)(sizeof MCASES / sizeof MCASES[0]))
+
+static double half_plus(double s, int b, int h, int64_t qp, int64_t kp, const void *const *bufs,
+                        void *user)
+{
+    (void)b, (void)h, (void)qp, (void)kp, (void)bufs, (void)user;
+    return 0.5 * s + 0.25;
+}
+
+START_TEST(max_logits_against_reference)
+{
+    const mcase *c = &MCASES[_i];
+    clattn_context *ctx = tu_ctx();
+    tu_problem p;
+    tu_problem_init(&p, c->b, c->h_q, c->h_kv, c->n_q, c->n_kv, c->d_k, c->d_v, tu_seed() + 21u,
+                    tu_seed() + 22u, tu_seed() + 23u, 0);
+    for (int64_t e = 0; c->big && e < tu_count(&p.tq); e++)
+        p.q[e] *= c->big;
+    for (int64_t e = 0; c->big && e < tu_count(&p.tk); e++)
+        p.k[e] *= c->big;
+    const rcase rc = {c->name, c->b,   c->h_q, c->h_kv,  c->n_q,   c->n_kv,
+                      c->d_k,  c->d_v, false,  c->terms, c->lse64, 0};
+    float *mask = tu_alloc((size_t)(c->b * c->h_q * c->n_q * (c->n_kv ? c->n_kv : 1)), 0);
+    clattn_tensor tm;
+    clattn_attention_desc d = desc_for(&rc, mask, &tm);
+    float big_sinks[8];
+    if (c->terms && c->n_q == 1) { /* sinks above some rows' scores: not their max */
+        for (int h = 0; h < 8; h++)
+            big_sinks[h] = h % 2 ? 4.0f : -INFINITY;
+        d.sinks = big_sinks;
+    }
+    clattn_mods mods = {0};
+    if (c->mod) {
+        mods.score_mod = "float clattn_score_mod(float s, int b, int h, long q, long k)\n"
+                         "{ return 0.5f * s + 0.25f; }\n";
+        mods.score_mod_host = half_plus;
+        d.mods = &mods;
+    }
+    /* an int8 K and V: random integers, a scale per (b, KV head, key) */
+    const int64_t nk = tu_count(&p.tk), nv = tu_count(&p.tv), nsc = c->b * c->h_kv * c->n_kv;
+    int8_t *k8 = malloc((size_t)(nk + nv + 1));
+    float *ksc = tu_alloc((size_t)(2 * nsc + 1), 0);
+    clattn_tensor tk = p.tk, tv = p.tv, tks, tvs;
+    if (c->int8) {
+        for (int64_t e = 0; e < nk + nv; e++)
+            k8[e] = (int8_t)(tu_gen(tu_seed() + 24u, (uint32_t)e) * 127.0f);
+        for (int64_t e = 0; e < 2 * nsc; e++)
+            ksc[e] = 0.01f + 0.02f * (tu_gen(tu_seed() + 25u, (uint32_t)e) + 1.0f);
+        tk.host = k8;
+        tk.dtype = CLATTN_INT8;
+        tv.host = k8 + nk;
+        tv.dtype = CLATTN_INT8;
+        tks = clattn_tensor_host(ksc, c->b, c->h_kv, c->n_kv, 1);
+        tvs = clattn_tensor_host(ksc + nsc, c->b, c->h_kv, c->n_kv, 1);
+        d.k_scale = &tks;
+        d.v_scale = &tvs;
+    }
+    const size_t nl = (size_t)(c->b * c->h_q * c->n_q);
+    float *o = tu_alloc((size_t)(c->b * c->h_q * c->n_q * c->d_v), 0);
+    float *ml = tu_alloc(nl, -7.0f), *ml_ref = tu_alloc(nl, -7.0f);
+    double *lse = calloc(nl, sizeof(double)), *lse_ref = calloc(nl, sizeof(double));
+    clattn_tensor to = tu_problem_o(&p, o), tml = clattn_tensor_host(ml, c->b, c->h_q, c->n_q, 1),
+                  tmr = clattn_tensor_host(ml_ref, c->b, c->h_q, c->n_q, 1);
+    clattn_tensor tl = clattn_tensor_host(lse, c->b, c->h_q, c->n_q, 1), tlr = tl;
+    tl.dtype = tlr.dtype = CLATTN_FLOAT64;
+    tlr.host = lse_ref;
+    d.lse = &tlr;
+    d.max_logits = &tmr;
+    ck_assert_int_eq(clattn_reference_attention(&d, &p.tq, &tk, &tv, &to), CLATTN_SUCCESS);
+    if (!c->lse64) /* a float32 LSE (in the same array), compared at its precision */
+        tl = clattn_tensor_host((float *)lse, c->b, c->h_q, c->n_q, 1);
+    d.lse = &tl;
+    d.max_logits = &tml;
+    float *w = tu_alloc((size_t)(c->b * c->h_q * c->n_q * (c->n_kv ? c->n_kv : 1)), 0);
+    float *ks = tu_alloc((size_t)(c->b * c->h_kv * (c->n_kv ? c->n_kv : 1)), 0);
+    clattn_tensor tw = clattn_tensor_host(w, c->b, c->h_q, c->n_q, c->n_kv),
+                  tsum = clattn_tensor_host(ks, c->b, c->h_kv, 1, c->n_kv);
+    if (c->with == 1)
+        d.weights = &tw;
+    if (c->with == 2)
+        d.key_weight_sums = &tsum;
+    clattn_plan plan;
+    TU_ASSERT_OK(clattn_attention_plan(ctx, &d, &p.tq, &tk, &tv, &to, &plan), "%s plan", c->name);
+    printf("max logits, %s: %s\n", c->name, plan.kernels);
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &tk, &tv, &to), "%s", c->name);
+    char what[160];
+    snprintf(what, sizeof what, "max logits, %s", c->name);
+    TU_ASSERT_CLOSE(what, &tml, NULL, ml_ref, TU_TOL_DEFAULT);
+    for (size_t e = 0; e < nl; e++) {
+        const double got = c->lse64 ? lse[e] : (double)((float *)lse)[e];
+        ck_assert_msg(tu_within(got, lse_ref[e], c->lse64 ? TU_TOL_DEFAULT : (tu_tol){2e-6, 2e-6}),
+                      "%s: LSE element %zu is %.17g, reference %.17g", c->name, e, got, lse_ref[e]);
+    }
+    if (c->n_kv == 0)
+        for (size_t e = 0; e < nl; e++)
+            ck_assert_msg(ml[e] == -INFINITY, "%s: row %zu's max logit is %g, expected -inf",
+                          c->name, e, (double)ml[e]);
+    free(w);
+    free(ks);
+    free(k8);
+    free(ksc);
+    free(o);
+    free(ml);
+    free(ml_ref);
+    free(lse);
+    free(lse_ref);
+    free(mask);
+    tu_problem_free(&p);
+}
+END_TEST
+
+START_TEST(max_logits_statuses)
+{
+    clattn_context *ctx = tu_ctx();
+    tu_problem p;
+    tu_problem_init(&p, 1, 2, 1, 5, 9, 8, 8, tu_seed() + 26u, tu_seed() + 27u, tu_seed() + 28u, 0);
+    float o[2 * 5 * 8], ml[2 * 5], big[2 * 5 * 9];
+    clattn_tensor to = tu_problem_o(&p, o), tml = clattn_tensor_host(ml, 1, 2, 5, 1);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_TOP_LEFT;
+    d.max_logits = &tml;
+    TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to), "plain");
+    clattn_attention_desc e = d;
+    e.algorithm = CLATTN_ALGORITHM_UNFUSED;
+    ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    const int64_t bad[3][4] = {{1, 2, 5, 2}, {1, 1, 5, 1}, {1, 2, 4, 1}};
+    for (int i = 0; i < 3; i++) {
+        clattn_tensor tb = clattn_tensor_host(big, bad[i][0], bad[i][1], bad[i][2], bad[i][3]);
+        e = d;
+        e.max_logits = &tb;
+        ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to),
+                         CLATTN_ERROR_INVALID_SHAPE);
+    }
+    clattn_tensor th = tml;
+    th.dtype = CLATTN_FLOAT16;
+    e = d;
+    e.max_logits = &th;
+    ck_assert_int_ne(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_SUCCESS);
+    e = d; /* the LSE over the same floats */
+    e.lse = &tml;
+    ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to),
+                     CLATTN_ERROR_INVALID_LAYOUT);
+    const int32_t cu[2] = {0, 5}, cuk[2] = {0, 9};
+    const clattn_varlen vl = {cu, cuk, 1, NULL, NULL, 0, 0};
+    e = d;
+    e.varlen = &vl;
+    ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    /* the enqueue call on buffers: the bits of the blocking call */
+    {
+        cl_context cl_ctx;
+        cl_command_queue queue;
+        ck_assert_int_eq(clattn_context_get_cl(ctx, &cl_ctx, NULL, &queue), CLATTN_SUCCESS);
+        cl_int err;
+        cl_mem mq = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   sizeof(float) * 2 * 5 * 8, p.q, &err),
+               mk = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   sizeof(float) * 9 * 8, p.k, &err),
+               mv = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   sizeof(float) * 9 * 8, p.v, &err),
+               mo =
+                   clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, sizeof(float) * 2 * 5 * 8, NULL, &err),
+               mm = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, sizeof(float) * 10, NULL, &err);
+        ck_assert_int_eq(err, CL_SUCCESS);
+        clattn_tensor eq = clattn_tensor_buffer(mq, 1, 2, 5, 8),
+                      ek = clattn_tensor_buffer(mk, 1, 1, 9, 8),
+                      ev = clattn_tensor_buffer(mv, 1, 1, 9, 8),
+                      eo = clattn_tensor_buffer(mo, 1, 2, 5, 8),
+                      em = clattn_tensor_buffer(mm, 1, 2, 5, 1);
+        e = d;
+        e.max_logits = &em;
+        cl_event done = NULL;
+        TU_ASSERT_OK(clattn_attention_enqueue(ctx, &e, &eq, &ek, &ev, &eo, 0, NULL, &done),
+                     "max logits, enqueue");
+        float got[10];
+        ck_assert_int_eq(
+            clEnqueueReadBuffer(queue, mm, CL_TRUE, 0, sizeof got, got, 1, &done, NULL),
+            CL_SUCCESS);
+        clReleaseEvent(done);
+        tu_assert_same_bits(got, ml, 10, "max logits of the enqueue call");
+        cl_mem all[5] = {mq, mk, mv, mo, mm};
+        for (int i = 0; i < 5; i++)
+            clReleaseMemObject(all[i]);
+    }
+    tu_problem_free(&p);
+}
+END_TEST
+
 int main(void)
 {
     tu_seed_init(0x5c0e5u);
@@ -360,5 +575,10 @@ int main(void)
     tcase_add_test(tc, key_sums_paged);
     tcase_add_test(tc, key_sums_statuses);
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("max_logits");
+    tcase_set_timeout(tm, 600);
+    tcase_add_loop_test(tm, max_logits_against_reference, 0, N_MCASES);
+    tcase_add_test(tm, max_logits_statuses);
+    suite_add_tcase(s, tm);
     return tu_run_suite(s);
 }

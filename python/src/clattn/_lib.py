@@ -140,6 +140,8 @@ class Desc(ctypes.Structure):
         ("key_weight_sums", ctypes.POINTER(Tensor)),
         # score / mask snippets (clattn_mods.h)
         ("mods", ctypes.POINTER(Mods)),
+        # each row's largest logit (QK-clip's max logit)
+        ("max_logits", ctypes.POINTER(Tensor)),
     ]
 
 
