@@ -435,6 +435,35 @@ def test_key_weight_sums_against_oracle(ctx, heads):
     assert_close(ks2, oracle(q[:1, :1], k[:1, :1], v[:1, :1])[2].sum(axis=2)[0, 0], **F32_TOL)
 
 
+def test_max_logits_against_numpy(ctx):
+    """``return_max_logits``: each row's largest score (softcap, ALiBi and a bool mask
+    applied; sinks excluded), against NumPy's max over the scores in float64; -inf for a
+    row with no visible key (row 0, masked); the reference agrees; refused with the
+    unfused algorithm."""
+    r = rng(778)
+    q, k, v = randn(r, 2, 4, 11, 8) * 3, randn(r, 2, 2, 23, 8), randn(r, 2, 2, 23, 8)
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float32)
+    i, j = np.arange(11)[:, None], np.arange(23)[None, :]
+    see = (j <= i) & (i > 0)  # causal; row 0 sees nothing
+    kw = dict(enable_gqa=True, softcap=5.0, alibi_slopes=slopes,
+              sinks=np.full(4, 9.0, dtype=np.float32), return_lse=True, return_max_logits=True)
+    out, lse, ml = clattn.scaled_dot_product_attention(q, k, v, see, **kw)
+    kk = np.repeat(k.astype(np.float64), 2, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), kk) / np.sqrt(8)
+    s = 5.0 * np.tanh(s / 5.0)
+    s = s - slopes[None, :, None, None].astype(np.float64) * np.abs(i - j)
+    s = np.where(see, s, -np.inf)
+    assert ml.shape == lse.shape == (2, 4, 11)
+    assert np.all(np.isneginf(ml[:, :, 0]))  # row 0 sees no key (the sink does not count)
+    assert_close(ml, s.max(axis=-1), **F32_TOL)
+    ref = clattn.reference_attention(q, k, v, see, **kw)[2]
+    assert_close(ref, s.max(axis=-1), **F32_TOL)
+    with pytest.raises(clattn.UnsupportedError):
+        clattn.scaled_dot_product_attention(q, k, v, see, algorithm="unfused", **kw)
+    with pytest.raises(TypeError):
+        clattn.scaled_dot_product_attention(q, k, v, return_max_logits=1)
+
+
 DOC_MASK = """bool clattn_mask_mod(int b, int h, long q, long k, __global const int *doc)
 {
     return doc[q] == doc[k];

@@ -266,6 +266,12 @@ class _Call:
             self.ksum = _arrays.view4(self.ksum_obj, "key_weight_sums", output=True,
                                       batch_dims=nb)
             d.key_weight_sums = ctypes.pointer(self.ksum.tensor)
+        # each query row's largest logit (QK-clip's max logit), shaped as the LSE
+        self.mlog_obj: Any = None
+        if o["return_max_logits"]:
+            self.mlog_obj = _empty(self.like, self.lead + (1,), _lib.FLOAT32, self.kind, np_only)
+            self.mlog = _arrays.view4(self.mlog_obj, "max_logits", output=True, batch_dims=nb)
+            d.max_logits = ctypes.pointer(self.mlog.tensor)
 
     def _mods(self, score_mod: Any, mask_mod: Any, buffers: Any) -> Any:
         """clattn_mods from OpenCL C source strings and host arrays (kept alive)."""
@@ -353,7 +359,8 @@ class _Call:
         return tuple(ctypes.byref(x.tensor) for x in (self.q, self.k, self.v, self.o))
 
     def result(self) -> Any:
-        if not (self.return_lse or self.return_weights or self.ksum_obj is not None):
+        if not (self.return_lse or self.return_weights or self.ksum_obj is not None or
+                self.mlog_obj is not None):
             return self.out_obj
         res = [self.out_obj]
         if self.lse_obj is not None:
@@ -363,6 +370,8 @@ class _Call:
         if self.ksum_obj is not None:  # (..., H, S); 2-D inputs (one head): (S,)
             res.append(self.ksum_obj[..., 0, :] if len(self.lead) > 1 else
                        self.ksum_obj[0, 0])
+        if self.mlog_obj is not None:  # shaped as the LSE
+            res.append(self.mlog_obj[..., 0])
         return tuple(res)
 
 
@@ -474,9 +483,10 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
     out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
     batch_invariant=False, return_key_weight_sums=False, score_mod=None, mask_mod=None,
-    mod_buffers=(), block_mask=None)
+    mod_buffers=(), block_mask=None, return_max_logits=False)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
-_FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean", "batch_invariant")
+_FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean", "batch_invariant",
+          "return_max_logits")
 
 Result = Union[Any, Tuple[Any, ...]]
 
@@ -560,6 +570,11 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     KV head's query heads, ``(..., H_kv, S)``; H2O / SnapKV eviction scores, computed
     without the weights matrix; fused only, not with ``return_weights`` or dropout;
     docs/SEMANTICS.md "Key weight sums").
+    ``return_max_logits`` (also return each query row's largest logit, float32
+    ``(..., H_q, L)`` like the LSE: the max over the keys the row sees of the score its
+    softmax takes, after softcap, ALiBi, attn_mask and score_mod, not the sink; -inf for a
+    row that sees no key; the "max logit" QK-clip / MuonClip monitors, a head's is
+    ``.max(-1)``; fused only; docs/SEMANTICS.md "Max logits").
     ``score_mod`` / ``mask_mod`` (OpenCL C source defining ``float clattn_score_mod(float
     score, int b, int h, long q_pos, long k_pos, ...)`` / ``bool clattn_mask_mod(int b, int
     h, long q_pos, long k_pos, ...)``, compiled into the kernels: FlexAttention's idea;
@@ -576,8 +591,9 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     OpenCL C); ``block_mask`` (a :class:`BlockMask` of this ``mask_mod``: the fused kernels
     skip the tiles it masks entirely; the same result); docs/SEMANTICS.md "Score and mask
     snippets").
-    With ``return_lse``, ``return_weights`` and/or ``return_key_weight_sums`` the result
-    is a tuple ``(out, lse?, weights?, key_weight_sums?)`` in that order.
+    With ``return_lse``, ``return_weights``, ``return_key_weight_sums`` and/or
+    ``return_max_logits`` the result is a tuple ``(out, lse?, weights?, key_weight_sums?,
+    max_logits?)`` in that order.
 
     Host arrays: blocks until the result is in host memory (the GIL is released during
     the call). PyOpenCL arrays: enqueues on query's queue (or the context's), after the
@@ -674,9 +690,10 @@ def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any
     gradients of ``O = (softmax(S)·Z/(1 - p))·V`` (no gradient into the mask). Host
     arrays only; no device."""
     if (options.get("return_lse") or options.get("return_weights") or "out" in options or
-            options.get("return_key_weight_sums")):
+            options.get("return_key_weight_sums") or options.get("return_max_logits")):
         raise TypeError("reference_attention_backward returns the three gradients only "
-                        "(no out, return_lse, return_weights or return_key_weight_sums)")
+                        "(no out, return_lse, return_weights, return_key_weight_sums or "
+                        "return_max_logits)")
     call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options,
                  check_grad=False)
     if call.kind != HOST:
