@@ -489,8 +489,9 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
             st = enqueue_fused(ctx, &p->fused, q, k, v, o, dv_lse, false, scale, &x, n_wait, wait,
                                done);
     } else if (p->algorithm == CLATTN_ALGORITHM_FUSED) {
-        /* with weights or key weight sums: the LSE of the relative scores (common.cl
-         * alibi_ref) into a workspace for the second pass, which writes the caller's LSE */
+        /* with weights, key weight sums or max logits: the LSE of the relative scores
+         * (common.cl alibi_ref) into a workspace for the second passes, one of which
+         * writes the caller's LSE */
         const clattn_view *lse = dv_lse;
         const bool weights = w && !p->no_keys, other = weights || p->key_sums;
         const bool relative = other || p->row_max;
@@ -510,7 +511,7 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
             lse = &ws_lse;
         }
         cl_event *fused_done = relative ? &ev[0] : done;
-        if (st == CLATTN_SUCCESS && p->fused.n_splits) /* (never with weights, key sums) */
+        if (st == CLATTN_SUCCESS && p->fused.n_splits) /* (never with the second passes) */
             st = enqueue_decode_split(ctx, &p->fused, q, k, v, o, lse, scale, &x, n_wait, wait,
                                       fused_done);
         else if (st == CLATTN_SUCCESS)

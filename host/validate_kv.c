@@ -274,15 +274,15 @@ clattn_status clattn_check_append(clattn_context *ctx, const clattn_attention_de
     if (clattn_views_overlap(&cv->k, &cv->v))
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
                            "K and V overlap: the append writes both");
-    const clattn_view *outs[3] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL};
-    for (int a = 0; a < 3; a++)
+    /* every output the call writes (key weight sums do not take an append) */
+    const clattn_view *outs[4] = {&cv->o, cv->has_w ? &cv->w : NULL, cv->has_lse ? &cv->lse : NULL,
+                                  cv->has_mlog ? &cv->mlog : NULL};
+    static const char *const out_names[4] = {"O", "weights", "lse", "max_logits"};
+    for (int a = 0; a < 4; a++)
         if (outs[a] &&
             (clattn_views_overlap(outs[a], &cv->k) || clattn_views_overlap(outs[a], &cv->v)))
             return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                               "%s overlaps K or V, which the append writes",
-                               a == 0   ? "O"
-                               : a == 1 ? "weights"
-                                        : "lse");
+                               "%s overlaps K or V, which the append writes", out_names[a]);
     if (storage != CLATTN_STORAGE_HOST) {
         const clattn_view *news[2] = {kn, vn}, *caches[2] = {&cv->k, &cv->v};
         for (int a = 0; a < 2; a++)
@@ -292,13 +292,10 @@ clattn_status clattn_check_append(clattn_context *ctx, const clattn_attention_de
                                        "%s overlaps %s in the same cl_mem (the append reads one "
                                        "while it writes the other)",
                                        a ? "v_new" : "k_new", c ? "V" : "K");
-        for (int a = 0; a < 3; a++) /* the outputs are written while k_new, v_new are read */
+        for (int a = 0; a < 4; a++) /* the outputs are written while k_new, v_new are read */
             if (outs[a] && (clattn_views_overlap(outs[a], kn) || clattn_views_overlap(outs[a], vn)))
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_LAYOUT,
-                                   "%s overlaps k_new or v_new in the same cl_mem",
-                                   a == 0   ? "O"
-                                   : a == 1 ? "weights"
-                                            : "lse");
+                                   "%s overlaps k_new or v_new in the same cl_mem", out_names[a]);
         if ((st = clattn_view_check_buffer(ctx, "k_new", kn)) != CLATTN_SUCCESS ||
             (st = clattn_view_check_buffer(ctx, "v_new", vn)) != CLATTN_SUCCESS)
             return st;

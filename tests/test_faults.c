@@ -489,13 +489,19 @@ static outcome run_injected(const fault_case *fc, long fail_at, int variant)
 }
 
 /* Error variants per failure point: all CLI_N_VARIANTS, or fewer with
- * CLATTN_FAULTS_VARIANTS=1..3 (the sanitizer pass in CI uses 1: every point still fails
- * once, with the call's typical error). */
+ * CLATTN_FAULTS_VARIANTS=1..3, or CLATTN_FAULTS_VARIANTS=rotate: one run per point, point
+ * N failing with variant N mod CLI_N_VARIANTS (CI's sanitizer pass: every point fails
+ * once, every error variant at a third of the points, a third of the runs). */
+static bool rotating(void)
+{
+    const char *e = getenv("CLATTN_FAULTS_VARIANTS");
+    return e && strcmp(e, "rotate") == 0;
+}
 static int n_variants(void)
 {
     const char *e = getenv("CLATTN_FAULTS_VARIANTS");
     const int n = e && *e ? atoi(e) : CLI_N_VARIANTS;
-    return n >= 1 && n <= CLI_N_VARIANTS ? n : CLI_N_VARIANTS;
+    return rotating() ? 1 : n >= 1 && n <= CLI_N_VARIANTS ? n : CLI_N_VARIANTS;
 }
 
 /* Every failure point of the case, each with every error variant. */
@@ -519,13 +525,13 @@ START_TEST(every_failure_point)
     long points = 0, runs = 0, absorbed_n = 0;
     char calls_seen[1024] = "";
     for (long n = 1; n <= MAX_FAIL_AT; n++) {
-        outcome o = run_injected(fc, n, 0);
+        outcome o = run_injected(fc, n, rotating() ? (int)(n % CLI_N_VARIANTS) : 0);
         runs++;
         if (!o.rep.fired) {
-            printf("%s: %ld failure points x %d errors (%ld runs, %ld absorbed by design) in "
+            printf("%s: %ld failure points x %d errors%s (%ld runs, %ld absorbed by design) in "
                    "%.1f s; the call makes %ld OpenCL calls: %s\n",
-                   fc->name, points, n_variants(), runs, absorbed_n, now_s() - t0, o.rep.calls,
-                   calls_seen);
+                   fc->name, points, n_variants(), rotating() ? " (rotating)" : "", runs,
+                   absorbed_n, now_s() - t0, o.rep.calls, calls_seen);
             return;
         }
         points++;

@@ -525,6 +525,34 @@ START_TEST(max_logits_statuses)
     e = d;
     e.varlen = &vl;
     ck_assert_int_eq(clattn_attention(ctx, &e, &p.tq, &p.tk, &p.tv, &to), CLATTN_ERROR_UNSUPPORTED);
+    /* an append (k_new, v_new) writes K and V: max logits over K's rows refused, K intact */
+    {
+        float k[16 * 8], v[16 * 8], kn[8], vn[8];
+        for (int i = 0; i < 16 * 8; i++)
+            k[i] = v[i] = 0.25f * (float)(i % 7);
+        for (int i = 0; i < 8; i++)
+            kn[i] = vn[i] = 0.5f;
+        const int32_t kvl[1] = {8};
+        clattn_tensor tk = clattn_tensor_host(k, 1, 1, 16, 8),
+                      tv = clattn_tensor_host(v, 1, 1, 16, 8),
+                      tkn = clattn_tensor_host(kn, 1, 1, 1, 8),
+                      tvn = clattn_tensor_host(vn, 1, 1, 1, 8),
+                      tq1 = clattn_tensor_host(p.q, 1, 2, 1, 8),
+                      to1 = clattn_tensor_host(o, 1, 2, 1, 8),
+                      tm = clattn_tensor_host(k, 1, 2, 1, 1);
+        e = clattn_attention_desc_default();
+        e.kv_lens = kvl;
+        e.k_new = &tkn;
+        e.v_new = &tvn;
+        e.max_logits = &tm;
+        ck_assert_int_eq(clattn_attention(ctx, &e, &tq1, &tk, &tv, &to1),
+                         CLATTN_ERROR_INVALID_LAYOUT);
+        ck_assert_msg(k[0] == 0.0f && k[1] == 0.25f, "K changed by a refused call: %g %g",
+                      (double)k[0], (double)k[1]);
+        float ml1[2];
+        tm.host = ml1;
+        TU_ASSERT_OK(clattn_attention(ctx, &e, &tq1, &tk, &tv, &to1), "max logits, an append");
+    }
     /* the enqueue call on buffers: the bits of the blocking call */
     {
         cl_context cl_ctx;

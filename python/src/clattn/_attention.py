@@ -255,6 +255,7 @@ class _Call:
         self.return_lse, self.return_weights = o["return_lse"], o["return_weights"]
         # each key's total weight over the query rows, per query head or per KV head
         self.ksum_obj: Any = None
+        self.ksum: Any = None
         rk = o["return_key_weight_sums"]
         if rk not in (False, None, True, "query_heads", "kv_heads"):
             raise ValueError(f"return_key_weight_sums must be False, True, 'query_heads' or "
@@ -268,6 +269,7 @@ class _Call:
             d.key_weight_sums = ctypes.pointer(self.ksum.tensor)
         # each query row's largest logit (QK-clip's max logit), shaped as the LSE
         self.mlog_obj: Any = None
+        self.mlog: Any = None
         if o["return_max_logits"]:
             self.mlog_obj = _empty(self.like, self.lead + (1,), _lib.FLOAT32, self.kind, np_only)
             self.mlog = _arrays.view4(self.mlog_obj, "max_logits", output=True, batch_dims=nb)
@@ -619,8 +621,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
 def _enqueue(call: _Call, handle: int) -> None:
     import pyopencl as cl
 
-    views = [call.q, call.k, call.v, call.mask, call.k_scale, call.v_scale, call.o, call.lse,
-             call.weights]
+    outs = [call.o, call.lse, call.weights, call.ksum, call.mlog]
+    views = [call.q, call.k, call.v, call.mask, call.k_scale, call.v_scale, *outs]
     events = [e for view in views if view is not None for e in view.events]
     wait = (ctypes.c_void_p * max(1, len(events)))(*[e.int_ptr for e in events])
     done = ctypes.c_void_p()
@@ -630,7 +632,7 @@ def _enqueue(call: _Call, handle: int) -> None:
     raise_status(status, handle)
     if done.value:
         event = cl.Event.from_int_ptr(done.value, retain=False)
-        for view in (call.o, call.lse, call.weights):
+        for view in outs:  # every output: a later read waits for the kernels
             if view is not None:
                 view.obj.add_event(event)
 
