@@ -19,6 +19,18 @@ export POCL_MAX_PTHREAD_COUNT="${POCL_MAX_PTHREAD_COUNT:-1}"
 # the whole script, so only the first run of a kernel variant compiles it.
 cache_base=$(mktemp -d "${TMPDIR:-/tmp}/clattn-mpi-kcache.XXXXXX") || exit 1
 trap 'rm -rf "$cache_base"' EXIT
+# Each rank's cache starts as a hard-linked copy of this user's PoCL cache (new folders,
+# shared files that PoCL only ever reads or replaces by rename), so the programs the
+# suite built before need no build here; on another file system, or without a cache,
+# each rank starts empty.
+kcache=${POCL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pocl/kcache}
+if [ -d "$kcache" ]; then
+    r=0
+    while [ "$r" -lt "$NP" ]; do
+        cp -al "$kcache" "$cache_base/rank$r" 2>/dev/null || rm -rf "$cache_base/rank$r"
+        r=$((r + 1))
+    done
+fi
 fails=0
 run() {
     echo "+ $MPIEXEC -np $NP clattn_ring $*"
