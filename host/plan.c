@@ -649,7 +649,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         }
         if (pr->has_mlog && (st = clattn_plan_row_max(ctx, pr, p)) != CLATTN_SUCCESS)
             return st;
-        if (pr->has_mlog && !pr->has_ksum && !(f->weights && !p->no_keys))
+        if (pr->has_mlog && !p->key_sums && !(f->weights && !p->no_keys))
             p->workspace_bytes += ws_lse; /* (its LSE columns) */
         const size_t at = strlen(p->reason);
         if (p->no_keys) /* whatever the algorithm: nothing to compute */
