@@ -458,9 +458,10 @@ void clattn_programs_release(clattn_context *ctx);
  * kernel's -D options), its work-group sized to the device's local memory. */
 clattn_status clattn_plan_key_sums(clattn_context *ctx, const clattn_problem *pr, const char *feat,
                                    clattn_exec_plan *p);
-/* row_max.cl for desc.max_logits (its LSE type and ALiBi reference as the weights pass's). */
+/* row_max.cl for desc.max_logits (lse_dt: the LSE workspace's type, as the plan chose it
+ * for the fused kernel; the ALiBi reference as the weights pass's). */
 clattn_status clattn_plan_row_max(clattn_context *ctx, const clattn_problem *pr,
-                                  clattn_exec_plan *p);
+                                  clattn_dtype lse_dt, clattn_exec_plan *p);
 
 /* A blocking call's device part: stages host's views, runs plan on them (reshaped by
  * adjust(dev, arg) when adjust is set: varlen's batch of sequences), waits, and reads

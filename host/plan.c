@@ -647,7 +647,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                 return st;
             p->workspace_bytes += ws_fused; /* the row max and log-sum, as for weights */
         }
-        if (pr->has_mlog && (st = clattn_plan_row_max(ctx, pr, p)) != CLATTN_SUCCESS)
+        if (pr->has_mlog && (st = clattn_plan_row_max(ctx, pr, f->lse_dt, p)) != CLATTN_SUCCESS)
             return st;
         if (pr->has_mlog && !p->key_sums && !(f->weights && !p->no_keys))
             p->workspace_bytes += ws_lse; /* (its LSE columns) */

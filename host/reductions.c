@@ -48,11 +48,10 @@ clattn_status clattn_plan_key_sums(clattn_context *ctx, const clattn_problem *pr
 }
 
 clattn_status clattn_plan_row_max(clattn_context *ctx, const clattn_problem *pr,
-                                  clattn_exec_plan *p)
+                                  clattn_dtype lse_dt, clattn_exec_plan *p)
 {
     char opts[96];
-    snprintf(opts, sizeof opts, CLATTN_CL_STD "%s%s",
-             pr->has_lse && pr->lse.dtype == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
+    snprintf(opts, sizeof opts, CLATTN_CL_STD "%s%s", lse_dt == CLATTN_FLOAT64 ? " -DLSE_DT=4" : "",
              clattn_alibi_absolute(pr->desc) ? " -DALIBI_ABSOLUTE=1" : "");
     return clattn_get_kernel(ctx, "row_max.cl", opts, &p->row_max);
 }

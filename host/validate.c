@@ -135,6 +135,25 @@ static clattn_status check_attention_shapes(clattn_context *ctx, const clattn_vi
     return CLATTN_SUCCESS;
 }
 
+/* An output of one value per query row (the LSE, max logits): a writable view of a dtype
+ * in dts, shaped [batch, h_q, n_q, 1]. */
+static clattn_status row_output(clattn_context *ctx, const char *name, const clattn_tensor *t,
+                                clattn_storage storage, unsigned dts, int64_t batch, int64_t h_q,
+                                int64_t n_q, clattn_view *v)
+{
+    clattn_status st = clattn_view_make(ctx, name, t, storage, true, v);
+    if (st == CLATTN_SUCCESS)
+        st = clattn_view_check_dtype(ctx, name, v, dts);
+    if (st == CLATTN_SUCCESS &&
+        (v->n[0] != batch || v->n[1] != h_q || v->n[2] != n_q || v->n[3] != 1))
+        st = clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                         "%s is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, 1] (batch, "
+                         "heads_q, n_q, 1)",
+                         name, (long long)v->n[0], (long long)v->n[1], (long long)v->n[2],
+                         (long long)v->n[3], (long long)batch, (long long)h_q, (long long)n_q);
+    return st;
+}
+
 static clattn_status check_extras(clattn_context *ctx, const clattn_attention_desc *desc,
                                   const clattn_view *q, const clattn_view *k,
                                   clattn_storage storage, clattn_problem *out)
@@ -212,18 +231,9 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
     }
     if (desc->lse) {
         out->has_lse = true;
-        st = clattn_view_make(ctx, "lse", desc->lse, storage, true, &out->lse);
-        if (st == CLATTN_SUCCESS)
-            st = clattn_view_check_dtype(ctx, "lse", &out->lse, CLATTN_DT_LSE);
+        st = row_output(ctx, "lse", desc->lse, storage, CLATTN_DT_LSE, batch, h_q, n_q, &out->lse);
         if (st != CLATTN_SUCCESS)
             return st;
-        const clattn_view *l = &out->lse;
-        if (l->n[0] != batch || l->n[1] != h_q || l->n[2] != n_q || l->n[3] != 1)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                               "lse is [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, 1] "
-                               "(batch, heads_q, n_q, 1)",
-                               LL(l->n[0]), LL(l->n[1]), LL(l->n[2]), LL(l->n[3]), LL(batch),
-                               LL(h_q), LL(n_q));
     }
     if (desc->key_weight_sums) {
         out->has_ksum = true;
@@ -253,18 +263,10 @@ static clattn_status check_extras(clattn_context *ctx, const clattn_attention_de
     }
     if (desc->max_logits) { /* shaped as the LSE */
         out->has_mlog = true;
-        st = clattn_view_make(ctx, "max_logits", desc->max_logits, storage, true, &out->mlog);
-        if (st == CLATTN_SUCCESS)
-            st = clattn_view_check_dtype(ctx, "max_logits", &out->mlog, CLATTN_DT_F32);
+        st = row_output(ctx, "max_logits", desc->max_logits, storage, CLATTN_DT_F32, batch, h_q,
+                        n_q, &out->mlog);
         if (st != CLATTN_SUCCESS)
             return st;
-        const clattn_view *l = &out->mlog;
-        if (l->n[0] != batch || l->n[1] != h_q || l->n[2] != n_q || l->n[3] != 1)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                               "max_logits is [%lld, %lld, %lld, %lld], expected [%lld, %lld, "
-                               "%lld, 1] (batch, heads_q, n_q, 1)",
-                               LL(l->n[0]), LL(l->n[1]), LL(l->n[2]), LL(l->n[3]), LL(batch),
-                               LL(h_q), LL(n_q));
     }
 #undef LL
     return CLATTN_SUCCESS;
