@@ -523,6 +523,14 @@ DEFINE_LOAD_ROW16(5)
 DEFINE_LOAD_ROW16(6)
 #endif
 
+#ifndef NV
+/* float16 vectors per step of the tiled kernels' micro-kernels (fused.cl): 1, 2 or 4, the
+ * host's choice from the device's native float vector width and RQ (tuning.c) */
+#define NV 1
+#endif
+/* the step for n vectors: NV, or the largest power of two below it that divides n */
+#define NV_FIT(n) ((n) % NV == 0 ? NV : (NV >= 2 && (n) % 2 == 0) ? 2 : 1)
+
 /* acc[r][a] += p[r][jj] · V[jj] (vector a) for every key jj of a staged V tile, for the
  * RQ rows of a work-item; keys of weight exactly 0 contribute nothing, even NaN or inf
  * values. A macro, so each kernel file's RQ, N_AV, TILE_KV and D_V_PAD apply; the
@@ -537,20 +545,25 @@ DEFINE_LOAD_ROW16(6)
         }
 
 /* The same sum when no staged V value is inf or NaN (then a weight of 0 adds exactly
- * nothing and needs no test): GEMM micro-kernel order — for each 16-column slice a of V,
- * RQ float16 accumulators stay in registers over the whole tile while each V vector
- * feeds RQ FMAs with broadcast weights (RQ·2 + 2 AVX2 registers, whatever d_v is). */
+ * nothing and needs no test): GEMM micro-kernel order — for each NV_A 16-column slices
+ * a of V, NV_A·RQ float16 accumulators stay in registers over the whole tile while each
+ * V vector feeds RQ FMAs with broadcast weights (whatever d_v is; NV_A: the kernel's,
+ * from NV). */
 #define ACCUMULATE_PV_DENSE(acc, p, v_tile)                                              \
-    for (int a_ = 0; a_ < N_AV; a_++) {                                                  \
-        float16 o_[RQ];                                                                  \
-        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) o_[r_] = (acc)[r_][a_];        \
-        _Pragma("unroll 4") for (int jj_ = 0; jj_ < TILE_KV; jj_++)                      \
+    for (int a_ = 0; a_ < N_AV; a_ += NV_A) {                                            \
+        float16 o_[NV_A][RQ];                                                            \
+        _Pragma("unroll") for (int u_ = 0; u_ < NV_A; u_++)                              \
+        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) o_[u_][r_] = (acc)[r_][a_ + u_]; \
+        _Pragma("unroll 2") for (int jj_ = 0; jj_ < TILE_KV; jj_++)                      \
         {                                                                                \
-            const float16 vv_ = vload16(a_, (v_tile) + jj_ * D_V_PAD);                   \
+            _Pragma("unroll") for (int u_ = 0; u_ < NV_A; u_++) {                        \
+            const float16 vv_ = vload16(a_ + u_, (v_tile) + jj_ * D_V_PAD);              \
             _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++)                            \
-                o_[r_] = fma((float16)((p)[r_][jj_]), vv_, o_[r_]);                      \
+                o_[u_][r_] = fma((float16)((p)[r_][jj_]), vv_, o_[u_][r_]);              \
+            }                                                                            \
         }                                                                                \
-        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) (acc)[r_][a_] = o_[r_];        \
+        _Pragma("unroll") for (int u_ = 0; u_ < NV_A; u_++)                              \
+        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) (acc)[r_][a_ + u_] = o_[u_][r_]; \
     }
 
 /* Whether any row this work-item staged into a row-major local tile (rows t, t + wg, …

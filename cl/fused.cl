@@ -30,13 +30,17 @@
  *
  * Register blocking (what CPU OpenCL compilers vectorise without fast-math, and plain
  * registers on GPUs), both products in the broadcast form of a GEMM micro-kernel:
- * - scores: for each 16 keys, RQ float16 accumulators (one per query) built by
+ * - scores: for each 16·NV keys, NV·RQ float16 accumulators (NV per query) built by
  *   broadcasting q[r][c] against row c of the transposed K tile — each K vector feeds
- *   RQ FMAs and no dot product needs a horizontal sum;
- * - weighted sum: for each 16 columns of V, RQ float16 accumulators held over the whole
- *   tile, each V row vector feeding RQ FMAs with broadcast weights.
- * Either way RQ·2 + 2 AVX2 registers whatever d and the tile are (RQ 6: 12 + 2 + a broadcast of 16), so
- * nothing spills. A weight of 0 must add nothing even when V holds inf or NaN: the
+ *   RQ FMAs, each broadcast NV, and no dot product needs a horizontal sum;
+ * - weighted sum: for each 16·NV columns of V, NV·RQ float16 accumulators held over the
+ *   whole tile, each V row vector feeding RQ FMAs with broadcast weights.
+ * NV (common.cl; the host's choice, tuning.c) is 1 where a float16 is two 8-lane
+ * registers (AVX2 at RQ 6: 12 accumulators + 2 + a broadcast of 16 registers) and 4 (2
+ * above RQ 4) where it is one 16-lane register (AVX-512 at RQ 4: 16 accumulators + 4 K
+ * vectors + 4 broadcasts of 32, so that 16 independent FMA chains hide the FMA latency,
+ * where RQ chains left the FMA units half idle); whatever d and the tile are, nothing
+ * spills. A weight of 0 must add nothing even when V holds inf or NaN: the
  * work-items flag staged V rows holding either, and only such tiles take the summation
  * that tests each weight.
  * `#pragma unroll` on the loops over r (and partly c, keys) keeps the register blocks
@@ -61,6 +65,8 @@
 #define N_SV (TILE_KV / 16)              /* float16 score vectors per query and tile */
 #define D_V_PAD PAD16(D_V)              /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)              /* float16 accumulator vectors per query */
+#define NV_S NV_FIT(N_SV) /* score vectors per micro-kernel step (NV: common.cl) */
+#define NV_A NV_FIT(N_AV) /* accumulator vectors per step of the weighted sum */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
 {
@@ -135,25 +141,33 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         if (j0 < wi_hi && j0 + TILE_KV > wi_lo &&
             (!BLOCK_MASK || block_tile_state(bmask, bm_st, b, h, i0, min(i0 + RQ, n_q) - 1, j0,
                                              min(j0 + TILE_KV, n_kv) - 1) != 0)) {
-            /* the raw scores of RQ rows × TILE_KV keys, 16 keys at a time: RQ float16
-             * accumulators, each K vector feeding RQ FMAs (a GEMM micro-kernel in
-             * broadcast form; the accumulators and one K vector fit 16 AVX2 registers) */
+            /* the raw scores of RQ rows × TILE_KV keys, 16·NV_S keys at a time: NV_S·RQ
+             * float16 accumulators, each K vector feeding RQ FMAs and each broadcast of q
+             * NV_S (a GEMM micro-kernel in broadcast form; the accumulators and NV_S K
+             * vectors fit the vector registers: 16 AVX2, 32 AVX-512) */
             float p[RQ][TILE_KV];
-            for (int sv = 0; sv < N_SV; sv++) {
-                float16 s[RQ];
+            for (int sv = 0; sv < N_SV; sv += NV_S) {
+                float16 s[NV_S][RQ];
                 #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    s[r] = 0.0f;
-                #pragma unroll 4
-                for (int c = 0; c < D_K; c++) {
-                    const float16 kc = vload16(sv, k_t + c * TILE_KV);
+                for (int u = 0; u < NV_S; u++)
                     #pragma unroll
                     for (int r = 0; r < RQ; r++)
-                        s[r] = fma((float16)(q_rows[r][c]), kc, s[r]);
+                        s[u][r] = 0.0f;
+                #pragma unroll 2
+                for (int c = 0; c < D_K; c++) {
+                    #pragma unroll
+                    for (int u = 0; u < NV_S; u++) {
+                        const float16 kc = vload16(sv + u, k_t + c * TILE_KV);
+                        #pragma unroll
+                        for (int r = 0; r < RQ; r++)
+                            s[u][r] = fma((float16)(q_rows[r][c]), kc, s[u][r]);
+                    }
                 }
                 #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    vstore16(s[r], sv, p[r]);
+                for (int u = 0; u < NV_S; u++)
+                    #pragma unroll
+                    for (int r = 0; r < RQ; r++)
+                        vstore16(s[u][r], sv + u, p[r]);
             }
             /* the online softmax of each row over the tile (not unrolled: p, m, l and acc
              * live in memory here anyway, and the unrolled code was 4x the size) */

@@ -8,8 +8,8 @@
  * (WG, 1, 1). Group (x, y) stages keys [y·TILE_KV, (y+1)·TILE_KV) of K transposed in
  * local memory; its work-item t owns S[i][j] for the RQ queries i = (x·WG + t)·RQ + r
  * and those keys. Query head h reads key head h / group (grouped-query attention).
- * Register blocking as in fused.cl: per 16 keys, RQ float16 accumulators, each K
- * vector feeding RQ FMAs.
+ * Register blocking as in fused.cl: per 16·NV_S keys, NV_S·RQ float16 accumulators,
+ * each K vector feeding RQ FMAs.
  * `#pragma unroll` on the micro-kernel's loops over r (small compile-time trip counts)
  * keeps the register blocks in registers: without it PoCL's LLVM keeps them in memory
  * and runs 2x slower. Setup and stores are not unrolled (compile time).
@@ -27,6 +27,7 @@
 #define RQ 4 /* queries per work-item */
 #endif
 #define N_SV (TILE_KV / 16) /* float16 score vectors per query */
+#define NV_S NV_FIT(N_SV) /* score vectors per micro-kernel step (NV: common.cl) */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
@@ -67,21 +68,28 @@ clattn_scores(__global const ELEM_T(Q_DT) *q, long q_off, long4 q_st,
             q_rows[r][c] = work && i0 + r < n_q ? LD(Q_DT, q, view_at(q_off, q_st, b, h, i0 + r, c))
                                                 : 0.0f;
     float16 acc[RQ][N_SV];
-    for (int sv = 0; sv < N_SV; sv++) {
-        float16 s_[RQ];
+    for (int sv = 0; sv < N_SV; sv += NV_S) {
+        float16 s_[NV_S][RQ];
         #pragma unroll
-        for (int r = 0; r < RQ; r++)
-            s_[r] = 0.0f;
-        #pragma unroll 4
-        for (int c = 0; c < D_K && work; c++) {
-            const float16 kc = vload16(sv, k_t + c * TILE_KV);
+        for (int u = 0; u < NV_S; u++)
             #pragma unroll
             for (int r = 0; r < RQ; r++)
-                s_[r] = fma((float16)(q_rows[r][c]), kc, s_[r]);
+                s_[u][r] = 0.0f;
+        #pragma unroll 2
+        for (int c = 0; c < D_K && work; c++) {
+            #pragma unroll
+            for (int u = 0; u < NV_S; u++) {
+                const float16 kc = vload16(sv + u, k_t + c * TILE_KV);
+                #pragma unroll
+                for (int r = 0; r < RQ; r++)
+                    s_[u][r] = fma((float16)(q_rows[r][c]), kc, s_[u][r]);
+            }
         }
         #pragma unroll
-        for (int r = 0; r < RQ; r++)
-            acc[r][sv] = s_[r];
+        for (int u = 0; u < NV_S; u++)
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                acc[r][sv + u] = s_[u][r];
     }
     const int n_keys = (int)min(n_kv - j0, (long)TILE_KV);
     for (int r = 0; r < RQ; r++) {

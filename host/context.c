@@ -173,6 +173,9 @@ static clattn_status probe_limits(clattn_context *ctx)
                               &ctx->global_mem, NULL);
     if (err == CL_SUCCESS)
         err = clGetDeviceInfo(d, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetDeviceInfo(d, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT,
+                              sizeof ctx->native_float_width, &ctx->native_float_width, NULL);
     if (err != CL_SUCCESS)
         return clattn_fail_cl(ctx, err, "clGetDeviceInfo");
     /* cl_khr_fp64: a nonzero double config (0 or an error: no float64 LSE) */

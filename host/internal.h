@@ -40,6 +40,8 @@ struct clattn_context {
     cl_ulong max_alloc;             /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
     cl_ulong global_mem;            /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
     bool has_fp64;                  /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
+    cl_uint native_float_width;     /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT (lanes) */
+    int vectors_override;           /* NV of CLATTN_BLOCKING's fourth value; 0: derived */
     char *kernel_dir;               /* NULL = embedded sources */
     char *cache_dir;                /* program-binary cache and tuning folder; NULL = off */
     bool cache_binaries;            /* programs saved to / loaded from cache_dir (cache.c) */
@@ -425,6 +427,11 @@ typedef struct clattn_blocking_request {
  * rather than chosen within *limit. */
 void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_request *r, size_t *rq,
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed);
+/* NV, the float16 vectors per step of the tiled kernels' micro-kernels (common.cl) for a
+ * blocking of rq queries per work-item: on CPU devices whose native float vector has 16
+ * lanes (AVX-512) 4 up to RQ 4 and 2 above, else 1; CLATTN_BLOCKING's optional fourth
+ * value overrides it. */
+int clattn_tuning_vectors(const clattn_context *ctx, size_t rq);
 /* The blocking an override (returns 1: CLATTN_BLOCKING, clattn_context_set_blocking)
  * or the stored tuning (2) gives the request, or 0 (none: nothing is written); a
  * request's wg_request replaces an override's WG and disables stored tuning. */

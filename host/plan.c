@@ -43,8 +43,8 @@ static clattn_status build_blocked(clattn_context *ctx, const char *file, const 
                            tile_kv, file, (unsigned long long)ctx->local_mem);
     for (;;) {
         char opts[512];
-        snprintf(opts, sizeof opts, CL_STD " %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu", dims, tile_kv, wg,
-                 rq);
+        snprintf(opts, sizeof opts, CL_STD " %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DNV=%d", dims,
+                 tile_kv, wg, rq, clattn_tuning_vectors(ctx, rq));
         clattn_status st = clattn_get_kernel(ctx, file, opts, &out->entry);
         if (st != CLATTN_SUCCESS)
             return st;

@@ -26,9 +26,12 @@
 #define CPU_FUSED_TILE_BYTES (64 * 1024) /* with K and V tiles within this (cache-sized) */
 #define GPU_WG 64                        /* blocked kernels on GPUs: work-items per group */
 #define CPU_WG 32                        /* on CPUs: work-items per work-group (WG·RQ rows), */
-#define CPU_RQ                                                                                     \
-    6 /* queries per work-item: RQ·2 accumulators + 2 + 1 of                                      \
-         16 AVX2 registers (4: 8 % slower) */
+/* queries per work-item on CPUs (cpu_rq): 6 where a float16 is two 8-lane registers (AVX2:
+ * RQ·2 accumulators + 2 + 1 of 16 registers; 4 was 8 % slower on a Zen 3), 4 where it is
+ * one 16-lane register (AVX-512: with NV 4, 16 accumulators + 4 + 4 of 32; measured on a
+ * Xeon, family 6 model 207, 0.79–0.92x the time of RQ 6 with NV 2) */
+#define CPU_RQ_8LANE 6
+#define CPU_RQ_16LANE 4
 /* … halved until the group's working set (every work-item's private arrays and the
  * local tiles) is within this. Measured on a Zen 3 (512 KiB L2 per core; PoCL reports
  * the L3 as CL_DEVICE_GLOBAL_MEM_CACHE_SIZE and Intel's runtime half the L2, so the
@@ -80,6 +83,29 @@ size_t clattn_default_tile_kv(const clattn_context *ctx, bool fused, int64_t per
     while (cap > 16 && (int64_t)cap * per_key * (int64_t)sizeof(float) > CPU_FUSED_TILE_BYTES)
         cap /= 2;
     return cap;
+}
+
+static bool lanes16(const clattn_context *ctx)
+{
+    return is_cpu(ctx) && ctx->native_float_width >= 16;
+}
+
+static size_t cpu_rq(const clattn_context *ctx)
+{
+    return lanes16(ctx) ? CPU_RQ_16LANE : CPU_RQ_8LANE;
+}
+
+int clattn_tuning_vectors(const clattn_context *ctx, size_t rq)
+{
+    if (ctx->vectors_override)
+        return ctx->vectors_override;
+    /* AVX-512 (PoCL and Intel's runtime report 16 native lanes): NV·RQ accumulators, at
+     * most 16 of the 32 registers, so that enough independent FMA chains hide the FMA
+     * latency (RQ 6 with NV 1 left the FMA units half idle: NV 2 took 0.74–0.84x the
+     * time); AVX2 (8 lanes) holds a float16 in two of its 16 registers already */
+    if (!lanes16(ctx))
+        return 1;
+    return rq <= 4 ? 4 : 2;
 }
 
 static bool blocking_ok(const clattn_blocking *b)
@@ -185,14 +211,18 @@ void clattn_tuning_init(clattn_context *ctx)
         ctx->decode_splits = 0;
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
-    /* CLATTN_BLOCKING="RQ,WG,TILE_KV": an override of every kernel (tuning experiments) */
+    /* CLATTN_BLOCKING="RQ,WG,TILE_KV[,NV]": an override of every kernel (tuning
+     * experiments; NV 1 or 2, the micro-kernels' vectors per step) */
     const char *env = getenv("CLATTN_BLOCKING");
     clattn_tune_entry o = {ANY_KERNEL, 0, 0, {0, 0, 0}};
-    if (env &&
-        sscanf(env, "%u,%u,%u", &o.blocking.queries_per_work_item, &o.blocking.work_group_size,
-               &o.blocking.tile_kv) == 3 &&
-        blocking_ok(&o.blocking))
+    unsigned nv = 0;
+    const int got = env ? sscanf(env, "%u,%u,%u,%u", &o.blocking.queries_per_work_item,
+                                 &o.blocking.work_group_size, &o.blocking.tile_kv, &nv)
+                        : 0;
+    if (got >= 3 && blocking_ok(&o.blocking)) {
         (void)put(&ctx->override, &ctx->n_override, &o);
+        ctx->vectors_override = got == 4 && (nv == 1 || nv == 2 || nv == 4) ? (int)nv : 0;
+    }
     if (!ctx->cache_dir)
         return;
     const uint64_t h = clattn_device_hash(ctx);
@@ -294,8 +324,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
                           size_t *wg, size_t *tile_kv, size_t *limit, bool *wg_fixed)
 {
     const bool cpu = is_cpu(ctx);
-    /* the micro-kernels' registers do not depend on d: RQ 4 on every CPU */
-    *rq = cpu ? CPU_RQ : 1;
+    /* the micro-kernels' registers do not depend on d: RQ by the vector width */
+    *rq = cpu ? cpu_rq(ctx) : 1;
     *tile_kv = r->tile_cap;
     size_t wg_request = r->wg_request, erq, ewg, etile;
     if (clattn_tuning_explicit(ctx, r, &erq, &ewg, &etile)) {

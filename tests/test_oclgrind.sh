@@ -56,9 +56,10 @@ if [ -n "${CLATTN_PAGED_BIN:-}" ] && [ "${CLATTN_OCLGRIND_PAGED:-0}" = 1 ]; then
     exit
 fi
 check demo "$bin" demo
-# every mask with the default blocking; with 4 queries per work-item in groups of 8 the
+# every mask with the default blocking; with 4 queries per work-item in groups of 8 (the
+# CPU family with 4 float16 vectors per micro-kernel step, as on AVX-512) the
 # two masks whose tile skipping differs most (bottom-right causal, no-self)
-for fb in gpu:default gpu:4,8,32 cpu:default cpu:4,8,32; do
+for fb in gpu:default gpu:4,8,32 cpu:default cpu:4,8,64,4; do
     export CLATTN_KERNEL_FAMILY=${fb%%:*}
     blocking=${fb#*:}
     masks="none causal causal-bottom-right no-self"

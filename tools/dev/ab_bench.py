@@ -8,7 +8,8 @@ faster).
 
 Usage: python3 tools/dev/ab_bench.py BIN_A BIN_B [--rounds 4] [--shapes LIST]
        python3 tools/dev/ab_bench.py build/clattn build/clattn --kernels-a cl --kernels-b /tmp/cl-b
-LIST is `clattn bench --shapes` syntax; --kernels-a/-b set CLATTN_KERNEL_DIR per side.
+LIST is `clattn bench --shapes` syntax; --kernels-a/-b set CLATTN_KERNEL_DIR per side,
+--env-a/-b NAME=VALUE any other variable (CLATTN_BLOCKING=6,32,64) per side.
 """
 import argparse
 import json
@@ -29,12 +30,17 @@ def main():
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     ap.add_argument("--kernels-a", help="CLATTN_KERNEL_DIR for A")
     ap.add_argument("--kernels-b", help="CLATTN_KERNEL_DIR for B")
+    ap.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for A only (repeatable), e.g. CLATTN_BLOCKING=6,32,64")
+    ap.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for B only (repeatable)")
     args = ap.parse_args()
-    sides = [("A", args.bin_a, args.kernels_a), ("B", args.bin_b, args.kernels_b)]
+    sides = [("A", args.bin_a, args.kernels_a, args.env_a), ("B", args.bin_b, args.kernels_b, args.env_b)]
     res = {"A": {}, "B": {}}
     for r in range(args.rounds):
-        for name, binary, kdir in (sides if r % 2 == 0 else sides[::-1]):
+        for name, binary, kdir, extra in (sides if r % 2 == 0 else sides[::-1]):
             env = dict(os.environ)
+            env.update(kv.split("=", 1) for kv in extra)
             if kdir:
                 env["CLATTN_KERNEL_DIR"] = kdir
             out = subprocess.run([binary, "bench", "--json", "--quiet", "--reps", str(args.reps),
