@@ -377,10 +377,10 @@ float hsum(float16 v)
 }
 
 /* The online softmax's step to a new running max m_new of a row (Milakov & Gimelshein
- * 2018): its accumulator (n_av float16 vectors) and running sum *l times exp(m − m_new);
- * nothing when the max did not change (the factor would be 1). NaN maxima rescale (to
- * NaN). */
-void rescale_row(float16 *acc, int n_av, float *l, float m, float m_new)
+ * 2018): its accumulator (n_av float16 vectors) and running sum *l (kept lane-wise, one
+ * horizontal sum when the row is stored) times exp(m − m_new); nothing when the max did
+ * not change (the factor would be 1). NaN maxima rescale (to NaN). */
+void rescale_row(float16 *acc, int n_av, float16 *l, float m, float m_new)
 {
     if (m_new == m)
         return;

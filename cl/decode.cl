@@ -56,7 +56,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
     float16 q16[NR][N_QV], acc[NR][N_AV];
-    float m[NR], l[NR], slope[NR];
+    float m[NR], slope[NR];
+    float16 l[NR]; /* each row's running sum, lane-wise: one horizontal sum at the end */
     row_rule rule[NR]; /* visible keys of each row (none for rows past group·n_q) */
     long mbase[NR], ref[NR];
     long klo = n_kv, khi = 0; /* keys any row of this work-item may see */
@@ -148,7 +149,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             rescale_row(acc[r], N_AV, &l[r], m[r], m_new);
             m[r] = m_new;
             const float16 w = exp(s - m_new);
-            l[r] += hsum(w);
+            l[r] += w;
             zero |= any(w == 0.0f);
             vstore16(w, 0, p[r]);
         }
@@ -192,6 +193,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const long rho = x * NR + r, h = hk * group + rho / n_q, i = rho % n_q;
         if (rho >= rows)
             break;
-        STORE_ROW(acc[r], m[r], l[r], slope[r], ref[r]);
+        STORE_ROW(acc[r], m[r], hsum(l[r]), slope[r], ref[r]);
     }
 }

@@ -89,7 +89,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
 
     float q_rows[RQ][D_K];
     float16 acc[RQ][N_AV];
-    float m[RQ], l[RQ];
+    float m[RQ];
+    float16 l16[RQ]; /* each row's running sum, lane-wise: one horizontal sum at the end */
     row_rule rule[RQ]; /* visible keys of each row (none for rows past n_q) */
     const long q_end = Q_ROWS(b); /* rows of Q to read */
     long wi_lo = n_kv, wi_hi = 0; /* keys any of this work-item's rows may see */
@@ -100,7 +101,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         for (int a = 0; a < N_AV; a++)
             acc[r][a] = 0.0f;
         m[r] = -INFINITY;
-        l[r] = 0.0f;
+        l16[r] = 0.0f;
         rule[r] = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
         if (i >= n_q)
             rule[r].lo = rule[r].hi = 0;
@@ -146,6 +147,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
              * NV_S (a GEMM micro-kernel in broadcast form; the accumulators and NV_S K
              * vectors fit the vector registers: 16 AVX2, 32 AVX-512) */
             float p[RQ][TILE_KV];
+            float16 m16[RQ]; /* each row's max of the scaled scores (before any term) */
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                m16[r] = (float16)(-INFINITY);
             for (int sv = 0; sv < N_SV; sv += NV_S) {
                 float16 s[NV_S][RQ];
                 #pragma unroll
@@ -166,8 +171,14 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                 #pragma unroll
                 for (int u = 0; u < NV_S; u++)
                     #pragma unroll
-                    for (int r = 0; r < RQ; r++)
-                        vstore16(s[u][r], sv + u, p[r]);
+                    for (int r = 0; r < RQ; r++) {
+                        float16 x = s[u][r] * scale;
+#if K_SCALED
+                        x *= vload16(sv + u, ks_tile); /* the int8 keys' scales */
+#endif
+                        m16[r] = max_nan16(m16[r], x);
+                        vstore16(x, sv + u, p[r]);
+                    }
             }
             /* the online softmax of each row over the tile (not unrolled: p, m, l and acc
              * live in memory here anyway, and the unrolled code was 4x the size) */
@@ -181,30 +192,28 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                  * block mask says masks nothing here counts as none): only the scale */
                 const bool no_terms = !SCORE_TERMS || (ONLY_MASK_MOD && bstate == 2);
                 const bool plain = no_terms && lo == 0 && hi == TILE_KV && self < 0;
-                float16 m16 = (float16)(-INFINITY);
-                for (int sv = 0; sv < N_SV; sv++) {
-                    float16 x = vload16(sv, p[r]) * scale;
-#if K_SCALED
-                    x *= vload16(sv, ks_tile); /* the int8 keys' scales */
-#endif
-                    if (!plain)
+                if (!plain) { /* the score terms and the row's max over them */
+                    m16[r] = (float16)(-INFINITY);
+                    for (int sv = 0; sv < N_SV; sv++) {
+                        float16 x = vload16(sv, p[r]);
                         x = score_terms16(x, lane + 16 * sv, lo, hi, self, j0, n_kv, TERM_ARGS,
                                           mbase, rule[r].diag, slope,
                                           ALIBI ? alibi_ref(rule[r]) : 0, b, h, i);
-                    vstore16(x, sv, p[r]);
-                    m16 = max_nan16(m16, x);
+                        vstore16(x, sv, p[r]);
+                        m16[r] = max_nan16(m16[r], x);
+                    }
                 }
-                const float m_new = max_nan(m[r], hmax_nan(m16));
+                const float m_new = max_nan(m[r], hmax_nan(m16[r]));
                 if (m_new == -INFINITY) { /* nothing visible yet: p = 0 */
                     for (int sv = 0; sv < N_SV; sv++)
                         vstore16((float16)(0.0f), sv, p[r]);
                     continue;
                 }
-                rescale_row(acc[r], N_AV, &l[r], m[r], m_new);
-                float16 l16 = 0.0f;
+                rescale_row(acc[r], N_AV, &l16[r], m[r], m_new);
+                float16 lt = 0.0f;
                 for (int sv = 0; sv < N_SV; sv++) {
                     float16 pv = exp(vload16(sv, p[r]) - m_new);
-                    l16 += pv;
+                    lt += pv;
 #if DROPOUT /* after the sum: l and the LSE are those before dropout */
                     pv *= dropout16_keys(DROPOUT_ARGS, bh, i, j0 + 16 * sv);
 #endif
@@ -214,7 +223,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
                     vstore16(pv, sv, p[r]);
 #endif
                 }
-                l[r] += hsum(l16);
+                l16[r] += lt;
                 m[r] = m_new;
             }
             if (v_finite) {
@@ -229,6 +238,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED
         const long i = i0 + r;
         if (i >= n_q)
             break;
-        STORE_ROW(acc[r], m[r], l[r], slope, ALIBI ? alibi_ref(rule[r]) : 0);
+        STORE_ROW(acc[r], m[r], hsum(l16[r]), slope, ALIBI ? alibi_ref(rule[r]) : 0);
     }
 }

@@ -385,10 +385,11 @@ static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k,
 {
     char dims[384];
     snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld %s", (long long)d_k, (long long)d_v, feat);
-    /* private floats per query: q row, accumulator, scores and weights of a tile */
+    /* private floats per query: q row, accumulator, lane-wise sum and max, scores and
+     * weights of a tile */
     const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
     const clattn_blocking_request r = {
-        CLATTN_KERNEL_FUSED, d_k, d_v, n_q, d_k + d_v_pad + 8, 2, d_k + d_v_pad, tile, wg_request};
+        CLATTN_KERNEL_FUSED, d_k, d_v, n_q, d_k + d_v_pad + 40, 2, d_k + d_v_pad, tile, wg_request};
     return build_blocked(ctx, "fused.cl", dims, &r, out);
 }
 

@@ -137,7 +137,8 @@ size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, 
     if (is_cpu(ctx)) {
         const int64_t d_k_pad = clattn_ceil_div(d_k, 16) * 16;
         const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
-        const int64_t per_row = (d_k_pad + d_v_pad + 48) * (int64_t)sizeof(float);
+        const int64_t per_row =
+            (d_k_pad + d_v_pad + 64) * (int64_t)sizeof(float); /* + weights, lane-wise sum, rule */
         const int64_t fixed = 17 * d_v_pad * (int64_t)sizeof(float); /* V rows, row store */
         cap = (CPU_DECODE_PRIVATE_BYTES - fixed) / per_row;
         cap = cap < 1 ? 1 : cap > CPU_DECODE_ROWS ? CPU_DECODE_ROWS : cap;
