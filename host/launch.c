@@ -634,7 +634,9 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
         arg_bwd_inputs(&a, q, k, v, d_o, &ws);
         arg_view(&a, &g[0]);
         arg_bwd_sizes(&a, h_q, group, n_q, n_kv, scale, &x);
-        const size_t global[2] = {round_up(n_q, CLATTN_BACKWARD_WG), (size_t)(batch * h_q)};
+        const size_t rq = plan->dq_rows; /* RQ rows per work-item */
+        const size_t global[2] = {round_up(clattn_ceil_div(n_q, (int64_t)rq), CLATTN_BACKWARD_WG),
+                                  (size_t)(batch * h_q)};
         const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
         st = launch(ctx, "bwd_dq", &a, 2, global, local, nw, w, &ev[1]);
     }

@@ -108,6 +108,15 @@ int clattn_tuning_vectors(const clattn_context *ctx, size_t rq)
     return rq <= 4 ? 4 : 2;
 }
 
+size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
+{
+    /* each staged K or V column vector feeds RQ FMAs instead of one (the kernel was
+     * load-bound at one row per work-item) */
+    if (!is_cpu(ctx))
+        return 1;
+    return d_k > 128 || d_v > 128 ? 2 : 4;
+}
+
 static bool blocking_ok(const clattn_blocking *b)
 {
     /* RQ 8 makes PoCL's work-group compiler run for many minutes: 1..6 */

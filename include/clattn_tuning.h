@@ -30,8 +30,10 @@ typedef struct clattn_blocking {
  * manner of CLBlast's OverrideParameters: every later call on ctx that runs the kernel
  * with those dims uses it, ahead of stored tuning and the built-in choice. d_k = 0
  * (or d_v = 0) matches any d_k (d_v). `blocking` NULL removes the override for exactly
- * (kernel, d_k, d_v). The CLATTN_BLOCKING="RQ,WG,TILE_KV" environment variable, read
- * once when a context is created, sets such an override for every kernel and dims.
+ * (kernel, d_k, d_v). The CLATTN_BLOCKING="RQ,WG,TILE_KV[,NV]" environment variable,
+ * read once when a context is created, sets such an override for every kernel and dims
+ * (NV, 1, 2 or 4: the CPU family's float16 vectors per micro-kernel step; by default
+ * derived from the device's native vector width and RQ, docs/PERFORMANCE.md).
  * A blocking the device cannot run makes the later call fail with
  * CLATTN_ERROR_UNSUPPORTED naming the limit. The decode kernel (n_q ≤ 16) takes only
  * RQ of a CLATTN_KERNEL_FUSED override, as its query rows (of a KV head) per work-item.

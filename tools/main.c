@@ -42,7 +42,7 @@ static const char program_usage[] =
     "  CLATTN_KERNEL_DIR  folder of .cl files to use instead of the built-in kernels\n"
     "  CLATTN_CACHE_DIR   program-binary cache and tuning folder (\"off\" disables it)\n"
     "  CLATTN_TUNE        \"off\" ignores the blocking `clattn tune` stored for the device\n"
-    "  CLATTN_BLOCKING    RQ,WG,TILE_KV: the blocking of every tiled kernel (experiments)\n"
+    "  CLATTN_BLOCKING    RQ,WG,TILE_KV[,NV]: the blocking of every tiled kernel (experiments)\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 
