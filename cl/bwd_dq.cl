@@ -85,23 +85,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
             /* the raw scores and dP of RQ rows × 16 keys: one float16 accumulator per row,
              * each staged column vector feeding RQ FMAs */
             float16 sr[RQ], dpr[RQ];
-            #pragma unroll
-            for (int r = 0; r < RQ; r++)
-                sr[r] = dpr[r] = 0.0f;
-            #pragma unroll 4
-            for (int c = 0; c < D_K; c++) {
-                const float16 kc = vload16(0, kt + c * KT);
-                #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    sr[r] = fma((float16)(qi[r][c]), kc, sr[r]);
-            }
-            #pragma unroll 4
-            for (int c = 0; c < D_V; c++) {
-                const float16 vc = vload16(0, vt + c * KT);
-                #pragma unroll
-                for (int r = 0; r < RQ; r++)
-                    dpr[r] = fma((float16)(gi[r][c]), vc, dpr[r]);
-            }
+            MICRO_COLS(sr, qi, kt, D_K, RQ);
+            MICRO_COLS(dpr, gi, vt, D_V, RQ);
             float pa[RQ][KT], dsa[RQ][KT];
             for (int r = 0; r < RQ; r++) {
                 const long i = i0 + r;

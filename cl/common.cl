@@ -566,6 +566,32 @@ DEFINE_LOAD_ROW16(6)
         _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) (acc)[r_][a_ + u_] = o_[u_][r_]; \
     }
 
+/* acc[x] = Σ_c w[x][c] · t[c·16 + lane] over c < n for x < nx (each of the n column
+ * vectors of a transposed 16-wide tile feeding nx FMAs with w broadcast): the backward
+ * kernels' scores and dP. Two accumulators per x (even and odd c), so that 2·nx FMA
+ * chains cover the FMA latency. A macro: nx and n are the kernel's constants. */
+#define MICRO_COLS(acc, w, t, n, nx)                                                     \
+    do {                                                                                 \
+        float16 e_[nx], o_[nx];                                                          \
+        _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++) e_[x_] = o_[x_] = 0.0f;      \
+        int c_ = 0;                                                                      \
+        _Pragma("unroll 2") for (; c_ + 2 <= (n); c_ += 2)                               \
+        {                                                                                \
+            const float16 t0_ = vload16(0, (t) + c_ * 16), t1_ = vload16(0, (t) + (c_ + 1) * 16); \
+            _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++)                          \
+            {                                                                            \
+                e_[x_] = fma((float16)((w)[x_][c_]), t0_, e_[x_]);                       \
+                o_[x_] = fma((float16)((w)[x_][c_ + 1]), t1_, o_[x_]);                   \
+            }                                                                            \
+        }                                                                                \
+        if (c_ < (n)) {                                                                  \
+            const float16 t0_ = vload16(0, (t) + c_ * 16);                               \
+            _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++)                          \
+                e_[x_] = fma((float16)((w)[x_][c_]), t0_, e_[x_]);                       \
+        }                                                                                \
+        _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++) (acc)[x_] = e_[x_] + o_[x_]; \
+    } while (0)
+
 /* Whether any row this work-item staged into a row-major local tile (rows t, t + wg, …
  * of `tile`, each d_pad floats) holds inf or NaN. */
 int rows_nonfinite(__local const float *t, int tile, int d_pad, int wg)

@@ -336,7 +336,8 @@ clattn_status clattn_wait(clattn_context *ctx, cl_event done);
 #define CLATTN_BACKWARD_WG 32 /* rows (bwd_dq) or keys (bwd_dkdv) per work-group */
 typedef struct clattn_backward_plan {
     clattn_program_entry *prep, *dq, *dkdv;
-    size_t dq_rows;               /* bwd_dq's query rows per work-item (RQ) */
+    size_t dq_rows;               /* bwd_dq's query rows per work-item (RQ), and bwd_dkdv's */
+                                  /* keys per work-item (RK): clattn_backward_rows */
     clattn_program_entry *dsinks; /* NULL without d_sinks */
 } clattn_backward_plan;
 /* g: dQ, dK, dV and d_sinks (g[3].count 0 without one) */
@@ -433,8 +434,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
  * lanes (AVX-512) 4 up to RQ 4 and 2 above, else 1; CLATTN_BLOCKING's optional fourth
  * value overrides it. */
 int clattn_tuning_vectors(const clattn_context *ctx, size_t rq);
-/* bwd_dq.cl's query rows per work-item: on CPUs 4 (2 above head dim 128: the private
- * arrays), on other devices 1. */
+/* bwd_dq.cl's query rows per work-item and bwd_dkdv.cl's keys per work-item: on CPUs 4
+ * (2 above head dim 128: the private arrays), on other devices 1. */
 size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v);
 /* The blocking an override (returns 1: CLATTN_BLOCKING, clattn_context_set_blocking)
  * or the stored tuning (2) gives the request, or 0 (none: nothing is written); a

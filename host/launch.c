@@ -646,7 +646,9 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
         arg_view(&a, &g[1]);
         arg_view(&a, &g[2]);
         arg_bwd_sizes(&a, h_q, group, n_q, n_kv, scale, &x);
-        const size_t global[2] = {round_up(n_kv, CLATTN_BACKWARD_WG), (size_t)(batch * h_kv)};
+        const size_t rk = plan->dq_rows; /* RK keys per work-item */
+        const size_t global[2] = {round_up(clattn_ceil_div(n_kv, (int64_t)rk), CLATTN_BACKWARD_WG),
+                                  (size_t)(batch * h_kv)};
         const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
         st = launch(ctx, "bwd_dkdv", &a, 2, global, local, nw, w, &ev[2]);
     }

@@ -778,11 +778,11 @@ clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr
     out->dq_rows = clattn_backward_rows(ctx, d_k, d_v);
     char opts[512];
     snprintf(opts, sizeof opts,
-             CL_STD " -DBWD=1 -DWG=%d -DRQ=%zu -DNV=%d -DD_K=%lld -DD_V=%lld -DDO_DT=%d -DDQ_DT=%d "
-                    "-DDK_DT=%d -DDV_DT=%d %s",
-             CLATTN_BACKWARD_WG, out->dq_rows, clattn_tuning_vectors(ctx, out->dq_rows),
-             (long long)d_k, (long long)d_v, (int)d_o->dtype, (int)g[0].dtype, (int)g[1].dtype,
-             (int)g[2].dtype, f.opts);
+             CL_STD " -DBWD=1 -DWG=%d -DRQ=%zu -DRK=%zu -DNV=%d -DD_K=%lld -DD_V=%lld -DDO_DT=%d "
+                    "-DDQ_DT=%d -DDK_DT=%d -DDV_DT=%d %s",
+             CLATTN_BACKWARD_WG, out->dq_rows, out->dq_rows,
+             clattn_tuning_vectors(ctx, out->dq_rows), (long long)d_k, (long long)d_v,
+             (int)d_o->dtype, (int)g[0].dtype, (int)g[1].dtype, (int)g[2].dtype, f.opts);
     clattn_status st = clattn_get_kernel(ctx, "bwd_prep.cl", opts, &out->prep);
     if (st == CLATTN_SUCCESS)
         st = clattn_get_kernel(ctx, "bwd_dq.cl", opts, &out->dq);
