@@ -435,7 +435,8 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
  * value overrides it. */
 int clattn_tuning_vectors(const clattn_context *ctx, size_t rq);
 /* bwd_dq.cl's query rows per work-item and bwd_dkdv.cl's keys per work-item: on CPUs 4
- * (2 above head dim 128: the private arrays), on other devices 1. */
+ * (2 above head dim 128: the private arrays), on other devices 1; CLATTN_BLOCKING's RQ
+ * (within that cap) where it is set. */
 size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v);
 /* The blocking an override (returns 1: CLATTN_BLOCKING, clattn_context_set_blocking)
  * or the stored tuning (2) gives the request, or 0 (none: nothing is written); a

@@ -108,15 +108,6 @@ int clattn_tuning_vectors(const clattn_context *ctx, size_t rq)
     return rq <= 4 ? 4 : 2;
 }
 
-size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
-{
-    /* each staged K or V column vector feeds RQ FMAs instead of one (the kernel was
-     * load-bound at one row per work-item) */
-    if (!is_cpu(ctx))
-        return 1;
-    return d_k > 128 || d_v > 128 ? 2 : 4;
-}
-
 static bool blocking_ok(const clattn_blocking *b)
 {
     /* RQ 8 makes PoCL's work-group compiler run for many minutes: 1..6 */
@@ -137,6 +128,17 @@ static const clattn_tune_entry *find(const clattn_tune_entry *list, int n, clatt
             return e;
     }
     return NULL;
+}
+
+size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
+{
+    /* each staged K or V column vector feeds RQ FMAs instead of one (the kernel was
+     * load-bound at one row per work-item) */
+    const size_t cap = d_k > 128 || d_v > 128 ? 2 : 4;
+    const clattn_tune_entry *o = find(ctx->override, ctx->n_override, ANY_KERNEL, 0, 0, false);
+    if (o) /* CLATTN_BLOCKING (tests take both forms on any device) */
+        return o->blocking.queries_per_work_item < cap ? o->blocking.queries_per_work_item : cap;
+    return is_cpu(ctx) ? cap : 1;
 }
 
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v)
@@ -222,7 +224,8 @@ void clattn_tuning_init(clattn_context *ctx)
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
     /* CLATTN_BLOCKING="RQ,WG,TILE_KV[,NV]": an override of every kernel (tuning
-     * experiments; NV 1 or 2, the micro-kernels' vectors per step) */
+     * experiments; NV 1, 2 or 4, the micro-kernels' vectors per step; its RQ, up to 4, is
+     * also the backward kernels' rows and keys per work-item) */
     const char *env = getenv("CLATTN_BLOCKING");
     clattn_tune_entry o = {ANY_KERNEL, 0, 0, {0, 0, 0}};
     unsigned nv = 0;

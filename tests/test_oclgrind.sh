@@ -128,8 +128,12 @@ if [ -n "${CLATTN_SPLIT_BIN:-}" ]; then
 fi
 # the backward kernels (bwd_prep, bwd_dq, bwd_dkdv): float mask, softcap, causal, GQA 4:2,
 # masked rows and poisoned masked keys (test_backward's small device cases)
+# — one query row or key per work-item (what this GPU-typed device gets), then the CPU
+# form: 4 rows or keys per work-item, 4 float16 vectors per micro-kernel step
 if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then
     CK_RUN_CASE=device_small check "backward" "$CLATTN_BACKWARD_BIN"
+    CLATTN_BLOCKING=4,8,64,4 CK_RUN_CASE=device_small check "backward, 4 rows or keys per work-item" \
+        "$CLATTN_BACKWARD_BIN"
 fi
 # paged K/V (test_paged): the table on the device with entries outside the pool (the
 # kernels clamp them), and every paged configuration in both kernel families (decode,

@@ -12,7 +12,9 @@ The unmutated kernels are run first (the baseline): a test that already fails th
 cannot kill anything, and is reported.
 
 A mutant of the GPU kernel family's files (a "family: gpu" line in the list) runs its
-tests with CLATTN_KERNEL_FAMILY=gpu, and has its own baseline run with that family.
+tests with CLATTN_KERNEL_FAMILY=gpu, and has its own baseline run with that family; a
+"blocking: RQ,WG,TILE_KV" line runs them with that CLATTN_BLOCKING (e.g. 1,32,64 for the
+backward kernels' one-row and one-key forms, which CPUs do not take by default).
 
 Usage (from the repository root, after building, e.g. into build-mut):
     python3 tools/dev/mutate.py [--build build-mut] [--runtime intel|pocl]
@@ -117,7 +119,7 @@ def parse_list(path):
             if len(parts) < 2:
                 raise ListError(f"{path}:{n}: '== ID description' expected")
             cur = {"id": parts[0], "what": parts[1].strip(), "equivalent": None, "subs": [],
-                   "family": None, "first": None}
+                   "family": None, "first": None, "blocking": None}
             continue
         if cur is None:
             raise ListError(f"{path}:{n}: text before the first '== ID'")
@@ -129,6 +131,8 @@ def parse_list(path):
             cur["family"] = line.split(":", 1)[1].strip()
             if cur["family"] not in ("gpu", "cpu"):
                 raise ListError(f"{path}:{n}: family: gpu or cpu")
+        elif line.startswith("blocking:"):
+            cur["blocking"] = line.split(":", 1)[1].strip()
         elif line.startswith("file:"):
             close_sub()
             sub = {"file": line.split(":", 1)[1].strip(), "find": None, "replace": None}
@@ -431,14 +435,19 @@ def run(args, mutants, cl_dir):
 
     t_start = time.monotonic()
 
-    def family_env(fam):
-        return {"CLATTN_KERNEL_FAMILY": fam} if fam else {}
+    def setting(m):  # the family and the CLATTN_BLOCKING a mutant's tests run with
+        return (m["family"] or "") + ("@" + m["blocking"] if m["blocking"] else "")
 
-    families = sorted({m["family"] or "" for m in mutants})
+    def family_env(key):
+        fam, _, blocking = key.partition("@")
+        return {**({"CLATTN_KERNEL_FAMILY": fam} if fam else {}),
+                **({"CLATTN_BLOCKING": blocking} if blocking else {})}
+
+    families = sorted({setting(m) for m in mutants})
     baseline = {(f, n): set() for f in families for n in cmds}
     if not args.no_baseline:
         for fam in families:
-            print(f"baseline (unmutated kernels{', family ' + fam if fam else ''}):")
+            print(f"baseline (unmutated kernels{', ' + fam if fam else ''}):")
             for name in fast_names + slow_names:
                 cmd, extra = cmds[name]
                 failed, why, secs, failures, tail = run_test(
@@ -461,9 +470,9 @@ def run(args, mutants, cl_dir):
         killer, log, message = None, [], ""
         with tempfile.TemporaryDirectory(prefix=f"clattn-mut-{m['id']}-") as kdir:
             plant(m, cl_dir, kdir)
-            fam = m["family"] or ""
+            fam = setting(m)
             env = {**env0, **family_env(fam), "CLATTN_KERNEL_DIR": kdir}
-            order = ([n for n in FAST_GPU if n in fast_names] if fam == "gpu"
+            order = ([n for n in FAST_GPU if n in fast_names] if m["family"] == "gpu"
                      else fast_names) + slow_names
             if any(f.startswith("bwd_") for f, _, _ in m["subs"]):
                 order = ["test_backward"] + [n for n in order if n != "test_backward"]
