@@ -14,9 +14,10 @@
  * with no atomics: the same bits on every run (FlashAttention-2 accumulates dQ with
  * atomic adds instead; here dQ has its own kernel, which recomputes P and dP):
  *   bwd_prep  NDRange (n_q, batch·h_q): per row D_i and the relative LSE into rows[];
- *   bwd_dq    NDRange (n_q, batch·h_q): per query row, its keys 16 at a time;
- *   bwd_dkdv  NDRange (n_kv, batch·h_kv): per key, every query row of its KV head's
- *             group (GQA: dK and dV sum over the group's query heads).
+ *   bwd_dq    NDRange (⌈n_q/RQ⌉, batch·h_q): per RQ query rows, their keys 16 at a time;
+ *   bwd_dkdv  NDRange (⌈n_kv/RK⌉, batch·h_kv): per RK keys, every query row of their KV
+ *             head's group (GQA: dK and dV sum over the group's query heads).
+ * RQ and RK (the host's, tuning.c): 4 on CPUs (2 above head dim 128), 1 on GPUs.
  * A row with no visible key, or past q_lens, adds nothing and gets dQ = 0; a key of
  * weight exactly 0 adds nothing, whatever its K and V. Private arrays of d_k and d_v
  * floats per work-item (the host allows head dims up to 256).

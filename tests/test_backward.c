@@ -497,7 +497,10 @@ START_TEST(device_masked_rows_and_keys)
 {
     const config c = {"masked", 1, 2, 1,    4,    6, 4, 3, CLATTN_MASK_NONE, 0, 0, 0,
                       0,        0, 1, 0.0f, 0.0f, 0, 0, 0};
-    for (int policy = 0; policy < 2; policy++) {
+    /* policy 0 and 1: masked rows 0 or NaN, K and V of the masked keys poisoned; policy 2
+     * as 0 with only V poisoned (K finite: the kernels' dense sums, not their
+     * weight-testing ones, must keep those keys out) */
+    for (int policy = 0; policy < 3; policy++) {
         setup s;
         setup_init(&s, &c, tu_seed() + 17u);
         uint8_t *m = (uint8_t *)s.mask;
@@ -506,13 +509,22 @@ START_TEST(device_masked_rows_and_keys)
                 m[i * c.n_kv + j] = (uint8_t)(i != 1 && j < 3);
         int32_t q_lens[1] = {3};
         s.desc.q_lens = q_lens;
-        s.desc.masked_rows = policy ? CLATTN_MASKED_ROWS_NAN : CLATTN_MASKED_ROWS_ZERO;
+        s.desc.masked_rows = policy == 1 ? CLATTN_MASKED_ROWS_NAN : CLATTN_MASKED_ROWS_ZERO;
         for (int64_t j = 3; j < c.n_kv; j++) {
-            for (int64_t x = 0; x < c.d_k; x++)
+            for (int64_t x = 0; x < c.d_k && policy < 2; x++)
                 s.p.k[j * c.d_k + x] = (j == 3) ? NAN : INFINITY;
             for (int64_t x = 0; x < c.d_v; x++)
                 s.p.v[j * c.d_v + x] = (j == 4) ? NAN : -INFINITY;
         }
+        /* the rows of weight 0 (row 1 masked, row 3 padding) hold inf and NaN in Q and dO:
+         * they must add nothing to any key's dK or dV */
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t i = 1; i < 4; i += 2) {
+                for (int64_t x = 0; x < c.d_k; x++)
+                    s.p.q[(h * 4 + i) * c.d_k + x] = (i == 1) ? INFINITY : NAN;
+                for (int64_t x = 0; x < c.d_v; x++)
+                    s.d_o[(h * 4 + i) * c.d_v + x] = (i == 1) ? NAN : -INFINITY;
+            }
         float dq[32], dk[24], dv[18], rq[32], rk[24], rv[18], o[24], lse[8];
         clattn_tensor tq = clattn_tensor_host(dq, 1, 2, 4, 4),
                       tk = clattn_tensor_host(dk, 1, 1, 6, 4),
@@ -527,9 +539,12 @@ START_TEST(device_masked_rows_and_keys)
         tu_assert_finite("dQ", &tq);
         tu_assert_finite("dK", &tk);
         tu_assert_finite("dV", &tv);
-        TU_ASSERT_CLOSE(policy ? "masked (NaN rows) dQ" : "masked dQ", &tq, NULL, rq, TOL_DEVICE);
-        TU_ASSERT_CLOSE(policy ? "masked (NaN rows) dK" : "masked dK", &tk, NULL, rk, TOL_DEVICE);
-        TU_ASSERT_CLOSE(policy ? "masked (NaN rows) dV" : "masked dV", &tv, NULL, rv, TOL_DEVICE);
+        TU_ASSERT_CLOSE(policy == 1 ? "masked (NaN rows) dQ" : "masked dQ", &tq, NULL, rq,
+                        TOL_DEVICE);
+        TU_ASSERT_CLOSE(policy == 1 ? "masked (NaN rows) dK" : "masked dK", &tk, NULL, rk,
+                        TOL_DEVICE);
+        TU_ASSERT_CLOSE(policy == 1 ? "masked (NaN rows) dV" : "masked dV", &tv, NULL, rv,
+                        TOL_DEVICE);
         for (int64_t h = 0; h < 2; h++)
             for (int64_t i = 1; i < 4; i += 2)
                 for (int64_t x = 0; x < 4; x++)
