@@ -497,9 +497,9 @@ START_TEST(device_masked_rows_and_keys)
 {
     const config c = {"masked", 1, 2, 1,    4,    6, 4, 3, CLATTN_MASK_NONE, 0, 0, 0,
                       0,        0, 1, 0.0f, 0.0f, 0, 0, 0};
-    /* policy 0 and 1: masked rows 0 or NaN, K and V of the masked keys poisoned; policy 2
-     * as 0 with only V poisoned (K finite: the kernels' dense sums, not their
-     * weight-testing ones, must keep those keys out) */
+    /* policy 0 and 1: masked rows 0 or NaN, K and V of the masked keys and Q and dO of the
+     * rows of weight 0 poisoned; policy 2 as 0 with only V poisoned (K, Q and dO finite:
+     * the kernels' dense sums, not their weight-testing ones, must keep those out) */
     for (int policy = 0; policy < 3; policy++) {
         setup s;
         setup_init(&s, &c, tu_seed() + 17u);
@@ -516,9 +516,9 @@ START_TEST(device_masked_rows_and_keys)
             for (int64_t x = 0; x < c.d_v; x++)
                 s.p.v[j * c.d_v + x] = (j == 4) ? NAN : -INFINITY;
         }
-        /* the rows of weight 0 (row 1 masked, row 3 padding) hold inf and NaN in Q and dO:
-         * they must add nothing to any key's dK or dV */
-        for (int64_t h = 0; h < 2; h++)
+        /* the rows of weight 0 (row 1 masked, row 3 padding) hold inf and NaN in Q and dO
+         * (policies 0 and 1): they must add nothing to any key's dK or dV */
+        for (int64_t h = 0; h < 2 && policy < 2; h++)
             for (int64_t i = 1; i < 4; i += 2) {
                 for (int64_t x = 0; x < c.d_k; x++)
                     s.p.q[(h * 4 + i) * c.d_k + x] = (i == 1) ? INFINITY : NAN;
