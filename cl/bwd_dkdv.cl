@@ -177,55 +177,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
                 vstore16(ds, 0, dsa[kk]);
             }
             /* dV += P·dO and dK += dS·Q over the tile's rows: for each NV vectors of d, NV·RK
-             * accumulators in registers, each row vector feeding RK FMAs (accv and acck
-             * live across the barriers: in memory on CPUs, as the RK 1 kernel says) */
+             * accumulators in registers, each row vector feeding RK FMAs (common.cl
+             * ACCUMULATE_ROWS; accv and acck live across the barriers: in memory on CPUs,
+             * as the RK 1 kernel says) */
             if (finite) {
-                for (int a = 0; a < NDV; a += NV_FIT(NDV)) {
-                    float16 o[NV_FIT(NDV)][RK];
-                    #pragma unroll
-                    for (int u = 0; u < NV_FIT(NDV); u++)
-                        #pragma unroll
-                        for (int kk = 0; kk < RK; kk++)
-                            o[u][kk] = accv[kk][a + u];
-                    #pragma unroll 2
-                    for (int r = 0; r < RT; r++) {
-                        #pragma unroll
-                        for (int u = 0; u < NV_FIT(NDV); u++) {
-                            const float16 gv = vload16(a + u, g_r + r * DVP);
-                            #pragma unroll
-                            for (int kk = 0; kk < RK; kk++)
-                                o[u][kk] = fma((float16)(pza[kk][r]), gv, o[u][kk]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int u = 0; u < NV_FIT(NDV); u++)
-                        #pragma unroll
-                        for (int kk = 0; kk < RK; kk++)
-                            accv[kk][a + u] = o[u][kk];
-                }
-                for (int a = 0; a < NK; a += NV_FIT(NK)) {
-                    float16 o[NV_FIT(NK)][RK];
-                    #pragma unroll
-                    for (int u = 0; u < NV_FIT(NK); u++)
-                        #pragma unroll
-                        for (int kk = 0; kk < RK; kk++)
-                            o[u][kk] = acck[kk][a + u];
-                    #pragma unroll 2
-                    for (int r = 0; r < RT; r++) {
-                        #pragma unroll
-                        for (int u = 0; u < NV_FIT(NK); u++) {
-                            const float16 qv = vload16(a + u, q_r + r * DKP);
-                            #pragma unroll
-                            for (int kk = 0; kk < RK; kk++)
-                                o[u][kk] = fma((float16)(dsa[kk][r]), qv, o[u][kk]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int u = 0; u < NV_FIT(NK); u++)
-                        #pragma unroll
-                        for (int kk = 0; kk < RK; kk++)
-                            acck[kk][a + u] = o[u][kk];
-                }
+                ACCUMULATE_ROWS(accv, pza, g_r, RT, DVP, NDV, RK);
+                ACCUMULATE_ROWS(acck, dsa, q_r, RT, DKP, NK, RK);
             } else { /* Q or dO hold inf or NaN: a row of weight 0 is skipped, not multiplied */
                 for (int kk = 0; kk < RK; kk++)
                     for (int r = 0; r < RT; r++) {

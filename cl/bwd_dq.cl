@@ -29,7 +29,6 @@
 #define DV_N (D_V > 0 ? D_V : 1)
 #define DKP PAD16(DK_N) /* d_k in whole float16 vectors */
 #define NK (DKP / 16)
-#define NKS NV_FIT(NK) /* dQ vectors per step of its sum (NV: common.cl, the host's) */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
@@ -121,33 +120,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
                 vstore16(p, 0, pa[r]);
                 vstore16(ds, 0, dsa[r]);
             }
-            /* dQ += dS·K: for each NKS vectors of d_k, NKS·RQ accumulators in registers
-             * over the tile's 16 keys, each K vector feeding RQ FMAs (acc lives across the
-             * barriers: in memory on CPUs, bwd_dkdv.cl says why that matters) */
+            /* dQ += dS·K: for each NV vectors of d_k, NV·RQ accumulators in registers over
+             * the tile's 16 keys, each K vector feeding RQ FMAs (common.cl ACCUMULATE_ROWS;
+             * acc lives across the barriers: in memory on CPUs, bwd_dkdv.cl says why that
+             * matters) */
             if (k_finite) {
-                for (int a = 0; a < NK; a += NKS) {
-                    float16 ta[NKS][RQ];
-                    #pragma unroll
-                    for (int u = 0; u < NKS; u++)
-                        #pragma unroll
-                        for (int r = 0; r < RQ; r++)
-                            ta[u][r] = acc[r][a + u];
-                    #pragma unroll 2
-                    for (int t = 0; t < KT; t++) {
-                        #pragma unroll
-                        for (int u = 0; u < NKS; u++) {
-                            const float16 kv = vload16(a + u, k_r + t * DKP);
-                            #pragma unroll
-                            for (int r = 0; r < RQ; r++)
-                                ta[u][r] = fma((float16)(dsa[r][t]), kv, ta[u][r]);
-                        }
-                    }
-                    #pragma unroll
-                    for (int u = 0; u < NKS; u++)
-                        #pragma unroll
-                        for (int r = 0; r < RQ; r++)
-                            acc[r][a + u] = ta[u][r];
-                }
+                ACCUMULATE_ROWS(acc, dsa, k_r, KT, DKP, NK, RQ);
             } else { /* K holds inf or NaN: a key of weight 0 is skipped, not multiplied */
                 for (int r = 0; r < RQ; r++)
                     for (int t = 0; t < KT; t++) {

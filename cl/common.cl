@@ -544,27 +544,35 @@ DEFINE_LOAD_ROW16(6)
                 (acc)[r_][a_] = fma((float16)((p)[r_][jj_]), vv_, (acc)[r_][a_]);        \
         }
 
-/* The same sum when no staged V value is inf or NaN (then a weight of 0 adds exactly
- * nothing and needs no test): GEMM micro-kernel order — for each NV_A 16-column slices
- * a of V, NV_A·RQ float16 accumulators stay in registers over the whole tile while each
- * V vector feeds RQ FMAs with broadcast weights (whatever d_v is; NV_A: the kernel's,
- * from NV). */
-#define ACCUMULATE_PV_DENSE(acc, p, v_tile)                                              \
-    for (int a_ = 0; a_ < N_AV; a_ += NV_A) {                                            \
-        float16 o_[NV_A][RQ];                                                            \
-        _Pragma("unroll") for (int u_ = 0; u_ < NV_A; u_++)                              \
-        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) o_[u_][r_] = (acc)[r_][a_ + u_]; \
-        _Pragma("unroll 2") for (int jj_ = 0; jj_ < TILE_KV; jj_++)                      \
-        {                                                                                \
-            _Pragma("unroll") for (int u_ = 0; u_ < NV_A; u_++) {                        \
-            const float16 vv_ = vload16(a_ + u_, (v_tile) + jj_ * D_V_PAD);              \
-            _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++)                            \
-                o_[u_][r_] = fma((float16)((p)[r_][jj_]), vv_, o_[u_][r_]);              \
-            }                                                                            \
-        }                                                                                \
-        _Pragma("unroll") for (int u_ = 0; u_ < NV_A; u_++)                              \
-        _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) (acc)[r_][a_ + u_] = o_[u_][r_]; \
+/* acc[x][a] += Σ_jj w[x][jj] · tile[jj·stride + 16a .. +16) over the n rows of a staged
+ * row-major tile, for x < nx and every float16 vector a < nvec of a row: the GEMM
+ * micro-kernel in broadcast form that every "weights times staged rows" product uses
+ * (P·V in fused.cl and weighted_sum.cl, dS·K in bwd_dq.cl, P·dO and dS·Q in bwd_dkdv.cl).
+ * For each NV_FIT(nvec) vectors of a row, NV_FIT(nvec)·nx float16 accumulators stay in
+ * registers over the tile while each row vector feeds nx FMAs with broadcast weights.
+ * Nothing tests a weight: callers take it only when no staged value is inf or NaN (a
+ * weight of 0 then adds exactly nothing). A macro: the arguments are the kernel's
+ * compile-time constants. */
+#define ACCUMULATE_ROWS(acc, w, tile, n, stride, nvec, nx)                                 \
+    for (int a_ = 0; a_ < (nvec); a_ += NV_FIT(nvec)) {                                    \
+        float16 o_[NV_FIT(nvec)][nx];                                                      \
+        _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(nvec); u_++)                        \
+        _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++) o_[u_][x_] = (acc)[x_][a_ + u_]; \
+        _Pragma("unroll 2") for (int jj_ = 0; jj_ < (n); jj_++)                            \
+        {                                                                                  \
+            _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(nvec); u_++) {                  \
+            const float16 vv_ = vload16(a_ + u_, (tile) + jj_ * (stride));                 \
+            _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++)                            \
+                o_[u_][x_] = fma((float16)((w)[x_][jj_]), vv_, o_[u_][x_]);                \
+            }                                                                              \
+        }                                                                                  \
+        _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(nvec); u_++)                        \
+        _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++) (acc)[x_][a_ + u_] = o_[u_][x_]; \
     }
+
+/* The weighted sum of fused.cl and weighted_sum.cl when no staged V value is inf or NaN
+ * (their RQ, TILE_KV, D_V_PAD and N_AV) */
+#define ACCUMULATE_PV_DENSE(acc, p, v_tile) ACCUMULATE_ROWS(acc, p, v_tile, TILE_KV, D_V_PAD, N_AV, RQ)
 
 /* acc[x] = Σ_c w[x][c] · t[c·16 + lane] over c < n for x < nx (each of the n column
  * vectors of a transposed 16-wide tile feeding nx FMAs with w broadcast): the backward

@@ -66,7 +66,6 @@
 #define D_V_PAD PAD16(D_V)              /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)              /* float16 accumulator vectors per query */
 #define NV_S NV_FIT(N_SV) /* score vectors per micro-kernel step (NV: common.cl) */
-#define NV_A NV_FIT(N_AV) /* accumulator vectors per step of the weighted sum */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused(FUSED_PARAMS)
 {

@@ -29,7 +29,6 @@
 #endif
 #define D_V_PAD PAD16(D_V)  /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16) /* float16 accumulator vectors per row */
-#define NV_A NV_FIT(N_AV) /* accumulator vectors per micro-kernel step */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 clattn_weighted_sum(__global const float *w, long w_off, long4 w_st,
