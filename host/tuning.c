@@ -108,6 +108,29 @@ int clattn_tuning_vectors(const clattn_context *ctx, size_t rq)
     return rq <= 4 ? 4 : 2;
 }
 
+/* "A,B,C" or "A,B,C,D": plain decimal values below 2^20 and nothing else; returns how many
+ * (3 or 4), or 0 for anything else (the whole string is then ignored) */
+static int parse_blocking(const char *s, unsigned v[4])
+{
+    int n = 0;
+    while (n < 4) {
+        if (*s < '0' || *s > '9')
+            return 0;
+        char *end = NULL;
+        errno = 0;
+        const unsigned long x = strtoul(s, &end, 10);
+        if (errno != 0 || x >= (1UL << 20))
+            return 0;
+        v[n++] = (unsigned)x;
+        if (*end == '\0')
+            return n >= 3 ? n : 0;
+        if (*end != ',')
+            return 0;
+        s = end + 1;
+    }
+    return 0; /* a fifth value */
+}
+
 static bool blocking_ok(const clattn_blocking *b)
 {
     /* RQ 8 makes PoCL's work-group compiler run for many minutes: 1..6 */
@@ -228,13 +251,14 @@ void clattn_tuning_init(clattn_context *ctx)
      * also the backward kernels' rows and keys per work-item) */
     const char *env = getenv("CLATTN_BLOCKING");
     clattn_tune_entry o = {ANY_KERNEL, 0, 0, {0, 0, 0}};
-    unsigned nv = 0;
-    const int got = env ? sscanf(env, "%u,%u,%u,%u", &o.blocking.queries_per_work_item,
-                                 &o.blocking.work_group_size, &o.blocking.tile_kv, &nv)
-                        : 0;
-    if (got >= 3 && blocking_ok(&o.blocking)) {
+    unsigned v[4] = {0, 0, 0, 0};
+    const int got = env ? parse_blocking(env, v) : 0;
+    o.blocking.queries_per_work_item = v[0];
+    o.blocking.work_group_size = v[1];
+    o.blocking.tile_kv = v[2];
+    if (got >= 3 && blocking_ok(&o.blocking) && (got == 3 || v[3] == 1 || v[3] == 2 || v[3] == 4)) {
         (void)put(&ctx->override, &ctx->n_override, &o);
-        ctx->vectors_override = got == 4 && (nv == 1 || nv == 2 || nv == 4) ? (int)nv : 0;
+        ctx->vectors_override = got == 4 ? (int)v[3] : 0;
     }
     if (!ctx->cache_dir)
         return;

@@ -723,6 +723,42 @@ END_TEST
 /* The tuning API: an override wins over the built-in choice and is removed again; the
  * stored tuning can be switched off on a context; a stored entry lands in the file and is
  * used by a later context; bad values are refused. */
+/* CLATTN_BLOCKING: exactly three or four plain decimal values in range, or the whole
+ * string is ignored (the built-in blocking applies) */
+START_TEST(blocking_environment_parsing)
+{
+    static const struct {
+        const char *env;
+        int applied;
+    } cases[] = {
+        {"3,8,32", 1},     {"3,8,32,2", 1},       {"3,8,32abc", 0},
+        {"3,8,32,2,9", 0}, {"3,8,4294967328", 0}, {"4294967299,8,32", 0},
+        {"-3,8,32", 0},    {"3,8,32,3", 0},       {"3,8", 0},
+        {"", 0},           {" 3,8,32", 0},        {"3,,8,32", 0},
+    };
+    const int64_t n = 256;
+    float *q = calloc((size_t)(n * 16), sizeof(float));
+    clattn_tensor tq = clattn_tensor_host(q, 1, 1, n, 16);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        setenv("CLATTN_BLOCKING", cases[c].env, 1);
+        clattn_context *ctx = NULL;
+        ck_assert_int_eq(clattn_context_create(NULL, &ctx), CLATTN_SUCCESS);
+        clattn_plan p;
+        ck_assert_int_eq(clattn_attention_plan(ctx, &d, &tq, &tq, &tq, &tq, &p), CLATTN_SUCCESS);
+        const int got = p.queries_per_work_item == 3 && p.work_group_size == 8 && p.tile_kv == 32;
+        ck_assert_msg(got == cases[c].applied,
+                      "CLATTN_BLOCKING=\"%s\": %s (plan RQ %zu, WG %zu, TILE_KV %zu)", cases[c].env,
+                      cases[c].applied ? "not applied" : "applied", p.queries_per_work_item,
+                      p.work_group_size, p.tile_kv);
+        clattn_context_release(ctx);
+    }
+    unsetenv("CLATTN_BLOCKING");
+    free(q);
+}
+END_TEST
+
 START_TEST(tuning_api)
 {
     char dir[] = "/tmp/clattn_tuneapi_XXXXXX";
@@ -932,6 +968,7 @@ int main(void)
     tcase_add_test(tc, stored_tuning_is_used);
     tcase_add_test(tc, context_usable_after_errors);
     tcase_add_test(tc, tuning_api);
+    tcase_add_test(tc, blocking_environment_parsing);
     tcase_add_test(tc, integrator_contracts);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

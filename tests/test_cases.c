@@ -1,5 +1,6 @@
-/* Every case of tests/cases/ (real failures turned into inputs with the right answers)
- * as one Check test per subcase, named <case>_<subcase>. The JSON is read at test time,
+/* The cases R01–R14 of tests/cases/ (real failures turned into inputs with the right
+ * answers) as one Check test per subcase, named <case>_<subcase>; R16 and R17, in a
+ * simpler layout, are test_positions' and test_split's. The JSON is read at test time,
  * so the expected numbers and tolerances are the files' own. Attention runs both
  * algorithms; softmax-only subcases run clattn_softmax on [1, 1, rows, width].
  * Subcases that need features the API does not have yet are listed in SUBCASES with
