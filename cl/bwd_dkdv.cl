@@ -37,6 +37,21 @@
 #define NK (DKP / 16)
 #define NDV (DVP / 16) /* float16 vectors of d_v */
 
+/* The rows [first, end) of the tiles of RT rows that see some of the keys [j_lo, j_hi)
+ * (uniform over the group; one range, since a row's lo and hi grow with the row) */
+long2 row_tiles(RULE_PARAMS, long b, long n_q, long n_kv, long j_lo, long j_hi)
+{
+    long t_first = n_q, t_end = 0;
+    for (long i0 = 0; i0 < n_q; i0 += RT) {
+        const long2 kr = group_key_range(RULE_ARGS, b, i0, i0 + RT - 1, n_q, n_kv);
+        if (kr.y > j_lo && kr.x < j_hi) {
+            t_first = min(t_first, i0);
+            t_end = i0 + RT;
+        }
+    }
+    return (long2)(t_first, t_end);
+}
+
 #if RK > 1
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
@@ -77,15 +92,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
         const float slope = ALIBI ? alibi[h] : 0.0f;
         /* the tiles of rows that see some of the group's keys (uniform; see the RK 1
          * kernel below for why the loop has no other exit) */
-        long t_first = n_q, t_end = 0;
-        for (long i0 = 0; i0 < n_q; i0 += RT) {
-            const long2 kr = group_key_range(RULE_ARGS, b, i0, i0 + RT - 1, n_q, n_kv);
-            if (kr.y > j0 && kr.x < j0 + WG * RK) {
-                t_first = min(t_first, i0);
-                t_end = i0 + RT;
-            }
-        }
-        for (long i0 = t_first; i0 < t_end; i0 += RT) {
+        const long2 tr = row_tiles(RULE_ARGS, b, n_q, n_kv, j0, j0 + WG * RK);
+        for (long i0 = tr.x; i0 < tr.y; i0 += RT) {
             TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, D_K, RT, WG, true, q_t NO_PAGES);
             TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, D_V, RT, WG, true,
                                      g_t NO_PAGES);
@@ -254,15 +262,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
         /* the tiles of rows that see some of the group's keys (uniform; a range, since a
          * row's lo and hi grow with the row): the loop with barriers has no other exit
          * (PoCL 3.1 miscompiled a uniform `continue` past its barriers: wrong dK and dV) */
-        long t_first = n_q, t_end = 0;
-        for (long i0 = 0; i0 < n_q; i0 += RT) {
-            const long2 kr = group_key_range(RULE_ARGS, b, i0, i0 + RT - 1, n_q, n_kv);
-            if (kr.y > j0 && kr.x < j0 + WG) {
-                t_first = min(t_first, i0);
-                t_end = i0 + RT;
-            }
-        }
-        for (long i0 = t_first; i0 < t_end; i0 += RT) {
+        const long2 tr = row_tiles(RULE_ARGS, b, n_q, n_kv, j0, j0 + WG);
+        for (long i0 = tr.x; i0 < tr.y; i0 += RT) {
             TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, DKP, RT, WG, false, q_r NO_PAGES);
             TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, DVP, RT, WG, false,
                                      g_r NO_PAGES);
