@@ -52,14 +52,17 @@ long2 row_tiles(RULE_PARAMS, long b, long n_q, long n_kv, long j_lo, long j_hi)
     return (long2)(t_first, t_end);
 }
 
+/* the arguments of both forms of the kernel (host/launch.c sets them) */
+#define BWD_DKDV_PARAMS                                                                      \
+    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,   \
+        long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,      \
+        __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st,                         \
+        __global const float *rows, __global ELEM_T(DK_DT) *dk, long dk_off, long4 dk_st,    \
+        __global ELEM_T(DV_DT) *dv, long dv_off, long4 dv_st, int h_q, int group, long n_q,  \
+        long n_kv, float scale, RULE_PARAMS, TERM_PARAMS, DROPOUT_PARAMS
+
 #if RK > 1
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
-    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
-    long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
-    __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st, __global const float *rows,
-    __global ELEM_T(DK_DT) *dk, long dk_off, long4 dk_st, __global ELEM_T(DV_DT) *dv, long dv_off,
-    long4 dv_st, int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS,
-    DROPOUT_PARAMS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BWD_DKDV_PARAMS)
 {
     __local float q_t[DKP * RT], g_t[DVP * RT]; /* the tile's Q and dO rows transposed */
     __local float q_r[RT * DKP], g_r[RT * DVP]; /* … and row-major */
@@ -192,17 +195,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
                 ACCUMULATE_ROWS(accv, pza, g_r, RT, DVP, NDV, RK);
                 ACCUMULATE_ROWS(acck, dsa, q_r, RT, DKP, NK, RK);
             } else { /* Q or dO hold inf or NaN: a row of weight 0 is skipped, not multiplied */
-                for (int kk = 0; kk < RK; kk++)
-                    for (int r = 0; r < RT; r++) {
-                        if (pa[kk][r] == 0.0f)
-                            continue;
-                        for (int a = 0; a < NDV; a++)
-                            accv[kk][a] = fma((float16)(pza[kk][r]), vload16(a, g_r + r * DVP),
-                                              accv[kk][a]);
-                        for (int a = 0; a < NK; a++)
-                            acck[kk][a] = fma((float16)(dsa[kk][r]), vload16(a, q_r + r * DKP),
-                                              acck[kk][a]);
-                    }
+                ACCUMULATE_ROWS_TESTED(accv, pza, pa, g_r, RT, DVP, NDV, RK);
+                ACCUMULATE_ROWS_TESTED(acck, dsa, pa, q_r, RT, DKP, NK, RK);
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
         }
@@ -226,13 +220,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
     }
 }
 #else /* RK 1: a key per work-item, dot products along d */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(
-    __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,
-    long k_off, long4 k_st, __global const ELEM_T(V_DT) *v, long v_off, long4 v_st,
-    __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st, __global const float *rows,
-    __global ELEM_T(DK_DT) *dk, long dk_off, long4 dk_st, __global ELEM_T(DV_DT) *dv, long dv_off,
-    long4 dv_st, int h_q, int group, long n_q, long n_kv, float scale, RULE_PARAMS, TERM_PARAMS,
-    DROPOUT_PARAMS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BWD_DKDV_PARAMS)
 {
     __local float q_r[RT * DKP], g_r[RT * DVP]; /* the tile's Q and dO rows */
     __local float s_l[RT * WG]; /* s_l[row·WG + key]: the scores, then with their terms */

@@ -127,14 +127,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dq(
             if (k_finite) {
                 ACCUMULATE_ROWS(acc, dsa, k_r, KT, DKP, NK, RQ);
             } else { /* K holds inf or NaN: a key of weight 0 is skipped, not multiplied */
-                for (int r = 0; r < RQ; r++)
-                    for (int t = 0; t < KT; t++) {
-                        if (pa[r][t] == 0.0f)
-                            continue;
-                        for (int a = 0; a < NK; a++)
-                            acc[r][a] = fma((float16)(dsa[r][t]), vload16(a, k_r + t * DKP),
-                                            acc[r][a]);
-                    }
+                ACCUMULATE_ROWS_TESTED(acc, dsa, pa, k_r, KT, DKP, NK, RQ);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */

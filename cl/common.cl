@@ -531,18 +531,18 @@ DEFINE_LOAD_ROW16(6)
 /* the step for n vectors: NV, or the largest power of two below it that divides n */
 #define NV_FIT(n) ((n) % NV == 0 ? NV : (NV >= 2 && (n) % 2 == 0) ? 2 : 1)
 
-/* acc[r][a] += p[r][jj] · V[jj] (vector a) for every key jj of a staged V tile, for the
- * RQ rows of a work-item; keys of weight exactly 0 contribute nothing, even NaN or inf
- * values. A macro, so each kernel file's RQ, N_AV, TILE_KV and D_V_PAD apply; the
- * pragmas keep the register blocks in registers (see fused.cl). */
-#define ACCUMULATE_PV(acc, p, v_tile)                                                    \
-    for (int jj_ = 0; jj_ < TILE_KV; jj_++)                                              \
-        _Pragma("unroll") for (int a_ = 0; a_ < N_AV; a_++)                              \
-        {                                                                                \
-            const float16 vv_ = vload16(a_, (v_tile) + jj_ * D_V_PAD);                   \
-            _Pragma("unroll") for (int r_ = 0; r_ < RQ; r_++) if ((p)[r_][jj_] != 0.0f)  \
-                (acc)[r_][a_] = fma((float16)((p)[r_][jj_]), vv_, (acc)[r_][a_]);        \
+/* ACCUMULATE_ROWS (below) where a staged value may be inf or NaN: rows jj whose weight
+ * P = t[x][jj] is exactly 0 add nothing (not 0 · inf), for every weights-times-rows sum */
+#define ACCUMULATE_ROWS_TESTED(acc, w, t, tile, n, stride, nvec, nx)                        \
+    for (int jj_ = 0; jj_ < (n); jj_++)                                                    \
+        _Pragma("unroll") for (int a_ = 0; a_ < (nvec); a_++)                              \
+        {                                                                                  \
+            const float16 vv_ = vload16(a_, (tile) + jj_ * (stride));                      \
+            _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++) if ((t)[x_][jj_] != 0.0f)  \
+                (acc)[x_][a_] = fma((float16)((w)[x_][jj_]), vv_, (acc)[x_][a_]);          \
         }
+/* P·V of fused.cl and weighted_sum.cl (their RQ, TILE_KV, D_V_PAD and N_AV) */
+#define ACCUMULATE_PV(acc, p, v_tile) ACCUMULATE_ROWS_TESTED(acc, p, p, v_tile, TILE_KV, D_V_PAD, N_AV, RQ)
 
 /* acc[x][a] += Σ_jj w[x][jj] · tile[jj·stride + 16a .. +16) over the n rows of a staged
  * row-major tile, for x < nx and every float16 vector a < nvec of a row: the GEMM
