@@ -14,8 +14,11 @@
  * ρ = g·n_q + i for query head h = hk·group + g and query i; work-item x of NDRange
  * (⌈group·n_q / NR⌉ rounded up to WG, batch·h_kv) takes rows x·NR … x·NR + NR − 1.
  * Per step of 16 keys:
- * - scores: for each key, NR dot products against the K row (its 16-float vectors each
- *   feed up to SB rows' FMAs, then one horizontal sum per row and key);
+ * - scores, KG keys at a time: SB rows × KG keys = 16 dot products against the K rows
+ *   (each 16-float K vector feeds SB rows' FMAs), then one reduction of the 16 float16
+ *   partial sums into one vector (hsum16: 15 additions of shuffled pairs, the additions
+ *   of hsum in the same order) instead of a horizontal sum per row and key; whole steps
+ *   in one page with unit column strides (nearly all) read K and V with plain loads;
  * - the online softmax of each row over the 16 keys (score terms and the visibility
  *   rule per row: rows differ in i and h);
  * - weighted sum, GEMM micro-kernel order: for each 16 columns of V, SB rows' float16
@@ -40,10 +43,96 @@
 #ifndef NR
 #define NR 1 /* query rows (query heads of a KV head × queries) per work-item */
 #endif
-#define SB (NR < 4 ? NR : 4)  /* rows per register block: SB·2 + 2 AVX2 registers */
+#define SB (NR < 4 ? NR : 4) /* rows per register block */
+#define KG (SB > 2 ? 4 : 16 / SB) /* keys per block of scores: SB·KG ≤ 16 dot products */
 #define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
 #define D_V_PAD PAD16(D_V)     /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)    /* float16 accumulator vectors per row */
+
+/* 16 horizontal sums at once: lane e of the result is hsum(d[e]) with the same additions
+ * in the same order (same bits), in 15 vector additions of shuffled pairs instead of
+ * 16 × (4 shuffles + 4 additions). Level by level, each group of 2w lanes adds its halves
+ * of w lanes, and the groups of two inputs are packed into one vector (constant swizzles:
+ * shuffle2 with a mask is an element loop in PoCL). */
+#define HALVES8(x, y) ((float16)((x).lo, (y).lo) + (float16)((x).hi, (y).hi))
+#define HALVES4(x, y)                                                                     \
+    ((float16)((x).s0123, (x).s89ab, (y).s0123, (y).s89ab) +                               \
+     (float16)((x).s4567, (x).scdef, (y).s4567, (y).scdef))
+#define HALVES2(x, y)                                                                     \
+    ((float16)(as_float8(as_ulong8(x).even), as_float8(as_ulong8(y).even)) +              \
+     (float16)(as_float8(as_ulong8(x).odd), as_float8(as_ulong8(y).odd)))
+#define HALVES1(x, y) ((float16)((x).even, (y).even) + (float16)((x).odd, (y).odd))
+
+float16 hsum16(const float16 *d)
+{
+    float16 a[8], b[4], c[2];
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        a[e] = HALVES8(d[2 * e], d[2 * e + 1]);
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        b[e] = HALVES4(a[2 * e], a[2 * e + 1]);
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        c[e] = HALVES2(b[2 * e], b[2 * e + 1]);
+    return HALVES1(c[0], c[1]);
+}
+
+/* lanes r·KG … r·KG + KG − 1 of s to dst[0 … KG − 1] */
+#if KG == 4
+#define STORE_KEYS(s, r, dst) vstore4(((float4 *)&(s))[r], 0, (dst))
+#elif KG == 8
+#define STORE_KEYS(s, r, dst) vstore8(((float8 *)&(s))[r], 0, (dst))
+#else
+#define STORE_KEYS(s, r, dst) vstore16((s), 0, (dst))
+#endif
+
+/* One step's raw scores into p and its V rows (times their int8 scales) into v_rows, KG
+ * keys at a time: SB rows × KG keys = 16 dot products in float16 vectors, each K vector
+ * feeding SB FMAs, then one reduction of the 16 (hsum16). KROW(t) and VROW(t): element
+ * offsets of the step's K and V row t; LOADK and LOADV: 16 elements at column 16·cv of K
+ * row KB, 16·a of V row VB; T: the row read for key g + u (keys outside [tlo, thi) read
+ * key tlo or thi − 1 instead, a row of the step and of its page: every row masks them). */
+#define STEP_SCORES(KROW, VROW, LOADK, LOADV, T)                                              \
+    for (int g = 0; g < 16; g += KG) {                                                      \
+        long kbs[KG];                                                                       \
+        float ksc[KG];                                                                      \
+        for (int u = 0; u < KG; u++) { /* V row t, read next to K row t */                  \
+            const int t = (T);                                                              \
+            kbs[u] = (KROW);                                                                \
+            const long VB = (VROW);                                                         \
+            /* int8 values: times the row's scale, once per row; int8 keys: each dot       \
+             * product times the key's scale */                                             \
+            const float vsc = V_SCALED ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + t KV_PAGES) : 1.0f; \
+            ksc[u] = K_SCALED ? kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES) : 1.0f; \
+            _Pragma("unroll") for (int a = 0; a < N_AV; a++)                                \
+                v_rows[(g + u) * N_AV + a] = (LOADV) * vsc;                                 \
+        }                                                                                   \
+        for (int r0 = 0; r0 < NR; r0 += SB) {                                               \
+            float16 d[16]; /* d[r·KG + u]: row r0 + r, key g + u */                         \
+            _Pragma("unroll") for (int e = 0; e < 16; e++) d[e] = 0.0f;                     \
+            _Pragma("unroll") for (int u = 0; u < KG; u++) {                                \
+                const long KB = kbs[u];                                                     \
+                _Pragma("unroll") for (int cv = 0; cv < N_QV; cv++) {                       \
+                    const float16 kv = (LOADK);                                             \
+                    _Pragma("unroll") for (int r = 0; r < SB; r++) if (r0 + r < NR)         \
+                        d[r * KG + u] = fma(q16[r0 + r][cv], kv, d[r * KG + u]);            \
+                }                                                                           \
+            }                                                                               \
+            float16 s = hsum16(d); /* lane r·KG + u: row r0 + r, key g + u */               \
+            if (K_SCALED) {                                                                 \
+                float kl[16];                                                               \
+                for (int e = 0; e < 16; e++)                                                \
+                    kl[e] = ksc[e % KG];                                                    \
+                s *= vload16(0, kl);                                                        \
+            }                                                                               \
+            _Pragma("unroll") for (int r = 0; r < SB; r++) if (r0 + r < NR)                 \
+                STORE_KEYS(s, r, p[r0 + r] + g);                                            \
+        }                                                                                   \
+    }
+/* whether every K and V row is whole float16 vectors (then unit column strides allow plain
+ * loads) */
+#define UNIT_ROWS (D_K % 16 == 0 && D_V % 16 == 0)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSED_PARAMS)
 {
@@ -84,8 +173,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         ref[r] = ALIBI ? alibi_ref(rule[r]) : 0;
     }
 
-    float p[NR][16];           /* scores, then weights, of the step's 16 keys */
-    float v_rows[16 * D_V_PAD]; /* the step's V rows, as float, copied in memory order */
+    const bool unit = k_st.s3 == 1 && v_st.s3 == 1; /* (rows' column strides) */
+    float p[NR][16];              /* scores, then weights, of the step's 16 keys */
+    float16 v_rows[16 * N_AV];    /* the step's V rows, as float, copied in memory order */
     for (long j0 = klo / 16 * 16; j0 < khi; j0 += 16) {
         const int tlo = rel_bound(klo, j0, 16), thi = rel_bound(khi, j0, 16);
         /* the step's first K and V rows; with pages, the others follow them when the step
@@ -93,41 +183,17 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const bool one_page = rows_contiguous(j0, 16 KV_PAGES);
         const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
         const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
-        /* raw scores: each K vector feeds SB rows' FMAs, one horizontal sum per row */
-        for (int t = 0; t < 16; t++) {
-            const bool in = t >= tlo && t < thi; /* keys outside are masked below */
-            const long kb = one_page ? kb0 + t * k_st.s2
-                                     : kv_row(k_off, k_st, b, hk, in ? j0 + t : 0 KV_PAGES);
-            if (in) { /* V row t, read next to K row t (two sequential streams) */
-                const long vb = one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES);
-                /* int8 values: times the row's scale here, once per row */
-                const float vsc = V_SCALED ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + t KV_PAGES) : 1.0f;
-                for (int a = 0; a < N_AV; a++)
-                    vstore16(TYPED(load_row16, V_DT)(v, vb, v_st.s3, 16 * a, D_V) * vsc, a,
-                             v_rows + t * D_V_PAD);
-            }
-            /* int8 keys: each row's dot product times the key's scale */
-            const float ksc = K_SCALED && in ? kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES) : 1.0f;
-            for (int r0 = 0; r0 < NR; r0 += SB) {
-                float16 d[SB];
-#pragma unroll
-                for (int r = 0; r < SB; r++)
-                    d[r] = 0.0f;
-                if (in) {
-#pragma unroll
-                    for (int cv = 0; cv < N_QV; cv++) {
-                        const float16 kv = TYPED(load_row16, K_DT)(k, kb, k_st.s3, 16 * cv, D_K);
-#pragma unroll
-                        for (int r = 0; r < SB; r++)
-                            if (r0 + r < NR)
-                                d[r] = fma(q16[r0 + r][cv], kv, d[r]);
-                    }
-                }
-#pragma unroll
-                for (int r = 0; r < SB; r++)
-                    if (r0 + r < NR)
-                        p[r0 + r][t] = hsum(d[r]) * ksc;
-            }
+        /* Fast steps: whole, in one page, rows with unit column stride and whole vectors
+         * (plain loads at fixed offsets); the others go through the general helpers. */
+        if (UNIT_ROWS && one_page && tlo == 0 && thi == 16 && unit) {
+            STEP_SCORES(kb0 + t * k_st.s2, vb0 + t * v_st.s2, LD16(K_DT, k, KB + 16 * cv),
+                        LD16(V_DT, v, VB + 16 * a), g + u)
+        } else {
+            STEP_SCORES(one_page ? kb0 + t * k_st.s2 : kv_row(k_off, k_st, b, hk, j0 + t KV_PAGES),
+                        one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES),
+                        TYPED(load_row16, K_DT)(k, KB, k_st.s3, 16 * cv, D_K),
+                        TYPED(load_row16, V_DT)(v, VB, v_st.s3, 16 * a, D_V),
+                        clamp(g + u, tlo, thi - 1))
         }
         /* the online softmax of each row over the 16 keys */
         bool zero = false; /* some weight of the step is 0: test each in the sum */
@@ -168,7 +234,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                 if (!zero) {
 #pragma unroll 4
                     for (int t = 0; t < 16; t++) {
-                        const float16 vv = vload16(a, v_rows + t * D_V_PAD);
+                        const float16 vv = v_rows[t * N_AV + a];
 #pragma unroll
                         for (int r = 0; r < SB; r++)
                             if (r0 + r < NR)
@@ -176,7 +242,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                     }
                 } else {
                     for (int t = tlo; t < thi; t++) {
-                        const float16 vv = vload16(a, v_rows + t * D_V_PAD);
+                        const float16 vv = v_rows[t * N_AV + a];
 #pragma unroll
                         for (int r = 0; r < SB; r++)
                             if (r0 + r < NR && p[r0 + r][t] != 0.0f)
