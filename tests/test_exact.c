@@ -1166,16 +1166,19 @@ END_TEST
  * and with d_k 20 (not a multiple of 8) or 24: the tiled kernels stage K transposed in
  * 8×8 register blocks only for rows dense along d, element by element otherwise and for
  * the columns past the last whole 8 (mutants C45, C46). Both algorithms against the
- * float64 reference on the same views, n_q 40 (tiled, several 16-key tiles). */
+ * float64 reference on the same views, n_q 40 (tiled, several 16-key tiles). Then d_k
+ * and d_v 32, n_q 2 (the decode kernel, whose rows of whole float16 vectors take plain
+ * loads only at unit stride: mutant DT07). */
 START_TEST(strided_k_transposed_staging)
 {
     small_blocking(true);
-    const int64_t dks[2] = {20, 24};
-    for (int s = 0; s < 2; s++)
+    const int64_t dks[3] = {20, 24, 32};
+    for (int s = 0; s < 3; s++)
         for (int strided = 0; strided < 2; strided++) {
-            const int64_t d_k = dks[s], n_q = 40, n_kv = 53;
+            const bool decode = dks[s] == 32;
+            const int64_t d_k = dks[s], n_q = decode ? 2 : 40, n_kv = 53;
             tu_problem p;
-            tu_problem_init(&p, 1, 2, 1, n_q, n_kv, d_k, SDV, 81, 82, 83, 0);
+            tu_problem_init(&p, 1, 2, 1, n_q, n_kv, d_k, decode ? 32 : SDV, 81, 82, 83, 0);
             float *k2 = tu_alloc((size_t)(2 * n_kv * d_k), NAN);
             for (int64_t i = 0; i < n_kv * d_k; i++)
                 k2[strided ? 2 * i : i] = p.k[i];
@@ -1191,8 +1194,8 @@ START_TEST(strided_k_transposed_staging)
             clattn_attention_desc d = clattn_attention_desc_default();
             d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
             char what[96];
-            snprintf(what, sizeof what, "K %s, d_k %lld",
-                     strided ? "with stride 2 along d" : "dense", (long long)d_k);
+            snprintf(what, sizeof what, "K %s, d_k %lld, n_q %lld",
+                     strided ? "with stride 2 along d" : "dense", (long long)d_k, (long long)n_q);
             against_reference(what, &q, &d, false);
             free(k2);
             tu_problem_free(&p);

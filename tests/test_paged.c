@@ -241,7 +241,7 @@ static void check_config(const paged *p, const clattn_attention_desc *desc, cons
 }
 
 /* Configurations: decode (MHA, GQA with several tokens, split-KV), tiled prefill, page
- * sizes 1, 5, 7, 16 and 256, both pool layouts, every score term in one. */
+ * sizes 1, 5, 7, 8, 16 and 256, both pool layouts, every score term in one. */
 typedef struct config {
     int64_t b, h_q, h_kv, n_q, d_k, d_v, page_size, max_pages;
     int32_t lens[3]; /* lens[0] < 0: NULL (full) */
@@ -252,6 +252,9 @@ static const config configs[] = {
     /* the README's suite: GQA with 3 tokens and every term, split-KV */
     {2, 8, 2, 3, 40, 24, 7, 20, {140, 60, 0}, true, true},
     {2, 8, 2, 1, 128, 128, 256, 3, {768, 300, 0}, true, false}, /* split-KV: 2 splits */
+    /* whole-vector rows in pages of 8: decode.cl's steps of 16 keys cross pages (its plain
+     * one-page loads must not be taken) */
+    {2, 8, 2, 2, 64, 32, 8, 12, {90, 41, 0}, false, false},
     /* test_paged_sweep (CI's slow pass): MHA decode in clattn's pool layout, head dims 4,
      * and the tiled kernels */
     {3, 4, 4, 1, 64, 64, 16, 9, {144, 37, 0}, false, false},
@@ -259,7 +262,7 @@ static const config configs[] = {
     {2, 4, 2, 37, 32, 48, 5, 20, {100, 71, 0}, true, true},
     {1, 2, 1, 20, 16, 16, 1, 50, {-1, 0, 0}, false, false},
 };
-#define N_DECODE_CONFIGS 2 /* (the README suite's: decode configurations 0 and 1) */
+#define N_DECODE_CONFIGS 3 /* (the README suite's: decode configurations 0 to 2) */
 
 static void desc_for(const config *c, clattn_attention_desc *d, float *slopes)
 {
