@@ -48,6 +48,8 @@
 #define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
 #define D_V_PAD PAD16(D_V)     /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)    /* float16 accumulator vectors per row */
+/* V column blocks per pass of the weighted sum: SB·AP ≥ 8 chains of FMAs in flight */
+#define AP (N_AV < 8 / SB ? N_AV : 8 / SB)
 
 /* 16 horizontal sums at once: lane e of the result is hsum(d[e]) with the same additions
  * in the same order (same bits), in 15 vector additions of shuffled pairs instead of
@@ -219,40 +221,48 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             zero |= any(w == 0.0f);
             vstore16(w, 0, p[r]);
         }
-        /* the weighted sum: for each 16 columns of V, SB rows' accumulators in registers
-         * over the step's keys, each V vector feeding SB FMAs. Without a weight of 0 the
-         * step is whole (keys outside [tlo, thi) weigh 0) and needs no test. The step's
-         * sum starts from 0 and is added to the row's accumulator afterwards: a sum over
-         * n keys then rounds n/16 times into acc, not n times (SEMANTICS.md, "Accuracy
-         * over many keys"). */
-        for (int a = 0; a < N_AV; a++)
+        /* the weighted sum: for AP blocks of 16 columns of V at a time, SB rows'
+         * accumulators in registers over the step's keys (SB·AP independent chains of FMAs),
+         * each V vector feeding SB FMAs. Without a weight of 0 the step is whole (keys
+         * outside [tlo, thi) weigh 0) and needs no test. The step's sum starts from 0 and
+         * is added to the row's accumulator afterwards: a sum over n keys then rounds n/16
+         * times into acc, not n times (SEMANTICS.md, "Accuracy over many keys"). */
+        for (int a0 = 0; a0 < N_AV; a0 += AP)
             for (int r0 = 0; r0 < NR; r0 += SB) {
-                float16 o_[SB];
+                float16 o_[SB][AP];
 #pragma unroll
                 for (int r = 0; r < SB; r++)
-                    o_[r] = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < AP; c++)
+                        o_[r][c] = 0.0f;
                 if (!zero) {
 #pragma unroll 4
-                    for (int t = 0; t < 16; t++) {
-                        const float16 vv = v_rows[t * N_AV + a];
+                    for (int t = 0; t < 16; t++)
 #pragma unroll
-                        for (int r = 0; r < SB; r++)
-                            if (r0 + r < NR)
-                                o_[r] = fma((float16)(p[r0 + r][t]), vv, o_[r]);
-                    }
+                        for (int c = 0; c < AP; c++) {
+                            const float16 vv = v_rows[t * N_AV + min(a0 + c, N_AV - 1)];
+#pragma unroll
+                            for (int r = 0; r < SB; r++)
+                                if (r0 + r < NR)
+                                    o_[r][c] = fma((float16)(p[r0 + r][t]), vv, o_[r][c]);
+                        }
                 } else {
-                    for (int t = tlo; t < thi; t++) {
-                        const float16 vv = v_rows[t * N_AV + a];
+                    for (int t = tlo; t < thi; t++)
 #pragma unroll
-                        for (int r = 0; r < SB; r++)
-                            if (r0 + r < NR && p[r0 + r][t] != 0.0f)
-                                o_[r] = fma((float16)(p[r0 + r][t]), vv, o_[r]);
-                    }
+                        for (int c = 0; c < AP; c++) {
+                            const float16 vv = v_rows[t * N_AV + min(a0 + c, N_AV - 1)];
+#pragma unroll
+                            for (int r = 0; r < SB; r++)
+                                if (r0 + r < NR && p[r0 + r][t] != 0.0f)
+                                    o_[r][c] = fma((float16)(p[r0 + r][t]), vv, o_[r][c]);
+                        }
                 }
 #pragma unroll
                 for (int r = 0; r < SB; r++)
-                    if (r0 + r < NR)
-                        acc[r0 + r][a] += o_[r];
+#pragma unroll
+                    for (int c = 0; c < AP; c++)
+                        if (r0 + r < NR && a0 + c < N_AV)
+                            acc[r0 + r][a0 + c] += o_[r][c];
             }
     }
     for (int r = 0; r < NR; r++) {
