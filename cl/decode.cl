@@ -113,7 +113,7 @@ float16 hsum16(const float16 *d)
         for (int r0 = 0; r0 < NR; r0 += SB) {                                               \
             float16 d[16]; /* d[r·KG + u]: row r0 + r, key g + u */                         \
             _Pragma("unroll") for (int e = 0; e < 16; e++) d[e] = 0.0f;                     \
-            _Pragma("unroll") for (int u = 0; u < KG; u++) {                                \
+            UNROLL_KEYS for (int u = 0; u < KG; u++) {                                      \
                 const long KB = kbs[u];                                                     \
                 _Pragma("unroll") for (int cv = 0; cv < N_QV; cv++) {                       \
                     const float16 kv = (LOADK);                                             \
@@ -135,6 +135,15 @@ float16 hsum16(const float16 *d)
 /* whether every K and V row is whole float16 vectors (then unit column strides allow plain
  * loads) */
 #define UNIT_ROWS (D_K % 16 == 0 && D_V % 16 == 0)
+/* Build time: the KG keys' dot products are unrolled (d[] in registers) up to 64 K vectors
+ * per group, and the plain-load copy of STEP_SCORES exists up to d_k 128; beyond, one
+ * general copy with a loop over the keys (d_k 4096 otherwise takes minutes to build). */
+#if N_QV * KG <= 64
+#define UNROLL_KEYS _Pragma("unroll")
+#else
+#define UNROLL_KEYS _Pragma("unroll 1")
+#endif
+#define PLAIN_STEPS (UNIT_ROWS && N_QV <= 8)
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSED_PARAMS)
 {
@@ -187,10 +196,13 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
         /* Fast steps: whole, in one page, rows with unit column stride and whole vectors
          * (plain loads at fixed offsets); the others go through the general helpers. */
-        if (UNIT_ROWS && one_page && tlo == 0 && thi == 16 && unit) {
+#if PLAIN_STEPS
+        if (one_page && tlo == 0 && thi == 16 && unit) {
             STEP_SCORES(kb0 + t * k_st.s2, vb0 + t * v_st.s2, LD16(K_DT, k, KB + 16 * cv),
                         LD16(V_DT, v, VB + 16 * a), g + u)
-        } else {
+        } else
+#endif
+        {
             STEP_SCORES(one_page ? kb0 + t * k_st.s2 : kv_row(k_off, k_st, b, hk, j0 + t KV_PAGES),
                         one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES),
                         TYPED(load_row16, K_DT)(k, KB, k_st.s3, 16 * cv, D_K),
