@@ -98,7 +98,7 @@ float16 hsum16(const float16 *d)
 #define STEP_SCORES(KROW, VROW, LOADK, LOADV, T)                                              \
     for (int g = 0; g < 16; g += KG) {                                                      \
         long kbs[KG];                                                                       \
-        float ksc[KG];                                                                      \
+        float kl[16]; /* int8 keys: lane r·KG + u holds key g + u's scale (every row) */    \
         for (int u = 0; u < KG; u++) { /* V row t, read next to K row t */                  \
             const int t = (T);                                                              \
             kbs[u] = (KROW);                                                                \
@@ -106,7 +106,9 @@ float16 hsum16(const float16 *d)
             /* int8 values: times the row's scale, once per row; int8 keys: each dot       \
              * product times the key's scale */                                             \
             const float vsc = V_SCALED ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + t KV_PAGES) : 1.0f; \
-            ksc[u] = K_SCALED ? kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES) : 1.0f; \
+            if (K_SCALED)                                                                   \
+                for (int r = 0; r < 16 / KG; r++)                                           \
+                    kl[r * KG + u] = kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES); \
             _Pragma("unroll") for (int a = 0; a < N_AV; a++)                                \
                 v_rows[(g + u) * N_AV + a] = (LOADV) * vsc;                                 \
         }                                                                                   \
@@ -122,12 +124,8 @@ float16 hsum16(const float16 *d)
                 }                                                                           \
             }                                                                               \
             float16 s = hsum16(d); /* lane r·KG + u: row r0 + r, key g + u */               \
-            if (K_SCALED) {                                                                 \
-                float kl[16];                                                               \
-                for (int e = 0; e < 16; e++)                                                \
-                    kl[e] = ksc[e % KG];                                                    \
+            if (K_SCALED)                                                                   \
                 s *= vload16(0, kl);                                                        \
-            }                                                                               \
             _Pragma("unroll") for (int r = 0; r < SB; r++) if (r0 + r < NR)                 \
                 STORE_KEYS(s, r, p[r0 + r] + g);                                            \
         }                                                                                   \
