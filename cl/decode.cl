@@ -111,6 +111,7 @@ float16 hsum16(const float16 *d)
                     kl[r * KG + u] = kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES); \
             _Pragma("unroll") for (int a = 0; a < N_AV; a++)                                \
                 v_rows[(g + u) * N_AV + a] = (LOADV) * vsc;                                 \
+            PREFETCH_ROWS(g + u);                                                           \
         }                                                                                   \
         for (int r0 = 0; r0 < NR; r0 += SB) {                                               \
             float16 d[16]; /* d[r·KG + u]: row r0 + r, key g + u */                         \
@@ -142,6 +143,45 @@ float16 hsum16(const float16 *d)
 #define UNROLL_KEYS _Pragma("unroll 1")
 #endif
 #define PLAIN_STEPS (UNIT_ROWS && N_QV <= 8)
+
+/* Paged K/V on CPUs: the rows PF_STEPS steps ahead are prefetched (one K and one V row per
+ * key read, every cache line of the row) when their page does not follow the current
+ * step's rows in memory. Pages lie anywhere in the pool, and the CPU's stream prefetchers
+ * restart at every jump, each time after a few misses (pages of 16 keys: 1.2-1.5x the
+ * contiguous time without this; docs/BENCHMARKS.md). A hint: prefetches neither fault nor
+ * change results. The host (context.c) passes -DCPU_PREFETCH=1 for PoCL and Intel's CPU
+ * runtime: clang's __builtin_prefetch, since PoCL's OpenCL prefetch() is an empty
+ * function (the address cast to a generic pointer: CPUs have one address space); and
+ * -DCPU_PREFETCH=2 for oclgrind, which cannot run the intrinsic: a volatile one-byte
+ * read of each address instead, so the memory checker sees every address prefetched
+ * (all lie in pages of the pool: the step ahead is below khi and whole in one page). */
+#ifndef CPU_PREFETCH
+#define CPU_PREFETCH 0
+#endif
+#if PAGED && (CPU_PREFETCH == 2 || (CPU_PREFETCH == 1 && defined(__clang__)))
+#define PREFETCHING 1
+#define PF_STEPS 2 /* steps ahead (1, 2 and 4 measured alike) */
+#if CPU_PREFETCH == 2
+#define PREFETCH_LINE(a) ((void)*(volatile __global const char *)(a))
+#else
+#define PREFETCH_LINE(a) __builtin_prefetch((const void *)(size_t)(a))
+#endif
+#define PREFETCH_LINES(base, bytes)                                                          \
+    for (int c_ = 0; c_ < (bytes); c_ += 64)                                                \
+        PREFETCH_LINE((base) + c_)
+#define PREFETCH_ROWS(t)                                                                      \
+    do {                                                                                    \
+        if (pfk >= 0)                                                                       \
+            PREFETCH_LINES((__global const char *)(k + pfk + (t) * k_st.s2),                \
+                           D_K * (int)sizeof(ELEM_T(K_DT)));                                \
+        if (pfv >= 0)                                                                       \
+            PREFETCH_LINES((__global const char *)(v + pfv + (t) * v_st.s2),                \
+                           D_V * (int)sizeof(ELEM_T(V_DT)));                                \
+    } while (0)
+#else
+#define PREFETCHING 0
+#define PREFETCH_ROWS(t)
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSED_PARAMS)
 {
@@ -192,6 +232,19 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const bool one_page = rows_contiguous(j0, 16 KV_PAGES);
         const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
         const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
+#if PREFETCHING
+        /* the rows PF_STEPS steps ahead, where they are whole in a page elsewhere */
+        const long jp = j0 + 16 * PF_STEPS;
+        long pfk = -1, pfv = -1;
+        if (jp < khi && unit && rows_contiguous(jp, 16 KV_PAGES)) {
+            pfk = kv_row(k_off, k_st, b, hk, jp KV_PAGES);
+            pfv = kv_row(v_off, v_st, b, hk, jp KV_PAGES);
+            if (pfk == kb0 + 16 * PF_STEPS * k_st.s2)
+                pfk = -1; /* K follows on: the hardware prefetchers have it */
+            if (pfv == vb0 + 16 * PF_STEPS * v_st.s2)
+                pfv = -1;
+        }
+#endif
         /* Fast steps: whole, in one page, rows with unit column stride and whole vectors
          * (plain loads at fixed offsets); the others go through the general helpers. */
 #if PLAIN_STEPS

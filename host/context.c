@@ -178,6 +178,18 @@ static clattn_status probe_limits(clattn_context *ctx)
                               sizeof ctx->native_float_width, &ctx->native_float_width, NULL);
     if (err != CL_SUCCESS)
         return clattn_fail_cl(ctx, err, "clGetDeviceInfo");
+    /* Software prefetch in the CPU kernels (decode.cl, paged K/V): 1 where the compiler is
+     * known to lower clang's __builtin_prefetch (PoCL, Intel's CPU runtime); 2 on oclgrind,
+     * which cannot run the intrinsic: checked reads of the same addresses instead. */
+    char platform_name[256] = "";
+    clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof platform_name - 1, platform_name,
+                      NULL);
+    const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
+    ctx->cpu_prefetch = contains_nocase(platform_name, "oclgrind") ? 2
+                        : cpu && (contains_nocase(platform_name, "Portable Computing Language") ||
+                                  contains_nocase(platform_name, "Intel(R) OpenCL"))
+                            ? 1
+                            : 0;
     /* cl_khr_fp64: a nonzero double config (0 or an error: no float64 LSE) */
     cl_device_fp_config fp64 = 0;
     ctx->has_fp64 =

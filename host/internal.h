@@ -41,6 +41,7 @@ struct clattn_context {
     cl_ulong global_mem;            /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
     bool has_fp64;                  /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
     cl_uint native_float_width;     /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT (lanes) */
+    int cpu_prefetch;               /* decode.cl's CPU_PREFETCH (context.c) */
     int vectors_override;           /* NV of CLATTN_BLOCKING's fourth value; 0: derived */
     char *kernel_dir;               /* NULL = embedded sources */
     char *cache_dir;                /* program-binary cache and tuning folder; NULL = off */

@@ -294,8 +294,10 @@ static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n
 {
     const size_t nr = clattn_decode_rows(ctx, group * n_q, d_k, d_v);
     char opts[512];
-    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DWG=1 %s", (long long)d_k,
-             (long long)d_v, nr, feat);
+    /* CPU_PREFETCH: software prefetch where paged K/V jump to another page (decode.cl) */
+    snprintf(opts, sizeof opts,
+             CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DWG=1 -DCPU_PREFETCH=%d %s", (long long)d_k,
+             (long long)d_v, nr, ctx->cpu_prefetch, feat);
     clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &out->entry);
     if (st != CLATTN_SUCCESS)
         return st;
