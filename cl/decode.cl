@@ -243,6 +243,16 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                 pfk = -1; /* K follows on: the hardware prefetchers have it */
             if (pfv == vb0 + 16 * PF_STEPS * v_st.s2)
                 pfv = -1;
+#if K_SCALED /* int8 / FP8: the step's scales (one line per head and page) */
+            if (pfk >= 0)
+                PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hk,
+                                                                      jp KV_PAGES)));
+#endif
+#if V_SCALED
+            if (pfv >= 0)
+                PREFETCH_LINE((__global const char *)(v_sc + kv_row(vs_off, vs_st, b, hk,
+                                                                      jp KV_PAGES)));
+#endif
         }
 #endif
         /* Fast steps: whole, in one page, rows with unit column stride and whole vectors
