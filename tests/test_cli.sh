@@ -511,6 +511,14 @@ expect_rc "run --block-table, an entry outside the pool" 1
 expect_text "run --block-table, an entry outside the pool" "$tmp/err" "clattn_attention failed: invalid argument"
 expect_text "run --block-table, an entry outside the pool" "$tmp/err" "block_table"
 if [ -e "$tmp/never.npy" ]; then fail "run --block-table, a bad entry: wrote the output"; else pass; fi
+# an int8 pool's scales have the pool's shape: (num_pages|1, h_kv, page_size|1, 1)
+npy_with u8 "$tmp/pool8.npy" '|i1' '(3, 1, 2, 3)' $X100
+npy "$tmp/s-pool-bad.npy" '<f4' '(3, 1, 1, 2)' $S01 $S01 $S01 $S01 $S01 $S01
+run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool8.npy" --v "$tmp/pool.npy" \
+    --block-table "$tmp/bt.npy" --k-scale "$tmp/s-pool-bad.npy" --out "$tmp/never.npy"
+expect_rc "run --block-table, int8 pool, scales of the wrong shape" 1
+expect_text "run --block-table, int8 pool, scales of the wrong shape" "$tmp/err" \
+    "--k-scale needs float32 scales shaped (num_pages|1, h_kv, page_size|1, 1) = (3|1, 1, 2|1, 1) for $tmp/pool8.npy, not (3, 1, 1, 2)"
 run_clattn run --q "$tmp/x4.npy" --k "$tmp/pool.npy" --v "$tmp/pool.npy" \
     --block-table "$tmp/bt2.npy" --out "$tmp/never.npy"
 expect_rc "run --block-table of two rows, Q of one" 1

@@ -140,6 +140,11 @@ fi
 # split-KV decoding, the tiled kernels staging rows page by page)
 if [ -n "${CLATTN_PAGED_BIN:-}" ]; then
     CK_RUN_CASE=device check "paged, device table" "$CLATTN_PAGED_BIN"
+    # the CPU family's decode.cl too (oclgrind's device is a GPU: the default family),
+    # with the clamped entries and lengths (its prefetches, checked reads on oclgrind,
+    # run in test_oclgrind_paged's pages of 16; pages of 7 never hold a whole step)
+    CLATTN_KERNEL_FAMILY=cpu CK_RUN_CASE=device check "paged, device table, CPU family" \
+        "$CLATTN_PAGED_BIN"
     # append.cl and rope_q.cl: rows appended into the cache, rotary, device lengths past it
     CK_RUN_CASE=append check "append, rotary" "$CLATTN_PAGED_BIN"
 fi

@@ -566,7 +566,8 @@ static int read_inputs(const run_args *a, run_inputs *in)
                      scales[i], message, sizeof message) != 0) {
             return cli_error("%s %s", scale_options[i], message); /* "--k-scale FILE: ..." */
         }
-        int rc = run_check_scale(scale_options[i], scale_paths[i], scales[i], paths[i + 1], kv);
+        int rc = run_check_scale(scale_options[i], scale_paths[i], scales[i], paths[i + 1], kv,
+                                 a->block_table_file != NULL);
         if (rc >= 0) {
             return rc;
         }

@@ -142,7 +142,7 @@ const char *shape_text(const npy_data *d, char *buf, size_t size);
 /* The KV-cache inputs' checks (run_kv.c): -1 to go on, or an exit status. */
 int run_check_sinks(const char *path, const npy_data *sinks, int64_t h_q);
 int run_check_scale(const char *option, const char *path, const npy_data *scale,
-                    const char *kv_path, const npy_data *kv);
+                    const char *kv_path, const npy_data *kv, int paged);
 int run_check_block_table(const char *path, const npy_data *table, int64_t batch);
 int run_check_new_rows(const run_args *a, const run_inputs *in);
 int run_check_rotary_tables(const run_args *a, const run_inputs *in);

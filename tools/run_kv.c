@@ -36,10 +36,11 @@ int run_check_sinks(const char *path, const npy_data *sinks, int64_t h_q)
 /* --k-scale / --v-scale: `option` names the scales of the int8 K or V in `kv_path`, read
  * as `kv`. Exactly one of them and the int8 dtype, or neither; the scales (already read,
  * float32) have K's (V's) rank, its dimensions but the last, each of b and n_kv either
- * as in K or 1 (broadcast), and a last dimension of 1. Returns -1 to go on, or an exit
- * status (1: a file's fault). */
+ * as in K or 1 (broadcast), and a last dimension of 1 (`paged`: K and V are pools, whose
+ * num_pages and page_size stand for b and n_kv). Returns -1 to go on, or an exit status
+ * (1: a file's fault). */
 int run_check_scale(const char *option, const char *path, const npy_data *scale,
-                    const char *kv_path, const npy_data *kv)
+                    const char *kv_path, const npy_data *kv, int paged)
 {
     const int r = kv->ndim;
     if (kv->dtype == NPY_I8 && path == NULL) {
@@ -61,7 +62,9 @@ int run_check_scale(const char *option, const char *path, const npy_data *scale,
     }
     if (!ok) {
         /* "(b|1, h_kv, n_kv|1, 1) = (2|1, 4, 16|1, 1)", from the rank of K (V) */
-        static const char *const names[4] = {"b|1", "h_kv", "n_kv|1", "1"};
+        static const char *const contiguous[4] = {"b|1", "h_kv", "n_kv|1", "1"};
+        static const char *const pools[4] = {"num_pages|1", "h_kv", "page_size|1", "1"};
+        const char *const *names = paged ? pools : contiguous;
         char want[64] = "", values[128] = "", shape[128];
         for (int i = 0; i < r; ++i) {
             const int d = 4 - r + i;
