@@ -184,12 +184,12 @@ static clattn_status probe_limits(clattn_context *ctx)
     char platform_name[256] = "";
     clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof platform_name - 1, platform_name,
                       NULL);
-    const bool cpu = (ctx->device_type & CL_DEVICE_TYPE_CPU) != 0;
-    ctx->cpu_prefetch = contains_nocase(platform_name, "oclgrind") ? 2
-                        : cpu && (contains_nocase(platform_name, "Portable Computing Language") ||
-                                  contains_nocase(platform_name, "Intel(R) OpenCL"))
-                            ? 1
-                            : 0;
+    if (contains_nocase(platform_name, "oclgrind"))
+        ctx->cpu_prefetch = 2;
+    else if ((ctx->device_type & CL_DEVICE_TYPE_CPU) &&
+             (contains_nocase(platform_name, "Portable Computing Language") ||
+              contains_nocase(platform_name, "Intel(R) OpenCL")))
+        ctx->cpu_prefetch = 1;
     /* cl_khr_fp64: a nonzero double config (0 or an error: no float64 LSE) */
     cl_device_fp_config fp64 = 0;
     ctx->has_fp64 =
