@@ -30,7 +30,12 @@
 #ifndef RK
 #define RK 1 /* keys per work-item (the host: 4 on CPUs, 2 above head dim 128, 1 on GPUs) */
 #endif
+#ifndef DQ_FUSED
+#define DQ_FUSED 0 /* RK > 1: form dQ too (the host: with bwd_dq_sum.cl, CPUs) */
+#endif
 #define RT 16 /* query rows per tile */
+#define KB (WG * RK) /* keys per block (RK > 1: the work-group walks the blocks of its split) */
+#define DQR 4 /* dQ rows per work-item in the RK > 1 kernel's dS·K (RT / DQR of them) */
 /* private and local array lengths in whole float16 vectors (a head dim may be 0) */
 #define DKP PAD16(D_K > 0 ? D_K : 1)
 #define DVP PAD16(D_V > 0 ? D_V : 1)
@@ -59,7 +64,7 @@ long2 row_tiles(RULE_PARAMS, long b, long n_q, long n_kv, long j_lo, long j_hi)
         __global const ELEM_T(DO_DT) *d_o, long do_off, long4 do_st,                         \
         __global const float *rows, __global ELEM_T(DK_DT) *dk, long dk_off, long4 dk_st,    \
         __global ELEM_T(DV_DT) *dv, long dv_off, long4 dv_st, int h_q, int group, long n_q,  \
-        long n_kv, float scale, RULE_PARAMS, TERM_PARAMS, DROPOUT_PARAMS
+        long n_kv, float scale, RULE_PARAMS, TERM_PARAMS, DROPOUT_PARAMS, __global float *dq_part
 
 #if RK > 1
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BWD_DKDV_PARAMS)
@@ -72,152 +77,215 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
     __local float row_d[RT], row_lse[RT];
     __local long row_lo[RT], row_hi[RT], row_self[RT]; /* the tile's rows' rules */
     __local int tile_bad[WG]; /* work-item t staged a Q or dO row holding inf or NaN */
+#if DQ_FUSED
+    __local float k_b[KB * DKP];            /* the block's K rows, row-major (for dQ) */
+    __local float ds_l[RT][KB], p_l[RT][KB]; /* the tile's dS and P, row by key (for dQ) */
+    __local int block_bad[WG]; /* work-item t's keys' K rows hold inf or NaN */
+#endif
     const int lid = get_local_id(0);
-    const long j0 = get_group_id(0) * (WG * RK), jw = j0 + lid * RK, bhk = get_global_id(1);
+    const long bhk = get_global_id(1), split = get_group_id(0), n_split = get_num_groups(0);
     const long h_kv = h_q / group, b = bhk / h_kv, hk = bhk % h_kv;
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    float kj[RK][DKP], vj[RK][DVP]; /* the keys' K and V rows (broadcast element by element) */
-    float16 acck[RK][NK], accv[RK][NDV];
-    for (int kk = 0; kk < RK; kk++) { /* (setup and stores not unrolled: compile time) */
-        const long j = jw + kk;
-        const bool in = j < n_kv;
-        for (int c = 0; c < D_K; c++)
-            kj[kk][c] = in ? LD(K_DT, k, view_at(k_off, k_st, b, hk, j, c)) : 0.0f;
-        for (int c = 0; c < D_V; c++)
-            vj[kk][c] = in ? LD(V_DT, v, view_at(v_off, v_st, b, hk, j, c)) : 0.0f;
-        for (int a = 0; a < NK; a++)
-            acck[kk][a] = 0.0f;
-        for (int a = 0; a < NDV; a++)
-            accv[kk][a] = 0.0f;
-    }
-    for (int g = 0; g < group; g++) {
-        const long h = hk * group + g;
-        const float slope = ALIBI ? alibi[h] : 0.0f;
-        /* the tiles of rows that see some of the group's keys (uniform; see the RK 1
-         * kernel below for why the loop has no other exit) */
-        const long2 tr = row_tiles(RULE_ARGS, b, n_q, n_kv, j0, j0 + WG * RK);
-        for (long i0 = tr.x; i0 < tr.y; i0 += RT) {
-            TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, D_K, RT, WG, true, q_t NO_PAGES);
-            TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, D_V, RT, WG, true,
-                                     g_t NO_PAGES);
-            TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, DKP, RT, WG, false, q_r NO_PAGES);
-            TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, DVP, RT, WG, false,
-                                     g_r NO_PAGES);
-            if (lid < RT) {
-                const long i = i0 + lid, row = (b * h_q + h) * n_q + i;
-                row_d[lid] = i < n_q ? rows[2 * row] : 0.0f;
-                row_lse[lid] = i < n_q ? rows[2 * row + 1] : -INFINITY;
-                const row_rule rr = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
-                row_lo[lid] = i < n_q ? rr.lo : 0;
-                row_hi[lid] = i < n_q ? rr.hi : 0;
-                row_self[lid] = rr.self;
+#if DQ_FUSED
+    /* this split's dQ partial sums of the group's query heads start at 0 (only this
+     * work-group writes them) */
+    const long n_rows = get_global_size(1) / h_kv * h_q * n_q; /* rows of the whole call */
+    __global float *dq_s = dq_part + (split * n_rows + (b * h_q + hk * group) * n_q) * DKP;
+    for (long e = lid; e < group * n_q * DKP; e += WG)
+        dq_s[e] = 0.0f;
+    barrier(CLK_GLOBAL_MEM_FENCE);
+#endif
+    /* blocks of KB keys: split, split + n_split, … (uniform over the group) */
+    for (long j0 = split * KB; j0 < n_kv; j0 += n_split * KB) {
+        const long jw = j0 + lid * RK;
+        float kj[RK][DKP], vj[RK][DVP]; /* the keys' K and V rows (broadcast element by element) */
+        float16 acck[RK][NK], accv[RK][NDV];
+#if DQ_FUSED
+        bool bad = false;
+#endif
+        for (int kk = 0; kk < RK; kk++) { /* (setup and stores not unrolled: compile time) */
+            const long j = jw + kk;
+            const bool in = j < n_kv;
+            for (int c = 0; c < D_K; c++)
+                kj[kk][c] = in ? LD(K_DT, k, view_at(k_off, k_st, b, hk, j, c)) : 0.0f;
+            for (int c = 0; c < D_V; c++)
+                vj[kk][c] = in ? LD(V_DT, v, view_at(v_off, v_st, b, hk, j, c)) : 0.0f;
+#if DQ_FUSED
+            /* the block's K rows for dQ (every read of the previous block's rows came
+             * before its last tile's closing barrier) */
+            for (int c = 0; c < DKP; c++) {
+                const float x = c < D_K ? kj[kk][c] : 0.0f;
+                k_b[(lid * RK + kk) * DKP + c] = x;
+                bad |= isnan(x) || isinf(x);
             }
-            tile_bad[lid] = rows_nonfinite(q_r, RT, DKP, WG) | rows_nonfinite(g_r, RT, DVP, WG);
-            barrier(CLK_LOCAL_MEM_FENCE); /* the tile staged */
-            /* the raw scores and dP of RK keys × the tile's 16 rows: one float16 per key,
-             * each staged column vector feeding RK FMAs */
-            float16 sk[RK], dpk[RK];
-            MICRO_COLS(sk, kj, q_t, D_K, RK);
-            MICRO_COLS(dpk, vj, g_t, D_V, RK);
-            float raw[RK][16]; /* scale·q·k, key by key */
-            for (int kk = 0; kk < RK; kk++)
-                vstore16(sk[kk] * scale, 0, raw[kk]);
-#if SCORE_TERMS
-            /* the rule and the score terms through the forward's score_terms16, 16 keys of
-             * a row at a time: the scores pass through local memory */
-            for (int kk = 0; kk < RK; kk++)
-                for (int r = 0; r < RT; r++)
-                    s_l[r * (WG * RK) + lid * RK + kk] = raw[kk][r];
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (int ch = lid; ch < RT * (WG * RK / 16); ch += WG) {
-                const int r = ch % RT, kc = ch / RT;
-                const long i = i0 + r, jc = j0 + 16 * kc;
-                row_rule rr = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
-                if (i >= n_q)
-                    rr.lo = rr.hi = 0;
-                const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
-                const float16 x = score_terms16(
-                    vload16(kc, s_l + r * (WG * RK)), lane, rel_bound(rr.lo, jc, 16),
-                    rel_bound(rr.hi, jc, 16), rel_key(rr.self, jc, 16), jc, n_kv, TERM_ARGS,
-                    mbase, rr.diag, slope, ALIBI ? alibi_ref(rr) : 0, b, h, i);
-                vstore16(x, kc, s_l + r * (WG * RK));
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-            bool finite = true;
-            for (int t = 0; t < WG; t++)
-                finite &= !tile_bad[t];
-            const float16 lse16 = vload16(0, row_lse), d16 = vload16(0, row_d);
-            float pa[RK][16], pza[RK][16], dsa[RK][16];
-#if !SCORE_TERMS /* the rule alone: row i sees key j when lo_i ≤ j < hi_i, j ≠ self_i */
-            const long16 lo16 = vload16(0, row_lo), hi16 = vload16(0, row_hi);
-            const long16 self16 = vload16(0, row_self);
-#endif
-            for (int kk = 0; kk < RK; kk++) {
-#if SCORE_TERMS
-                float t16[16];
-                for (int r = 0; r < RT; r++)
-                    t16[r] = s_l[r * (WG * RK) + lid * RK + kk];
-                const float16 sc = vload16(0, t16);
-#else
-                const long j = jw + kk;
-                const float16 sc = select((float16)(-INFINITY), vload16(0, raw[kk]),
-                                          convert_int16((j >= lo16) & (j < hi16) & (j != self16)));
-#endif
-                /* rows that add nothing (LSE −∞) weigh 0; P ≤ 1 (bwd_dq.cl says why) */
-                const float16 e = exp(sc - lse16);
-                const float16 p = select((float16)(0.0f), select(e, (float16)(1.0f), e > 1.0f),
-                                         lse16 != -INFINITY);
-                float16 dp = dpk[kk];
-#if DROPOUT /* dV takes P·z, dP = z·dO·V (0 for a dropped weight, even at inf or NaN) */
-                const float16 z = dropout16_rows(DROPOUT_ARGS, b * h_q + h, i0, jw + kk);
-                dp = select(dp * z, (float16)(0.0f), z == 0.0f);
-                const float16 pz = p * z;
-#else
-                const float16 pz = p;
-#endif
-                float16 ds = p * (dp - d16) * scale;
-#if SOFTCAP
-                const float16 tc = tanh(vload16(0, raw[kk]) / softcap);
-                ds *= 1.0f - tc * tc;
-#endif
-                /* a weight of 0 adds nothing: dS 0 there even where dP is inf or NaN */
-                ds = select(ds, (float16)(0.0f), p == 0.0f);
-                vstore16(p, 0, pa[kk]);
-                vstore16(pz, 0, pza[kk]);
-                vstore16(ds, 0, dsa[kk]);
-            }
-            /* dV += P·dO and dK += dS·Q over the tile's rows: for each NV vectors of d, NV·RK
-             * accumulators in registers, each row vector feeding RK FMAs (common.cl
-             * ACCUMULATE_ROWS; accv and acck live across the barriers: in memory on CPUs,
-             * as the RK 1 kernel says) */
-            if (finite) {
-                ACCUMULATE_ROWS(accv, pza, g_r, RT, DVP, NDV, RK);
-                ACCUMULATE_ROWS(acck, dsa, q_r, RT, DKP, NK, RK);
-            } else { /* Q or dO hold inf or NaN: a row of weight 0 is skipped, not multiplied */
-                ACCUMULATE_ROWS_TESTED(accv, pza, pa, g_r, RT, DVP, NDV, RK);
-                ACCUMULATE_ROWS_TESTED(acck, dsa, pa, q_r, RT, DKP, NK, RK);
-            }
-            barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
+            for (int a = 0; a < NK; a++)
+                acck[kk][a] = 0.0f;
+            for (int a = 0; a < NDV; a++)
+                accv[kk][a] = 0.0f;
         }
-    }
-    for (int kk = 0; kk < RK; kk++) {
-        const long j = jw + kk;
-        if (j >= n_kv)
-            break;
-        for (int a = 0; a < NK; a++) {
-            float out[16];
-            vstore16(acck[kk][a], 0, out);
-            for (int e = 0; e < 16 && 16 * a + e < D_K; e++)
-                ST(DK_DT, dk, view_at(dk_off, dk_st, b, hk, j, 16 * a + e), out[e]);
+#if DQ_FUSED
+        block_bad[lid] = bad;
+#endif
+        for (int g = 0; g < group; g++) {
+            const long h = hk * group + g;
+            const float slope = ALIBI ? alibi[h] : 0.0f;
+            /* the tiles of rows that see some of the group's keys (uniform; see the RK 1
+             * kernel below for why the loop has no other exit) */
+            const long2 tr = row_tiles(RULE_ARGS, b, n_q, n_kv, j0, j0 + WG * RK);
+            for (long i0 = tr.x; i0 < tr.y; i0 += RT) {
+                TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, D_K, RT, WG, true, q_t NO_PAGES);
+                TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, D_V, RT, WG, true,
+                                         g_t NO_PAGES);
+                TYPED(stage_rows, Q_DT)(q, q_off, q_st, b, h, i0, n_q, D_K, DKP, RT, WG, false, q_r NO_PAGES);
+                TYPED(stage_rows, DO_DT)(d_o, do_off, do_st, b, h, i0, n_q, D_V, DVP, RT, WG, false,
+                                         g_r NO_PAGES);
+                if (lid < RT) {
+                    const long i = i0 + lid, row = (b * h_q + h) * n_q + i;
+                    row_d[lid] = i < n_q ? rows[2 * row] : 0.0f;
+                    row_lse[lid] = i < n_q ? rows[2 * row + 1] : -INFINITY;
+                    const row_rule rr = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
+                    row_lo[lid] = i < n_q ? rr.lo : 0;
+                    row_hi[lid] = i < n_q ? rr.hi : 0;
+                    row_self[lid] = rr.self;
+                }
+                tile_bad[lid] = rows_nonfinite(q_r, RT, DKP, WG) | rows_nonfinite(g_r, RT, DVP, WG);
+                barrier(CLK_LOCAL_MEM_FENCE); /* the tile staged */
+                /* the raw scores and dP of RK keys × the tile's 16 rows: one float16 per key,
+                 * each staged column vector feeding RK FMAs */
+                float16 sk[RK], dpk[RK];
+                MICRO_COLS(sk, kj, q_t, D_K, RK);
+                MICRO_COLS(dpk, vj, g_t, D_V, RK);
+                float raw[RK][16]; /* scale·q·k, key by key */
+                for (int kk = 0; kk < RK; kk++)
+                    vstore16(sk[kk] * scale, 0, raw[kk]);
+    #if SCORE_TERMS
+                /* the rule and the score terms through the forward's score_terms16, 16 keys of
+                 * a row at a time: the scores pass through local memory */
+                for (int kk = 0; kk < RK; kk++)
+                    for (int r = 0; r < RT; r++)
+                        s_l[r * (WG * RK) + lid * RK + kk] = raw[kk][r];
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (int ch = lid; ch < RT * (WG * RK / 16); ch += WG) {
+                    const int r = ch % RT, kc = ch / RT;
+                    const long i = i0 + r, jc = j0 + 16 * kc;
+                    row_rule rr = rule_at(RULE_ARGS, b, i < n_q ? i : 0, n_q, n_kv);
+                    if (i >= n_q)
+                        rr.lo = rr.hi = 0;
+                    const long mbase = MASK_T && i < n_q ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+                    const float16 x = score_terms16(
+                        vload16(kc, s_l + r * (WG * RK)), lane, rel_bound(rr.lo, jc, 16),
+                        rel_bound(rr.hi, jc, 16), rel_key(rr.self, jc, 16), jc, n_kv, TERM_ARGS,
+                        mbase, rr.diag, slope, ALIBI ? alibi_ref(rr) : 0, b, h, i);
+                    vstore16(x, kc, s_l + r * (WG * RK));
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+    #endif
+                bool finite = true;
+                for (int t = 0; t < WG; t++)
+                    finite &= !tile_bad[t];
+                const float16 lse16 = vload16(0, row_lse), d16 = vload16(0, row_d);
+                float pa[RK][16], pza[RK][16], dsa[RK][16];
+    #if !SCORE_TERMS /* the rule alone: row i sees key j when lo_i ≤ j < hi_i, j ≠ self_i */
+                const long16 lo16 = vload16(0, row_lo), hi16 = vload16(0, row_hi);
+                const long16 self16 = vload16(0, row_self);
+    #endif
+                for (int kk = 0; kk < RK; kk++) {
+    #if SCORE_TERMS
+                    float t16[16];
+                    for (int r = 0; r < RT; r++)
+                        t16[r] = s_l[r * (WG * RK) + lid * RK + kk];
+                    const float16 sc = vload16(0, t16);
+    #else
+                    const long j = jw + kk;
+                    const float16 sc = select((float16)(-INFINITY), vload16(0, raw[kk]),
+                                              convert_int16((j >= lo16) & (j < hi16) & (j != self16)));
+    #endif
+                    /* rows that add nothing (LSE −∞) weigh 0; P ≤ 1 (bwd_dq.cl says why) */
+                    const float16 e = exp(sc - lse16);
+                    const float16 p = select((float16)(0.0f), select(e, (float16)(1.0f), e > 1.0f),
+                                             lse16 != -INFINITY);
+                    float16 dp = dpk[kk];
+    #if DROPOUT /* dV takes P·z, dP = z·dO·V (0 for a dropped weight, even at inf or NaN) */
+                    const float16 z = dropout16_rows(DROPOUT_ARGS, b * h_q + h, i0, jw + kk);
+                    dp = select(dp * z, (float16)(0.0f), z == 0.0f);
+                    const float16 pz = p * z;
+    #else
+                    const float16 pz = p;
+    #endif
+                    float16 ds = p * (dp - d16) * scale;
+    #if SOFTCAP
+                    const float16 tc = tanh(vload16(0, raw[kk]) / softcap);
+                    ds *= 1.0f - tc * tc;
+    #endif
+                    /* a weight of 0 adds nothing: dS 0 there even where dP is inf or NaN */
+                    ds = select(ds, (float16)(0.0f), p == 0.0f);
+                    vstore16(p, 0, pa[kk]);
+                    vstore16(pz, 0, pza[kk]);
+                    vstore16(ds, 0, dsa[kk]);
+                }
+                /* dV += P·dO and dK += dS·Q over the tile's rows: for each NV vectors of d, NV·RK
+                 * accumulators in registers, each row vector feeding RK FMAs (common.cl
+                 * ACCUMULATE_ROWS; accv and acck live across the barriers: in memory on CPUs,
+                 * as the RK 1 kernel says) */
+                if (finite) {
+                    ACCUMULATE_ROWS(accv, pza, g_r, RT, DVP, NDV, RK);
+                    ACCUMULATE_ROWS(acck, dsa, q_r, RT, DKP, NK, RK);
+                } else { /* Q or dO hold inf or NaN: a row of weight 0 is skipped, not multiplied */
+                    ACCUMULATE_ROWS_TESTED(accv, pza, pa, g_r, RT, DVP, NDV, RK);
+                    ACCUMULATE_ROWS_TESTED(acck, dsa, pa, q_r, RT, DKP, NK, RK);
+                }
+#if DQ_FUSED
+                /* dQ += dS·K over the block's KB keys: dS and P pass through local memory, then
+                 * RT / DQR work-items take DQR rows each (the same rows in every tile and block,
+                 * so each row's partial sum is one work-item's, in key order) */
+                for (int kk = 0; kk < RK; kk++)
+                    for (int r = 0; r < RT; r++) {
+                        ds_l[r][lid * RK + kk] = dsa[kk][r];
+                        p_l[r][lid * RK + kk] = pa[kk][r];
+                    }
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (lid < RT / DQR) {
+                    const int r0 = lid * DQR;
+                    __global float *dq_t = dq_s + (g * n_q + i0 + r0) * DKP;
+                    float16 accq[DQR][NK];
+                    for (int r = 0; r < DQR; r++)
+                        for (int a = 0; a < NK; a++)
+                            accq[r][a] = i0 + r0 + r < n_q ? vload16(a, dq_t + r * DKP) : 0.0f;
+                    bool k_finite = true;
+                    for (int t = 0; t < WG; t++)
+                        k_finite &= !block_bad[t];
+                    if (k_finite) {
+                        ACCUMULATE_ROWS(accq, ds_l + r0, k_b, KB, DKP, NK, DQR);
+                    } else { /* K holds inf or NaN: a key of weight 0 is skipped, not multiplied */
+                        ACCUMULATE_ROWS_TESTED(accq, ds_l + r0, p_l + r0, k_b, KB, DKP, NK, DQR);
+                    }
+                    for (int r = 0; r < DQR && i0 + r0 + r < n_q; r++)
+                        for (int a = 0; a < NK; a++)
+                            vstore16(accq[r][a], a, dq_t + r * DKP);
+                }
+#endif
+                barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
+            }
         }
-        for (int a = 0; a < NDV; a++) {
-            float out[16];
-            vstore16(accv[kk][a], 0, out);
-            for (int e = 0; e < 16 && 16 * a + e < D_V; e++)
-                ST(DV_DT, dv, view_at(dv_off, dv_st, b, hk, j, 16 * a + e), out[e]);
+        for (int kk = 0; kk < RK; kk++) {
+            const long j = jw + kk;
+            if (j >= n_kv)
+                break;
+            for (int a = 0; a < NK; a++) {
+                float out[16];
+                vstore16(acck[kk][a], 0, out);
+                for (int e = 0; e < 16 && 16 * a + e < D_K; e++)
+                    ST(DK_DT, dk, view_at(dk_off, dk_st, b, hk, j, 16 * a + e), out[e]);
+            }
+            for (int a = 0; a < NDV; a++) {
+                float out[16];
+                vstore16(accv[kk][a], 0, out);
+                for (int e = 0; e < 16 && 16 * a + e < D_V; e++)
+                    ST(DV_DT, dv, view_at(dv_off, dv_st, b, hk, j, 16 * a + e), out[e]);
+            }
         }
-    }
+    } /* the blocks */
 }
 #else /* RK 1: a key per work-item, dot products along d */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BWD_DKDV_PARAMS)

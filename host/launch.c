@@ -608,10 +608,17 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
     clattn_status st = aux_make(ctx, desc, q, NULL, dev->has_mask ? &dev->mask : NULL, &x);
-    cl_mem ws = NULL;
+    cl_mem ws = NULL, dq_part = NULL;
     cl_event ev[4] = {NULL, NULL, NULL, NULL};
     if (st == CLATTN_SUCCESS)
         st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * 2 * 4, NULL, &ws);
+    /* bwd_dkdv forming dQ: a float32 partial dQ per split, rows of d_k padded to 16 */
+    const int64_t splits = keys > 0 ? plan->dq_splits : 0;
+    if (st == CLATTN_SUCCESS && splits > 0 && rows > 0)
+        st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE,
+                                  splits * rows * 4 *
+                                      clattn_ceil_div(q->n[3] > 0 ? q->n[3] : 1, 16) * 16,
+                                  NULL, &dq_part);
     if (st == CLATTN_SUCCESS && rows > 0) {
         arg_list a = {plan->prep->kernel, 0, CL_SUCCESS};
         arg_view(&a, &dev->o);
@@ -629,7 +636,7 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
     /* after prep, or after the caller's events when there are no rows */
     const cl_uint nw = rows > 0 ? 1 : n_wait;
     const cl_event *w = rows > 0 ? &ev[0] : wait;
-    if (st == CLATTN_SUCCESS && rows > 0) {
+    if (st == CLATTN_SUCCESS && rows > 0 && !plan->dq_splits) {
         arg_list a = {plan->dq->kernel, 0, CL_SUCCESS};
         arg_bwd_inputs(&a, q, k, v, d_o, &ws);
         arg_view(&a, &g[0]);
@@ -646,11 +653,26 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
         arg_view(&a, &g[1]);
         arg_view(&a, &g[2]);
         arg_bwd_sizes(&a, h_q, group, n_q, n_kv, scale, &x);
+        arg(&a, sizeof(cl_mem), dq_part ? &dq_part : &ws);
         const size_t rk = plan->dq_rows; /* RK keys per work-item */
-        const size_t global[2] = {round_up(clattn_ceil_div(n_kv, (int64_t)rk), CLATTN_BACKWARD_WG),
-                                  (size_t)(batch * h_kv)};
+        /* a work-group per block of WG·RK keys, or per split of the blocks (forming dQ) */
+        const size_t global[2] = {
+            splits > 0 ? (size_t)splits * CLATTN_BACKWARD_WG
+                       : round_up(clattn_ceil_div(n_kv, (int64_t)rk), CLATTN_BACKWARD_WG),
+            (size_t)(batch * h_kv)};
         const size_t local[2] = {CLATTN_BACKWARD_WG, 1};
         st = launch(ctx, "bwd_dkdv", &a, 2, global, local, nw, w, &ev[2]);
+    }
+    if (st == CLATTN_SUCCESS && rows > 0 && plan->dq_splits) { /* bwd_dq_sum.cl: after dkdv */
+        arg_list a = {plan->dq->kernel, 0, CL_SUCCESS};
+        arg(&a, sizeof(cl_mem), dq_part ? &dq_part : &ws);
+        arg_int(&a, splits); /* 0 without keys: dQ 0 */
+        arg_view(&a, &g[0]);
+        arg_int(&a, h_q);
+        arg_long(&a, n_q);
+        const size_t global[2] = {(size_t)n_q, (size_t)(batch * h_q)};
+        st = launch(ctx, "bwd_dq_sum", &a, 2, global, NULL, ev[2] ? 1 : nw, ev[2] ? &ev[2] : w,
+                    &ev[1]);
     }
     if (st == CLATTN_SUCCESS && plan->dsinks) { /* bwd_dsinks.cl: after prep's D */
         arg_list a = {plan->dsinks->kernel, 0, CL_SUCCESS};
@@ -676,6 +698,8 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
     release_events(ev, 4);
     if (ws) /* freed by the runtime once the kernels that use it finish */
         clReleaseMemObject(ws);
+    if (dq_part)
+        clReleaseMemObject(dq_part);
     aux_release(&x);
     return st;
 }

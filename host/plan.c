@@ -750,10 +750,9 @@ clattn_status clattn_plan_stage(clattn_context *ctx, const clattn_stage_call *sp
     }
 }
 
-/* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl): the storage types of every
- * operand and gradient, the score terms and the head dims, compile-time. The kernels
- * keep rows of d_k and d_v floats in private memory: head dims up to
- * CLATTN_BACKWARD_MAX_D. */
+/* The backward pass (bwd_prep.cl, bwd_dq.cl or bwd_dq_sum.cl, bwd_dkdv.cl): the storage
+ * types of every operand and gradient, the score terms and the head dims, compile-time.
+ * Rows of d_k and d_v floats live in private memory: head dims up to CLATTN_BACKWARD_MAX_D. */
 clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr,
                                    const clattn_view *d_o, const clattn_view g[4],
                                    clattn_backward_plan *out)
@@ -775,17 +774,18 @@ clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr
                            "a float64 LSE needs cl_khr_fp64, which %s does not have (use a "
                            "float32 LSE)",
                            ctx->device_name);
-    out->dq_rows = clattn_backward_rows(ctx, d_k, d_v);
+    clattn_backward_blocking(ctx, pr, &out->dq_rows, &out->dq_splits);
     char opts[512];
     snprintf(opts, sizeof opts,
              CL_STD " -DBWD=1 -DWG=%d -DRQ=%zu -DRK=%zu -DNV=%d -DD_K=%lld -DD_V=%lld -DDO_DT=%d "
-                    "-DDQ_DT=%d -DDK_DT=%d -DDV_DT=%d %s",
+                    "-DDQ_DT=%d -DDK_DT=%d -DDV_DT=%d -DDQ_FUSED=%d %s",
              CLATTN_BACKWARD_WG, out->dq_rows, out->dq_rows,
              clattn_tuning_vectors(ctx, out->dq_rows), (long long)d_k, (long long)d_v,
-             (int)d_o->dtype, (int)g[0].dtype, (int)g[1].dtype, (int)g[2].dtype, f.opts);
+             (int)d_o->dtype, (int)g[0].dtype, (int)g[1].dtype, (int)g[2].dtype, out->dq_splits > 0,
+             f.opts);
     clattn_status st = clattn_get_kernel(ctx, "bwd_prep.cl", opts, &out->prep);
     if (st == CLATTN_SUCCESS)
-        st = clattn_get_kernel(ctx, "bwd_dq.cl", opts, &out->dq);
+        st = clattn_get_kernel(ctx, out->dq_splits ? "bwd_dq_sum.cl" : "bwd_dq.cl", opts, &out->dq);
     if (st == CLATTN_SUCCESS)
         st = clattn_get_kernel(ctx, "bwd_dkdv.cl", opts, &out->dkdv);
     if (st == CLATTN_SUCCESS && g[3].count > 0)

@@ -153,6 +153,30 @@ static const clattn_tune_entry *find(const clattn_tune_entry *list, int n, clatt
     return NULL;
 }
 
+static int64_t backward_dq_splits(const clattn_context *ctx, const clattn_problem *pr, size_t rk)
+{
+    /* RK > 1 (CPUs): bwd_dkdv.cl forms dQ += dS·K with the dK and dV products (5 products
+     * of the forward's size in all, not 7), each work-group walking the key blocks of one
+     * split into a float32 partial dQ. Enough splits that (batch · KV heads · splits)
+     * keeps every compute unit busy twice over; batch-invariant calls take one, so that
+     * dQ's bits do not depend on the batch. */
+    if (rk < 2 || ctx->backward_splits == 0)
+        return 0;
+    const int64_t groups = pr->k.n[0] * pr->k.n[1], cu = ctx->compute_units;
+    const int64_t blocks = clattn_ceil_div(pr->k.n[2], CLATTN_BACKWARD_WG * (int64_t)rk);
+    int64_t s = ctx->backward_splits > 0                  ? ctx->backward_splits
+                : pr->desc->batch_invariant || groups < 1 ? 1
+                                                          : clattn_ceil_div(2 * cu, groups);
+    if (ctx->backward_splits < 0 && s > blocks)
+        s = blocks > 1 ? blocks : 1;
+    /* the partial sums must fit one buffer: fewer splits, or dQ in its own kernel */
+    const int64_t row_bytes = 4 * clattn_ceil_div(pr->q.n[3] > 0 ? pr->q.n[3] : 1, 16) * 16;
+    const int64_t rows = pr->q.n[0] * pr->q.n[1] * pr->q.n[2];
+    while (s > 1 && (cl_ulong)(s * rows * row_bytes) > ctx->max_alloc)
+        s--;
+    return (cl_ulong)(s * rows * row_bytes) <= ctx->max_alloc ? s : 0;
+}
+
 size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
 {
     /* each staged K or V column vector feeds RQ FMAs instead of one (the kernel was
@@ -162,6 +186,13 @@ size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
     if (o) /* CLATTN_BLOCKING (tests take both forms on any device) */
         return o->blocking.queries_per_work_item < cap ? o->blocking.queries_per_work_item : cap;
     return is_cpu(ctx) ? cap : 1;
+}
+
+void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *pr, size_t *rows,
+                              int64_t *dq_splits)
+{
+    *rows = clattn_backward_rows(ctx, pr->q.n[3], pr->v.n[3]);
+    *dq_splits = backward_dq_splits(ctx, pr, *rows);
 }
 
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v)
@@ -244,6 +275,10 @@ void clattn_tuning_init(clattn_context *ctx)
     ctx->decode_splits = splits ? strtoll(splits, NULL, 10) : 0;
     if (ctx->decode_splits < 0 || ctx->decode_splits > 256)
         ctx->decode_splits = 0;
+    const char *bs = getenv("CLATTN_BACKWARD_SPLITS");
+    ctx->backward_splits = bs && *bs ? strtoll(bs, NULL, 10) : -1;
+    if (ctx->backward_splits < -1 || ctx->backward_splits > 256)
+        ctx->backward_splits = -1;
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
     /* CLATTN_BLOCKING="RQ,WG,TILE_KV[,NV]": an override of every kernel (tuning
