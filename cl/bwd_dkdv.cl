@@ -78,8 +78,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
     __local long row_lo[RT], row_hi[RT], row_self[RT]; /* the tile's rows' rules */
     __local int tile_bad[WG]; /* work-item t staged a Q or dO row holding inf or NaN */
 #if DQ_FUSED
-    __local float k_b[KB * DKP];            /* the block's K rows, row-major (for dQ) */
-    __local float ds_l[RT][KB], p_l[RT][KB]; /* the tile's dS and P, row by key (for dQ) */
+    __local float k_b[KB * DKP]; /* the block's K rows, row-major (for dQ) */
+#if SCORE_TERMS /* the tile's dS, row by key (for dQ): in s_l, each work-item writing over its */
+    __local float(*ds_l)[KB] = (__local float(*)[KB])s_l; /* own keys' scores once read */
+#else
+    __local float ds_l[RT][KB];
+#endif
     __local int block_bad[WG]; /* work-item t's keys' K rows hold inf or NaN */
 #endif
     const int lid = get_local_id(0);
@@ -236,14 +240,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
                     ACCUMULATE_ROWS_TESTED(acck, dsa, pa, q_r, RT, DKP, NK, RK);
                 }
 #if DQ_FUSED
-                /* dQ += dS·K over the block's KB keys: dS and P pass through local memory, then
+                /* dQ += dS·K over the block's KB keys: dS passes through local memory, then
                  * RT / DQR work-items take DQR rows each (the same rows in every tile and block,
                  * so each row's partial sum is one work-item's, in key order) */
                 for (int kk = 0; kk < RK; kk++)
-                    for (int r = 0; r < RT; r++) {
+                    for (int r = 0; r < RT; r++)
                         ds_l[r][lid * RK + kk] = dsa[kk][r];
-                        p_l[r][lid * RK + kk] = pa[kk][r];
-                    }
                 barrier(CLK_LOCAL_MEM_FENCE);
                 if (lid < RT / DQR) {
                     const int r0 = lid * DQR;
@@ -257,8 +259,10 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
                         k_finite &= !block_bad[t];
                     if (k_finite) {
                         ACCUMULATE_ROWS(accq, ds_l + r0, k_b, KB, DKP, NK, DQR);
-                    } else { /* K holds inf or NaN: a key of weight 0 is skipped, not multiplied */
-                        ACCUMULATE_ROWS_TESTED(accq, ds_l + r0, p_l + r0, k_b, KB, DKP, NK, DQR);
+                    } else { /* K holds inf or NaN: a key of dS 0 is skipped, not multiplied (a
+                              * key with inf or NaN in K has P 0 or NaN, so dS 0 or NaN: the
+                              * same keys as a test of P would skip) */
+                        ACCUMULATE_ROWS_TESTED(accq, ds_l + r0, ds_l + r0, k_b, KB, DKP, NK, DQR);
                     }
                     for (int r = 0; r < DQR && i0 + r0 + r < n_q; r++)
                         for (int a = 0; a < NK; a++)
