@@ -482,6 +482,27 @@ static void check_device(const config *c, uint32_t seed, int dropout)
 #define N_ALL (N_CONFIGS + N_DEVICE_CONFIGS)
 static const int DROPOUT_DEVICE[] = {1, 4, 7, N_CONFIGS + 0, N_CONFIGS + 4};
 #define N_DROPOUT_DEVICE ((int)(sizeof DROPOUT_DEVICE / sizeof DROPOUT_DEVICE[0]))
+/* Longer key ranges, for the CPU form of bwd_dkdv that forms dQ too (host/tuning.c
+ * clattn_backward_dq_splits): blocks of 128 keys (32 work-items × 4 keys), each
+ * work-group walking the blocks of one split. 300 keys with one KV head take 3 splits of
+ * one block each; 290 keys with (batch · KV heads) 4 take one split walking 3 blocks (the
+ * last one partly past n_kv, and kv_lens cut earlier); the third again with dropout. */
+// clang-format off
+static const config BLOCK_CONFIGS[] = {
+    {"three_splits_causal", 1, 2, 1, 40, 300, 16, 8, CLATTN_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0},
+    {"one_split_three_blocks_gqa_lengths", 2, 4, 2, 23, 290, 24, 16, CLATTN_MASK_NONE, 0, 0, 0, 0, 1, 0, 0.0f, 0.0f, 0, 0, 0},
+    {"three_splits_window_softcap_dropout", 1, 1, 1, 17, 280, 8, 8, CLATTN_MASK_NONE, 1, 100, 90, 0, 0, 0, 1.5f, 0.0f, 0, 0, 0},
+};
+// clang-format on
+#define N_BLOCK_CONFIGS ((int)(sizeof BLOCK_CONFIGS / sizeof BLOCK_CONFIGS[0]))
+
+START_TEST(device_key_blocks)
+{
+    check_device(&BLOCK_CONFIGS[_i], tu_seed() + 7000u + 100u * (uint32_t)_i,
+                 _i == N_BLOCK_CONFIGS - 1);
+}
+END_TEST
+
 START_TEST(device_against_reference)
 {
     const uint32_t seed = tu_seed() + 100u * (uint32_t)_i;
@@ -881,6 +902,11 @@ int main(void)
     tcase_add_loop_test(tc, device_against_reference, 7, 8);
     tcase_add_test(tc, device_masked_rows_and_keys);
     tcase_add_test(tc, device_huge_scores_finite);
+    suite_add_tcase(suite, tc);
+    /* device_blocks: several key blocks and splits (test_oclgrind.sh runs it too) */
+    tc = tcase_create("device_blocks");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, device_key_blocks, 0, N_BLOCK_CONFIGS);
     suite_add_tcase(suite, tc);
     /* device_dropout: the same small case with dropout (test_oclgrind_paged runs it) */
     tc = tcase_create("device_dropout");

@@ -126,13 +126,16 @@ fi
 if [ -n "${CLATTN_SPLIT_BIN:-}" ]; then
     check "float64 LSE (test_split)" "$CLATTN_SPLIT_BIN"
 fi
-# the backward kernels (bwd_prep, bwd_dq, bwd_dkdv): float mask, softcap, causal, GQA 4:2,
+# the backward kernels (bwd_prep, bwd_dq, bwd_dkdv, bwd_dq_sum): float mask, softcap, causal, GQA 4:2,
 # masked rows and poisoned masked keys (test_backward's small device cases)
 # — one query row or key per work-item (what this GPU-typed device gets), then the CPU
 # form: 4 rows or keys per work-item, 4 float16 vectors per micro-kernel step
 if [ -n "${CLATTN_BACKWARD_BIN:-}" ]; then
     CK_RUN_CASE=device_small check "backward" "$CLATTN_BACKWARD_BIN"
     CLATTN_BLOCKING=4,8,64,4 CK_RUN_CASE=device_small check "backward, 4 rows or keys per work-item" \
+        "$CLATTN_BACKWARD_BIN"
+    # the CPU form's dQ formed in bwd_dkdv over several key blocks and splits (bwd_dq_sum)
+    CLATTN_BLOCKING=4,8,64,4 CK_RUN_CASE=device_blocks check "backward, dQ in bwd_dkdv, key blocks" \
         "$CLATTN_BACKWARD_BIN"
 fi
 # paged K/V (test_paged): the table on the device with entries outside the pool (the

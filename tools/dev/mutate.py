@@ -14,7 +14,9 @@ cannot kill anything, and is reported.
 A mutant of the GPU kernel family's files (a "family: gpu" line in the list) runs its
 tests with CLATTN_KERNEL_FAMILY=gpu, and has its own baseline run with that family; a
 "blocking: RQ,WG,TILE_KV" line runs them with that CLATTN_BLOCKING (e.g. 1,32,64 for the
-backward kernels' one-row and one-key forms, which CPUs do not take by default).
+backward kernels' one-row and one-key forms, which CPUs do not take by default); an
+"env: NAME=VALUE ..." line adds those variables (e.g. CLATTN_BACKWARD_SPLITS=0 for
+bwd_dq.cl, which CPUs do not run by default). Each setting has its own baseline.
 
 Usage (from the repository root, after building, e.g. into build-mut):
     python3 tools/dev/mutate.py [--build build-mut] [--runtime intel|pocl]
@@ -119,7 +121,7 @@ def parse_list(path):
             if len(parts) < 2:
                 raise ListError(f"{path}:{n}: '== ID description' expected")
             cur = {"id": parts[0], "what": parts[1].strip(), "equivalent": None, "subs": [],
-                   "family": None, "first": None, "blocking": None}
+                   "family": None, "first": None, "blocking": None, "env": None}
             continue
         if cur is None:
             raise ListError(f"{path}:{n}: text before the first '== ID'")
@@ -133,6 +135,10 @@ def parse_list(path):
                 raise ListError(f"{path}:{n}: family: gpu or cpu")
         elif line.startswith("blocking:"):
             cur["blocking"] = line.split(":", 1)[1].strip()
+        elif line.startswith("env:"):
+            cur["env"] = " ".join(sorted(line.split(":", 1)[1].split()))
+            if not all(re.fullmatch(r"CLATTN_[A-Z_]+=\S+", e) for e in cur["env"].split()):
+                raise ListError(f"{path}:{n}: env: NAME=VALUE ... (CLATTN_ variables)")
         elif line.startswith("file:"):
             close_sub()
             sub = {"file": line.split(":", 1)[1].strip(), "find": None, "replace": None}
@@ -230,6 +236,7 @@ def runtime_env(runtime, intel_lib):
     env.pop("CLATTN_BLOCKING", None)
     env.pop("CLATTN_KERNEL_FAMILY", None)  # per mutant (family: in the list)
     env.pop("CLATTN_DECODE_SPLITS", None)
+    env.pop("CLATTN_BACKWARD_SPLITS", None)
     env.pop("CLATTN_KERNEL_DIR", None)
     env.pop("CLATTN_DEVICE", None)
     env.pop("CK_RUN_SUITE", None)
@@ -435,13 +442,16 @@ def run(args, mutants, cl_dir):
 
     t_start = time.monotonic()
 
-    def setting(m):  # the family and the CLATTN_BLOCKING a mutant's tests run with
-        return (m["family"] or "") + ("@" + m["blocking"] if m["blocking"] else "")
+    def setting(m):  # the family, CLATTN_BLOCKING and env: a mutant's tests run with
+        return ((m["family"] or "") + ("@" + m["blocking"] if m["blocking"] else "")
+                + ("%" + m["env"] if m["env"] else ""))
 
     def family_env(key):
+        key, _, env = key.partition("%")
         fam, _, blocking = key.partition("@")
         return {**({"CLATTN_KERNEL_FAMILY": fam} if fam else {}),
-                **({"CLATTN_BLOCKING": blocking} if blocking else {})}
+                **({"CLATTN_BLOCKING": blocking} if blocking else {}),
+                **dict(e.split("=", 1) for e in env.split())}
 
     families = sorted({setting(m) for m in mutants})
     baseline = {(f, n): set() for f in families for n in cmds}
