@@ -574,10 +574,9 @@ DEFINE_LOAD_ROW16(6)
  * (their RQ, TILE_KV, D_V_PAD and N_AV) */
 #define ACCUMULATE_PV_DENSE(acc, p, v_tile) ACCUMULATE_ROWS(acc, p, v_tile, TILE_KV, D_V_PAD, N_AV, RQ)
 
-/* acc[x] = Σ_c w[x][c] · t[c·16 + lane] over c < n for x < nx (each of the n column
- * vectors of a transposed 16-wide tile feeding nx FMAs with w broadcast): the backward
- * kernels' scores and dP. Two accumulators per x (even and odd c), so that 2·nx FMA
- * chains cover the FMA latency. A macro: nx and n are the kernel's constants. */
+/* acc[x] = Σ_c w[x][c] · t[c·16 + lane], c < n, x < nx (each column vector of a transposed
+ * 16-wide tile feeds nx FMAs, w broadcast): the backward kernels' scores and dP; 2 chains per
+ * x (even, odd c) when NV ≥ 2 (AVX-512), 1 when NV is 1 (AVX2: a float16 is 2 of 16 registers) */
 #define MICRO_COLS(acc, w, t, n, nx)                                                     \
     do {                                                                                 \
         float16 e_[nx], o_[nx];                                                          \
@@ -589,7 +588,8 @@ DEFINE_LOAD_ROW16(6)
             _Pragma("unroll") for (int x_ = 0; x_ < (nx); x_++)                          \
             {                                                                            \
                 e_[x_] = fma((float16)((w)[x_][c_]), t0_, e_[x_]);                       \
-                o_[x_] = fma((float16)((w)[x_][c_ + 1]), t1_, o_[x_]);                   \
+                if (NV >= 2) o_[x_] = fma((float16)((w)[x_][c_ + 1]), t1_, o_[x_]);     \
+                else e_[x_] = fma((float16)((w)[x_][c_ + 1]), t1_, e_[x_]);              \
             }                                                                            \
         }                                                                                \
         if (c_ < (n)) {                                                                  \
