@@ -57,6 +57,27 @@ long2 row_tiles(RULE_PARAMS, long b, long n_q, long n_kv, long j_lo, long j_hi)
     return (long2)(t_first, t_end);
 }
 
+/* acc[x][a] += Σ_key w[key·RT + x] · k_b[key·DKP + 16a .. +16) over the block's KB keys, x <
+ * DQR: common.cl's ACCUMULATE_ROWS (NV_FIT(NK)·DQR accumulators in registers, each K vector
+ * feeding DQR FMAs) with the weights read key-major; TESTED: keys of weight 0 skipped */
+#define DQ_ROWS(acc, w, TESTED)                                                                 \
+    for (int a_ = 0; a_ < NK; a_ += NV_FIT(NK)) {                                               \
+        float16 o_[NV_FIT(NK)][DQR];                                                            \
+        _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(NK); u_++)                               \
+        _Pragma("unroll") for (int x_ = 0; x_ < DQR; x_++) o_[u_][x_] = (acc)[x_][a_ + u_];     \
+        _Pragma("unroll 2") for (int jj_ = 0; jj_ < KB; jj_++)                                  \
+        {                                                                                       \
+            _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(NK); u_++) {                         \
+                const float16 vv_ = vload16(a_ + u_, k_b + jj_ * DKP);                          \
+                _Pragma("unroll") for (int x_ = 0; x_ < DQR; x_++)                              \
+                if (!(TESTED) || (w)[jj_ * RT + x_] != 0.0f)                                    \
+                    o_[u_][x_] = fma((float16)((w)[jj_ * RT + x_]), vv_, o_[u_][x_]);           \
+            }                                                                                   \
+        }                                                                                       \
+        _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(NK); u_++)                               \
+        _Pragma("unroll") for (int x_ = 0; x_ < DQR; x_++) (acc)[x_][a_ + u_] = o_[u_][x_];     \
+    }
+
 /* the arguments of both forms of the kernel (host/launch.c sets them) */
 #define BWD_DKDV_PARAMS                                                                      \
     __global const ELEM_T(Q_DT) *q, long q_off, long4 q_st, __global const ELEM_T(K_DT) *k,   \
@@ -79,11 +100,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
     __local int tile_bad[WG]; /* work-item t staged a Q or dO row holding inf or NaN */
 #if DQ_FUSED
     __local float k_b[KB * DKP]; /* the block's K rows, row-major (for dQ) */
-#if SCORE_TERMS /* the tile's dS, row by key (for dQ): in s_l, each work-item writing over its */
-    __local float(*ds_l)[KB] = (__local float(*)[KB])s_l; /* own keys' scores once read */
-#else
-    __local float ds_l[RT][KB];
-#endif
+    __local float ds_k[KB * RT]; /* the tile's dS, key-major: ds_k[key·RT + row] (for dQ) */
     __local int block_bad[WG]; /* work-item t's keys' K rows hold inf or NaN */
 #endif
     const int lid = get_local_id(0);
@@ -240,12 +257,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
                     ACCUMULATE_ROWS_TESTED(acck, dsa, pa, q_r, RT, DKP, NK, RK);
                 }
 #if DQ_FUSED
-                /* dQ += dS·K over the block's KB keys: dS passes through local memory, then
-                 * RT / DQR work-items take DQR rows each (the same rows in every tile and block,
-                 * so each row's partial sum is one work-item's, in key order) */
+                /* dQ += dS·K over the block's KB keys: dS passes through local memory (a
+                 * vector per key), then RT / DQR work-items take DQR rows each (the same rows
+                 * in every tile and block, so each row's partial sum is one work-item's, in
+                 * key order) */
                 for (int kk = 0; kk < RK; kk++)
-                    for (int r = 0; r < RT; r++)
-                        ds_l[r][lid * RK + kk] = dsa[kk][r];
+                    vstore16(vload16(0, dsa[kk]), lid * RK + kk, ds_k);
                 barrier(CLK_LOCAL_MEM_FENCE);
                 if (lid < RT / DQR) {
                     const int r0 = lid * DQR;
@@ -258,11 +275,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
                     for (int t = 0; t < WG; t++)
                         k_finite &= !block_bad[t];
                     if (k_finite) {
-                        ACCUMULATE_ROWS(accq, ds_l + r0, k_b, KB, DKP, NK, DQR);
+                        DQ_ROWS(accq, ds_k + r0, false);
                     } else { /* K holds inf or NaN: a key of dS 0 is skipped, not multiplied (a
                               * key with inf or NaN in K has P 0 or NaN, so dS 0 or NaN: the
                               * same keys as a test of P would skip) */
-                        ACCUMULATE_ROWS_TESTED(accq, ds_l + r0, ds_l + r0, k_b, KB, DKP, NK, DQR);
+                        DQ_ROWS(accq, ds_k + r0, true);
                     }
                     for (int r = 0; r < DQR && i0 + r0 + r < n_q; r++)
                         for (int a = 0; a < NK; a++)

@@ -169,11 +169,11 @@ static int64_t backward_dq_splits(const clattn_context *ctx, const clattn_proble
                                                           : clattn_ceil_div(2 * cu, groups);
     if (ctx->backward_splits < 0 && s > blocks)
         s = blocks > 1 ? blocks : 1;
-    /* bwd_dkdv's local memory with the block's K rows and the tile's dS (common.cl's
-     * stage buffers, the tile's Q and dO twice, its scores) must fit */
+    /* bwd_dkdv's local memory with the block's K rows and the tile's dS (the tile's Q and
+     * dO twice, its scores, and some) must fit */
     const int64_t kb = CLATTN_BACKWARD_WG * (int64_t)rk, dkp = clattn_ceil_div(pr->q.n[3], 16) * 16;
     const int64_t dvp = clattn_ceil_div(pr->v.n[3], 16) * 16;
-    if ((cl_ulong)(4 * (32 * (dkp + dvp) + 16 * kb + kb * dkp) + 2048) > ctx->local_mem)
+    if ((cl_ulong)(4 * (32 * (dkp + dvp) + 32 * kb + kb * dkp) + 2048) > ctx->local_mem)
         return 0;
     /* the partial sums must fit one buffer: fewer splits, or dQ in its own kernel */
     const int64_t row_bytes = 4 * clattn_ceil_div(pr->q.n[3] > 0 ? pr->q.n[3] : 1, 16) * 16;
