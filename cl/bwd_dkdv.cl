@@ -17,7 +17,15 @@
  * rows, each row vector feeding RK FMAs, NV vectors per step (common.cl). A weight of 0
  * adds nothing even where Q or dO hold inf or NaN: the work-items flag staged rows
  * holding either, and only such tiles take the sums that test each weight. (RK 1 keeps
- * the per-key form, whose local memory — no transposed copies — fits GPUs at d 256.) */
+ * the per-key form, whose local memory — no transposed copies — fits GPUs at d 256.)
+ *
+ * The RK > 1 kernel walks blocks of KB = WG·RK keys: block split, split + splits, … for
+ * work-group `split` of get_num_groups(0) (one block each without DQ_FUSED). DQ_FUSED: it
+ * also forms dQ += dS·K — the block's K rows stay staged row-major (k_b), each tile's dS
+ * passes through local memory key-major (ds_k), and work-items 0 … RT/DQR − 1 add DQR
+ * rows each into the split's float32 partial dQ (dq_part, zeroed by the work-group first;
+ * rows of DKP floats, bwd_prep's row order), the same rows in every tile, so each partial
+ * element has one writer and one order; bwd_dq_sum.cl adds the splits. */
 #ifndef D_K
 #define D_K 64
 #endif

@@ -1,4 +1,4 @@
-/* bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl — the backward pass of attention: dQ, dK, dV from Q, K, V, O, dO and the
+/* bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl, bwd_dq_sum.cl — the backward pass of attention: dQ, dK, dV from Q, K, V, O, dO and the
  * forward call's LSE, FlashAttention-2's backward (Dao 2023, "FlashAttention-2: Faster
  * Attention with Better Parallelism and Work Partitioning", Algorithm 2): P is
  * recomputed from Q, K and the LSE, never stored, so memory stays O(n·d):
@@ -10,13 +10,18 @@
  * row's ALiBi reference as the forward kernels take it; bwd_prep turns the caller's LSE
  * into that frame once per row.
  *
- * Three kernels, each output element written by exactly one work-item in a fixed order,
- * with no atomics: the same bits on every run (FlashAttention-2 accumulates dQ with
- * atomic adds instead; here dQ has its own kernel, which recomputes P and dP):
- *   bwd_prep  NDRange (n_q, batch·h_q): per row D_i and the relative LSE into rows[];
- *   bwd_dq    NDRange (⌈n_q/RQ⌉, batch·h_q): per RQ query rows, their keys 16 at a time;
- *   bwd_dkdv  NDRange (⌈n_kv/RK⌉, batch·h_kv): per RK keys, every query row of their KV
- *             head's group (GQA: dK and dV sum over the group's query heads).
+ * Each output element written by exactly one work-item in a fixed order, with no
+ * atomics: the same bits on every run (FlashAttention-2 accumulates dQ with atomic adds
+ * instead). Two ways to dQ, the host's choice (tuning.c clattn_backward_blocking):
+ *   bwd_prep    NDRange (n_q, batch·h_q): per row D_i and the relative LSE into rows[];
+ *   bwd_dkdv    NDRange (⌈n_kv/RK⌉, batch·h_kv): per RK keys, every query row of their
+ *               KV head's group (GQA: dK and dV sum over the group's query heads); then
+ *   bwd_dq      NDRange (⌈n_q/RQ⌉, batch·h_q): per RQ query rows, their keys 16 at a
+ *               time, recomputing P and dP (GPUs: 7 forward-sized products in all); or,
+ *               DQ_FUSED (CPUs), bwd_dkdv's NDRange (splits·WG, batch·h_kv): each
+ *               work-group walks the key blocks of one split and adds dS·K into that
+ *               split's float32 partial dQ as well (5 products), and
+ *   bwd_dq_sum  NDRange (n_q, batch·h_q) adds the splits' partial sums in split order.
  * RQ and RK (the host's, tuning.c): 4 on CPUs (2 above head dim 128), 1 on GPUs.
  * A row with no visible key, or past q_lens, adds nothing and gets dQ = 0; a key of
  * weight exactly 0 adds nothing, whatever its K and V. Private arrays of d_k and d_v

@@ -590,9 +590,10 @@ static void arg_bwd_sizes(arg_list *a, int64_t h_q, int64_t group, int64_t n_q, 
     arg_dropout(a, x);
 }
 
-/* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl): prep writes each row's D and
- * relative LSE into a workspace of 2 floats per row; dq and dkdv both wait for it and
- * write every element of their gradients (zeros where nothing adds). */
+/* The backward pass (bwd_prep.cl, bwd_dq.cl, bwd_dkdv.cl, bwd_dq_sum.cl): prep writes each
+ * row's D and relative LSE into a workspace of 2 floats per row; dq (or, with dQ formed by
+ * dkdv into per-split partial sums, dq_sum after dkdv) and dkdv wait for it and write
+ * every element of their gradients (zeros where nothing adds). */
 clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_plan *plan,
                                      const clattn_problem *dev, const clattn_view *d_o,
                                      const clattn_view g[4], cl_uint n_wait, const cl_event *wait,

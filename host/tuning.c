@@ -281,9 +281,11 @@ void clattn_tuning_init(clattn_context *ctx)
     ctx->decode_splits = splits ? strtoll(splits, NULL, 10) : 0;
     if (ctx->decode_splits < 0 || ctx->decode_splits > 256)
         ctx->decode_splits = 0;
+    /* CLATTN_BACKWARD_SPLITS: a decimal 0 … 256; anything else leaves the choice to tuning */
     const char *bs = getenv("CLATTN_BACKWARD_SPLITS");
-    ctx->backward_splits = bs && *bs ? strtoll(bs, NULL, 10) : -1;
-    if (ctx->backward_splits < -1 || ctx->backward_splits > 256)
+    char *bs_end = NULL;
+    ctx->backward_splits = bs && *bs >= '0' && *bs <= '9' ? strtoll(bs, &bs_end, 10) : -1;
+    if (ctx->backward_splits > 256 || (bs_end && *bs_end != '\0'))
         ctx->backward_splits = -1;
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);

@@ -25,14 +25,20 @@ extern "C" {
  *
  * Algorithm: FlashAttention-2's backward (Dao 2023, "FlashAttention-2", Algorithm 2):
  * P is recomputed tile by tile from Q, K and the LSE (no n_q × n_kv matrix in memory;
- * device workspace 8 bytes per query row), D_i = Σ_c dO_ic·O_ic first, then
+ * device workspace 8 bytes per query row, and on CPUs 4·⌈d_k/16⌉·16 bytes per query row
+ * and dQ split for the partial dQ sums), D_i = Σ_c dO_ic·O_ic first, then
  *     dS_ij = P_ij·(dO_i·V_j − D_i)·scale·g_ij,  dQ_i = Σ_j dS_ij·K_j,
  *     dK_j = Σ_i dS_ij·Q_i,  dV_j = Σ_i P_ij·dO_i,
  * g_ij = 1 − tanh²(scale·q_i·k_j / softcap) under a softcap, else 1. Float32 arithmetic
  * whatever the storage types.
  * Deterministic: each gradient element is summed by one work-item in a fixed order, no
- * atomics, so reruns give the same bits (dQ has its own kernel, which recomputes P and
- * dP, instead of FlashAttention-2's atomic adds into dQ).
+ * atomics, so reruns give the same bits. dQ, which FlashAttention-2 accumulates with
+ * atomic adds: on CPUs the dK/dV kernel adds dS·K into one float32 partial dQ per key
+ * split (each written by one work-group walking its split's key blocks in order) and a
+ * last kernel sums the splits in order; the split count comes from the device's compute
+ * units and batch × KV heads (1 with desc->batch_invariant; CLATTN_BACKWARD_SPLITS=N
+ * fixes it), and dQ's bits depend on it. On GPUs dQ has its own kernel, which recomputes
+ * P and dP.
  *
  * Every term of the forward desc applies, with the gradients of
  * clattn_reference_attention_backward: masks and alignments, no-self, mask tensors (no

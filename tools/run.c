@@ -455,7 +455,6 @@ static int run_attention(const run_args *a, run_inputs *in)
     clattn_attention_desc desc = rd.desc;
     desc.weights = w != NULL ? &tw : NULL;
     desc.weights_head_mean = a->head_mean;
-    desc.batch_invariant = a->batch_invariant;
     desc.lse = lse != NULL ? &tl : NULL;
     /* --k-new: the call writes the appended rows into K and V; the reference of --check
      * appends into its own copies of the caches as they were before */

@@ -267,6 +267,7 @@ int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd)
     desc->dropout_p = a->dropout_p; /* 0 without --dropout */
     desc->dropout_seed = a->dropout_seed;
     desc->dropout_offset = a->dropout_offset;
+    desc->batch_invariant = a->batch_invariant;
     if (a->k_scale_file != NULL) { /* [b|1, h_kv, n_kv|1, 1]: extents of 1 broadcast */
         rd->k_scale = host_view(in->k_scale.data, in->k_scale.shape, ndim, CLATTN_FLOAT32);
         desc->k_scale = &rd->k_scale;
