@@ -341,6 +341,7 @@ typedef struct clattn_backward_plan {
     size_t dq_rows;               /* bwd_dq's query rows per work-item (RQ), and bwd_dkdv's */
                                   /* keys per work-item (RK): clattn_backward_rows */
     int64_t dq_splits;            /* > 0: bwd_dkdv forms dQ in that many splits, dq is bwd_dq_sum */
+    int64_t dq_part_bytes;        /* … into float32 partial sums of this many bytes in all */
     clattn_program_entry *dsinks; /* NULL without d_sinks */
 } clattn_backward_plan;
 /* g: dQ, dK, dV and d_sinks (g[3].count 0 without one) */
@@ -441,10 +442,10 @@ int clattn_tuning_vectors(const clattn_context *ctx, size_t rq);
  * (2 above head dim 128: the private arrays), on other devices 1; CLATTN_BLOCKING's RQ
  * (within that cap) where it is set. */
 size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v);
-/* The backward kernels' rows or keys per work-item (clattn_backward_rows) and bwd_dkdv.cl's
- * key splits of dQ's partial sums (bwd_dq_sum.cl), or 0: bwd_dq.cl forms dQ */
-void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *pr, size_t *rows,
-                              int64_t *dq_splits);
+/* The backward plan's rows or keys per work-item (clattn_backward_rows), and bwd_dkdv.cl's
+ * key splits of dQ's partial sums (bwd_dq_sum.cl) with their bytes, or 0: bwd_dq.cl forms dQ */
+void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *pr,
+                              clattn_backward_plan *plan);
 /* The blocking an override (returns 1: CLATTN_BLOCKING, clattn_context_set_blocking)
  * or the stored tuning (2) gives the request, or 0 (none: nothing is written); a
  * request's wg_request replaces an override's WG and disables stored tuning. */

@@ -613,13 +613,10 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
     cl_event ev[4] = {NULL, NULL, NULL, NULL};
     if (st == CLATTN_SUCCESS)
         st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * 2 * 4, NULL, &ws);
-    /* bwd_dkdv forming dQ: a float32 partial dQ per split, rows of d_k padded to 16 */
+    /* bwd_dkdv forming dQ: a float32 partial dQ per split (the plan's bytes) */
     const int64_t splits = keys > 0 ? plan->dq_splits : 0;
     if (st == CLATTN_SUCCESS && splits > 0 && rows > 0)
-        st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE,
-                                  splits * rows * 4 *
-                                      clattn_ceil_div(q->n[3] > 0 ? q->n[3] : 1, 16) * 16,
-                                  NULL, &dq_part);
+        st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, plan->dq_part_bytes, NULL, &dq_part);
     if (st == CLATTN_SUCCESS && rows > 0) {
         arg_list a = {plan->prep->kernel, 0, CL_SUCCESS};
         arg_view(&a, &dev->o);

@@ -774,7 +774,7 @@ clattn_status clattn_plan_backward(clattn_context *ctx, const clattn_problem *pr
                            "a float64 LSE needs cl_khr_fp64, which %s does not have (use a "
                            "float32 LSE)",
                            ctx->device_name);
-    clattn_backward_blocking(ctx, pr, &out->dq_rows, &out->dq_splits);
+    clattn_backward_blocking(ctx, pr, out);
     char opts[512];
     snprintf(opts, sizeof opts,
              CL_STD " -DBWD=1 -DWG=%d -DRQ=%zu -DRK=%zu -DNV=%d -DD_K=%lld -DD_V=%lld -DDO_DT=%d "

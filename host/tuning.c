@@ -153,6 +153,12 @@ static const clattn_tune_entry *find(const clattn_tune_entry *list, int n, clatt
     return NULL;
 }
 
+/* a head dim's row in whole float16 vectors, as the kernels pad it (PAD16, at least one) */
+static int64_t pad16(int64_t d)
+{
+    return clattn_ceil_div(d > 0 ? d : 1, 16) * 16;
+}
+
 static int64_t backward_dq_splits(const clattn_context *ctx, const clattn_problem *pr, size_t rk)
 {
     /* RK > 1 (CPUs): bwd_dkdv.cl forms dQ += dS·K with the dK and dV products (5 products
@@ -171,12 +177,12 @@ static int64_t backward_dq_splits(const clattn_context *ctx, const clattn_proble
         s = blocks > 1 ? blocks : 1;
     /* bwd_dkdv's local memory with the block's K rows and the tile's dS (the tile's Q and
      * dO twice, its scores, and some) must fit */
-    const int64_t kb = CLATTN_BACKWARD_WG * (int64_t)rk, dkp = clattn_ceil_div(pr->q.n[3], 16) * 16;
-    const int64_t dvp = clattn_ceil_div(pr->v.n[3], 16) * 16;
-    if ((cl_ulong)(4 * (32 * (dkp + dvp) + 32 * kb + kb * dkp) + 2048) > ctx->local_mem)
+    const int64_t kb = CLATTN_BACKWARD_WG * (int64_t)rk, dkp = pad16(pr->q.n[3]);
+    if ((cl_ulong)(4 * (32 * (dkp + pad16(pr->v.n[3])) + 32 * kb + kb * dkp) + 2048) >
+        ctx->local_mem)
         return 0;
     /* the partial sums must fit one buffer: fewer splits, or dQ in its own kernel */
-    const int64_t row_bytes = 4 * clattn_ceil_div(pr->q.n[3] > 0 ? pr->q.n[3] : 1, 16) * 16;
+    const int64_t row_bytes = 4 * dkp;
     const int64_t rows = pr->q.n[0] * pr->q.n[1] * pr->q.n[2];
     while (s > 1 && (cl_ulong)(s * rows * row_bytes) > ctx->max_alloc)
         s--;
@@ -194,11 +200,13 @@ size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
     return is_cpu(ctx) ? cap : 1;
 }
 
-void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *pr, size_t *rows,
-                              int64_t *dq_splits)
+void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *pr,
+                              clattn_backward_plan *plan)
 {
-    *rows = clattn_backward_rows(ctx, pr->q.n[3], pr->v.n[3]);
-    *dq_splits = backward_dq_splits(ctx, pr, *rows);
+    plan->dq_rows = clattn_backward_rows(ctx, pr->q.n[3], pr->v.n[3]);
+    plan->dq_splits = backward_dq_splits(ctx, pr, plan->dq_rows);
+    plan->dq_part_bytes =
+        plan->dq_splits * pr->q.n[0] * pr->q.n[1] * pr->q.n[2] * 4 * pad16(pr->q.n[3]);
 }
 
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v)
