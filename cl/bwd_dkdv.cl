@@ -65,25 +65,20 @@ long2 row_tiles(RULE_PARAMS, long b, long n_q, long n_kv, long j_lo, long j_hi)
     return (long2)(t_first, t_end);
 }
 
-/* acc[x][a] += Σ_key w[key·RT + x] · k_b[key·DKP + 16a .. +16) over the block's KB keys, x <
- * DQR: common.cl's ACCUMULATE_ROWS (NV_FIT(NK)·DQR accumulators in registers, each K vector
- * feeding DQR FMAs) with the weights read key-major; TESTED: keys of weight 0 skipped */
-#define DQ_ROWS(acc, w, TESTED)                                                                 \
-    for (int a_ = 0; a_ < NK; a_ += NV_FIT(NK)) {                                               \
-        float16 o_[NV_FIT(NK)][DQR];                                                            \
-        _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(NK); u_++)                               \
-        _Pragma("unroll") for (int x_ = 0; x_ < DQR; x_++) o_[u_][x_] = (acc)[x_][a_ + u_];     \
-        _Pragma("unroll 2") for (int jj_ = 0; jj_ < KB; jj_++)                                  \
-        {                                                                                       \
-            _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(NK); u_++) {                         \
-                const float16 vv_ = vload16(a_ + u_, k_b + jj_ * DKP);                          \
-                _Pragma("unroll") for (int x_ = 0; x_ < DQR; x_++)                              \
-                if (!(TESTED) || (w)[jj_ * RT + x_] != 0.0f)                                    \
-                    o_[u_][x_] = fma((float16)((w)[jj_ * RT + x_]), vv_, o_[u_][x_]);           \
-            }                                                                                   \
+/* acc[x][u] += Σ_key w[key·RT + x] · k_b[key·DKP + 16(a + u) .. +16) over the block's KB
+ * keys, x < DQR, u < NVQ: common.cl's ACCUMULATE_ROWS for one chunk of NVQ vectors (its
+ * NV·DQR accumulators in registers, each K vector feeding DQR FMAs) with the weights read
+ * key-major; TESTED: keys of weight 0 skipped */
+#define NVQ NV_FIT(NK) /* float16 vectors of d_k per dQ chunk */
+#define DQ_ROWS(acc, w, a, TESTED)                                                              \
+    _Pragma("unroll 2") for (int jj_ = 0; jj_ < KB; jj_++)                                      \
+    {                                                                                           \
+        _Pragma("unroll") for (int u_ = 0; u_ < NVQ; u_++) {                                    \
+            const float16 vv_ = vload16((a) + u_, k_b + jj_ * DKP);                             \
+            _Pragma("unroll") for (int x_ = 0; x_ < DQR; x_++)                                  \
+            if (!(TESTED) || (w)[jj_ * RT + x_] != 0.0f)                                        \
+                (acc)[x_][u_] = fma((float16)((w)[jj_ * RT + x_]), vv_, (acc)[x_][u_]);         \
         }                                                                                       \
-        _Pragma("unroll") for (int u_ = 0; u_ < NV_FIT(NK); u_++)                               \
-        _Pragma("unroll") for (int x_ = 0; x_ < DQR; x_++) (acc)[x_][a_ + u_] = o_[u_][x_];     \
     }
 
 /* the arguments of both forms of the kernel (host/launch.c sets them) */
@@ -272,26 +267,28 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BW
                 for (int kk = 0; kk < RK; kk++)
                     vstore16(vload16(0, dsa[kk]), lid * RK + kk, ds_k);
                 barrier(CLK_LOCAL_MEM_FENCE);
-                if (lid < RT / DQR) {
-                    const int r0 = lid * DQR;
-                    __global float *dq_t = dq_s + (g * n_q + i0 + r0) * DKP;
-                    float16 accq[DQR][NK];
+                /* units of DQR rows × NVQ vectors, unit t always work-item t % WG's (GPU-style
+                 * runtimes run work-items as SIMD lanes: spread, not 4 busy lanes of 32) */
+                bool k_finite = true;
+                for (int t = 0; t < WG; t++)
+                    k_finite &= !block_bad[t];
+                for (int t = lid; t < RT / DQR * (NK / NVQ); t += WG) {
+                    const int r0 = t / (NK / NVQ) * DQR, a = t % (NK / NVQ) * NVQ;
+                    __global float *dq_t = dq_s + (g * n_q + i0 + r0) * DKP + 16 * a;
+                    float16 accq[DQR][NVQ];
                     for (int r = 0; r < DQR; r++)
-                        for (int a = 0; a < NK; a++)
-                            accq[r][a] = i0 + r0 + r < n_q ? vload16(a, dq_t + r * DKP) : 0.0f;
-                    bool k_finite = true;
-                    for (int t = 0; t < WG; t++)
-                        k_finite &= !block_bad[t];
+                        for (int u = 0; u < NVQ; u++)
+                            accq[r][u] = i0 + r0 + r < n_q ? vload16(u, dq_t + r * DKP) : 0.0f;
                     if (k_finite) {
-                        DQ_ROWS(accq, ds_k + r0, false);
+                        DQ_ROWS(accq, ds_k + r0, a, false);
                     } else { /* K holds inf or NaN: a key of dS 0 is skipped, not multiplied (a
                               * key with inf or NaN in K has P 0 or NaN, so dS 0 or NaN: the
                               * same keys as a test of P would skip) */
-                        DQ_ROWS(accq, ds_k + r0, true);
+                        DQ_ROWS(accq, ds_k + r0, a, true);
                     }
                     for (int r = 0; r < DQR && i0 + r0 + r < n_q; r++)
-                        for (int a = 0; a < NK; a++)
-                            vstore16(accq[r][a], a, dq_t + r * DKP);
+                        for (int u = 0; u < NVQ; u++)
+                            vstore16(accq[r][u], u, dq_t + r * DKP);
                 }
 #endif
                 barrier(CLK_LOCAL_MEM_FENCE); /* everyone done with the tile */
