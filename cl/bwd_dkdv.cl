@@ -91,7 +91,10 @@ long2 row_tiles(RULE_PARAMS, long b, long n_q, long n_kv, long j_lo, long j_hi)
         long n_kv, float scale, RULE_PARAMS, TERM_PARAMS, DROPOUT_PARAMS, __global float *dq_part
 
 #if RK > 1
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_bwd_dkdv(BWD_DKDV_PARAMS)
+/* vec_type_hint: the kernel is vectorised in float16 already, so a runtime that would run
+ * work-items as SIMD lanes keeps one per thread (Intel's CPU runtime: 0.31x the time) */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) __attribute__((vec_type_hint(float16)))
+void clattn_bwd_dkdv(BWD_DKDV_PARAMS)
 {
     __local float q_t[DKP * RT], g_t[DVP * RT]; /* the tile's Q and dO rows transposed */
     __local float q_r[RT * DKP], g_r[RT * DVP]; /* … and row-major */
