@@ -339,7 +339,7 @@ clattn_status clattn_wait(clattn_context *ctx, cl_event done);
 typedef struct clattn_backward_plan {
     clattn_program_entry *prep, *dq, *dkdv;
     size_t dq_rows;               /* bwd_dq's query rows per work-item (RQ), and bwd_dkdv's */
-                                  /* keys per work-item (RK): clattn_backward_rows */
+                                  /* keys per work-item (RK): clattn_backward_blocking */
     int64_t dq_splits;            /* > 0: bwd_dkdv forms dQ in that many splits, dq is bwd_dq_sum */
     int64_t dq_part_bytes;        /* … into float32 partial sums of this many bytes in all */
     clattn_program_entry *dsinks; /* NULL without d_sinks */
@@ -438,12 +438,10 @@ void clattn_tuning_choose(const clattn_context *ctx, const clattn_blocking_reque
  * lanes (AVX-512) 4 up to RQ 4 and 2 above, else 1; CLATTN_BLOCKING's optional fourth
  * value overrides it. */
 int clattn_tuning_vectors(const clattn_context *ctx, size_t rq);
-/* bwd_dq.cl's query rows per work-item and bwd_dkdv.cl's keys per work-item: on CPUs 4
- * (2 above head dim 128: the private arrays), on other devices 1; CLATTN_BLOCKING's RQ
- * (within that cap) where it is set. */
-size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v);
-/* The backward plan's rows or keys per work-item (clattn_backward_rows), and bwd_dkdv.cl's
- * key splits of dQ's partial sums (bwd_dq_sum.cl) with their bytes, or 0: bwd_dq.cl forms dQ */
+/* The backward plan's blocking: bwd_dq.cl's query rows and bwd_dkdv.cl's keys per
+ * work-item (on CPUs 4, 2 above head dim 128: the private arrays; on other devices 1;
+ * CLATTN_BLOCKING's RQ within that cap where it is set), and bwd_dkdv.cl's key splits of
+ * dQ's partial sums (bwd_dq_sum.cl) with their bytes, or 0: bwd_dq.cl forms dQ */
 void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *pr,
                               clattn_backward_plan *plan);
 /* The blocking an override (returns 1: CLATTN_BLOCKING, clattn_context_set_blocking)

@@ -189,7 +189,7 @@ static int64_t backward_dq_splits(const clattn_context *ctx, const clattn_proble
     return (cl_ulong)(s * rows * row_bytes) <= ctx->max_alloc ? s : 0;
 }
 
-size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
+static size_t backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
 {
     /* each staged K or V column vector feeds RQ FMAs instead of one (the kernel was
      * load-bound at one row per work-item) */
@@ -203,7 +203,7 @@ size_t clattn_backward_rows(const clattn_context *ctx, int64_t d_k, int64_t d_v)
 void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *pr,
                               clattn_backward_plan *plan)
 {
-    plan->dq_rows = clattn_backward_rows(ctx, pr->q.n[3], pr->v.n[3]);
+    plan->dq_rows = backward_rows(ctx, pr->q.n[3], pr->v.n[3]);
     plan->dq_splits = backward_dq_splits(ctx, pr, plan->dq_rows);
     plan->dq_part_bytes =
         plan->dq_splits * pr->q.n[0] * pr->q.n[1] * pr->q.n[2] * 4 * pad16(pr->q.n[3]);
@@ -278,6 +278,18 @@ static bool parse_line(const char *line, clattn_tune_entry *e)
     return k >= 0 && blocking_ok(&e->blocking);
 }
 
+/* An environment count: a plain decimal up to max, or fallback for anything else (unset,
+ * empty, signs, trailing characters) */
+static int64_t env_count(const char *name, int64_t max, int64_t fallback)
+{
+    const char *s = getenv(name);
+    char *end = NULL;
+    if (!s || *s < '0' || *s > '9')
+        return fallback;
+    const long long v = strtoll(s, &end, 10);
+    return *end == '\0' && v <= max ? v : fallback;
+}
+
 void clattn_tuning_init(clattn_context *ctx)
 {
     const char *family = getenv("CLATTN_KERNEL_FAMILY");
@@ -285,16 +297,10 @@ void clattn_tuning_init(clattn_context *ctx)
                   : strcmp(family, "gpu") == 0 ? CLATTN_KERNEL_FAMILY_GPU
                   : strcmp(family, "cpu") == 0 ? CLATTN_KERNEL_FAMILY_CPU
                                                : CLATTN_KERNEL_FAMILY_AUTO;
-    const char *splits = getenv("CLATTN_DECODE_SPLITS");
-    ctx->decode_splits = splits ? strtoll(splits, NULL, 10) : 0;
-    if (ctx->decode_splits < 0 || ctx->decode_splits > 256)
-        ctx->decode_splits = 0;
-    /* CLATTN_BACKWARD_SPLITS: a decimal 0 … 256; anything else leaves the choice to tuning */
-    const char *bs = getenv("CLATTN_BACKWARD_SPLITS");
-    char *bs_end = NULL;
-    ctx->backward_splits = bs && *bs >= '0' && *bs <= '9' ? strtoll(bs, &bs_end, 10) : -1;
-    if (ctx->backward_splits > 256 || (bs_end && *bs_end != '\0'))
-        ctx->backward_splits = -1;
+    /* a decimal 0 … 256 each; anything else leaves the choice to the plan (decode: 0, the
+     * backward: −1, its 0 meaning dQ in its own kernel) */
+    ctx->decode_splits = env_count("CLATTN_DECODE_SPLITS", 256, 0);
+    ctx->backward_splits = env_count("CLATTN_BACKWARD_SPLITS", 256, -1);
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
     /* CLATTN_BLOCKING="RQ,WG,TILE_KV[,NV]": an override of every kernel (tuning
