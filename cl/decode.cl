@@ -14,7 +14,7 @@
  * ρ = g·n_q + i for query head h = hk·group + g and query i; work-item x of NDRange
  * (⌈group·n_q / NR⌉ rounded up to WG, batch·h_kv) takes rows x·NR … x·NR + NR − 1.
  * Per step of 16 keys:
- * - scores, KG keys at a time: SB rows × KG keys = 16 dot products against the K rows
+ * - scores, KG keys at a time: SB rows × KG keys (≤ 16) dot products against the K rows
  *   (each 16-float K vector feeds SB rows' FMAs), then one reduction of the 16 float16
  *   partial sums into one vector (hsum16: 15 additions of shuffled pairs, the additions
  *   of hsum in the same order) instead of a horizontal sum per row and key; whole steps
@@ -44,12 +44,24 @@
 #define NR 1 /* query rows (query heads of a KV head × queries) per work-item */
 #endif
 #define SB (NR < 4 ? NR : 4) /* rows per register block */
-#define KG (SB > 2 ? 4 : 16 / SB) /* keys per block of scores: SB·KG ≤ 16 dot products */
+/* Keys per block of scores: SB·KG ≤ 16 dot products, as many as the score accumulators'
+ * register budget allows — SB·KG float16 accumulators, at most 16 where a float16 is one
+ * register (NV > 1: AVX-512's 32) and at most 4 where it is two (NV 1: AVX2's 16 ymm;
+ * 16 accumulators there spilled: 1.13x the time of a horizontal sum per row and key on a
+ * Zen 3). NV: the host's, from the device's native vector width (tuning.c). */
+#define SCORE_ACC (NV > 1 ? 16 : 4)
+#define KG_MAX (SB > 2 ? 4 : 16 / SB)
+#define KG_FITS(kg) (SB * (kg) <= SCORE_ACC)
+#define KG                                                                                   \
+    (KG_FITS(KG_MAX) ? KG_MAX : KG_FITS(KG_MAX / 2) ? KG_MAX / 2 : KG_FITS(KG_MAX / 4) ? KG_MAX / 4 : 1)
 #define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
 #define D_V_PAD PAD16(D_V)     /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)    /* float16 accumulator vectors per row */
-/* V column blocks per pass of the weighted sum: SB·AP ≥ 8 chains of FMAs in flight */
-#define AP (N_AV < 8 / SB ? N_AV : 8 / SB)
+/* V column blocks per pass of the weighted sum: SB·AP float16 accumulators, enough for 8
+ * chains of FMAs in flight — 8 where a float16 is one register (NV > 1), 4 where it is two
+ * (NV 1: 8 of them took all 16 ymm registers) */
+#define SUM_ACC (NV > 1 ? 8 : 4)
+#define AP (N_AV < SUM_ACC / SB ? N_AV : SUM_ACC / SB > 0 ? SUM_ACC / SB : 1)
 
 /* 16 horizontal sums at once: lane e of the result is hsum(d[e]) with the same additions
  * in the same order (same bits), in 15 vector additions of shuffled pairs instead of
@@ -81,7 +93,11 @@ float16 hsum16(const float16 *d)
 }
 
 /* lanes r·KG … r·KG + KG − 1 of s to dst[0 … KG − 1] */
-#if KG == 4
+#if KG == 1
+#define STORE_KEYS(s, r, dst) ((dst)[0] = ((float *)&(s))[r])
+#elif KG == 2
+#define STORE_KEYS(s, r, dst) vstore2(((float2 *)&(s))[r], 0, (dst))
+#elif KG == 4
 #define STORE_KEYS(s, r, dst) vstore4(((float4 *)&(s))[r], 0, (dst))
 #elif KG == 8
 #define STORE_KEYS(s, r, dst) vstore8(((float8 *)&(s))[r], 0, (dst))

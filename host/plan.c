@@ -287,15 +287,16 @@ static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int6
     return true;
 }
 
-/* decode.cl: NR rows (query heads x queries of one KV head) per work-item, one work-item
- * per work-group (the kernel's default WG); CPU_PREFETCH from the context (context.c). */
+/* decode.cl: NR rows (query heads x queries of one KV head) per work-item, one per work-group
+ * (its default WG); NV sizes its register blocks; CPU_PREFETCH: context.c. */
 static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n_q, int64_t d_k,
                                    int64_t d_v, const char *feat, clattn_blocked *out)
 {
     const size_t nr = clattn_decode_rows(ctx, group * n_q, d_k, d_v);
     char opts[512];
-    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DCPU_PREFETCH=%d %s",
-             (long long)d_k, (long long)d_v, nr, ctx->cpu_prefetch, feat);
+    snprintf(opts, sizeof opts,
+             CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DNV=%d -DCPU_PREFETCH=%d %s", (long long)d_k,
+             (long long)d_v, nr, clattn_tuning_vectors(ctx, nr), ctx->cpu_prefetch, feat);
     clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &out->entry);
     if (st != CLATTN_SUCCESS)
         return st;
