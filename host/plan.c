@@ -6,7 +6,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-
 #define CL_STD CLATTN_CL_STD
 #define DECODE_MAX_N_Q 16  /* fused: up to this many queries stream K and V (decode.cl) */
 #define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
