@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* setenv */
 /* Exact checks, and checks tied to one behaviour each, written against the kinds of kernel
  * bug that a tolerance-based sweep cannot see (issue 21; tools/dev/mutants.txt lists the
  * planted bugs these tests kill):
@@ -1415,6 +1416,52 @@ START_TEST(weights_head_mean_three_heads)
 }
 END_TEST
 
+/* decode.cl's register blocks follow the device's vector width (NV: AVX2 and AVX-512 take
+ * different keys per score block and column blocks per pass) and its rows per work-item:
+ * every form, forced through CLATTN_BLOCKING="RQ,1,16,NV" on a fresh context, against
+ * the float64 reference (1e-5 + 1e-5·|x|) and bit for bit against the first form (the
+ * 16-way reduction adds in the same order whatever the block). GQA, 2 queries: 8 rows
+ * per KV head; d_k 32, d_v 48, 45 keys (a partial step). Seeds 111, 112, 113. */
+START_TEST(decode_register_blocks_every_vector_width)
+{
+    static const char *const forms[] = {"4,1,16,1", "1,1,16,1", "2,1,16,1", "3,1,16,1",
+                                        "4,1,16,4", "1,1,16,4", "2,1,16,4", "4,1,16,2"};
+    const int n_forms = (int)(sizeof forms / sizeof forms[0]);
+    tu_problem p;
+    tu_problem_init(&p, 1, 8, 2, 2, 45, 32, 48, 111, 112, 113, 0);
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    const size_t n_o = (size_t)(p.b * p.h_q * p.n_q * p.d_v);
+    float *ref = tu_reference(&p, &d, NULL), *first = NULL;
+    for (int f = 0; f < n_forms; f++) {
+        ck_assert_int_eq(setenv("CLATTN_BLOCKING", forms[f], 1), 0);
+        clattn_context *ctx = NULL;
+        TU_ASSERT_OK(clattn_context_create(NULL, &ctx), "context with CLATTN_BLOCKING=%s",
+                     forms[f]);
+        float *o = tu_alloc(n_o, 12345.0f);
+        clattn_tensor to = tu_problem_o(&p, o);
+        TU_ASSERT_OK(clattn_attention(ctx, &d, &p.tq, &p.tk, &p.tv, &to),
+                     "decode, CLATTN_BLOCKING=%s", forms[f]);
+        char what[96];
+        snprintf(what, sizeof what, "decode O, CLATTN_BLOCKING=%s", forms[f]);
+        TU_ASSERT_CLOSE(what, &to, NULL, ref, TU_TOL_DEFAULT);
+        if (first)
+            tu_assert_same_bits(o, first, n_o, "decode O, CLATTN_BLOCKING=%s against %s", forms[f],
+                                forms[0]);
+        clattn_context_release(ctx);
+        if (first)
+            free(o);
+        else
+            first = o;
+    }
+    unsetenv("CLATTN_BLOCKING");
+    free(first);
+    free(ref);
+    tu_problem_free(&p);
+}
+END_TEST
+
 int main(void)
 {
     tu_seed_init(0xe8ac7u);
@@ -1435,6 +1482,7 @@ int main(void)
     tcase_add_test(tc[2], nan_scores_poison_their_row);
     tcase_add_test(tc[2], masked_v_one_nonfinite_kind);
     tcase_add_test(tc[2], strided_k_transposed_staging);
+    tcase_add_test(tc[2], decode_register_blocks_every_vector_width);
     tcase_add_test(tc[2], masked_rows_policies);
     tcase_add_test(tc[2], online_softmax_rescale);
     tcase_add_test(tc[2], alibi_far_positions_realistic_slopes);
