@@ -51,9 +51,7 @@
  * Zen 3). NV: the host's, from the device's native vector width (tuning.c). */
 #define SCORE_ACC (NV > 1 ? 16 : 4)
 #define KG_MAX (SB > 2 ? 4 : 16 / SB)
-#define KG_FITS(kg) (SB * (kg) <= SCORE_ACC)
-#define KG                                                                                   \
-    (KG_FITS(KG_MAX) ? KG_MAX : KG_FITS(KG_MAX / 2) ? KG_MAX / 2 : KG_FITS(KG_MAX / 4) ? KG_MAX / 4 : 1)
+#define KG (SCORE_ACC / SB < KG_MAX ? SCORE_ACC / SB : KG_MAX) /* 1, 2, 4, 8 or 16 */
 #define N_QV (PAD16(D_K) / 16) /* float16 vectors per query row */
 #define D_V_PAD PAD16(D_V)     /* d_v rounded up to whole float16 vectors */
 #define N_AV (D_V_PAD / 16)    /* float16 accumulator vectors per row */
@@ -61,7 +59,7 @@
  * chains of FMAs in flight — 8 where a float16 is one register (NV > 1), 4 where it is two
  * (NV 1: 8 of them took all 16 ymm registers) */
 #define SUM_ACC (NV > 1 ? 8 : 4)
-#define AP (N_AV < SUM_ACC / SB ? N_AV : SUM_ACC / SB > 0 ? SUM_ACC / SB : 1)
+#define AP (N_AV < SUM_ACC / SB ? N_AV : SUM_ACC / SB) /* ≥ 1: SB ≤ 4 */
 
 /* 16 horizontal sums at once: lane e of the result is hsum(d[e]) with the same additions
  * in the same order (same bits), in 15 vector additions of shuffled pairs instead of
