@@ -1489,6 +1489,12 @@ expect_rc "bench --json --quiet" 0
 if [ -s "$tmp/err" ]; then fail "bench --quiet: standard error is not empty"; else pass; fi
 if head -1 "$tmp/out" | grep -q '^\[$' && tail -1 "$tmp/out" | grep -q '^\]$'; then pass; else
     fail "bench --json: standard output is not one JSON array"; fi
+# --peak: the probes' line names the form kept and gives positive rates (the value
+# itself is the machine's: benchmarks, not tests)
+run_clattn bench --shapes "1,1,1,1,16,8,8,none,fused" --reps 1 --quiet --peak
+expect_rc "bench --peak" 0
+if grep -Eq '^f32 FMA peak \(float(2|4|8|16)? x (8|12) accumulators\): [0-9]*[1-9][0-9]*\.[0-9] GFLOP/s; streaming read: [0-9.]*[1-9][0-9.]* GB/s$' "$tmp/out"; then
+    pass; else fail "bench --peak: no line 'f32 FMA peak (FORM): N GFLOP/s; streaming read: N GB/s' (got: $(grep -i peak "$tmp/out"))"; fi
 # an int8 K/V cache (per-token scales), contiguous and paged; fused only
 run_clattn bench --shapes "1,2,1,1,32,8,8,none,fused,f32,int8;1,2,1,1,32,8,8,none,fused,f16,page8,int8" --reps 1 --quiet
 expect_rc "bench int8" 0

@@ -114,8 +114,9 @@ static const char bench_usage[] =
     "  --reps N        timed runs per case (default 5)\n"
     "  --warmup N      untimed runs first (default 1; the first also builds programs)\n"
     "  --json          one JSON object per case on stdout, in a JSON array\n"
-    "  --peak          also measure the device's f32 FMA peak (independent float16\n"
-    "                  accumulators) and its streaming read bandwidth (float16 loads\n"
+    "  --peak          also measure the device's f32 FMA peak (independent vector\n"
+    "                  accumulators: the fastest of float16 x 8 and the device's native\n"
+    "                  float width x 12) and its streaming read bandwidth (float16 loads\n"
     "                  over 256 MiB, summed), and print each case as a fraction of\n"
     "                  both (the FMA peak bounds large problems, the bandwidth\n"
     "                  decoding)\n"
@@ -456,179 +457,6 @@ done:
     return rc;
 }
 
-/* An FMA micro-benchmark: each work-item keeps 8 independent float16 accumulators, so
- * the chain latency hides behind throughput; FLOP = items · iterations · 8 · 16 · 2. */
-static const char peak_source[] =
-    "__kernel void fma_peak(__global float *out, int iters, float a, float b)\n"
-    "{\n"
-    "    float16 x0 = (float16)(get_global_id(0)), x1 = x0 + 1.0f, x2 = x0 + 2.0f,\n"
-    "            x3 = x0 + 3.0f, x4 = x0 + 4.0f, x5 = x0 + 5.0f, x6 = x0 + 6.0f,\n"
-    "            x7 = x0 + 7.0f;\n"
-    "    for (int i = 0; i < iters; i++) {\n"
-    "        x0 = fma(x0, a, b); x1 = fma(x1, a, b); x2 = fma(x2, a, b);\n"
-    "        x3 = fma(x3, a, b); x4 = fma(x4, a, b); x5 = fma(x5, a, b);\n"
-    "        x6 = fma(x6, a, b); x7 = fma(x7, a, b);\n"
-    "    }\n"
-    "    float16 s = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7));\n"
-    "    out[get_global_id(0)] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 +\n"
-    "                            s.s8 + s.s9 + s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
-    "}\n";
-
-/* Streaming read: work-item g sums the float16 vectors of its own contiguous chunk (CPU:
- * each thread streams one range, which the prefetchers follow) or every global-size-th
- * vector from g (GPU: neighbouring work-items read neighbouring vectors). */
-static const char stream_source[] =
-    "__kernel void stream_read(__global const float16 *x, long n, int chunked,\n"
-    "                          __global float *out)\n"
-    "{\n"
-    "    const long g = get_global_id(0), G = get_global_size(0);\n"
-    "    const long per = n / G, lo = chunked ? g * per : g, step = chunked ? 1 : G;\n"
-    "    const long hi = chunked ? lo + per : n;\n"
-    "    float16 s0 = 0.0f, s1 = 0.0f;\n"
-    "    long i = lo;\n"
-    "    for (; i + step < hi; i += 2 * step) {\n"
-    "        s0 += x[i];\n"
-    "        s1 += x[i + step];\n"
-    "    }\n"
-    "    for (; i < hi; i += step)\n"
-    "        s0 += x[i];\n"
-    "    const float16 s = s0 + s1;\n"
-    "    out[g] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 + s.s8 + s.s9 +\n"
-    "             s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
-    "}\n";
-
-/* The probes' program and kernel (built from source, uncached); *prog is NULL or to be
- * released, and the kernel NULL when *err is not CL_SUCCESS. */
-static cl_kernel probe_kernel(cl_context cl_ctx, cl_device_id dev, const char *src,
-                              const char *name, cl_program *prog, cl_int *err)
-{
-    *prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, err);
-    if (*err == CL_SUCCESS)
-        *err = clBuildProgram(*prog, 1, &dev, "-cl-std=CL1.2 -w", NULL, NULL);
-    return *err == CL_SUCCESS ? clCreateKernel(*prog, name, err) : NULL;
-}
-
-/* `work` per nanosecond of device time (events) over 5 runs of a probe kernel whose
- * arguments are set, the median; 0 on failure. The first of 6 runs is not counted: it
- * compiles for this local size. */
-static double median_rate(cl_command_queue queue, cl_kernel kern, size_t global, size_t local,
-                          double work)
-{
-    double rate[5];
-    int runs = 0;
-    cl_int err = CL_SUCCESS;
-    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
-        cl_event e;
-        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
-        if (err == CL_SUCCESS)
-            err = clWaitForEvents(1, &e);
-        if (err == CL_SUCCESS && r > 0)
-            rate[runs++] = work / (event_ns(e, CL_PROFILING_COMMAND_END) -
-                                   event_ns(e, CL_PROFILING_COMMAND_START));
-        if (err == CL_SUCCESS)
-            clReleaseEvent(e);
-    }
-    return err == CL_SUCCESS && runs ? summarize(rate, runs).median : 0.0;
-}
-
-/* GB/s of the streaming read over 256 MiB (less where the device's allocation limit is
- * lower): the median of 5 runs; 0 on failure. */
-static double measure_bandwidth(clattn_context *ctx)
-{
-    cl_context cl_ctx;
-    cl_device_id dev;
-    cl_command_queue queue;
-    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
-    cl_uint units = 1;
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
-    cl_device_type type = 0;
-    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    cl_ulong max_alloc = 0;
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
-    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
-    size_t bytes = (size_t)256 << 20;
-    while (bytes > ((size_t)1 << 20) && bytes > max_alloc)
-        bytes /= 2;
-    const size_t local = gpu ? 256 : 1, global = gpu ? (size_t)units * 2048 : (size_t)units;
-    const cl_long n = (cl_long)(bytes / (16 * sizeof(float)));
-    const cl_int chunked = gpu ? 0 : 1;
-    const char *src = stream_source;
-    cl_program prog;
-    cl_int err;
-    cl_kernel kern = probe_kernel(cl_ctx, dev, src, "stream_read", &prog, &err);
-    cl_mem x =
-        err == CL_SUCCESS ? clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err) : NULL;
-    cl_mem out = err == CL_SUCCESS
-                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
-                     : NULL;
-    const cl_float one = 1.0f;
-    if (err == CL_SUCCESS) /* touch every page before timing */
-        err = clEnqueueFillBuffer(queue, x, &one, sizeof one, 0, bytes, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 0, sizeof x, &x);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 1, sizeof n, &n);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 2, sizeof chunked, &chunked);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 3, sizeof out, &out);
-    const double gbs =
-        err == CL_SUCCESS ? median_rate(queue, kern, global, local, (double)bytes) : 0;
-    if (x)
-        clReleaseMemObject(x);
-    if (out)
-        clReleaseMemObject(out);
-    if (kern)
-        clReleaseKernel(kern);
-    if (prog)
-        clReleaseProgram(prog);
-    return gbs;
-}
-
-/* GFLOP/s of the FMA kernel: the median of 5 runs; 0 on failure. */
-static double measure_peak(clattn_context *ctx)
-{
-    cl_context cl_ctx;
-    cl_device_id dev;
-    cl_command_queue queue;
-    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
-    cl_uint units = 1;
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
-    cl_device_type type = 0;
-    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-    /* GPUs: groups of 256 and 16 per compute unit, enough warps to fill every scheduler
-     * (groups of 8 left an H200 at a quarter of its peak); CPUs: 16 items per core */
-    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
-    const size_t local = gpu ? 256 : 8, global = local * units * 16;
-    const cl_int iters = gpu ? 4096 : 65536;
-    const char *src = peak_source;
-    cl_program prog;
-    cl_int err;
-    cl_kernel kern = probe_kernel(cl_ctx, dev, src, "fma_peak", &prog, &err);
-    cl_mem out = err == CL_SUCCESS
-                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
-                     : NULL;
-    const cl_float a = 0.999f, b = 0.001f;
-    if (err == CL_SUCCESS) /* each call checked on its own: an OR of two codes is neither */
-        err = clSetKernelArg(kern, 0, sizeof out, &out);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 1, sizeof iters, &iters);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 2, sizeof a, &a);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 3, sizeof b, &b);
-    const double gflops = err == CL_SUCCESS ? median_rate(queue, kern, global, local,
-                                                          (double)global * iters * 8 * 16 * 2)
-                                            : 0;
-    if (out)
-        clReleaseMemObject(out);
-    if (kern)
-        clReleaseKernel(kern);
-    if (prog)
-        clReleaseProgram(prog);
-    return gflops;
-}
-
 int bench_count(const char *command, const char *option, const char *text, long lo, long hi,
                 int *out)
 {
@@ -673,7 +501,9 @@ int cmd_bench(int argc, char **argv)
     char name[256] = "", version[256] = "";
     clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
     clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof version - 1, version, NULL);
-    const double peak_gflops = peak ? measure_peak(ctx) : 0.0;
+    char peak_form_name[48] = "";
+    const double peak_gflops =
+        peak ? measure_peak(ctx, peak_form_name, sizeof peak_form_name) : 0.0;
     const double peak_gbs = peak ? measure_bandwidth(ctx) : 0.0;
     char cpu[320];
     host_cpu(cpu, sizeof cpu);
@@ -685,8 +515,7 @@ int cmd_bench(int argc, char **argv)
                clattn_version(), reps, warmup);
         printf("host CPU: %s\n", cpu[0] ? cpu : "unknown (no /proc/cpuinfo)");
         if (peak)
-            printf("f32 FMA peak (float16 x 8 accumulators): %.1f GFLOP/s; streaming read: "
-                   "%.1f GB/s\n",
+            printf("f32 FMA peak (%s): %.1f GFLOP/s; streaming read: %.1f GB/s\n", peak_form_name,
                    peak_gflops, peak_gbs);
         printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-8s %-8s %-7s %9s %17s %10s %8s %7s %10s%s\n",
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",

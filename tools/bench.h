@@ -53,4 +53,11 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
 int bench_count(const char *command, const char *option, const char *text, long lo, long hi,
                 int *out);
 
+/* The device's f32 FMA throughput in GFLOP/s (the fastest of the probe's forms; `form`
+ * receives its name, e.g. "float8 x 12 accumulators") and its streaming read bandwidth
+ * in GB/s, each the median of 5 timed runs of a kernel built on the context's device
+ * (tools/probes.c). 0 on failure. */
+double measure_peak(clattn_context *ctx, char *form, size_t form_len);
+double measure_bandwidth(clattn_context *ctx);
+
 #endif

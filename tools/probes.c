@@ -1,0 +1,248 @@
+/* The ceilings `clattn bench --peak` compares each case with: the device's f32 FMA
+ * throughput and its streaming read bandwidth, each measured by a small OpenCL kernel
+ * built here (see bench.h). */
+#include "bench.h"
+
+#include <CL/cl.h>
+#include <clattn.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int cmp_rate(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double event_ns(cl_event e, cl_profiling_info what)
+{
+    cl_ulong t = 0;
+    clGetEventProfilingInfo(e, what, sizeof t, &t, NULL);
+    return (double)t;
+}
+
+/* An FMA micro-benchmark: each work-item keeps NACC independent VEC accumulators, so the
+ * chain latency hides behind throughput; FLOP = items · iterations · NACC · LANES · 2.
+ * measure_peak builds it in more than one form and keeps the fastest: accumulators that
+ * do not fit the register file spill, and a chain through the stack halves the rate (8
+ * float16 accumulators are 16 of AVX2's 16 ymm registers: PoCL spilled two, and the probe
+ * read 95-104 GFLOP/s on a 2-core Zen 3 whose plain C loop of 10 ymm FMA chains runs
+ * at 93 per core). */
+static const char peak_source[] =
+    "#define F(x) x = fma(x, a, b)\n"
+    "__kernel void fma_peak(__global float *out, int iters, float a, float b)\n"
+    "{\n"
+    "    VEC x0 = (VEC)(get_global_id(0)), x1 = x0 + 1.0f, x2 = x0 + 2.0f, x3 = x0 + 3.0f,\n"
+    "        x4 = x0 + 4.0f, x5 = x0 + 5.0f, x6 = x0 + 6.0f, x7 = x0 + 7.0f;\n"
+    "#if NACC > 8\n"
+    "    VEC x8 = x0 + 8.0f, x9 = x0 + 9.0f, x10 = x0 + 10.0f, x11 = x0 + 11.0f;\n"
+    "#endif\n"
+    "    for (int i = 0; i < iters; i++) {\n"
+    "        F(x0); F(x1); F(x2); F(x3); F(x4); F(x5); F(x6); F(x7);\n"
+    "#if NACC > 8\n"
+    "        F(x8); F(x9); F(x10); F(x11);\n"
+    "#endif\n"
+    "    }\n"
+    "    VEC s = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7));\n"
+    "#if NACC > 8\n"
+    "    s += (x8 + x9) + (x10 + x11);\n"
+    "#endif\n"
+    "    float t[LANES], r = 0.0f;\n"
+    "    *(VEC *)t = s;\n"
+    "    for (int e = 0; e < LANES; e++)\n"
+    "        r += t[e];\n"
+    "    out[get_global_id(0)] = r;\n"
+    "}\n";
+
+/* Streaming read: work-item g sums the float16 vectors of its own contiguous chunk (CPU:
+ * each thread streams one range, which the prefetchers follow) or every global-size-th
+ * vector from g (GPU: neighbouring work-items read neighbouring vectors). */
+static const char stream_source[] =
+    "__kernel void stream_read(__global const float16 *x, long n, int chunked,\n"
+    "                          __global float *out)\n"
+    "{\n"
+    "    const long g = get_global_id(0), G = get_global_size(0);\n"
+    "    const long per = n / G, lo = chunked ? g * per : g, step = chunked ? 1 : G;\n"
+    "    const long hi = chunked ? lo + per : n;\n"
+    "    float16 s0 = 0.0f, s1 = 0.0f;\n"
+    "    long i = lo;\n"
+    "    for (; i + step < hi; i += 2 * step) {\n"
+    "        s0 += x[i];\n"
+    "        s1 += x[i + step];\n"
+    "    }\n"
+    "    for (; i < hi; i += step)\n"
+    "        s0 += x[i];\n"
+    "    const float16 s = s0 + s1;\n"
+    "    out[g] = s.s0 + s.s1 + s.s2 + s.s3 + s.s4 + s.s5 + s.s6 + s.s7 + s.s8 + s.s9 +\n"
+    "             s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
+    "}\n";
+
+/* The probes' program and kernel (built from source, uncached); *prog is NULL or to be
+ * released, and the kernel NULL when *err is not CL_SUCCESS. */
+static cl_kernel probe_kernel(cl_context cl_ctx, cl_device_id dev, const char *src,
+                              const char *name, const char *options, cl_program *prog, cl_int *err)
+{
+    char opts[160];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -w %s", options);
+    *prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, err);
+    if (*err == CL_SUCCESS)
+        *err = clBuildProgram(*prog, 1, &dev, opts, NULL, NULL);
+    return *err == CL_SUCCESS ? clCreateKernel(*prog, name, err) : NULL;
+}
+
+/* `work` per nanosecond of device time (events) over 5 runs of a probe kernel whose
+ * arguments are set, the median; 0 on failure. The first of 6 runs is not counted: it
+ * compiles for this local size. */
+static double median_rate(cl_command_queue queue, cl_kernel kern, size_t global, size_t local,
+                          double work)
+{
+    double rate[5];
+    int runs = 0;
+    cl_int err = CL_SUCCESS;
+    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
+        cl_event e;
+        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
+        if (err == CL_SUCCESS)
+            err = clWaitForEvents(1, &e);
+        if (err == CL_SUCCESS && r > 0)
+            rate[runs++] = work / (event_ns(e, CL_PROFILING_COMMAND_END) -
+                                   event_ns(e, CL_PROFILING_COMMAND_START));
+        if (err == CL_SUCCESS)
+            clReleaseEvent(e);
+    }
+    if (err != CL_SUCCESS || !runs)
+        return 0.0;
+    qsort(rate, (size_t)runs, sizeof *rate, cmp_rate);
+    return rate[runs / 2];
+}
+
+/* GB/s of the streaming read over 256 MiB (less where the device's allocation limit is
+ * lower): the median of 5 runs; 0 on failure. */
+double measure_bandwidth(clattn_context *ctx)
+{
+    cl_context cl_ctx;
+    cl_device_id dev;
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
+    cl_uint units = 1;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    cl_ulong max_alloc = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    size_t bytes = (size_t)256 << 20;
+    while (bytes > ((size_t)1 << 20) && bytes > max_alloc)
+        bytes /= 2;
+    const size_t local = gpu ? 256 : 1, global = gpu ? (size_t)units * 2048 : (size_t)units;
+    const cl_long n = (cl_long)(bytes / (16 * sizeof(float)));
+    const cl_int chunked = gpu ? 0 : 1;
+    const char *src = stream_source;
+    cl_program prog;
+    cl_int err;
+    cl_kernel kern = probe_kernel(cl_ctx, dev, src, "stream_read", "", &prog, &err);
+    cl_mem x =
+        err == CL_SUCCESS ? clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err) : NULL;
+    cl_mem out = err == CL_SUCCESS
+                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
+                     : NULL;
+    const cl_float one = 1.0f;
+    if (err == CL_SUCCESS) /* touch every page before timing */
+        err = clEnqueueFillBuffer(queue, x, &one, sizeof one, 0, bytes, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 0, sizeof x, &x);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 1, sizeof n, &n);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 2, sizeof chunked, &chunked);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 3, sizeof out, &out);
+    const double gbs =
+        err == CL_SUCCESS ? median_rate(queue, kern, global, local, (double)bytes) : 0;
+    if (x)
+        clReleaseMemObject(x);
+    if (out)
+        clReleaseMemObject(out);
+    if (kern)
+        clReleaseKernel(kern);
+    if (prog)
+        clReleaseProgram(prog);
+    return gbs;
+}
+
+/* GFLOP/s of the FMA kernel in one form (VEC of `lanes` floats, `nacc` accumulators): the
+ * median of 5 runs; 0 on failure. */
+static double peak_form(clattn_context *ctx, int lanes, int nacc)
+{
+    cl_context cl_ctx;
+    cl_device_id dev;
+    cl_command_queue queue;
+    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
+    cl_uint units = 1;
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    /* GPUs: groups of 256 and 16 per compute unit, enough warps to fill every scheduler
+     * (groups of 8 left an H200 at a quarter of its peak); CPUs: 16 items per core */
+    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    const size_t local = gpu ? 256 : 8, global = local * units * 16;
+    const cl_int iters = gpu ? 4096 : 65536 * 16 / lanes * 8 / nacc;
+    char options[64];
+    snprintf(options, sizeof options, "-DVEC=float%d -DLANES=%d -DNACC=%d", lanes, lanes, nacc);
+    if (lanes == 1)
+        snprintf(options, sizeof options, "-DVEC=float -DLANES=1 -DNACC=%d", nacc);
+    cl_program prog;
+    cl_int err;
+    cl_kernel kern = probe_kernel(cl_ctx, dev, peak_source, "fma_peak", options, &prog, &err);
+    cl_mem out = err == CL_SUCCESS
+                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
+                     : NULL;
+    const cl_float a = 0.999f, b = 0.001f;
+    if (err == CL_SUCCESS) /* each call checked on its own: an OR of two codes is neither */
+        err = clSetKernelArg(kern, 0, sizeof out, &out);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 1, sizeof iters, &iters);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 2, sizeof a, &a);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(kern, 3, sizeof b, &b);
+    const double gflops = err == CL_SUCCESS ? median_rate(queue, kern, global, local,
+                                                          (double)global * iters * nacc * lanes * 2)
+                                            : 0;
+    if (out)
+        clReleaseMemObject(out);
+    if (kern)
+        clReleaseKernel(kern);
+    if (prog)
+        clReleaseProgram(prog);
+    return gflops;
+}
+
+/* The device's f32 FMA peak: the fastest of two forms of the probe, 8 float16
+ * accumulators (GPUs, AVX-512) and 12 of the device's native float vector width (CPUs
+ * whose vector registers are fewer or narrower: AVX2's 16 ymm hold 12 float8 and the
+ * operands); `form` names the one kept. 0 on failure. */
+double measure_peak(clattn_context *ctx, char *form, size_t form_len)
+{
+    cl_device_id dev;
+    clattn_context_get_cl(ctx, NULL, &dev, NULL);
+    cl_uint native = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof native, &native, NULL);
+    double best = peak_form(ctx, 16, 8);
+    snprintf(form, form_len, "float16 x 8 accumulators");
+    if (native == 1 || native == 2 || native == 4 || native == 8 || native == 16) {
+        const double g = peak_form(ctx, (int)native, 12);
+        if (g > best) {
+            best = g;
+            snprintf(form, form_len, "float%s x 12 accumulators",
+                     native == 1   ? ""
+                     : native == 2 ? "2"
+                     : native == 4 ? "4"
+                     : native == 8 ? "8"
+                                   : "16");
+        }
+    }
+    return best;
+}
