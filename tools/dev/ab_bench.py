@@ -4,7 +4,8 @@
 This machine drifts by 10-40 % from minute to minute, so two builds are compared by
 alternating them round by round (A B, B A, A B, ...) and taking each case's median of
 the rounds' `clattn bench --json` medians (device time). Prints B/A per case (< 1: B is
-faster).
+faster). --min instead takes the fastest run of all rounds (device time only ever gains
+from interference, so for compute-bound changes the minimum is the steadier estimate).
 
 Usage: python3 tools/dev/ab_bench.py BIN_A BIN_B [--rounds 4] [--shapes LIST]
        python3 tools/dev/ab_bench.py build/clattn build/clattn --kernels-a cl --kernels-b /tmp/cl-b
@@ -28,6 +29,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
+    ap.add_argument("--min", action="store_true",
+                    help="compare the fastest run of all rounds, not the median of medians")
     ap.add_argument("--kernels-a", help="CLATTN_KERNEL_DIR for A")
     ap.add_argument("--kernels-b", help="CLATTN_KERNEL_DIR for B")
     ap.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE",
@@ -49,9 +52,10 @@ def main():
             for c in json.loads(out):
                 key = (c["b"], c["h_q"], c["h_kv"], c["n_q"], c["n_kv"], c["d_k"], c["d_v"],
                        c["mask"], c["algorithm"], c["dtype"])
-                res[name].setdefault(key, []).append(c["device_ms"]["median"])
+                res[name].setdefault(key, []).append(c["device_ms"]["min" if args.min else "median"])
     for key, times in res["A"].items():
-        a, b = statistics.median(times), statistics.median(res["B"].get(key, [float("nan")]))
+        pick = min if args.min else statistics.median
+        a, b = pick(times), pick(res["B"].get(key, [float("nan")]))
         print(",".join(str(x) for x in key), f"A {a:.2f} ms  B {b:.2f} ms  B/A {b / a:.2f}")
 
 
