@@ -24,7 +24,9 @@
  * - weighted sum, GEMM micro-kernel order: for each 16 columns of V, SB rows' float16
  *   accumulators take every V vector of the step with broadcast weights, from a private
  *   copy of the step's V rows made next to the K reads (K and V stay two sequential
- *   streams; reading V in place column block by column block was 1.3–1.5x slower). A
+ *   streams; reading V in place column block by column block was 1.3–1.5x slower) or,
+ *   on CPUs with several rows per work-item, in place from rows prefetched next to the
+ *   K reads instead (V_IN_PLACE below). A
  *   weight of 0 must add nothing even for inf or NaN values: steps where any weight is
  *   0 (masked or underflowed) take the sum that tests each weight; the others are
  *   whole steps and sum their 16 keys untested.
@@ -109,7 +111,7 @@ float16 hsum16(const float16 *d)
  * offsets of the step's K and V row t; LOADK and LOADV: 16 elements at column 16·cv of K
  * row KB, 16·a of V row VB; T: the row read for key g + u (keys outside [tlo, thi) read
  * key tlo or thi − 1 instead, a row of the step and of its page: every row masks them). */
-#define STEP_SCORES(KROW, VROW, LOADK, LOADV, T)                                              \
+#define STEP_SCORES(KROW, VROW, LOADK, LOADV, T, COPYV)                                       \
     for (int g = 0; g < 16; g += KG) {                                                      \
         long kbs[KG];                                                                       \
         float kl[16]; /* int8 keys: lane r·KG + u holds key g + u's scale (every row) */    \
@@ -123,8 +125,11 @@ float16 hsum16(const float16 *d)
             if (K_SCALED)                                                                   \
                 for (int r = 0; r < 16 / KG; r++)                                           \
                     kl[r * KG + u] = kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES); \
-            _Pragma("unroll") for (int a = 0; a < N_AV; a++)                                \
-                v_rows[(g + u) * N_AV + a] = (LOADV) * vsc;                                 \
+            if (COPYV) {                                                                    \
+                _Pragma("unroll") for (int a = 0; a < N_AV; a++)                            \
+                    v_rows[(g + u) * N_AV + a] = (LOADV) * vsc;                             \
+            } else /* V read in place by the weighted sum: into the cache now */            \
+                PREFETCH_LINES((__global const char *)(v + VB), D_V * (int)sizeof(ELEM_T(V_DT))); \
             PREFETCH_ROWS(g + u);                                                           \
         }                                                                                   \
         for (int r0 = 0; r0 < NR; r0 += SB) {                                               \
@@ -172,9 +177,8 @@ float16 hsum16(const float16 *d)
 #ifndef CPU_PREFETCH
 #define CPU_PREFETCH 0
 #endif
-#if PAGED && (CPU_PREFETCH == 2 || (CPU_PREFETCH == 1 && defined(__clang__)))
-#define PREFETCHING 1
-#define PF_STEPS 2 /* steps ahead (1, 2 and 4 measured alike) */
+#if CPU_PREFETCH == 2 || (CPU_PREFETCH == 1 && defined(__clang__))
+#define CAN_PREFETCH 1
 #if CPU_PREFETCH == 2
 #define PREFETCH_LINE(a) ((void)*(volatile __global const char *)(a))
 #else
@@ -182,7 +186,14 @@ float16 hsum16(const float16 *d)
 #endif
 #define PREFETCH_LINES(base, bytes)                                                          \
     for (int c_ = 0; c_ < (bytes); c_ += 64)                                                \
-        PREFETCH_LINE((base) + c_)
+    PREFETCH_LINE((base) + c_)
+#else
+#define CAN_PREFETCH 0
+#define PREFETCH_LINES(base, bytes)
+#endif
+#define PREFETCHING (PAGED && CAN_PREFETCH)
+#if PREFETCHING
+#define PF_STEPS 2 /* steps ahead (1, 2 and 4 measured alike) */
 #define PREFETCH_ROWS(t)                                                                      \
     do {                                                                                    \
         if (pfk >= 0)                                                                       \
@@ -193,9 +204,31 @@ float16 hsum16(const float16 *d)
                            D_V * (int)sizeof(ELEM_T(V_DT)));                                \
     } while (0)
 #else
-#define PREFETCHING 0
 #define PREFETCH_ROWS(t)
 #endif
+
+/* Whole steps read V in place where the rows can be prefetched and a V vector feeds more
+ * than one row (NR > 1): each V row is prefetched next to its K row (the two streams stay
+ * sequential, as with the copy) and the weighted sum loads it from the cache, instead of
+ * copying the step's rows (a load and a store per vector, the copy 18 % of a GQA decode's
+ * samples on a Zen 3). Without prefetching, reading in place was 1.2-1.5x slower; with one
+ * row per work-item (multi-head decoding, memory-bound) the copy stays (1.05-1.09x);
+ * int8/FP8 V keeps it too (the copy applies the row's scale once). docs/BENCHMARKS.md. */
+#define V_IN_PLACE (CAN_PREFETCH && NR > 1 && !V_SCALED)
+
+/* The weighted sum's keys t0 … t1 − 1 for AP column blocks of SB rows (o_[r][c]), V vector
+ * (t, column block col) from the step's copy (V_COPY) or in place (V_GLOBAL); TESTED:
+ * keys of weight 0 skipped, not multiplied */
+#define V_COPY(t, col) v_rows[(t) * N_AV + (col)]
+#define V_GLOBAL(t, col) LD16(V_DT, v, vb0 + (t) * v_st.s2 + 16 * (col))
+#define SUM_KEYS(VV, t0, t1, TESTED)                                                          \
+    for (int t = (t0); t < (t1); t++)                                                       \
+        _Pragma("unroll") for (int c = 0; c < AP; c++) {                                    \
+            const float16 vv = VV(t, min(a0 + c, N_AV - 1));                                \
+            _Pragma("unroll") for (int r = 0; r < SB; r++)                                  \
+                if (r0 + r < NR && (!(TESTED) || p[r0 + r][t] != 0.0f))                     \
+                    o_[r][c] = fma((float16)(p[r0 + r][t]), vv, o_[r][c]);                  \
+        }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSED_PARAMS)
 {
@@ -269,12 +302,14 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
 #endif
         }
 #endif
+        bool in_place = false; /* this step's V read in place (V_IN_PLACE, whole steps) */
         /* Fast steps: whole, in one page, rows with unit column stride and whole vectors
          * (plain loads at fixed offsets); the others go through the general helpers. */
 #if PLAIN_STEPS
         if (one_page && tlo == 0 && thi == 16 && unit) {
             STEP_SCORES(kb0 + t * k_st.s2, vb0 + t * v_st.s2, LD16(K_DT, k, KB + 16 * cv),
-                        LD16(V_DT, v, VB + 16 * a), g + u)
+                        LD16(V_DT, v, VB + 16 * a), g + u, !V_IN_PLACE)
+            in_place = V_IN_PLACE;
         } else
 #endif
         {
@@ -282,7 +317,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                         one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES),
                         TYPED(load_row16, K_DT)(k, KB, k_st.s3, 16 * cv, D_K),
                         TYPED(load_row16, V_DT)(v, VB, v_st.s3, 16 * a, D_V),
-                        clamp(g + u, tlo, thi - 1))
+                        clamp(g + u, tlo, thi - 1), true)
         }
         /* the online softmax of each row over the 16 keys */
         bool zero = false; /* some weight of the step is 0: test each in the sum */
@@ -322,27 +357,16 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
 #pragma unroll
                     for (int c = 0; c < AP; c++)
                         o_[r][c] = 0.0f;
-                if (!zero) {
+                if (!zero && in_place) {
 #pragma unroll 4
-                    for (int t = 0; t < 16; t++)
-#pragma unroll
-                        for (int c = 0; c < AP; c++) {
-                            const float16 vv = v_rows[t * N_AV + min(a0 + c, N_AV - 1)];
-#pragma unroll
-                            for (int r = 0; r < SB; r++)
-                                if (r0 + r < NR)
-                                    o_[r][c] = fma((float16)(p[r0 + r][t]), vv, o_[r][c]);
-                        }
+                    SUM_KEYS(V_GLOBAL, 0, 16, false)
+                } else if (!zero) {
+#pragma unroll 4
+                    SUM_KEYS(V_COPY, 0, 16, false)
+                } else if (in_place) {
+                    SUM_KEYS(V_GLOBAL, tlo, thi, true)
                 } else {
-                    for (int t = tlo; t < thi; t++)
-#pragma unroll
-                        for (int c = 0; c < AP; c++) {
-                            const float16 vv = v_rows[t * N_AV + min(a0 + c, N_AV - 1)];
-#pragma unroll
-                            for (int r = 0; r < SB; r++)
-                                if (r0 + r < NR && p[r0 + r][t] != 0.0f)
-                                    o_[r][c] = fma((float16)(p[r0 + r][t]), vv, o_[r][c]);
-                        }
+                    SUM_KEYS(V_COPY, tlo, thi, true)
                 }
 #pragma unroll
                 for (int r = 0; r < SB; r++)
