@@ -163,17 +163,19 @@ float16 hsum16(const float16 *d)
 #endif
 #define PLAIN_STEPS (UNIT_ROWS && N_QV <= 8)
 
-/* Paged K/V on CPUs: the rows PF_STEPS steps ahead are prefetched (one K and one V row per
- * key read, every cache line of the row) when their page does not follow the current
- * step's rows in memory. Pages lie anywhere in the pool, and the CPU's stream prefetchers
- * restart at every jump, each time after a few misses (pages of 16 keys: 1.2-1.5x the
- * contiguous time without this; docs/BENCHMARKS.md). A hint: prefetches neither fault nor
- * change results. The host (context.c) passes -DCPU_PREFETCH=1 for PoCL and Intel's CPU
+/* Software prefetch on CPUs: the K rows PF_STEPS steps ahead are prefetched (one K row per
+ * key read, every cache line of the row), and so are the V rows unless they follow the
+ * current step's in memory and are read in place (V_IN_PLACE below prefetches those next
+ * to their K rows). GQA decoding does enough arithmetic per byte that the hardware
+ * prefetchers fall behind even on contiguous K (0.84-0.89x the time with K prefetched,
+ * 2026-12-02), and with pages they restart at every jump to a page elsewhere in the pool,
+ * each time after a few misses (pages of 16 keys: 1.2-1.5x the contiguous time without
+ * prefetching; docs/BENCHMARKS.md). A hint: prefetches neither fault nor change results. The host (context.c) passes -DCPU_PREFETCH=1 for PoCL and Intel's CPU
  * runtime: clang's __builtin_prefetch, since PoCL's OpenCL prefetch() is an empty
  * function (the address cast to a generic pointer: CPUs have one address space); and
  * -DCPU_PREFETCH=2 for oclgrind, which cannot run the intrinsic: a volatile one-byte
  * read of each address instead, so the memory checker sees every address prefetched
- * (all lie in pages of the pool: the step ahead is below khi and whole in one page). */
+ * (all lie in K and V: the step ahead is whole below khi, and whole in one page). */
 #ifndef CPU_PREFETCH
 #define CPU_PREFETCH 0
 #endif
@@ -191,7 +193,7 @@ float16 hsum16(const float16 *d)
 #define CAN_PREFETCH 0
 #define PREFETCH_LINES(base, bytes)
 #endif
-#define PREFETCHING (PAGED && CAN_PREFETCH)
+#define PREFETCHING CAN_PREFETCH
 #if PREFETCHING
 #define PF_STEPS 2 /* steps ahead (1, 2 and 4 measured alike) */
 #define PREFETCH_ROWS(t)                                                                      \
@@ -280,16 +282,14 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
         const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
 #if PREFETCHING
-        /* the rows PF_STEPS steps ahead, where they are whole in a page elsewhere */
+        /* the rows PF_STEPS steps ahead, where that step is whole and in one page */
         const long jp = j0 + 16 * PF_STEPS;
         long pfk = -1, pfv = -1;
-        if (jp < khi && unit && rows_contiguous(jp, 16 KV_PAGES)) {
+        if (jp + 16 <= khi && unit && rows_contiguous(jp, 16 KV_PAGES)) {
             pfk = kv_row(k_off, k_st, b, hk, jp KV_PAGES);
             pfv = kv_row(v_off, v_st, b, hk, jp KV_PAGES);
-            if (pfk == kb0 + 16 * PF_STEPS * k_st.s2)
-                pfk = -1; /* K follows on: the hardware prefetchers have it */
-            if (pfv == vb0 + 16 * PF_STEPS * v_st.s2)
-                pfv = -1;
+            if (V_IN_PLACE && pfv == vb0 + 16 * PF_STEPS * v_st.s2)
+                pfv = -1; /* V follows on: prefetched next to its K rows in its step */
 #if K_SCALED /* int8 / FP8: the step's scales (one line per head and page) */
             if (pfk >= 0)
                 PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hk,
