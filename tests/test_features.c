@@ -304,8 +304,8 @@ START_TEST(decode_grouped_all_terms)
     ds->masked_rows = CLATTN_MASKED_ROWS_NAN;
     f.kv_lens = malloc(sizeof(int32_t) * 2);
     f.q_lens = malloc(sizeof(int32_t) * 2);
-    f.kv_lens[0] = 77;
-    f.kv_lens[1] = 40;
+    f.kv_lens[0] = 40; /* the last sequence sees K and V to the buffer's end (77 = 4·16 + 13: */
+    f.kv_lens[1] = 77; /* oclgrind checks that decode.cl prefetches no row past it) */
     f.q_lens[0] = 5;
     f.q_lens[1] = 3;
     ds->kv_lens = f.kv_lens;
@@ -324,7 +324,7 @@ START_TEST(decode_grouped_all_terms)
     ds->mask_tensor = &f.mt;
     snprintf(f.text, sizeof f.text,
              "decode b 2 h_q 8 h_kv 2 n_q 5 n_kv 77 d 64, causal-bottom-right window(30,2) "
-             "softcap 2.5 alibi bool-mask kv_lens {77,40} q_lens {5,3} masked_rows nan");
+             "softcap 2.5 alibi bool-mask kv_lens {40,77} q_lens {5,3} masked_rows nan");
     clattn_plan plan;
     float *o = tu_alloc((size_t)(b * h_q * n_q * d), 0.0f);
     clattn_tensor to = tu_problem_o(&f.p, o);
