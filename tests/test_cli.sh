@@ -1495,6 +1495,21 @@ run_clattn bench --shapes "1,1,1,1,16,8,8,none,fused" --reps 1 --quiet --peak
 expect_rc "bench --peak" 0
 if grep -Eq '^f32 FMA peak \(float(2|4|8|16)? x (8|12) accumulators\): [0-9]*[1-9][0-9]*\.[0-9] GFLOP/s; streaming read: [0-9.]*[1-9][0-9.]* GB/s$' "$tmp/out"; then
     pass; else fail "bench --peak: no line 'f32 FMA peak (FORM): N GFLOP/s; streaming read: N GB/s' (got: $(grep -i peak "$tmp/out"))"; fi
+# --json with a case that fails (h_q not a multiple of h_kv) after one that runs: still one
+# JSON array (no separator before the closing bracket), exit status 1
+run_clattn bench --shapes "1,1,1,4,4,8,8,none,fused;1,3,2,4,4,8,8,none,fused" --reps 1 --json --quiet
+expect_rc "bench --json, the last case failing" 1
+if [ "$(tail -1 "$tmp/out")" = "]" ] && ! tail -2 "$tmp/out" | head -1 | grep -q ',$' &&
+    grep -q '"peak_gflops": null' "$tmp/out"; then pass; else
+    fail "bench --json, the last case failing: not one JSON array (got: $(cat "$tmp/out"))"; fi
+# a size past the 64-bit range is refused, not clamped
+run_clattn bench --shapes "1,1,1,4,4,8,99999999999999999999" --reps 1 --quiet
+expect_rc "bench, a size out of range" 2
+expect_text "bench, a size out of range" "$tmp/err" "a size out of range"
+# --huge-pages: operands in memory advised for huge pages, used in place (a paged decode)
+run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,page16;1,4,2,3,40,16,16,causal,unfused" --reps 1 --quiet --huge-pages
+expect_rc "bench --huge-pages" 0
+expect_text "bench --huge-pages" "$tmp/out" "paged16"
 # an int8 K/V cache (per-token scales), contiguous and paged; fused only
 run_clattn bench --shapes "1,2,1,1,32,8,8,none,fused,f32,int8;1,2,1,1,32,8,8,none,fused,f16,page8,int8" --reps 1 --quiet
 expect_rc "bench int8" 0

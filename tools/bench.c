@@ -1,4 +1,5 @@
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE (glibc; Linux only, checked below) */
 /* `clattn bench`: device and wall time of attention calls over a list of shapes, and
  * the device's f32 FMA peak as the ceiling they are compared with. The parsing of
  * --shapes and the timing of one case are shared with `clattn tune` (bench.h). */
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,7 +78,7 @@ static void host_cpu(char *out, size_t len)
 
 static const char bench_usage[] =
     "Usage: clattn bench [--shapes LIST] [--reps N] [--warmup N] [--json] [--peak]\n"
-    "                    [--quiet] [--device SPEC]\n"
+    "                    [--quiet] [--huge-pages] [--device SPEC]\n"
     "\n"
     "Times attention on device buffers (the enqueue API) and prints, per case, the\n"
     "median and spread of the device time (OpenCL profiling events) and of the wall\n"
@@ -105,21 +107,28 @@ static const char bench_usage[] =
     "                  as q_lens and kv_lens of the padded batch; both count the\n"
     "                  sequences' own work, 2*h_q*sum(L_i^2)*(d_k + d_v); dropP (any\n"
     "                  algorithm, backward too): dropout_p P, e.g. drop0.1, shown as\n"
-    "                  f32/p0.1; default: the\n"
-    "                  CPU set\n"
+    "                  f32/p0.1; default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode);\n"
     "                  1,32,8,1,32768,128,128 (grouped-query decode)\n"
     "  --reps N        timed runs per case (default 5)\n"
     "  --warmup N      untimed runs first (default 1; the first also builds programs)\n"
-    "  --json          one JSON object per case on stdout, in a JSON array\n"
+    "  --json          one JSON object per case on stdout, in a JSON array (a case\n"
+    "                  that fails has none; peak_gflops, peak_form and\n"
+    "                  peak_gbytes_per_s are null without --peak)\n"
     "  --peak          also measure the device's f32 FMA peak (independent vector\n"
-    "                  accumulators: the fastest of float16 x 8 and the device's native\n"
-    "                  float width x 12) and its streaming read bandwidth (float16 loads\n"
+    "                  accumulators: the faster of 8 float16 vectors (16 float32 lanes\n"
+    "                  each) and 12 of the device's native float width) and its\n"
+    "                  streaming read bandwidth (16-lane float32 vector loads\n"
     "                  over 256 MiB, summed), and print each case as a fraction of\n"
     "                  both (the FMA peak bounds large problems, the bandwidth\n"
     "                  decoding)\n"
+    "  --huge-pages    operands in host memory advised for transparent huge pages\n"
+    "                  (madvise MADV_HUGEPAGE, used in place: CL_MEM_USE_HOST_PTR), as\n"
+    "                  an engine allocating its own K/V pool on a CPU device can; Linux\n"
+    "                  only (elsewhere plain buffers). Random K/V pages cost a page walk\n"
+    "                  each with 4 KiB pages\n"
     "  --quiet         no progress on standard error (by default: the case being timed,\n"
     "                  of how many, elapsed time and an estimate of what is left; one\n"
     "                  line rewritten in place on a terminal, plain lines otherwise)\n"
@@ -171,13 +180,44 @@ static stats summarize(double *v, int n)
     return s;
 }
 
+int bench_huge_pages;
+
+static void CL_CALLBACK free_host(cl_mem m, void *host)
+{
+    (void)m;
+    free(host);
+}
+
+/* Host memory for `bytes`, advised for transparent huge pages when bench_huge_pages
+ * (2 MiB-aligned, rounded up to whole huge pages; the kernel may still give small pages),
+ * else plain malloc; *huge says which. NULL when out of memory. */
+static unsigned char *host_memory(size_t bytes, bool *huge)
+{
+    *huge = false;
+#ifdef MADV_HUGEPAGE
+    if (bench_huge_pages) {
+        const size_t hp = (size_t)2 << 20, len = (bytes + hp - 1) / hp * hp;
+        void *p = NULL;
+        if (posix_memalign(&p, hp, len) != 0)
+            return NULL;
+        (void)madvise(p, len, MADV_HUGEPAGE); /* a hint: failure leaves small pages */
+        *huge = true;
+        return p;
+    }
+#endif
+    return malloc(bytes);
+}
+
 /* A device buffer of `count` elements of `dtype` filled with values in [-1, 1) (int8:
- * those values times 127, rounded). */
+ * those values times 127, rounded). With bench_huge_pages the buffer uses host memory
+ * advised for huge pages in place (CL_MEM_USE_HOST_PTR; freed by the buffer's destructor
+ * callback), as an engine that allocates its own K/V pool on a CPU device can. */
 static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t count, unsigned seed,
                             clattn_dtype dtype)
 {
     const size_t n = (size_t)(count > 0 ? count : 1), es = clattn_dtype_size(dtype);
-    unsigned char *host = malloc(n * es);
+    bool huge;
+    unsigned char *host = host_memory(n * es, &huge);
     if (!host)
         return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -194,6 +234,16 @@ static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t c
         }
     }
     cl_int err;
+    if (huge) {
+        cl_mem m =
+            clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, n * es, host, &err);
+        if (m && clSetMemObjectDestructorCallback(m, free_host, host) == CL_SUCCESS)
+            return m;
+        if (m) /* no commands use it yet: released at once */
+            clReleaseMemObject(m);
+        free(host);
+        return NULL;
+    }
     cl_mem m = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE, n * es, NULL, &err);
     if (m &&
         clEnqueueWriteBuffer(queue, m, CL_TRUE, 0, n * es, host, 0, NULL, NULL) != CL_SUCCESS) {
@@ -337,8 +387,10 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     int rc = 0;
     if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens) ||
         (c->int8_kv && (!ms[0] || !ms[1])) || (c->ragged && c->b > 64)) {
-        rc = bench_fail("cannot allocate the operands of %lldx%lldx%lld", (long long)c->b,
-                        (long long)c->h_q, (long long)c->n_q);
+        rc = bench_fail("cannot allocate the operands of b %lld, h %lld/%lld, n %lldx%lld, d "
+                        "%lld/%lld",
+                        (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
+                        (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v);
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, qb, c->h_q, qn, c->d_k);
@@ -472,11 +524,12 @@ int bench_count(const char *command, const char *option, const char *text, long 
 int cmd_bench(int argc, char **argv)
 {
     const char *shapes = default_shapes, *device = NULL, *reps_text = NULL, *warmup_text = NULL;
-    int reps = 5, warmup = 1, json = 0, peak = 0, quiet = 0;
+    int reps = 5, warmup = 1, json = 0, peak = 0, quiet = 0, huge = 0;
     const option options[] = {
-        {"--shapes", &shapes, NULL},      {"--device", &device, NULL}, {"--reps", &reps_text, NULL},
-        {"--warmup", &warmup_text, NULL}, {"--json", NULL, &json},     {"--peak", NULL, &peak},
-        {"--quiet", NULL, &quiet},
+        {"--shapes", &shapes, NULL},  {"--device", &device, NULL},
+        {"--reps", &reps_text, NULL}, {"--warmup", &warmup_text, NULL},
+        {"--json", NULL, &json},      {"--peak", NULL, &peak},
+        {"--quiet", NULL, &quiet},    {"--huge-pages", NULL, &huge},
     };
     int rc = parse_command_line("clattn bench", bench_usage, argc, argv, options,
                                 sizeof options / sizeof options[0]);
@@ -485,6 +538,7 @@ int cmd_bench(int argc, char **argv)
     if ((reps_text && bench_count("clattn bench", "--reps", reps_text, 1, 1000, &reps)) ||
         (warmup_text && bench_count("clattn bench", "--warmup", warmup_text, 0, 1000, &warmup)))
         return 2;
+    bench_huge_pages = huge;
     bench_case cases[64];
     const int n_cases = parse_shapes(shapes, cases, 64);
     if (n_cases < 0)
@@ -522,6 +576,17 @@ int cmd_bench(int argc, char **argv)
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace",
                peak ? "  of peak    of bw" : "");
     }
+    /* JSON: the peak fields are null where not measured; items are separated as they are
+     * printed (a case that fails prints none) */
+    char peak_json[160];
+    if (peak)
+        snprintf(peak_json, sizeof peak_json,
+                 "\"peak_gflops\": %.6g, \"peak_form\": \"%s\", \"peak_gbytes_per_s\": %.6g",
+                 peak_gflops, peak_form_name, peak_gbs);
+    else
+        snprintf(peak_json, sizeof peak_json,
+                 "\"peak_gflops\": null, \"peak_form\": null, \"peak_gbytes_per_s\": null");
+    int json_items = 0;
     rc = 0;
     progress pr;
     progress_start(&pr, "clattn bench", n_cases, quiet);
@@ -561,20 +626,19 @@ int cmd_bench(int argc, char **argv)
                                                : "f32",
                  c->int8_kv ? "/i8" : "", drop);
         if (json) {
-            printf("  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
+            printf("%s  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
                    "\"h_kv\": %lld, \"n_q\": %lld, "
                    "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
                    "\"algorithm\": \"%s\", \"dtype\": \"%s\", \"device_ms\": {\"median\": %.6g, "
                    "\"min\": %.6g, "
                    "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
                    "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
-                   "\"peak_gflops\": %.6g, \"peak_gbytes_per_s\": %.6g, \"plan\": \"%s\"}%s\n",
-                   name, cpu, (long long)c->b, (long long)c->h_q, (long long)c->h_kv,
-                   (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
-                   mask_name(c->mask), alg, dt, r.device_ms.median, r.device_ms.min,
-                   r.device_ms.max, r.wall_ms.median, r.wall_ms.min, r.wall_ms.max, r.gflops,
-                   r.gbytes_per_s, r.workspace_bytes, peak_gflops, peak_gbs, reason,
-                   i + 1 < n_cases ? "," : "");
+                   "%s, \"plan\": \"%s\"}",
+                   json_items++ ? ",\n" : "", name, cpu, (long long)c->b, (long long)c->h_q,
+                   (long long)c->h_kv, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
+                   (long long)c->d_v, mask_name(c->mask), alg, dt, r.device_ms.median,
+                   r.device_ms.min, r.device_ms.max, r.wall_ms.median, r.wall_ms.min, r.wall_ms.max,
+                   r.gflops, r.gbytes_per_s, r.workspace_bytes, peak_json, reason);
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
@@ -594,7 +658,7 @@ int cmd_bench(int argc, char **argv)
         fflush(stdout);
     }
     if (json)
-        printf("]\n");
+        printf("%s]\n", json_items ? "\n" : "");
     clattn_context_release(ctx);
     return rc;
 }

@@ -37,6 +37,10 @@ typedef struct result {
  * expected, not reported). */
 extern int bench_quiet;
 
+/* While non-zero, time_case() puts its operands in host memory advised for transparent
+ * huge pages (bench --huge-pages). */
+extern int bench_huge_pages;
+
 /* Prints "clattn bench: MESSAGE" to stderr unless bench_quiet; returns 1. */
 int bench_fail(const char *fmt, ...);
 

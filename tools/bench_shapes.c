@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <clattn.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +42,14 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         long long v[7];
         int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s",
                          &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, extra);
-        int bad = got < 7 || parse_mask(mask, &c.mask) != 0;
-        const char *why = got < 7 ? "seven sizes first" : bad ? "unknown mask" : NULL;
+        int range = 0; /* a size past the 64-bit range: sscanf clamps it to the limit */
+        for (int k = 0; k < got && k < 7; k++)
+            range |= v[k] == LLONG_MAX || v[k] == LLONG_MIN;
+        int bad = got < 7 || range || parse_mask(mask, &c.mask) != 0;
+        const char *why = got < 7 ? "seven sizes first"
+                          : range ? "a size out of range"
+                          : bad   ? "unknown mask"
+                                  : NULL;
         /* pageN (a paged K/V pool) and int8 (an int8 K/V cache), each at most once, in
          * either order; fused only */
         char *extra_save = NULL;

@@ -9,13 +9,14 @@ rounds' ratios (with their range) is printed.
 
 Usage (from the repository root, after building):
     python3 tools/dev/ratio_bench.py [--rounds 6] [--reps 9] [--bin build/clattn]
-        [--kernels DIR] BASE_SHAPE SHAPE [SHAPE ...]
+        [--kernels DIR] [--huge-pages] BASE_SHAPE SHAPE [SHAPE ...]
 
 Shapes as `clattn bench --shapes` takes them, e.g. the paged decode of issue 14:
     python3 tools/dev/ratio_bench.py "8,32,8,1,8192,128,128,none,fused,f16" \\
         "8,32,8,1,8192,128,128,none,fused,f16,page16"
 --kernels sets CLATTN_KERNEL_DIR (a folder of cl/ sources to run instead of the
-embedded ones: a before/after comparison runs this twice).
+embedded ones: a before/after comparison runs this twice); --huge-pages passes
+`clattn bench --huge-pages` (operands in memory advised for transparent huge pages).
 """
 
 import argparse
@@ -31,6 +32,7 @@ def main():
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--bin", default="build/clattn")
     ap.add_argument("--kernels", default=None, help="CLATTN_KERNEL_DIR for the runs")
+    ap.add_argument("--huge-pages", action="store_true", help="clattn bench --huge-pages")
     ap.add_argument("shapes", nargs="+", help="the base shape, then the shapes to compare")
     a = ap.parse_args()
     if len(a.shapes) < 2:
@@ -41,6 +43,8 @@ def main():
     ratios = [[] for _ in a.shapes[1:]]
     for r in range(a.rounds):
         cmd = [a.bin, "bench", "--quiet", "--reps", str(a.reps), "--shapes", ";".join(a.shapes)]
+        if a.huge_pages:
+            cmd.append("--huge-pages")
         run = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if run.returncode != 0:
             sys.exit("clattn bench failed:\n" + run.stderr)
