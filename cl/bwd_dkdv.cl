@@ -216,6 +216,10 @@ void clattn_bwd_dkdv(BWD_DKDV_PARAMS)
     #if !SCORE_TERMS /* the rule alone: row i sees key j when lo_i ≤ j < hi_i, j ≠ self_i */
                 const long16 lo16 = vload16(0, row_lo), hi16 = vload16(0, row_hi);
                 const long16 self16 = vload16(0, row_self);
+                /* every row of the tile sees all RK keys (most tiles of a long sequence):
+                 * the scores need no test (rows past n_q have lo = hi = 0: never) */
+                const bool all_see = all(lo16 <= jw) && all(hi16 >= jw + RK) &&
+                                     all((self16 < jw) | (self16 >= jw + RK));
     #endif
                 for (int kk = 0; kk < RK; kk++) {
     #if SCORE_TERMS
@@ -225,8 +229,10 @@ void clattn_bwd_dkdv(BWD_DKDV_PARAMS)
                     const float16 sc = vload16(0, t16);
     #else
                     const long j = jw + kk;
-                    const float16 sc = select((float16)(-INFINITY), vload16(0, raw[kk]),
-                                              convert_int16((j >= lo16) & (j < hi16) & (j != self16)));
+                    const float16 sc =
+                        all_see ? vload16(0, raw[kk])
+                                : select((float16)(-INFINITY), vload16(0, raw[kk]),
+                                         convert_int16((j >= lo16) & (j < hi16) & (j != self16)));
     #endif
                     /* rows that add nothing (LSE −∞) weigh 0; P ≤ 1 (bwd_dq.cl says why) */
                     const float16 e = exp(sc - lse16);
