@@ -118,21 +118,61 @@ static double median_rate(cl_command_queue queue, cl_kernel kern, size_t global,
     return rate[runs / 2];
 }
 
+/* The context's OpenCL objects and what the probes size their NDRanges by. */
+typedef struct probe_device {
+    cl_context ctx;
+    cl_device_id dev;
+    cl_command_queue queue;
+    cl_uint units; /* compute units */
+    bool gpu;
+} probe_device;
+
+static probe_device probe_device_of(clattn_context *ctx)
+{
+    probe_device d = {NULL, NULL, NULL, 1, false};
+    clattn_context_get_cl(ctx, &d.ctx, &d.dev, &d.queue);
+    clGetDeviceInfo(d.dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof d.units, &d.units, NULL);
+    cl_device_type type = 0;
+    clGetDeviceInfo(d.dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    d.gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    return d;
+}
+
+/* Sets a probe kernel's arguments 0 … n − 1, each call checked on its own (an OR of two
+ * codes is neither); stops at the first failure. */
+static cl_int set_args(cl_kernel kern, cl_int err, int n, const size_t *sizes,
+                       const void *const *values)
+{
+    for (int i = 0; i < n && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(kern, (cl_uint)i, sizes[i], values[i]);
+    return err;
+}
+
+/* Releases what a probe created (any may be NULL). */
+static void release_probe(cl_kernel kern, cl_program prog, cl_mem a, cl_mem b)
+{
+    if (a)
+        clReleaseMemObject(a);
+    if (b)
+        clReleaseMemObject(b);
+    if (kern)
+        clReleaseKernel(kern);
+    if (prog)
+        clReleaseProgram(prog);
+}
+
 /* GB/s of the streaming read over 256 MiB (less where the device's allocation limit is
  * lower): the median of 5 runs; 0 on failure. */
 double measure_bandwidth(clattn_context *ctx)
 {
-    cl_context cl_ctx;
-    cl_device_id dev;
-    cl_command_queue queue;
-    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
-    cl_uint units = 1;
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
-    cl_device_type type = 0;
-    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    const probe_device d = probe_device_of(ctx);
+    cl_context cl_ctx = d.ctx;
+    cl_device_id dev = d.dev;
+    cl_command_queue queue = d.queue;
+    const cl_uint units = d.units;
+    const bool gpu = d.gpu;
     cl_ulong max_alloc = 0;
     clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
-    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
     size_t bytes = (size_t)256 << 20;
     while (bytes > ((size_t)1 << 20) && bytes > max_alloc)
         bytes /= 2;
@@ -151,24 +191,12 @@ double measure_bandwidth(clattn_context *ctx)
     const cl_float one = 1.0f;
     if (err == CL_SUCCESS) /* touch every page before timing */
         err = clEnqueueFillBuffer(queue, x, &one, sizeof one, 0, bytes, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 0, sizeof x, &x);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 1, sizeof n, &n);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 2, sizeof chunked, &chunked);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 3, sizeof out, &out);
+    const size_t sizes[] = {sizeof x, sizeof n, sizeof chunked, sizeof out};
+    const void *const values[] = {&x, &n, &chunked, &out};
+    err = set_args(kern, err, 4, sizes, values);
     const double gbs =
         err == CL_SUCCESS ? median_rate(queue, kern, global, local, (double)bytes) : 0;
-    if (x)
-        clReleaseMemObject(x);
-    if (out)
-        clReleaseMemObject(out);
-    if (kern)
-        clReleaseKernel(kern);
-    if (prog)
-        clReleaseProgram(prog);
+    release_probe(kern, prog, x, out);
     return gbs;
 }
 
@@ -176,17 +204,14 @@ double measure_bandwidth(clattn_context *ctx)
  * median of 5 runs; 0 on failure. */
 static double peak_form(clattn_context *ctx, int lanes, int nacc)
 {
-    cl_context cl_ctx;
-    cl_device_id dev;
-    cl_command_queue queue;
-    clattn_context_get_cl(ctx, &cl_ctx, &dev, &queue);
-    cl_uint units = 1;
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
-    cl_device_type type = 0;
-    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    const probe_device d = probe_device_of(ctx);
+    cl_context cl_ctx = d.ctx;
+    cl_device_id dev = d.dev;
+    cl_command_queue queue = d.queue;
+    const cl_uint units = d.units;
     /* GPUs: groups of 256 and 16 per compute unit, enough warps to fill every scheduler
      * (groups of 8 left an H200 at a quarter of its peak); CPUs: 16 items per core */
-    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    const bool gpu = d.gpu;
     const size_t local = gpu ? 256 : 8, global = local * units * 16;
     const cl_int iters = gpu ? 4096 : 65536 * 16 / lanes * 8 / nacc;
     char options[64];
@@ -200,23 +225,13 @@ static double peak_form(clattn_context *ctx, int lanes, int nacc)
                      ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
                      : NULL;
     const cl_float a = 0.999f, b = 0.001f;
-    if (err == CL_SUCCESS) /* each call checked on its own: an OR of two codes is neither */
-        err = clSetKernelArg(kern, 0, sizeof out, &out);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 1, sizeof iters, &iters);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 2, sizeof a, &a);
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(kern, 3, sizeof b, &b);
+    const size_t sizes[] = {sizeof out, sizeof iters, sizeof a, sizeof b};
+    const void *const values[] = {&out, &iters, &a, &b};
+    err = set_args(kern, err, 4, sizes, values);
     const double gflops = err == CL_SUCCESS ? median_rate(queue, kern, global, local,
                                                           (double)global * iters * nacc * lanes * 2)
                                             : 0;
-    if (out)
-        clReleaseMemObject(out);
-    if (kern)
-        clReleaseKernel(kern);
-    if (prog)
-        clReleaseProgram(prog);
+    release_probe(kern, prog, out, NULL);
     return gflops;
 }
 
