@@ -170,8 +170,9 @@ float16 hsum16(const float16 *d)
  * prefetchers fall behind even on contiguous K (0.84-0.89x the time with K prefetched,
  * 2026-12-02), and with pages they restart at every jump to a page elsewhere in the pool,
  * each time after a few misses (pages of 16 keys: 1.2-1.5x the contiguous time without
- * prefetching; docs/BENCHMARKS.md). A hint: prefetches neither fault nor change results. The host (context.c) passes -DCPU_PREFETCH=1 for PoCL and Intel's CPU
- * runtime: clang's __builtin_prefetch, since PoCL's OpenCL prefetch() is an empty
+ * prefetching; docs/BENCHMARKS.md). A hint: prefetches neither fault nor change results.
+ * The host (context.c) passes -DCPU_PREFETCH=1 for PoCL and Intel's CPU runtime: clang's
+ * __builtin_prefetch, since PoCL's OpenCL prefetch() is an empty
  * function (the address cast to a generic pointer: CPUs have one address space); and
  * -DCPU_PREFETCH=2 for oclgrind, which cannot run the intrinsic: a volatile one-byte
  * read of each address instead, so the memory checker sees every address prefetched
@@ -188,7 +189,7 @@ float16 hsum16(const float16 *d)
 #endif
 #define PREFETCH_LINES(base, bytes)                                                          \
     for (int c_ = 0; c_ < (bytes); c_ += 64)                                                \
-    PREFETCH_LINE((base) + c_)
+        PREFETCH_LINE((base) + c_)
 #else
 #define CAN_PREFETCH 0
 #define PREFETCH_LINES(base, bytes)
