@@ -262,6 +262,11 @@ static const config configs[] = {
     {2, 4, 2, 3, 4, 4, 5, 8, {40, 17, 0}, true, false}, /* head dims 4 (PoCL once broke it) */
     {2, 4, 2, 37, 32, 48, 5, 20, {100, 71, 0}, true, true},
     {1, 2, 1, 20, 16, 16, 1, 50, {-1, 0, 0}, false, false},
+    /* decode.cl's steps of 16 keys over pages of 8 with one KV head, the pool's last page
+     * among the sequence's: a step ahead that crosses pages must not be prefetched (its
+     * rows would leave the pool, which oclgrind reports) */
+    {1, 2, 1, 1, 16, 16, 8, 24, {-1, 0, 0}, false, false},
+    {1, 4, 1, 2, 16, 16, 8, 24, {-1, 0, 0}, false, false},
 };
 #define N_DECODE_CONFIGS 3 /* (the README suite's: decode configurations 0 to 2) */
 
