@@ -113,7 +113,8 @@ static const char bench_usage[] =
     "                  1,32,32,1,8192,128,128 (decode);\n"
     "                  1,32,8,1,32768,128,128 (grouped-query decode)\n"
     "  --reps N        timed runs per case (default 5)\n"
-    "  --warmup N      untimed runs first (default 1; the first also builds programs)\n"
+    "  --warmup N      untimed runs first (default 1; the first also builds programs,\n"
+    "                  so with 0 the first timed run includes the build)\n"
     "  --json          one JSON object per case on stdout, in a JSON array (a case\n"
     "                  that fails has none; peak_gflops, peak_form and\n"
     "                  peak_gbytes_per_s are null without --peak)\n"
@@ -592,12 +593,15 @@ int cmd_bench(int argc, char **argv)
     progress_start(&pr, "clattn bench", n_cases, quiet);
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
-        progress_step(&pr, "b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld, %s, %s", (long long)c->b,
-                      (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q, (long long)c->n_kv,
-                      (long long)c->d_k, (long long)c->d_v, mask_name(c->mask),
+        progress_step(&pr, "b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld, %s, %s, %s",
+                      (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
+                      (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask),
                       c->backward                              ? "backward"
                       : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
-                                                               : "unfused");
+                                                               : "unfused",
+                      c->dtype == CLATTN_FLOAT16    ? "f16"
+                      : c->dtype == CLATTN_BFLOAT16 ? "bf16"
+                                                    : "f32");
         result r = {0};
         char reason[256] = "";
         const int failed = time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0;
