@@ -1506,6 +1506,14 @@ if [ "$(tail -1 "$tmp/out")" = "]" ] && ! tail -2 "$tmp/out" | head -1 | grep -q
 run_clattn bench --shapes "1,1,1,4,4,8,99999999999999999999" --reps 1 --quiet
 expect_rc "bench, a size out of range" 2
 expect_text "bench, a size out of range" "$tmp/err" "a size out of range"
+# an empty field is refused (it would leave the fields after it at their defaults: this
+# would have run f32); spaces around ';' are not part of a field
+run_clattn bench --shapes "1,1,1,4,4,8,8,,f16" --reps 1 --quiet
+expect_rc "bench, an empty field" 2
+expect_text "bench, an empty field" "$tmp/err" "an empty field"
+run_clattn bench --shapes "1,1,1,4,4,8,8,none,fused,f16 ; 1,2,1,4,4,8,8,causal,unfused" --reps 1 --quiet
+expect_rc "bench, spaces around ';'" 0
+expect_text "bench, spaces around ';'" "$tmp/out" "none fused f16"
 # --huge-pages: operands in memory advised for huge pages, used in place (a paged decode)
 run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,page16;1,4,2,3,40,16,16,causal,unfused" --reps 1 --quiet --huge-pages
 expect_rc "bench --huge-pages" 0

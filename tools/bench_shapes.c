@@ -35,6 +35,8 @@ int parse_shapes(const char *list, bench_case *cases, int max)
     for (char *spec = strtok_r(copy, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
         while (*spec == ' ')
             spec++;
+        for (size_t e = strlen(spec); e > 0 && spec[e - 1] == ' '; e--)
+            spec[e - 1] = '\0'; /* "…, f16 ; …": spaces around the ';' */
         if (!*spec)
             continue;
         bench_case c = {0};
@@ -45,9 +47,14 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         int range = 0; /* a size past the 64-bit range: sscanf clamps it to the limit */
         for (int k = 0; k < got && k < 7; k++)
             range |= v[k] == LLONG_MAX || v[k] == LLONG_MIN;
-        int bad = got < 7 || range || parse_mask(mask, &c.mask) != 0;
+        /* an empty field (",," or a trailing ",") would leave the fields after it at their
+         * defaults: "1,…,8,,f16" is not f16 */
+        const size_t len = strlen(spec);
+        const int empty = strstr(spec, ",,") != NULL || (len > 0 && spec[len - 1] == ',');
+        int bad = got < 7 || range || empty || parse_mask(mask, &c.mask) != 0;
         const char *why = got < 7 ? "seven sizes first"
                           : range ? "a size out of range"
+                          : empty ? "an empty field"
                           : bad   ? "unknown mask"
                                   : NULL;
         /* pageN (a paged K/V pool) and int8 (an int8 K/V cache), each at most once, in
