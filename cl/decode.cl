@@ -194,8 +194,7 @@ float16 hsum16(const float16 *d)
 #define CAN_PREFETCH 0
 #define PREFETCH_LINES(base, bytes)
 #endif
-#define PREFETCHING CAN_PREFETCH
-#if PREFETCHING
+#if CAN_PREFETCH
 #define PF_STEPS 2 /* steps ahead (1, 2 and 4 measured alike) */
 #define PREFETCH_ROWS(t)                                                                      \
     do {                                                                                    \
@@ -282,7 +281,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const bool one_page = rows_contiguous(j0, 16 KV_PAGES);
         const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
         const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
-#if PREFETCHING
+#if CAN_PREFETCH
         /* the rows PF_STEPS steps ahead, where that step is whole and in one page */
         const long jp = j0 + 16 * PF_STEPS;
         long pfk = -1, pfv = -1;

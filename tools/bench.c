@@ -174,7 +174,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static stats summarize(double *v, int n)
+stats bench_summarize(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     stats s = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
@@ -255,7 +255,7 @@ static cl_mem random_buffer(cl_context cl_ctx, cl_command_queue queue, int64_t c
     return m;
 }
 
-static double event_ns(cl_event e, cl_profiling_info what)
+double bench_event_ns(cl_event e, cl_profiling_info what)
 {
     cl_ulong t = 0;
     clGetEventProfilingInfo(e, what, sizeof t, &t, NULL);
@@ -454,8 +454,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         const double t1 = now_s();
         if (st == CLATTN_SUCCESS && err == CL_SUCCESS && r >= 0) {
             /* from the marker's end (everything before it done) to the last kernel's end */
-            dev[r] = 1e-6 * (event_ns(end, CL_PROFILING_COMMAND_END) -
-                             event_ns(start, CL_PROFILING_COMMAND_END));
+            dev[r] = 1e-6 * (bench_event_ns(end, CL_PROFILING_COMMAND_END) -
+                             bench_event_ns(start, CL_PROFILING_COMMAND_END));
             wall[r] = 1e3 * (t1 - t0);
         }
         if (start)
@@ -468,8 +468,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
             goto done;
         }
     }
-    res->device_ms = summarize(dev, reps);
-    res->wall_ms = summarize(wall, reps);
+    res->device_ms = bench_summarize(dev, reps);
+    res->wall_ms = bench_summarize(wall, reps);
     const double heads = (double)(c->b * c->h_q);
     double flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(c->d_k + c->d_v);
     if (c->ragged) /* the useful work of the sequences (the same for varlen and padded) */

@@ -57,6 +57,12 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
 int bench_count(const char *command, const char *option, const char *text, long lo, long hi,
                 int *out);
 
+/* Median, minimum and maximum of v[0 … n − 1] (sorts v). */
+stats bench_summarize(double *v, int n);
+
+/* An event's profiling timestamp `what`, in ns (0 when the runtime gives none). */
+double bench_event_ns(cl_event e, cl_profiling_info what);
+
 /* The device's f32 FMA throughput in GFLOP/s (the fastest of the probe's forms; `form`
  * receives its name, e.g. "float8 x 12 accumulators") and its streaming read bandwidth
  * in GB/s, each the median of 5 timed runs of a kernel built on the context's device

@@ -10,19 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int cmp_rate(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double event_ns(cl_event e, cl_profiling_info what)
-{
-    cl_ulong t = 0;
-    clGetEventProfilingInfo(e, what, sizeof t, &t, NULL);
-    return (double)t;
-}
-
 /* An FMA micro-benchmark: each work-item keeps NACC independent VEC accumulators, so the
  * chain latency hides behind throughput; FLOP = items · iterations · NACC · LANES · 2.
  * measure_peak builds it in more than one form and keeps the fastest: accumulators that
@@ -79,45 +66,6 @@ static const char stream_source[] =
     "             s.sa + s.sb + s.sc + s.sd + s.se + s.sf;\n"
     "}\n";
 
-/* The probes' program and kernel (built from source, uncached); *prog is NULL or to be
- * released, and the kernel NULL when *err is not CL_SUCCESS. */
-static cl_kernel probe_kernel(cl_context cl_ctx, cl_device_id dev, const char *src,
-                              const char *name, const char *options, cl_program *prog, cl_int *err)
-{
-    char opts[160];
-    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -w %s", options);
-    *prog = clCreateProgramWithSource(cl_ctx, 1, &src, NULL, err);
-    if (*err == CL_SUCCESS)
-        *err = clBuildProgram(*prog, 1, &dev, opts, NULL, NULL);
-    return *err == CL_SUCCESS ? clCreateKernel(*prog, name, err) : NULL;
-}
-
-/* `work` per nanosecond of device time (events) over 5 runs of a probe kernel whose
- * arguments are set, the median; 0 on failure. The first of 6 runs is not counted: it
- * compiles for this local size. */
-static double median_rate(cl_command_queue queue, cl_kernel kern, size_t global, size_t local,
-                          double work)
-{
-    double rate[5];
-    int runs = 0;
-    cl_int err = CL_SUCCESS;
-    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
-        cl_event e;
-        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
-        if (err == CL_SUCCESS)
-            err = clWaitForEvents(1, &e);
-        if (err == CL_SUCCESS && r > 0)
-            rate[runs++] = work / (event_ns(e, CL_PROFILING_COMMAND_END) -
-                                   event_ns(e, CL_PROFILING_COMMAND_START));
-        if (err == CL_SUCCESS)
-            clReleaseEvent(e);
-    }
-    if (err != CL_SUCCESS || !runs)
-        return 0.0;
-    qsort(rate, (size_t)runs, sizeof *rate, cmp_rate);
-    return rate[runs / 2];
-}
-
 /* The context's OpenCL objects and what the probes size their NDRanges by. */
 typedef struct probe_device {
     cl_context ctx;
@@ -136,6 +84,48 @@ static probe_device probe_device_of(clattn_context *ctx)
     clGetDeviceInfo(d.dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     d.gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
     return d;
+}
+
+/* The probes' program and kernel (built from source, uncached) and their output buffer of
+ * out_items floats; *prog and *out are NULL or to be released, and the kernel NULL when
+ * *err is not CL_SUCCESS. */
+static cl_kernel probe_kernel(const probe_device *d, const char *src, const char *name,
+                              const char *options, size_t out_items, cl_program *prog, cl_mem *out,
+                              cl_int *err)
+{
+    char opts[160];
+    snprintf(opts, sizeof opts, "-cl-std=CL1.2 -w %s", options);
+    *out = NULL;
+    *prog = clCreateProgramWithSource(d->ctx, 1, &src, NULL, err);
+    if (*err == CL_SUCCESS)
+        *err = clBuildProgram(*prog, 1, &d->dev, opts, NULL, NULL);
+    cl_kernel kern = *err == CL_SUCCESS ? clCreateKernel(*prog, name, err) : NULL;
+    if (*err == CL_SUCCESS)
+        *out = clCreateBuffer(d->ctx, CL_MEM_WRITE_ONLY, out_items * sizeof(float), NULL, err);
+    return kern;
+}
+
+/* `work` per nanosecond of device time (events) over 5 runs of a probe kernel whose
+ * arguments are set, the median; 0 on failure. The first of 6 runs is not counted: it
+ * compiles for this local size. */
+static double median_rate(cl_command_queue queue, cl_kernel kern, size_t global, size_t local,
+                          double work)
+{
+    double rate[5];
+    int runs = 0;
+    cl_int err = CL_SUCCESS;
+    for (int r = 0; r < 6 && err == CL_SUCCESS; r++) {
+        cl_event e;
+        err = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, &local, 0, NULL, &e);
+        if (err == CL_SUCCESS)
+            err = clWaitForEvents(1, &e);
+        if (err == CL_SUCCESS && r > 0)
+            rate[runs++] = work / (bench_event_ns(e, CL_PROFILING_COMMAND_END) -
+                                   bench_event_ns(e, CL_PROFILING_COMMAND_START));
+        if (err == CL_SUCCESS)
+            clReleaseEvent(e);
+    }
+    return err == CL_SUCCESS && runs ? bench_summarize(rate, runs).median : 0.0;
 }
 
 /* Sets a probe kernel's arguments 0 … n − 1, each call checked on its own (an OR of two
@@ -166,38 +156,39 @@ static void release_probe(cl_kernel kern, cl_program prog, cl_mem a, cl_mem b)
 double measure_bandwidth(clattn_context *ctx)
 {
     const probe_device d = probe_device_of(ctx);
-    cl_context cl_ctx = d.ctx;
-    cl_device_id dev = d.dev;
-    cl_command_queue queue = d.queue;
-    const cl_uint units = d.units;
-    const bool gpu = d.gpu;
     cl_ulong max_alloc = 0;
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    clGetDeviceInfo(d.dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
     size_t bytes = (size_t)256 << 20;
     while (bytes > ((size_t)1 << 20) && bytes > max_alloc)
         bytes /= 2;
-    const size_t local = gpu ? 256 : 1, global = gpu ? (size_t)units * 2048 : (size_t)units;
+    const size_t local = d.gpu ? 256 : 1, global = d.gpu ? (size_t)d.units * 2048 : d.units;
     const cl_long n = (cl_long)(bytes / (16 * sizeof(float)));
-    const cl_int chunked = gpu ? 0 : 1;
-    const char *src = stream_source;
+    const cl_int chunked = d.gpu ? 0 : 1;
     cl_program prog;
+    cl_mem out;
     cl_int err;
-    cl_kernel kern = probe_kernel(cl_ctx, dev, src, "stream_read", "", &prog, &err);
+    cl_kernel kern = probe_kernel(&d, stream_source, "stream_read", "", global, &prog, &out, &err);
     cl_mem x =
-        err == CL_SUCCESS ? clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY, bytes, NULL, &err) : NULL;
-    cl_mem out = err == CL_SUCCESS
-                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
-                     : NULL;
+        err == CL_SUCCESS ? clCreateBuffer(d.ctx, CL_MEM_READ_ONLY, bytes, NULL, &err) : NULL;
     const cl_float one = 1.0f;
     if (err == CL_SUCCESS) /* touch every page before timing */
-        err = clEnqueueFillBuffer(queue, x, &one, sizeof one, 0, bytes, 0, NULL, NULL);
+        err = clEnqueueFillBuffer(d.queue, x, &one, sizeof one, 0, bytes, 0, NULL, NULL);
     const size_t sizes[] = {sizeof x, sizeof n, sizeof chunked, sizeof out};
     const void *const values[] = {&x, &n, &chunked, &out};
     err = set_args(kern, err, 4, sizes, values);
     const double gbs =
-        err == CL_SUCCESS ? median_rate(queue, kern, global, local, (double)bytes) : 0;
+        err == CL_SUCCESS ? median_rate(d.queue, kern, global, local, (double)bytes) : 0;
     release_probe(kern, prog, x, out);
     return gbs;
+}
+
+/* OpenCL C's name of a vector of `lanes` floats: "float", "float2" … "float16" */
+static void vec_type(int lanes, char *out, size_t len)
+{
+    if (lanes == 1)
+        snprintf(out, len, "float");
+    else
+        snprintf(out, len, "float%d", lanes);
 }
 
 /* GFLOP/s of the FMA kernel in one form (VEC of `lanes` floats, `nacc` accumulators): the
@@ -205,30 +196,22 @@ double measure_bandwidth(clattn_context *ctx)
 static double peak_form(clattn_context *ctx, int lanes, int nacc)
 {
     const probe_device d = probe_device_of(ctx);
-    cl_context cl_ctx = d.ctx;
-    cl_device_id dev = d.dev;
-    cl_command_queue queue = d.queue;
-    const cl_uint units = d.units;
     /* GPUs: groups of 256 and 16 per compute unit, enough warps to fill every scheduler
      * (groups of 8 left an H200 at a quarter of its peak); CPUs: 16 items per core */
-    const bool gpu = d.gpu;
-    const size_t local = gpu ? 256 : 8, global = local * units * 16;
-    const cl_int iters = gpu ? 4096 : 65536 * 16 / lanes * 8 / nacc;
-    char options[64];
-    snprintf(options, sizeof options, "-DVEC=float%d -DLANES=%d -DNACC=%d", lanes, lanes, nacc);
-    if (lanes == 1)
-        snprintf(options, sizeof options, "-DVEC=float -DLANES=1 -DNACC=%d", nacc);
+    const size_t local = d.gpu ? 256 : 8, global = local * d.units * 16;
+    const cl_int iters = d.gpu ? 4096 : 65536 * 16 / lanes * 8 / nacc;
+    char vec[8], options[64];
+    vec_type(lanes, vec, sizeof vec);
+    snprintf(options, sizeof options, "-DVEC=%s -DLANES=%d -DNACC=%d", vec, lanes, nacc);
     cl_program prog;
+    cl_mem out;
     cl_int err;
-    cl_kernel kern = probe_kernel(cl_ctx, dev, peak_source, "fma_peak", options, &prog, &err);
-    cl_mem out = err == CL_SUCCESS
-                     ? clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, global * sizeof(float), NULL, &err)
-                     : NULL;
+    cl_kernel kern = probe_kernel(&d, peak_source, "fma_peak", options, global, &prog, &out, &err);
     const cl_float a = 0.999f, b = 0.001f;
     const size_t sizes[] = {sizeof out, sizeof iters, sizeof a, sizeof b};
     const void *const values[] = {&out, &iters, &a, &b};
     err = set_args(kern, err, 4, sizes, values);
-    const double gflops = err == CL_SUCCESS ? median_rate(queue, kern, global, local,
+    const double gflops = err == CL_SUCCESS ? median_rate(d.queue, kern, global, local,
                                                           (double)global * iters * nacc * lanes * 2)
                                             : 0;
     release_probe(kern, prog, out, NULL);
@@ -247,16 +230,13 @@ double measure_peak(clattn_context *ctx, char *form, size_t form_len)
     clGetDeviceInfo(dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof native, &native, NULL);
     double best = peak_form(ctx, 16, 8);
     snprintf(form, form_len, "float16 x 8 accumulators");
-    if (native == 1 || native == 2 || native == 4 || native == 8 || native == 16) {
+    if (native >= 1 && native <= 16 && (native & (native - 1)) == 0) { /* 1, 2, 4, 8, 16 */
         const double g = peak_form(ctx, (int)native, 12);
         if (g > best) {
+            char vec[8];
+            vec_type((int)native, vec, sizeof vec);
             best = g;
-            snprintf(form, form_len, "float%s x 12 accumulators",
-                     native == 1   ? ""
-                     : native == 2 ? "2"
-                     : native == 4 ? "4"
-                     : native == 8 ? "8"
-                                   : "16");
+            snprintf(form, form_len, "%s x 12 accumulators", vec);
         }
     }
     return best;
