@@ -12,7 +12,13 @@
  * Same arithmetic as fused.cl's reference loop (online softmax; Milakov & Gimelshein
  * 2018, Dao et al. 2022), 16 keys per step. Rows ρ of KV head hk (batch entry b) are
  * ρ = g·n_q + i for query head h = hk·group + g and query i; work-item x of NDRange
- * (⌈group·n_q / NR⌉ rounded up to WG, batch·h_kv) takes rows x·NR … x·NR + NR − 1.
+ * (⌈group·n_q / NR⌉ rounded up to WG, batch·h_kv / NH) takes rows x·NR … x·NR + NR − 1
+ * of NH KV heads hk0 … hk0 + NH − 1, and runs each step of 16 keys for one head after the
+ * other. NH is 1 but for paged caches with small pages on CPUs (tuning.c
+ * clattn_decode_heads): a page's heads lie next to each other in the pool ([pages, h_kv,
+ * page_size, d] or [pages, page_size, h_kv, d]), so a step's reads for NH heads are one
+ * stretch of memory instead of NH pieces scattered over the pool, which the CPU's stream
+ * prefetchers follow (pages of 16 keys: docs/BENCHMARKS.md).
  * Per step of 16 keys:
  * - scores, KG keys at a time: SB rows × KG keys (≤ 16) dot products against the K rows
  *   (each 16-float K vector feeds SB rows' FMAs), then one reduction of the 16 float16
@@ -44,6 +50,9 @@
 #endif
 #ifndef NR
 #define NR 1 /* query rows (query heads of a KV head × queries) per work-item */
+#endif
+#ifndef NH
+#define NH 1 /* KV heads per work-item (each with its NR rows), read step by step together */
 #endif
 #define SB (NR < 4 ? NR : 4) /* rows per register block */
 /* Keys per block of scores: SB·KG ≤ 16 dot products, as many as the score accumulators'
@@ -140,7 +149,7 @@ float16 hsum16(const float16 *d)
                 _Pragma("unroll") for (int cv = 0; cv < N_QV; cv++) {                       \
                     const float16 kv = (LOADK);                                             \
                     _Pragma("unroll") for (int r = 0; r < SB; r++) if (r0 + r < NR)         \
-                        d[r * KG + u] = fma(q16[r0 + r][cv], kv, d[r * KG + u]);            \
+                        d[r * KG + u] = fma(q16[R + r0 + r][cv], kv, d[r * KG + u]);            \
                 }                                                                           \
             }                                                                               \
             float16 s = hsum16(d); /* lane r·KG + u: row r0 + r, key g + u */               \
@@ -238,27 +247,34 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
     if (x * NR >= rows)
         return; /* no barriers in this kernel */
     const long h_kv = h_q / group, bhk = get_global_id(1);
-    const long b = bhk / h_kv, hk = bhk % h_kv;
+    const long b = bhk / (h_kv / NH), hk0 = bhk % (h_kv / NH) * NH; /* first KV head */
     VARLEN_ROWS(b); /* a packed batch: sequence b's rows */
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 
-    float16 q16[NR][N_QV], acc[NR][N_AV];
-    float m[NR], slope[NR];
-    float16 l[NR]; /* each row's running sum, lane-wise: one horizontal sum at the end */
+    /* row r of KV head hk0 + hh at index hh·NR + r (the visibility rule and ALiBi's
+     * reference depend on the query only: NR of them) */
+    float16 q16[NH * NR][N_QV], acc[NH * NR][N_AV];
+    float m[NH * NR], slope[NH * NR];
+    float16 l[NH * NR]; /* each row's running sum, lane-wise: one horizontal sum at the end */
     row_rule rule[NR]; /* visible keys of each row (none for rows past group·n_q) */
-    long mbase[NR], ref[NR];
+    long mbase[NH * NR], ref[NR];
     long klo = n_kv, khi = 0; /* keys any row of this work-item may see */
-    for (int r = 0; r < NR; r++) { /* (setup and stores not unrolled: compile time) */
-        const long rho = x * NR + r, h = hk * group + rho / n_q, i = rho % n_q;
+    for (int hr = 0; hr < NH * NR; hr++) { /* (setup and stores not unrolled: compile time) */
+        const int r = hr % NR;
+        const long rho = x * NR + r, h = (hk0 + hr / NR) * group + rho / n_q, i = rho % n_q;
         const bool real = rho < rows;
         const bool read = real && i < Q_ROWS(b); /* (varlen: not the next sequence's) */
         const long qb = read ? view_at(q_off, q_st, b, h, i, 0) : 0;
         for (int cv = 0; cv < N_QV; cv++)
-            q16[r][cv] = read ? TYPED(load_row16, Q_DT)(q, qb, q_st.s3, 16 * cv, D_K) : 0.0f;
+            q16[hr][cv] = read ? TYPED(load_row16, Q_DT)(q, qb, q_st.s3, 16 * cv, D_K) : 0.0f;
         for (int a = 0; a < N_AV; a++)
-            acc[r][a] = 0.0f;
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+            acc[hr][a] = 0.0f;
+        m[hr] = -INFINITY;
+        l[hr] = 0.0f;
+        mbase[hr] = MASK_T && real ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
+        slope[hr] = ALIBI && real ? alibi[h] : 0.0f;
+        if (hr >= NR)
+            continue; /* the rule: once per row */
         rule[r] = rule_at(RULE_ARGS, b, real ? i : 0, n_q, n_kv);
         if (!real)
             rule[r].lo = rule[r].hi = 0;
@@ -266,8 +282,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             klo = min(klo, rule[r].lo);
             khi = max(khi, rule[r].hi);
         }
-        mbase[r] = MASK_T && real ? view_at(mt_off, mt_st, b, h, i, 0) : 0;
-        slope[r] = ALIBI && real ? alibi[h] : 0.0f;
         ref[r] = ALIBI ? alibi_ref(rule[r]) : 0;
     }
 
@@ -279,107 +293,117 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         /* the step's first K and V rows; with pages, the others follow them when the step
          * lies in one page (one table read per step, not per key) */
         const bool one_page = rows_contiguous(j0, 16 KV_PAGES);
-        const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
-        const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
+        /* the step for each KV head in turn: with pages, a page's heads lie next to each
+         * other in the pool, so NH > 1 reads NH heads' rows as one stretch */
+#pragma unroll 1
+        for (int hh = 0; hh < NH; hh++) {
+            const long hk = hk0 + hh;
+            const int R = hh * NR; /* this head's rows in q16, acc, m, l, mbase, slope */
+            const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
+            const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
 #if CAN_PREFETCH
-        /* the rows PF_STEPS steps ahead, where that step is whole and in one page */
-        const long jp = j0 + 16 * PF_STEPS;
-        long pfk = -1, pfv = -1;
-        if (jp + 16 <= khi && unit && rows_contiguous(jp, 16 KV_PAGES)) {
-            pfk = kv_row(k_off, k_st, b, hk, jp KV_PAGES);
-            pfv = kv_row(v_off, v_st, b, hk, jp KV_PAGES);
-            if (V_IN_PLACE && pfv == vb0 + 16 * PF_STEPS * v_st.s2)
-                pfv = -1; /* V follows on: prefetched next to its K rows in its step */
+            /* the rows PF_STEPS steps ahead, where that step is whole and in one page */
+            const long jp = j0 + 16 * PF_STEPS;
+            long pfk = -1, pfv = -1;
+            if (jp + 16 <= khi && unit && rows_contiguous(jp, 16 KV_PAGES)) {
+                pfk = kv_row(k_off, k_st, b, hk, jp KV_PAGES);
+                pfv = kv_row(v_off, v_st, b, hk, jp KV_PAGES);
+                if (V_IN_PLACE && pfv == vb0 + 16 * PF_STEPS * v_st.s2)
+                    pfv = -1; /* V follows on: prefetched next to its K rows in its step */
 #if K_SCALED /* int8 / FP8: the step's scales (one line per head and page) */
-            if (pfk >= 0)
-                PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hk,
-                                                                      jp KV_PAGES)));
+                if (pfk >= 0)
+                    PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hk,
+                                                                          jp KV_PAGES)));
 #endif
 #if V_SCALED
-            if (pfv >= 0)
-                PREFETCH_LINE((__global const char *)(v_sc + kv_row(vs_off, vs_st, b, hk,
-                                                                      jp KV_PAGES)));
+                if (pfv >= 0)
+                    PREFETCH_LINE((__global const char *)(v_sc + kv_row(vs_off, vs_st, b, hk,
+                                                                          jp KV_PAGES)));
 #endif
-        }
+            }
 #endif
-        bool in_place = false; /* this step's V read in place (V_IN_PLACE, whole steps) */
-        /* Fast steps: whole, in one page, rows with unit column stride and whole vectors
-         * (plain loads at fixed offsets); the others go through the general helpers. */
+            bool in_place = false; /* this step's V read in place (V_IN_PLACE, whole steps) */
+            /* Fast steps: whole, in one page, rows with unit column stride and whole vectors
+             * (plain loads at fixed offsets); the others go through the general helpers. */
 #if PLAIN_STEPS
-        if (one_page && tlo == 0 && thi == 16 && unit) {
-            STEP_SCORES(kb0 + t * k_st.s2, vb0 + t * v_st.s2, LD16(K_DT, k, KB + 16 * cv),
-                        LD16(V_DT, v, VB + 16 * a), g + u, !V_IN_PLACE)
-            in_place = V_IN_PLACE;
-        } else
+            if (one_page && tlo == 0 && thi == 16 && unit) {
+                STEP_SCORES(kb0 + t * k_st.s2, vb0 + t * v_st.s2, LD16(K_DT, k, KB + 16 * cv),
+                            LD16(V_DT, v, VB + 16 * a), g + u, !V_IN_PLACE)
+                in_place = V_IN_PLACE;
+            } else
 #endif
-        {
-            STEP_SCORES(one_page ? kb0 + t * k_st.s2 : kv_row(k_off, k_st, b, hk, j0 + t KV_PAGES),
-                        one_page ? vb0 + t * v_st.s2 : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES),
-                        TYPED(load_row16, K_DT)(k, KB, k_st.s3, 16 * cv, D_K),
-                        TYPED(load_row16, V_DT)(v, VB, v_st.s3, 16 * a, D_V),
-                        clamp(g + u, tlo, thi - 1), true)
-        }
-        /* the online softmax of each row over the 16 keys */
-        bool zero = false; /* some weight of the step is 0: test each in the sum */
-        for (int r = 0; r < NR; r++) {
-            const int lo = rel_bound(rule[r].lo, j0, 16), hi = rel_bound(rule[r].hi, j0, 16);
-            const int self = rel_key(rule[r].self, j0, 16);
-            float16 s = vload16(0, p[r]) * scale;
-            const long rho = x * NR + r; /* query head hk·group + ρ / n_q, row ρ mod n_q */
-            if (SCORE_TERMS || lo > 0 || hi < 16 || self >= 0)
-                s = score_terms16(s, lane, lo, hi, self, j0, n_kv, TERM_ARGS, mbase[r],
-                                  rule[r].diag, slope[r], ref[r], b, hk * group + rho / n_q,
-                                  rho % n_q);
-            const float m_new = max_nan(m[r], hmax_nan(s));
-            if (m_new == -INFINITY) { /* nothing visible yet: weights 0 */
-                vstore16((float16)(0.0f), 0, p[r]);
-                zero = true;
-                continue;
+            {
+                STEP_SCORES(one_page ? kb0 + t * k_st.s2
+                                     : kv_row(k_off, k_st, b, hk, j0 + t KV_PAGES),
+                            one_page ? vb0 + t * v_st.s2
+                                     : kv_row(v_off, v_st, b, hk, j0 + t KV_PAGES),
+                            TYPED(load_row16, K_DT)(k, KB, k_st.s3, 16 * cv, D_K),
+                            TYPED(load_row16, V_DT)(v, VB, v_st.s3, 16 * a, D_V),
+                            clamp(g + u, tlo, thi - 1), true)
             }
-            rescale_row(acc[r], N_AV, &l[r], m[r], m_new);
-            m[r] = m_new;
-            const float16 w = exp(s - m_new);
-            l[r] += w;
-            zero |= any(w == 0.0f);
-            vstore16(w, 0, p[r]);
-        }
-        /* the weighted sum: for AP blocks of 16 columns of V at a time, SB rows'
-         * accumulators in registers over the step's keys (SB·AP independent chains of FMAs),
-         * each V vector feeding SB FMAs. Without a weight of 0 the step is whole (keys
-         * outside [tlo, thi) weigh 0) and needs no test. The step's sum starts from 0 and
-         * is added to the row's accumulator afterwards: a sum over n keys then rounds n/16
-         * times into acc, not n times (SEMANTICS.md, "Accuracy over many keys"). */
-        for (int a0 = 0; a0 < N_AV; a0 += AP)
-            for (int r0 = 0; r0 < NR; r0 += SB) {
-                float16 o_[SB][AP];
-#pragma unroll
-                for (int r = 0; r < SB; r++)
-#pragma unroll
-                    for (int c = 0; c < AP; c++)
-                        o_[r][c] = 0.0f;
-                if (!zero && in_place) {
-#pragma unroll 4
-                    SUM_KEYS(V_GLOBAL, 0, 16, false)
-                } else if (!zero) {
-#pragma unroll 4
-                    SUM_KEYS(V_COPY, 0, 16, false)
-                } else if (in_place) {
-                    SUM_KEYS(V_GLOBAL, tlo, thi, true)
-                } else {
-                    SUM_KEYS(V_COPY, tlo, thi, true)
+            /* the online softmax of each row over the 16 keys */
+            bool zero = false; /* some weight of the step is 0: test each in the sum */
+            for (int r = 0; r < NR; r++) {
+                const int lo = rel_bound(rule[r].lo, j0, 16), hi = rel_bound(rule[r].hi, j0, 16);
+                const int self = rel_key(rule[r].self, j0, 16);
+                float16 s = vload16(0, p[r]) * scale;
+                const long rho = x * NR + r; /* query head hk·group + ρ / n_q, row ρ mod n_q */
+                if (SCORE_TERMS || lo > 0 || hi < 16 || self >= 0)
+                    s = score_terms16(s, lane, lo, hi, self, j0, n_kv, TERM_ARGS, mbase[R + r],
+                                      rule[r].diag, slope[R + r], ref[r], b,
+                                      hk * group + rho / n_q, rho % n_q);
+                const float m_new = max_nan(m[R + r], hmax_nan(s));
+                if (m_new == -INFINITY) { /* nothing visible yet: weights 0 */
+                    vstore16((float16)(0.0f), 0, p[r]);
+                    zero = true;
+                    continue;
                 }
-#pragma unroll
-                for (int r = 0; r < SB; r++)
-#pragma unroll
-                    for (int c = 0; c < AP; c++)
-                        if (r0 + r < NR && a0 + c < N_AV)
-                            acc[r0 + r][a0 + c] += o_[r][c];
+                rescale_row(acc[R + r], N_AV, &l[R + r], m[R + r], m_new);
+                m[R + r] = m_new;
+                const float16 w = exp(s - m_new);
+                l[R + r] += w;
+                zero |= any(w == 0.0f);
+                vstore16(w, 0, p[r]);
             }
+            /* the weighted sum: for AP blocks of 16 columns of V at a time, SB rows'
+             * accumulators in registers over the step's keys (SB·AP independent chains of FMAs),
+             * each V vector feeding SB FMAs. Without a weight of 0 the step is whole (keys
+             * outside [tlo, thi) weigh 0) and needs no test. The step's sum starts from 0 and
+             * is added to the row's accumulator afterwards: a sum over n keys then rounds n/16
+             * times into acc, not n times (SEMANTICS.md, "Accuracy over many keys"). */
+            for (int a0 = 0; a0 < N_AV; a0 += AP)
+                for (int r0 = 0; r0 < NR; r0 += SB) {
+                    float16 o_[SB][AP];
+#pragma unroll
+                    for (int r = 0; r < SB; r++)
+#pragma unroll
+                        for (int c = 0; c < AP; c++)
+                            o_[r][c] = 0.0f;
+                    if (!zero && in_place) {
+#pragma unroll 4
+                        SUM_KEYS(V_GLOBAL, 0, 16, false)
+                    } else if (!zero) {
+#pragma unroll 4
+                        SUM_KEYS(V_COPY, 0, 16, false)
+                    } else if (in_place) {
+                        SUM_KEYS(V_GLOBAL, tlo, thi, true)
+                    } else {
+                        SUM_KEYS(V_COPY, tlo, thi, true)
+                    }
+#pragma unroll
+                    for (int r = 0; r < SB; r++)
+#pragma unroll
+                        for (int c = 0; c < AP; c++)
+                            if (r0 + r < NR && a0 + c < N_AV)
+                                acc[R + r0 + r][a0 + c] += o_[r][c];
+                }
+        } /* hh */
     }
-    for (int r = 0; r < NR; r++) {
-        const long rho = x * NR + r, h = hk * group + rho / n_q, i = rho % n_q;
+    for (int hr = 0; hr < NH * NR; hr++) {
+        const int r = hr % NR;
+        const long rho = x * NR + r, h = (hk0 + hr / NR) * group + rho / n_q, i = rho % n_q;
         if (rho >= rows)
-            break;
-        STORE_ROW(acc[r], m[r], hsum(l[r]), slope[r], ref[r]);
+            continue;
+        STORE_ROW(acc[hr], m[hr], hsum(l[hr]), slope[hr], ref[r]);
     }
 }

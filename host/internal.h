@@ -54,6 +54,7 @@ struct clattn_context {
     bool use_stored_tuning;      /* false: CLATTN_TUNE=off at creation, or set off */
     clattn_kernel_family family; /* as set (CLATTN_KERNEL_FAMILY at creation); AUTO: by type */
     int64_t decode_splits;       /* GPU decode key splits (CLATTN_DECODE_SPLITS); 0: choose */
+    int64_t decode_heads; /* CPU decode KV heads per work-item (CLATTN_DECODE_HEADS); 0: choose */
     int64_t backward_splits;     /* CLATTN_BACKWARD_SPLITS: −1 choose, 0 bwd_dq.cl, N splits */
     clattn_tune_entry *override; /* clattn_context_set_blocking (CLATTN_BLOCKING at creation) */
     int n_override;
@@ -247,6 +248,7 @@ clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const 
 typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
     bool decode;     /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
+    size_t heads;    /* decode.cl: KV heads per work-item (each with its rq rows); 0 means 1 */
     size_t rows;     /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
                       * decode_gpu.cl: rows of a KV head per work-group */
     size_t n_splits; /* decode_gpu.cl (0: not split-KV): key chunks, */
@@ -457,6 +459,12 @@ size_t clattn_group_limit_private(const clattn_context *ctx, int64_t private_byt
  * CPUs (private arrays), in blocks as even as possible; 1 on other devices; an
  * override of the fused kernel's blocking sets it (its RQ, at most the rows). */
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v);
+/* decode.cl's KV heads per work-item (NH) for K's view, `rows` rows per KV head and nr of
+ * them per work-item: ctx->decode_heads where set (at most it; a divisor of h_kv), else 1
+ * but for paged caches on CPUs whose pages hold less than CPU_DECODE_STRETCH_BYTES of a
+ * head, while a work-item per compute unit remains; the private arrays within budget. */
+size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,
+                           int64_t d_v);
 /* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
  * local_floats_per_key floats per key fit the device's local memory; 0 if none. */
 size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap);

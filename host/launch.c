@@ -119,8 +119,10 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     /* fused_gpu.cl: a block of bk->rows query rows per work-group */
     const size_t groups = (size_t)(bk->rows ? clattn_ceil_div(rows, (int64_t)bk->rows)
                                             : clattn_ceil_div(rows, (int64_t)(bk->rq * bk->wg)));
-    const size_t global[2] = {groups * bk->wg,
-                              (size_t)(q->n[0] * (bk->decode ? k->n[1] : q->n[1]))};
+    const size_t global[2] = {
+        groups * bk->wg,
+        (size_t)(q->n[0] *
+                 (bk->decode ? k->n[1] / (bk->heads ? (int64_t)bk->heads : 1) : q->n[1]))};
     const size_t local[2] = {bk->wg, 1};
     return launch(ctx,
                   bk->decode ? "decode"

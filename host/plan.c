@@ -286,24 +286,25 @@ static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int6
     return true;
 }
 
-/* decode.cl: NR rows (query heads x queries of one KV head) per work-item, one per work-group
- * (its default WG); NV sizes its register blocks; CPU_PREFETCH: context.c. */
-static clattn_status decode_kernel(clattn_context *ctx, int64_t group, int64_t n_q, int64_t d_k,
-                                   int64_t d_v, const char *feat, clattn_blocked *out)
+/* decode.cl: NR rows (query heads x queries of a KV head) of NH KV heads per work-item, one
+ * per work-group (its default WG); NV sizes its register blocks; CPU_PREFETCH: context.c. */
+static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr, int64_t group,
+                                   const char *feat, clattn_blocked *out)
 {
-    const size_t nr = clattn_decode_rows(ctx, group * n_q, d_k, d_v);
+    const int64_t rows = group * pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3];
+    const size_t nr = clattn_decode_rows(ctx, rows, d_k, d_v),
+                 nh = clattn_decode_heads(ctx, &pr->k, rows, nr, d_v);
     char opts[512];
     snprintf(opts, sizeof opts,
-             CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DNV=%d -DCPU_PREFETCH=%d %s", (long long)d_k,
-             (long long)d_v, nr, clattn_tuning_vectors(ctx, nr), ctx->cpu_prefetch, feat);
-    clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &out->entry);
-    if (st != CLATTN_SUCCESS)
-        return st;
-    out->rq = nr;
-    out->wg = 1;
-    out->tile_kv = 16;
-    out->decode = true;
-    return CLATTN_SUCCESS;
+             CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DNH=%zu -DNV=%d -DCPU_PREFETCH=%d %s",
+             (long long)d_k, (long long)d_v, nr, nh, clattn_tuning_vectors(ctx, nr),
+             ctx->cpu_prefetch, feat);
+    clattn_program_entry *entry = NULL;
+    const clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &entry);
+    if (st == CLATTN_SUCCESS)
+        *out = (clattn_blocked){
+            .rq = nr, .wg = 1, .tile_kv = 16, .decode = true, .heads = nh, .entry = entry};
+    return st;
 }
 
 /* decode_gpu.cl + split_merge.cl (the GPU family's decoding): RB rows of a KV head per
@@ -335,7 +336,7 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
         rb--;
     if (decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
-        return decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, out); /* head dims too big */
+        return decode_kernel(ctx, pr, group, f->opts, out); /* head dims too big */
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
     int64_t splits = ctx->decode_splits;
     if (splits <= 0) {
@@ -513,9 +514,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                            ctx->device_name);
 
     /* a few queries (decoding) share nothing between queries: decode.cl streams K and V
-     * once per KV head for all its query heads; with no keys at all it just writes the
-     * empty rows */
-    /* (dropout: the tiled kernels, which draw it; the decode kernels do not; batch
+     * once per KV head for all its query heads; with no keys it writes the empty rows
+     * (dropout: the tiled kernels, which draw it; the decode kernels do not; batch
      * invariance: the tiled kernels, whose rows' arithmetic does not depend on n_q) */
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0 &&
                                       desc->dropout_p == 0.0f && !desc->batch_invariant);
@@ -550,11 +550,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
                                "an int8 or FP8 K/V runs with the fused algorithm only");
         if (fused_why[0])
-            return clattn_fail(
-                ctx, CLATTN_ERROR_UNSUPPORTED,
-                "an int8 or FP8 K/V needs the fused algorithm, which cannot run this "
-                "shape: %s",
-                fused_why);
+            return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,
+                               "an int8 or FP8 K/V needs the fused algorithm, which cannot "
+                               "run this shape: %s",
+                               fused_why);
     }
     if (pr->k.paged) { /* the block table is read by the fused kernels only */
         if (f->weights)
@@ -632,7 +631,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             d_v > 0)
             st = decode_gpu_kernel(ctx, pr, group, f, &p->fused);
         else if (decode)
-            st = decode_kernel(ctx, group, n_q, d_k, d_v, f->opts, &p->fused);
+            st = decode_kernel(ctx, pr, group, f->opts, &p->fused);
         else if (gpu)
             st = fused_gpu_kernel(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, f->opts,
                                   &p->fused);
@@ -664,12 +663,13 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      p->fused.n_splits, (long long)p->fused.split_chunk, p->fused.rows,
                      (long long)(group * n_q));
         else if (decode)
-            snprintf(p->reason + at, sizeof p->reason - at,
-                     "; decode kernel (n_q %lld <= %d): each work-item takes %zu of the %lld query "
-                     "rows of a KV head (%lld query heads x %lld queries), which share its K/V "
-                     "reads",
-                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(group * n_q),
-                     (long long)group, (long long)n_q);
+            snprintf(
+                p->reason + at, sizeof p->reason - at,
+                "; decode kernel (n_q %lld <= %d): a work-item takes %zu of the %lld rows "
+                "(%lld query heads x %lld queries) of %zu KV head%s, which share its K/V reads",
+                (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(group * n_q),
+                (long long)group, (long long)n_q, p->fused.heads,
+                p->fused.heads > 1 ? "s (page by page together)" : "");
         else if (gpu)
             snprintf(p->reason + at, sizeof p->reason - at,
                      "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "

@@ -47,6 +47,12 @@
  * 16 V rows) within this, well inside PoCL's stack (CPU_GROUP_PRIVATE_BYTES) */
 #define CPU_DECODE_ROWS 16
 #define CPU_DECODE_PRIVATE_BYTES (320 * 1024)
+/* decode.cl on CPUs: a paged cache whose pages hold less than this of a KV head's K rows
+ * is read several heads per work-item, page by page, so that the reads of a page make
+ * stretches of about this many bytes (a C loop reading 16-key float32 pages of 8 heads
+ * here: head by head 1.2-1.26x the contiguous time, the 8 heads of a page together 0.98-1.0x;
+ * docs/BENCHMARKS.md) */
+#define CPU_DECODE_STRETCH_BYTES (32 * 1024)
 
 #define MAX_TUNE_ENTRIES 256
 #define ANY_KERNEL ((clattn_kernel)-1) /* CLATTN_BLOCKING: every kernel */
@@ -209,17 +215,24 @@ void clattn_backward_blocking(const clattn_context *ctx, const clattn_problem *p
         plan->dq_splits * pr->q.n[0] * pr->q.n[1] * pr->q.n[2] * 4 * pad16(pr->q.n[3]);
 }
 
+/* decode.cl's private arrays per row on CPUs (q row, accumulator, weights, lane-wise sum,
+ * rule) and per work-item (the step's V rows, the row store), in bytes */
+static int64_t decode_row_bytes(int64_t d_k, int64_t d_v)
+{
+    return (clattn_ceil_div(d_k, 16) * 16 + clattn_ceil_div(d_v, 16) * 16 + 64) *
+           (int64_t)sizeof(float);
+}
+static int64_t decode_fixed_bytes(int64_t d_v)
+{
+    return 17 * clattn_ceil_div(d_v, 16) * 16 * (int64_t)sizeof(float);
+}
+
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v)
 {
     /* on CPUs: as many rows as the private-array budget allows, up to CPU_DECODE_ROWS */
     int64_t cap = CPU_DECODE_ROWS;
     if (is_cpu(ctx)) {
-        const int64_t d_k_pad = clattn_ceil_div(d_k, 16) * 16;
-        const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
-        const int64_t per_row =
-            (d_k_pad + d_v_pad + 64) * (int64_t)sizeof(float); /* + weights, lane-wise sum, rule */
-        const int64_t fixed = 17 * d_v_pad * (int64_t)sizeof(float); /* V rows, row store */
-        cap = (CPU_DECODE_PRIVATE_BYTES - fixed) / per_row;
+        cap = (CPU_DECODE_PRIVATE_BYTES - decode_fixed_bytes(d_v)) / decode_row_bytes(d_k, d_v);
         cap = cap < 1 ? 1 : cap > CPU_DECODE_ROWS ? CPU_DECODE_ROWS : cap;
     }
     /* an override of the fused kernel sets the rows (its WG and TILE_KV do not apply);
@@ -234,6 +247,30 @@ size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, 
     if (nr < 1)
         return 1;
     return (size_t)clattn_ceil_div(rows, clattn_ceil_div(rows, nr)); /* 20 rows: 10 + 10 */
+}
+
+size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,
+                           int64_t d_v)
+{
+    const int64_t h_kv = k->n[1], d_k = k->n[3];
+    const int64_t items = k->n[0] * h_kv * clattn_ceil_div(rows, (int64_t)nr); /* at 1 */
+    const int64_t piece = k->paged ? k->page_size * d_k * k->esize : 0; /* a head's K in a page */
+    int64_t want = ctx->decode_heads;
+    if (want <= 0) /* choose: small pages on CPUs only, at least a work-item per unit */
+        want = is_cpu(ctx) && piece > 0 && piece < CPU_DECODE_STRETCH_BYTES
+                   ? clattn_ceil_div(CPU_DECODE_STRETCH_BYTES, piece)
+                   : 1;
+    size_t nh = 1;
+    for (int64_t c = 2; c <= want && c <= h_kv; c++) {
+        if (decode_fixed_bytes(d_v) + c * (int64_t)nr * decode_row_bytes(d_k, d_v) >
+            CPU_DECODE_PRIVATE_BYTES)
+            break; /* (on any device: the kernel's arrays are the same) */
+        if (ctx->decode_heads <= 0 && items / c < (int64_t)ctx->compute_units)
+            break;
+        if (h_kv % c == 0)
+            nh = (size_t)c;
+    }
+    return nh;
 }
 
 /* Adds or replaces (same kernel and dims) an entry of a heap list. */
@@ -300,6 +337,7 @@ void clattn_tuning_init(clattn_context *ctx)
     /* a decimal 0 … 256 each; anything else leaves the choice to the plan (decode: 0, the
      * backward: −1, its 0 meaning dQ in its own kernel) */
     ctx->decode_splits = env_count("CLATTN_DECODE_SPLITS", 256, 0);
+    ctx->decode_heads = env_count("CLATTN_DECODE_HEADS", 256, 0);
     ctx->backward_splits = env_count("CLATTN_BACKWARD_SPLITS", 256, -1);
     const char *tune = getenv("CLATTN_TUNE");
     ctx->use_stored_tuning = !(tune && strcmp(tune, "off") == 0);
@@ -606,6 +644,18 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
                            "decode splits %d: give 0 (choose) or 1..256", splits);
     ctx->decode_splits = splits;
+    return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_set_decode_heads(clattn_context *ctx, int heads)
+{
+    if (!ctx)
+        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    clattn_clear_error(ctx);
+    if (heads < 0 || heads > 256)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                           "decode heads %d: give 0 (choose) or 1..256", heads);
+    ctx->decode_heads = heads;
     return CLATTN_SUCCESS;
 }
 

@@ -335,10 +335,26 @@ START_TEST(decode_grouped_all_terms)
     const bool gpu = clattn_context_kernel_family(tu_ctx()) == CLATTN_KERNEL_FAMILY_GPU;
     ck_assert_msg(strcmp(plan.kernels, gpu ? "decode_gpu, split_merge" : "decode") == 0,
                   "kernels \"%s\"", plan.kernels);
-    free(o);
     check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false, false);
     check_against_reference(&f, CLATTN_ALGORITHM_FUSED, true, false, false);
     check_against_reference(&f, CLATTN_ALGORITHM_FUSED, true, true, false);
+    if (!gpu) { /* decode.cl with both KV heads per work-item (chosen for small pages) */
+        ck_assert_int_eq(clattn_context_set_decode_heads(tu_ctx(), -1),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+        ck_assert_int_eq(clattn_context_set_decode_heads(tu_ctx(), 257),
+                         CLATTN_ERROR_INVALID_ARGUMENT);
+        ck_assert_int_eq(clattn_context_set_decode_heads(NULL, 2), CLATTN_ERROR_INVALID_ARGUMENT);
+        /* 3 asked of 2 KV heads: the largest divisor up to 3, 2 */
+        TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 3), "decode heads 3");
+        ck_assert_int_eq(clattn_attention_plan(tu_ctx(), ds, &f.p.tq, &f.p.tk, &f.p.tv, &to, &plan),
+                         CLATTN_SUCCESS);
+        ck_assert_msg(strstr(plan.reason, "of 2 KV heads") != NULL, "reason \"%s\"", plan.reason);
+        strncat(f.text, ", 2 KV heads per work-item", sizeof f.text - strlen(f.text) - 1);
+        check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false, false);
+        check_against_reference(&f, CLATTN_ALGORITHM_FUSED, true, false, false);
+        TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 0), "decode heads 0");
+    }
+    free(o);
     fproblem_free(&f);
 }
 END_TEST

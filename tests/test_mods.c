@@ -160,6 +160,14 @@ START_TEST(document_mask_and_relative_bias)
                          sh ? "decode" : "prefill");
                 check_against_reference(&p, d, (clattn_algorithm)alg, alg == 1, what);
             }
+            if (sh == 1 && clattn_context_kernel_family(tu_ctx()) != CLATTN_KERNEL_FAMILY_GPU) {
+                /* decode.cl with both KV heads per work-item: each head's terms */
+                TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), HK), "decode heads");
+                check_against_reference(&p, d, CLATTN_ALGORITHM_FUSED, false,
+                                        m == 0 ? "document mask, decode, 2 KV heads per item"
+                                               : "relative bias, decode, 2 KV heads per item");
+                TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 0), "decode heads 0");
+            }
         }
         tu_problem_free(&p);
     }

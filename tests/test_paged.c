@@ -254,7 +254,7 @@ static const config configs[] = {
     {2, 8, 2, 1, 128, 128, 256, 3, {768, 300, 0}, true, false}, /* split-KV: 2 splits */
     /* whole-vector rows in pages of 8: decode.cl's steps of 16 keys cross pages (its plain
      * one-page loads must not be taken) */
-    {2, 8, 2, 2, 64, 32, 8, 12, {90, 41, 0}, false, false},
+    {2, 8, 4, 2, 64, 32, 8, 12, {90, 41, 0}, false, false}, /* (and 2 of 4 KV heads per item) */
     /* test_paged_sweep (CI's slow pass): MHA decode in clattn's pool layout (the last
      * sequence fills its block-table row: a read past it leaves the table, which oclgrind
      * reports), head dims 4, and the tiled kernels */
@@ -322,6 +322,36 @@ START_TEST(paged_equals_contiguous)
             ck_assert_int_eq(sscanf(at, "split_merge.cl): %zu splits", &splits), 1);
         if (f && p.n_kv >= 512) /* several splits, each reading its own pages */
             ck_assert_msg(splits >= 2, "%s: %zu splits (%s)", p.text, splits, plan.reason);
+    }
+    /* decode.cl with several KV heads of a page per work-item (what the plan chooses for
+     * small pages where the device has few compute units), 2 and all of them: the same
+     * bits as one head per work-item, paged and contiguous */
+    for (int64_t nh = 2; c->n_q <= 16 && nh <= c->h_kv; nh = nh < c->h_kv ? c->h_kv : nh + 1) {
+        TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, CLATTN_KERNEL_FAMILY_CPU), "family");
+        result one, several;
+        TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, 1), "heads 1");
+        TU_ASSERT_OK(run(&p, &d, true, false, &one), "%s: one head per work-item", p.text);
+        TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, (int)nh), "heads");
+        char label[64];
+        snprintf(label, sizeof label, "CPU, %lld KV heads per work-item", (long long)nh);
+        check_config(&p, &d, label);
+        TU_ASSERT_OK(run(&p, &d, true, false, &several), "%s: %s", p.text, label);
+        tu_assert_same_bits(several.o, one.o, (size_t)(p.b * p.h_q * p.n_q * p.d_v),
+                            "%s: O with %lld KV heads per work-item (expected: one)", p.text,
+                            (long long)nh);
+        float o1[1];
+        clattn_tensor to = clattn_tensor_host(o1, p.b, p.h_q, p.n_q, p.d_v);
+        clattn_plan plan;
+        clattn_attention_desc dp = d;
+        dp.paged = &p.pg;
+        dp.kv_lens = p.lens;
+        TU_ASSERT_OK(clattn_attention_plan(ctx, &dp, &p.tq, &p.tkp, &p.tvp, &to, &plan), "plan");
+        char want[64];
+        snprintf(want, sizeof want, "of %lld KV heads (page by page", (long long)nh);
+        ck_assert_msg(strstr(plan.reason, want) != NULL, "%s: reason \"%s\"", p.text, plan.reason);
+        result_free(&one);
+        result_free(&several);
+        TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, 0), "heads 0");
     }
     TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
     paged_free(&p);
