@@ -204,7 +204,7 @@ float16 hsum16(const float16 *d)
 #define PREFETCH_LINES(base, bytes)
 #endif
 #if CAN_PREFETCH
-#define PF_STEPS 2 /* steps ahead (1, 2 and 4 measured alike) */
+#define PF_STEPS 2 /* head-steps ahead (1, 2 and 4 measured alike at NH 1) */
 #define PREFETCH_ROWS(t)                                                                      \
     do {                                                                                    \
         if (pfk >= 0)                                                                       \
@@ -302,22 +302,25 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             const long kb0 = kv_row(k_off, k_st, b, hk, j0 KV_PAGES);
             const long vb0 = kv_row(v_off, v_st, b, hk, j0 KV_PAGES);
 #if CAN_PREFETCH
-            /* the rows PF_STEPS steps ahead, where that step is whole and in one page */
-            const long jp = j0 + 16 * PF_STEPS;
+            /* the rows PF_STEPS head-steps ahead in the order they are read (NH > 1: the
+             * same head's step ahead would be NH·PF_STEPS head-steps away, more than the L1
+             * cache holds), where that step is whole and in one page */
+            const int ahead = hh + PF_STEPS;
+            const long jp = j0 + 16 * (ahead / NH), hp = hk0 + ahead % NH;
             long pfk = -1, pfv = -1;
             if (jp + 16 <= khi && unit && rows_contiguous(jp, 16 KV_PAGES)) {
-                pfk = kv_row(k_off, k_st, b, hk, jp KV_PAGES);
-                pfv = kv_row(v_off, v_st, b, hk, jp KV_PAGES);
+                pfk = kv_row(k_off, k_st, b, hp, jp KV_PAGES);
+                pfv = kv_row(v_off, v_st, b, hp, jp KV_PAGES);
                 if (V_IN_PLACE && pfv == vb0 + 16 * PF_STEPS * v_st.s2)
                     pfv = -1; /* V follows on: prefetched next to its K rows in its step */
 #if K_SCALED /* int8 / FP8: the step's scales (one line per head and page) */
                 if (pfk >= 0)
-                    PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hk,
+                    PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hp,
                                                                           jp KV_PAGES)));
 #endif
 #if V_SCALED
                 if (pfv >= 0)
-                    PREFETCH_LINE((__global const char *)(v_sc + kv_row(vs_off, vs_st, b, hk,
+                    PREFETCH_LINE((__global const char *)(v_sc + kv_row(vs_off, vs_st, b, hp,
                                                                           jp KV_PAGES)));
 #endif
             }

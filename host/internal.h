@@ -462,7 +462,8 @@ size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, 
 /* decode.cl's KV heads per work-item (NH) for K's view, `rows` rows per KV head and nr of
  * them per work-item: ctx->decode_heads where set (at most it; a divisor of h_kv), else 1
  * but for paged caches on CPUs whose pages hold less than CPU_DECODE_STRETCH_BYTES of a
- * head, while a work-item per compute unit remains; the private arrays within budget. */
+ * head, with NH·nr at most 16 rows, while a work-item per compute unit remains; the private
+ * arrays within budget either way. */
 size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,
                            int64_t d_v);
 /* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of

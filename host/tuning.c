@@ -265,7 +265,10 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
         if (decode_fixed_bytes(d_v) + c * (int64_t)nr * decode_row_bytes(d_k, d_v) >
             CPU_DECODE_PRIVATE_BYTES)
             break; /* (on any device: the kernel's arrays are the same) */
-        if (ctx->decode_heads <= 0 && items / c < (int64_t)ctx->compute_units)
+        /* chosen: at most 16 rows in all (8 heads' 32 rows in f16 took 1.2x the time, their
+         * q rows and accumulators beyond the L1 cache), a work-item per compute unit */
+        if (ctx->decode_heads <= 0 &&
+            (c * (int64_t)nr > CPU_DECODE_ROWS || items / c < (int64_t)ctx->compute_units))
             break;
         if (h_kv % c == 0)
             nh = (size_t)c;
