@@ -638,28 +638,27 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
     return CLATTN_SUCCESS;
 }
 
-clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits)
+/* A context's count `field` set to n: 0 (the plan chooses) or 1 … 256 */
+static clattn_status set_count(clattn_context *ctx, int n, const char *what, int64_t *field)
 {
     if (!ctx)
         return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
     clattn_clear_error(ctx);
-    if (splits < 0 || splits > 256)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "decode splits %d: give 0 (choose) or 1..256", splits);
-    ctx->decode_splits = splits;
+    if (n < 0 || n > 256)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "%s %d: give 0 (choose) or 1..256",
+                           what, n);
+    *field = n;
     return CLATTN_SUCCESS;
+}
+
+clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits)
+{
+    return set_count(ctx, splits, "decode splits", ctx ? &ctx->decode_splits : NULL);
 }
 
 clattn_status clattn_context_set_decode_heads(clattn_context *ctx, int heads)
 {
-    if (!ctx)
-        return clattn_fail(NULL, CLATTN_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-    clattn_clear_error(ctx);
-    if (heads < 0 || heads > 256)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "decode heads %d: give 0 (choose) or 1..256", heads);
-    ctx->decode_heads = heads;
-    return CLATTN_SUCCESS;
+    return set_count(ctx, heads, "decode heads", ctx ? &ctx->decode_heads : NULL);
 }
 
 clattn_kernel_family clattn_context_kernel_family(const clattn_context *ctx)

@@ -285,6 +285,18 @@ static void desc_for(const config *c, clattn_attention_desc *d, float *slopes)
     d->alibi_slopes = slopes;
 }
 
+/* The plan of the paged call of configuration p with desc d on the test context */
+static void plan_paged(const paged *p, const clattn_attention_desc *d, clattn_plan *plan)
+{
+    float o1[1];
+    clattn_tensor to = clattn_tensor_host(o1, p->b, p->h_q, p->n_q, p->d_v);
+    clattn_attention_desc dp = *d;
+    dp.paged = &p->pg;
+    dp.kv_lens = p->lens;
+    TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &dp, &p->tq, &p->tkp, &p->tvp, &to, plan),
+                 "%s: plan", p->text);
+}
+
 START_TEST(paged_equals_contiguous)
 {
     const config *c = &configs[_i];
@@ -302,13 +314,8 @@ START_TEST(paged_equals_contiguous)
         TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, fams[f]), "set family");
         check_config(&p, &d, f ? "GPU" : "CPU");
         /* the plan names the pages, and the kernels are the ones meant */
-        float o1[1];
-        clattn_tensor to = clattn_tensor_host(o1, p.b, p.h_q, p.n_q, p.d_v);
         clattn_plan plan;
-        clattn_attention_desc dp = d;
-        dp.paged = &p.pg;
-        dp.kv_lens = p.lens;
-        TU_ASSERT_OK(clattn_attention_plan(ctx, &dp, &p.tq, &p.tkp, &p.tvp, &to, &plan), "plan");
+        plan_paged(&p, &d, &plan);
         ck_assert_msg(strstr(plan.reason, "paged K/V") != NULL, "%s: reason \"%s\"", p.text,
                       plan.reason);
         const char *want = c->n_q > 16 ? (f ? "fused_gpu" : "fused")
@@ -339,13 +346,8 @@ START_TEST(paged_equals_contiguous)
         tu_assert_same_bits(several.o, one.o, (size_t)(p.b * p.h_q * p.n_q * p.d_v),
                             "%s: O with %lld KV heads per work-item (expected: one)", p.text,
                             (long long)nh);
-        float o1[1];
-        clattn_tensor to = clattn_tensor_host(o1, p.b, p.h_q, p.n_q, p.d_v);
         clattn_plan plan;
-        clattn_attention_desc dp = d;
-        dp.paged = &p.pg;
-        dp.kv_lens = p.lens;
-        TU_ASSERT_OK(clattn_attention_plan(ctx, &dp, &p.tq, &p.tkp, &p.tvp, &to, &plan), "plan");
+        plan_paged(&p, &d, &plan);
         char want[64];
         snprintf(want, sizeof want, "of %lld KV heads (page by page", (long long)nh);
         ck_assert_msg(strstr(plan.reason, want) != NULL, "%s: reason \"%s\"", p.text, plan.reason);
