@@ -663,13 +663,13 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                      p->fused.n_splits, (long long)p->fused.split_chunk, p->fused.rows,
                      (long long)(group * n_q));
         else if (decode)
-            snprintf(
-                p->reason + at, sizeof p->reason - at,
-                "; decode kernel (n_q %lld <= %d): a work-item takes %zu of the %lld rows "
-                "(%lld query heads x %lld queries) of %zu KV head%s, which share its K/V reads",
-                (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(group * n_q),
-                (long long)group, (long long)n_q, p->fused.heads,
-                p->fused.heads > 1 ? "s (page by page together)" : "");
+            snprintf(p->reason + at, sizeof p->reason - at,
+                     "; decode kernel (n_q %lld <= %d): a work-item takes %zu of the %lld rows "
+                     "(%lld query heads x %lld queries) of a KV head, sharing its K/V reads, "
+                     "for %zu KV head%s",
+                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(group * n_q),
+                     (long long)group, (long long)n_q, p->fused.heads,
+                     p->fused.heads > 1 ? "s in turn" : "");
         else if (gpu)
             snprintf(p->reason + at, sizeof p->reason - at,
                      "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "

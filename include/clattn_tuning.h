@@ -105,19 +105,20 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
 clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
 
 /**
- * KV heads per work-item of the CPU family's decode kernel (decode.cl, n_q <= 16): each
+ * KV heads per work-item of decode.cl (n_q <= 16: the CPU family's decode kernel, and the
+ * GPU family's where decode_gpu.cl cannot run: weights, key sums, max logits): each
  * work-item takes the query rows of `heads` KV heads and reads their K and V rows step by
  * step together (16 keys of one head, then of the next). With a paged cache laid out
  * [num_pages, h_kv, page_size, d] (or [num_pages, page_size, h_kv, d]) a page's heads lie
  * next to each other, so the reads of a step become one stretch instead of `heads`
- * scattered pieces. 0 (the default) chooses: 1, except for a paged cache on a CPU whose
- * pages hold less than 32 KiB of a head's K rows, where enough heads for about 32 KiB
- * with at most 16 rows per work-item in all (heads × query rows of each: more overflow the
- * L1 cache), while at least one work-item per compute unit remains. N > 0 takes the
- * largest divisor of h_kv up to N whose private arrays fit (320 KiB per work-item). The result is the
- * same whatever the count (the same arithmetic per row). clattn_attention_plan() reports
- * the count in its reason. The CLATTN_DECODE_HEADS environment variable, read once when
- * a context is created, does the same. Added in 0.3.
+ * scattered pieces. 0 (the default) chooses: 1, except for a paged cache on a CPU device
+ * whose pages hold less than 32 KiB of a head's K rows, where enough heads for about 32
+ * KiB with at most 16 rows per work-item in all (heads × query rows of each: more overflow
+ * the L1 cache), while at least one work-item per compute unit remains. N > 0 takes the
+ * largest divisor of h_kv up to N whose private arrays fit (320 KiB per work-item). The
+ * result is the same whatever the count (the same arithmetic per row).
+ * clattn_attention_plan() reports the count in its reason. The CLATTN_DECODE_HEADS
+ * environment variable, read once when a context is created, does the same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, heads outside
  *         0..256).
  */

@@ -349,7 +349,7 @@ START_TEST(paged_equals_contiguous)
         clattn_plan plan;
         plan_paged(&p, &d, &plan);
         char want[64];
-        snprintf(want, sizeof want, "of %lld KV heads (page by page", (long long)nh);
+        snprintf(want, sizeof want, "for %lld KV heads in turn", (long long)nh);
         ck_assert_msg(strstr(plan.reason, want) != NULL, "%s: reason \"%s\"", p.text, plan.reason);
         result_free(&one);
         result_free(&several);

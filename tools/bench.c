@@ -369,9 +369,11 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
             table[j] = t;
         }
         cl_int err = CL_SUCCESS;
-        if (table && pages > 0)
+        if (table && pages == 0)
+            table[0] = 0; /* no keys, no pages: a one-entry table (a cl_mem is never empty) */
+        if (table)
             mt = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                sizeof(int32_t) * (size_t)pages, table, &err);
+                                sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1), table, &err);
         free(table);
         if (!mt) {
             clReleaseMemObject(mk);
