@@ -204,7 +204,10 @@ float16 hsum16(const float16 *d)
 #define PREFETCH_LINES(base, bytes)
 #endif
 #if CAN_PREFETCH
-#define PF_STEPS 2 /* head-steps ahead (1, 2 and 4 measured alike at NH 1) */
+/* head-steps ahead: 2 with one head per work-item (1, 2 and 4 measured alike), 1 with
+ * several (the next head's rows; 2 kept twice as much in flight as the L1 cache holds
+ * next to NH heads' rows: 1.05-1.4x the time on pages of 16, docs/BENCHMARKS.md) */
+#define PF_STEPS (NH > 1 ? 1 : 2)
 #define PREFETCH_ROWS(t)                                                                      \
     do {                                                                                    \
         if (pfk >= 0)                                                                       \
