@@ -119,7 +119,8 @@ float16 hsum16(const float16 *d)
  * feeding SB FMAs, then one reduction of the 16 (hsum16). KROW(t) and VROW(t): element
  * offsets of the step's K and V row t; LOADK and LOADV: 16 elements at column 16·cv of K
  * row KB, 16·a of V row VB; T: the row read for key g + u (keys outside [tlo, thi) read
- * key tlo or thi − 1 instead, a row of the step and of its page: every row masks them). */
+ * key tlo or thi − 1 instead, a row of the step and of its page: every row masks them).
+ * The rows are q16[R …] (R: the KV head's first row). */
 #define STEP_SCORES(KROW, VROW, LOADK, LOADV, T, COPYV)                                       \
     for (int g = 0; g < 16; g += KG) {                                                      \
         long kbs[KG];                                                                       \
@@ -149,7 +150,7 @@ float16 hsum16(const float16 *d)
                 _Pragma("unroll") for (int cv = 0; cv < N_QV; cv++) {                       \
                     const float16 kv = (LOADK);                                             \
                     _Pragma("unroll") for (int r = 0; r < SB; r++) if (r0 + r < NR)         \
-                        d[r * KG + u] = fma(q16[R + r0 + r][cv], kv, d[r * KG + u]);            \
+                        d[r * KG + u] = fma(q16[R + r0 + r][cv], kv, d[r * KG + u]);        \
                 }                                                                           \
             }                                                                               \
             float16 s = hsum16(d); /* lane r·KG + u: row r0 + r, key g + u */               \
