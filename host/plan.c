@@ -19,6 +19,18 @@ static size_t pow2_at_least(int64_t n, size_t cap)
     return p;
 }
 
+/* Appends to the plan's one-line reason; a text cut by the buffer ends in "..." */
+static void add_reason(clattn_exec_plan *p, const char *fmt, ...)
+{
+    const size_t at = strlen(p->reason);
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(p->reason + at, sizeof p->reason - at, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n >= sizeof p->reason - at)
+        memcpy(p->reason + sizeof p->reason - 4, "...", 4);
+}
+
 /* Builds `file` with `dims` (e.g. "-DD_K=64") and the blocking tuning.c chooses for the
  * request: on CPUs, where a work-item is a loop iteration, several queries per
  * work-item (register blocking); on GPUs one, to spare registers. A wg_request of 0
@@ -651,47 +663,35 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             return st;
         if (pr->has_mlog && !p->key_sums && !(f->weights && !p->no_keys))
             p->workspace_bytes += ws_lse; /* (its LSE columns) */
-        const size_t at = strlen(p->reason);
-        if (p->no_keys) /* whatever the algorithm: nothing to compute */
-            snprintf(p->reason + at, sizeof p->reason - at,
-                     "; n_kv 0: the decode kernel writes every row (zeros, or NaN for "
-                     "masked_rows NaN; LSE -inf), whatever the algorithm and work-group size");
+        if (p->no_keys)                   /* whatever the algorithm: nothing to compute */
+            add_reason(p, "; n_kv 0: the decode kernel writes every row (zeros, or NaN for "
+                          "masked_rows NaN; LSE -inf), whatever the algorithm and work-group size");
         else if (decode && p->fused.n_splits)
-            snprintf(p->reason + at, sizeof p->reason - at,
-                     "; GPU kernel family split-KV decode (decode_gpu.cl, split_merge.cl): %zu "
-                     "splits of %lld keys, %zu of the %lld rows of a KV head per work-group",
-                     p->fused.n_splits, (long long)p->fused.split_chunk, p->fused.rows,
-                     (long long)(group * n_q));
-        else if (decode)
-            snprintf(p->reason + at, sizeof p->reason - at,
-                     "; decode kernel (n_q %lld <= %d): a work-item takes %zu of the %lld rows "
-                     "(%lld query heads x %lld queries) of a KV head, sharing its K/V reads, "
-                     "for %zu KV head%s",
-                     (long long)n_q, DECODE_MAX_N_Q, p->fused.rq, (long long)(group * n_q),
-                     (long long)group, (long long)n_q, p->fused.heads,
-                     p->fused.heads > 1 ? "s in turn" : "");
-        else if (gpu)
-            snprintf(p->reason + at, sizeof p->reason - at,
-                     "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
-                     "%zu keys per tile",
-                     p->fused.rows, p->fused.wg, p->fused.tile_kv);
-        if (desc->dropout_p > 0.0f && !decode && n_q <= DECODE_MAX_N_Q) {
-            const size_t at2 = strlen(p->reason);
-            snprintf(p->reason + at2, sizeof p->reason - at2,
-                     "; dropout: the tiled kernel for n_q %lld (the decode kernels draw none)",
-                     (long long)n_q);
-        }
-        if (desc->batch_invariant && n_kv > 0) {
-            const size_t at2 = strlen(p->reason);
-            snprintf(p->reason + at2, sizeof p->reason - at2,
-                     "; batch-invariant: the tiled kernel for any n_q");
-        }
-        if (pr->k.paged) {
-            const size_t at2 = strlen(p->reason);
-            snprintf(p->reason + at2, sizeof p->reason - at2,
-                     "; paged K/V: %lld pages of %lld keys per sequence, %lld in the pools",
-                     (long long)k->page_stride, (long long)k->page_size, (long long)k->num_pages);
-        }
+            add_reason(p,
+                       "; GPU kernel family split-KV decode (decode_gpu.cl, split_merge.cl): %zu "
+                       "splits of %lld keys, %zu of the %lld rows of a KV head per work-group",
+                       p->fused.n_splits, (long long)p->fused.split_chunk, p->fused.rows,
+                       (long long)(group * n_q));
+        else if (decode) {
+            add_reason(p,
+                       "; decode.cl: %zu of a KV head's %lld rows (%lld query heads x %lld "
+                       "queries) per work-item share its K/V reads",
+                       p->fused.rq, (long long)(group * n_q), (long long)group, (long long)n_q);
+            if (p->fused.heads > 1)
+                add_reason(p, ", %zu KV heads in turn", p->fused.heads);
+        } else if (gpu)
+            add_reason(p,
+                       "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
+                       "%zu keys per tile",
+                       p->fused.rows, p->fused.wg, p->fused.tile_kv);
+        if (desc->dropout_p > 0.0f && !decode && n_q <= DECODE_MAX_N_Q)
+            add_reason(p, "; dropout: the tiled kernel for n_q %lld (the decode kernels draw none)",
+                       (long long)n_q);
+        if (desc->batch_invariant && n_kv > 0)
+            add_reason(p, "; batch-invariant: the tiled kernel for any n_q");
+        if (pr->k.paged)
+            add_reason(p, "; paged K/V: %lld pages of %lld keys per sequence, %lld in the pools",
+                       (long long)k->page_stride, (long long)k->page_size, (long long)k->num_pages);
         snprintf(p->kernels, sizeof p->kernels, "%s%s%s%s%s",
                  p->fused.n_splits ? "decode_gpu, split_merge"
                  : decode          ? "decode"
@@ -716,9 +716,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         snprintf(k2, sizeof k2, "append%s, %s", p->rope_q ? ", rope_q" : "", p->kernels);
         memcpy(p->kernels, k2, sizeof p->kernels - 1); /* (fits: the longest list is short) */
         p->kernels[sizeof p->kernels - 1] = '\0';
-        const size_t at = strlen(p->reason);
-        snprintf(p->reason + at, sizeof p->reason - at, "; first %lld new K/V rows appended%s",
-                 (long long)pr->k_new.n[2], p->rope_q ? ", Q and them rotated" : "");
+        add_reason(p, "; first %lld new K/V rows appended%s", (long long)pr->k_new.n[2],
+                   p->rope_q ? ", Q and them rotated" : "");
     }
     return CLATTN_SUCCESS;
 }

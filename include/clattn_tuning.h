@@ -113,12 +113,14 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * next to each other, so the reads of a step become one stretch instead of `heads`
  * scattered pieces. 0 (the default) chooses: 1, except for a paged cache on a CPU device
  * whose pages hold less than 32 KiB of a head's K rows, where enough heads for about 32
- * KiB with at most 16 rows per work-item in all (heads × query rows of each: more overflow
- * the L1 cache), while at least one work-item per compute unit remains. N > 0 takes the
- * largest divisor of h_kv up to N whose private arrays fit (320 KiB per work-item). The
- * result is the same whatever the count (the same arithmetic per row).
- * clattn_attention_plan() reports the count in its reason. The CLATTN_DECODE_HEADS
- * environment variable, read once when a context is created, does the same. Added in 0.3.
+ * KiB with at most 16 rows per work-item in all (heads × query rows of each: more would
+ * overflow the L1 cache), while at least one work-item per compute unit remains. N > 0
+ * takes the largest divisor of h_kv up to N (h_kv itself for N ≥ h_kv) whose private
+ * arrays fit (320 KiB per work-item), past the 16 rows of the choice if need be. The
+ * results are the same bits whatever the count (the same arithmetic per row; test_paged
+ * checks it). clattn_attention_plan() reports the count in its reason. The
+ * CLATTN_DECODE_HEADS environment variable, read once when a context is created, does the
+ * same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, heads outside
  *         0..256).
  */

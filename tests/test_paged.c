@@ -349,7 +349,7 @@ START_TEST(paged_equals_contiguous)
         clattn_plan plan;
         plan_paged(&p, &d, &plan);
         char want[64];
-        snprintf(want, sizeof want, "for %lld KV heads in turn", (long long)nh);
+        snprintf(want, sizeof want, ", %lld KV heads in turn", (long long)nh);
         ck_assert_msg(strstr(plan.reason, want) != NULL, "%s: reason \"%s\"", p.text, plan.reason);
         result_free(&one);
         result_free(&several);
@@ -1337,6 +1337,18 @@ START_TEST(append_against_reference)
         dd.lse = &tld;
         TU_ASSERT_OK(clattn_attention(ctx, &dd, &tq, &tkd, &tvd, &tod), "%s: %s family", text,
                      f ? "GPU" : "CPU");
+        /* the plan's reason names the append last, or ends in "..." where the 255
+         * characters cut it (the GPU family's split-KV text is long): never cut silently */
+        clattn_plan plan;
+        TU_ASSERT_OK(clattn_attention_plan(ctx, &dd, &tq, &tkd, &tvd, &tod, &plan), "plan");
+        const size_t rl = strlen(plan.reason);
+        ck_assert_msg(
+            strstr(plan.reason, "new K/V rows appended") != NULL ||
+                (rl == sizeof plan.reason - 1 && strcmp(plan.reason + rl - 3, "...") == 0),
+            "%s: reason \"%s\"", text, plan.reason);
+        if (!f) /* the CPU family's reasons fit whole */
+            ck_assert_msg(strstr(plan.reason, "new K/V rows appended") != NULL, "%s: reason \"%s\"",
+                          text, plan.reason);
         char what[320];
         snprintf(what, sizeof what, "%s, %s family: O", text, f ? "GPU" : "CPU");
         TU_ASSERT_CLOSE(what, &tod, eo, NULL, TU_TOL_DEFAULT);
