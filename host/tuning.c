@@ -49,9 +49,9 @@
 #define CPU_DECODE_PRIVATE_BYTES (320 * 1024)
 /* decode.cl on CPUs: a paged cache whose pages hold less than this of a KV head's K rows
  * is read several heads per work-item, page by page, so that the reads of a page make
- * stretches of about this many bytes (a C loop reading 16-key float32 pages of 8 heads
- * here: head by head 1.2-1.26x the contiguous time, the 8 heads of a page together 0.98-1.0x;
- * docs/BENCHMARKS.md) */
+ * stretches of about this many bytes (tools/dev/paged_read_probe.c, 16-key float32 pages of
+ * 8 heads on a Zen 3: head by head 1.16-1.34x the contiguous time, the 8 heads of a page
+ * together 1.01-1.03x; docs/BENCHMARKS.md) */
 #define CPU_DECODE_STRETCH_BYTES (32 * 1024)
 
 #define MAX_TUNE_ENTRIES 256
