@@ -346,6 +346,9 @@ START_TEST(paged_equals_contiguous)
         tu_assert_same_bits(several.o, one.o, (size_t)(p.b * p.h_q * p.n_q * p.d_v),
                             "%s: O with %lld KV heads per work-item (expected: one)", p.text,
                             (long long)nh);
+        tu_assert_same_bits(several.lse, one.lse, (size_t)(p.b * p.h_q * p.n_q),
+                            "%s: LSE with %lld KV heads per work-item (expected: one)", p.text,
+                            (long long)nh);
         clattn_plan plan;
         plan_paged(&p, &d, &plan);
         char want[64];
