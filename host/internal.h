@@ -248,7 +248,7 @@ clattn_status clattn_check_wait_list(clattn_context *ctx, cl_uint n_wait, const 
 typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
     bool decode;     /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
-    size_t heads;    /* decode.cl: KV heads per work-item (each with its rq rows); 0 means 1 */
+    size_t heads;    /* decode.cl: KV heads per work-item (each with its rq rows), >= 1 */
     size_t rows;     /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
                       * decode_gpu.cl: rows of a KV head per work-group */
     size_t n_splits; /* decode_gpu.cl (0: not split-KV): key chunks, */

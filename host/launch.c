@@ -114,15 +114,14 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg(&a, sizeof(cl_mem), &x->q_row0);
     arg(&a, sizeof(cl_mem), &x->k_row0);
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
-     * decode.cl: RQ rows of a KV head per work-item, a (batch entry, KV head) per row */
+     * decode.cl: RQ rows of each of its KV heads per work-item, a (batch entry, group of
+     * bk->heads KV heads) per row */
     const int64_t rows = bk->decode ? q->n[2] * clattn_group(q->n[1], k->n[1]) : q->n[2];
     /* fused_gpu.cl: a block of bk->rows query rows per work-group */
     const size_t groups = (size_t)(bk->rows ? clattn_ceil_div(rows, (int64_t)bk->rows)
                                             : clattn_ceil_div(rows, (int64_t)(bk->rq * bk->wg)));
     const size_t global[2] = {
-        groups * bk->wg,
-        (size_t)(q->n[0] *
-                 (bk->decode ? k->n[1] / (bk->heads ? (int64_t)bk->heads : 1) : q->n[1]))};
+        groups * bk->wg, (size_t)(q->n[0] * (bk->decode ? k->n[1] / (int64_t)bk->heads : q->n[1]))};
     const size_t local[2] = {bk->wg, 1};
     return launch(ctx,
                   bk->decode ? "decode"

@@ -386,6 +386,7 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     out->tile_kv = GPU_DECODE_WG;
     out->rows = rb;
     out->decode = true;
+    out->heads = 1;
     out->split_chunk = chunk;
     out->n_splits = (size_t)clattn_ceil_div(n_kv, chunk);
     return CLATTN_SUCCESS;
