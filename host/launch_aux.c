@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "launch_args.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* common.cl PAGE_PARAMS: the block table, its row stride, page_size and the pool's page
@@ -97,6 +98,12 @@ clattn_status aux_make(clattn_context *ctx, const clattn_attention_desc *desc, c
             x->own_table = true;
             st = clattn_create_buffer(ctx, ro, q->n[0] * k->page_stride * 4, (void *)k->page_table,
                                       &x->table);
+            if (st != CLATTN_SUCCESS) { /* say which buffer: the table is uploaded whole */
+                char cause[192];
+                snprintf(cause, sizeof cause, "%s", clattn_last_error_message(ctx));
+                st = clattn_fail(ctx, st, "the host block table [%lld, %lld] of int32: %s",
+                                 (long long)q->n[0], (long long)k->page_stride, cause);
+            }
         }
     }
     return st;

@@ -10,6 +10,7 @@
 #define DECODE_MAX_N_Q 16  /* fused: up to this many queries stream K and V (decode.cl) */
 #define MAX_SOFTMAX_WG 256 /* softmax: work-items per row */
 #define MAX_HEAD_DIM 4096  /* beyond this, private arrays and tiles make no sense */
+#define PLURAL(n) ((n) == 1 ? "" : "s") /* reasons: "1 key", "2 keys" */
 
 static size_t pow2_at_least(int64_t n, size_t cap)
 {
@@ -85,9 +86,8 @@ static clattn_status tiled_stage_kernel(clattn_context *ctx, clattn_kernel kerne
     if (t == 0)
         return clattn_fail(
             ctx, CLATTN_ERROR_UNSUPPORTED,
-            "%s: 16 rows of %s with %s %lld (%llu bytes) exceed the %llu "
-            "bytes of local memory the tiles may use (CL_DEVICE_LOCAL_MEM_SIZE "
-            "%llu, less 1024 for the kernel's own)",
+            "%s: 16 rows of %s with %s %lld (%llu bytes) exceed the %llu bytes of local memory "
+            "the tiles may use (CL_DEVICE_LOCAL_MEM_SIZE %llu, less 1024 for the kernel's own)",
             scores ? "scores" : "weighted sum", scores ? "K" : "V", scores ? "d_k" : "d_v",
             (long long)d, (unsigned long long)(16 * per_key * sizeof(float)),
             (unsigned long long)clattn_local_tile_budget(ctx), (unsigned long long)ctx->local_mem);
@@ -126,7 +126,7 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
 {
     char opts[96];
     weights_options(opts, sizeof opts, lse_dt, desc);
-    clattn_status st = clattn_get_kernel(ctx, "softmax.cl", opts, out);
+    const clattn_status st = clattn_get_kernel(ctx, "softmax.cl", opts, out);
     if (st != CLATTN_SUCCESS)
         return st;
     size_t limit = (*out)->kernel_wg_max < ctx->max_wi[0] ? (*out)->kernel_wg_max : ctx->max_wi[0];
@@ -140,10 +140,9 @@ static clattn_status softmax_kernel(clattn_context *ctx, const clattn_attention_
         *wg = want;
     } else if (ctx->device_type & CL_DEVICE_TYPE_CPU) {
         *wg = 1; /* a row per work-item, 16 lanes at a time: no reduction, one JIT size */
-    } else {
-        size_t cap = limit < MAX_SOFTMAX_WG ? limit : MAX_SOFTMAX_WG;
-        *wg = pow2_at_least(width, cap);
-        while (*wg > cap)
+    } else {     /* (a power of two: halved below a cap that is not one) */
+        const size_t cap = limit < MAX_SOFTMAX_WG ? limit : MAX_SOFTMAX_WG;
+        for (*wg = pow2_at_least(width, cap); *wg > cap;)
             *wg /= 2;
     }
     return CLATTN_SUCCESS;
@@ -318,13 +317,11 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
             .rq = nr, .wg = 1, .tile_kv = 16, .decode = true, .heads = nh, .entry = entry};
     return st;
 }
-
 /* decode_gpu.cl + split_merge.cl (the GPU family's decoding): RB rows of a KV head per
- * work-group of WG keys per step, and the keys cut into splits so that batch x KV heads
- * x row blocks x splits work-groups are at least 16 per compute unit, with at least 4
- * steps per split (at most 256 splits; an H200 measured 64 splits of (1, 32, 8, 32768)
- * 4.7x faster than 16, 256 no faster; docs/BENCHMARKS.md). CLATTN_DECODE_SPLITS (read at context
- * creation) or clattn_context_set_decode_splits() sets the count instead. */
+ * work-group of WG keys per step; the keys cut into splits so that batch x KV heads x row
+ * blocks x splits work-groups are ≥ 16 per compute unit, ≥ 4 steps per split (an H200: 64
+ * splits of (1, 32, 8, 32768) 4.7x faster than 16, 256 no faster; docs/BENCHMARKS.md),
+ * unless CLATTN_DECODE_SPLITS or clattn_context_set_decode_splits() sets the count. */
 #define GPU_DECODE_WG 128
 #define GPU_DECODE_MAX_SPLITS 256
 #define GPU_DECODE_KB 32 /* keys per K / V staging */
@@ -664,20 +661,22 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             return st;
         if (pr->has_mlog && !p->key_sums && !(f->weights && !p->no_keys))
             p->workspace_bytes += ws_lse; /* (its LSE columns) */
-        if (p->no_keys)                   /* whatever the algorithm: nothing to compute */
+        if (p->no_keys) /* whatever the algorithm and work-group size: nothing to compute */
             add_reason(p, "; n_kv 0: the decode kernel writes every row (zeros, or NaN for "
-                          "masked_rows NaN; LSE -inf), whatever the algorithm and work-group size");
+                          "masked_rows NaN; LSE -inf)");
         else if (decode && p->fused.n_splits)
             add_reason(p,
-                       "; GPU kernel family split-KV decode (decode_gpu.cl, split_merge.cl): %zu "
-                       "splits of %lld keys, %zu of the %lld rows of a KV head per work-group",
-                       p->fused.n_splits, (long long)p->fused.split_chunk, p->fused.rows,
-                       (long long)(group * n_q));
+                       "; GPU family split-KV decode (decode_gpu.cl, split_merge.cl): %zu split%s"
+                       " of up to %lld keys, %zu of a KV head's %lld rows per work-group",
+                       p->fused.n_splits, PLURAL(p->fused.n_splits),
+                       (long long)(p->fused.split_chunk < n_kv ? p->fused.split_chunk : n_kv),
+                       p->fused.rows, (long long)(group * n_q));
         else if (decode) {
             add_reason(p,
-                       "; decode.cl: %zu of a KV head's %lld rows (%lld query heads x %lld "
-                       "queries) per work-item share its K/V reads",
-                       p->fused.rq, (long long)(group * n_q), (long long)group, (long long)n_q);
+                       "; decode.cl: %zu of a KV head's %lld row%s (%lld query head%s x %lld %s)"
+                       " per work-item share its K/V reads",
+                       p->fused.rq, (long long)(group * n_q), PLURAL(group * n_q), (long long)group,
+                       PLURAL(group), (long long)n_q, n_q == 1 ? "query" : "queries");
             if (p->fused.heads > 1)
                 add_reason(p, ", %zu KV heads in turn", p->fused.heads);
         } else if (gpu)
@@ -691,8 +690,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         if (desc->batch_invariant && n_kv > 0)
             add_reason(p, "; batch-invariant: the tiled kernel for any n_q");
         if (pr->k.paged)
-            add_reason(p, "; paged K/V: %lld pages of %lld keys per sequence, %lld in the pools",
-                       (long long)k->page_stride, (long long)k->page_size, (long long)k->num_pages);
+            add_reason(p, "; paged K/V: %lld page%s of %lld key%s per sequence, %lld in the pools",
+                       (long long)k->page_stride, PLURAL(k->page_stride), (long long)k->page_size,
+                       PLURAL(k->page_size), (long long)k->num_pages);
         snprintf(p->kernels, sizeof p->kernels, "%s%s%s%s%s",
                  p->fused.n_splits ? "decode_gpu, split_merge"
                  : decode          ? "decode"

@@ -118,7 +118,8 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * takes the largest divisor of h_kv up to N (h_kv itself for N ≥ h_kv) whose private
  * arrays fit (320 KiB per work-item), past the 16 rows of the choice if need be. The
  * results are the same bits whatever the count (the same arithmetic per row; test_paged
- * checks it). clattn_attention_plan() reports the count in its reason. The
+ * checks it). clattn_attention_plan()'s reason ends its decode.cl part in ", N KV heads
+ * in turn" when the count N is above 1 (whether chosen or forced; nothing for 1). The
  * CLATTN_DECODE_HEADS environment variable, read once when a context is created, does the
  * same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, heads outside

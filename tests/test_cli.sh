@@ -124,6 +124,15 @@ for cmd in "" devices demo run; do
     expect_rc "$cmd --help" 0
     expect_text "$cmd --help" "$tmp/out" "Usage: clattn"
 done
+# README.md's block of run's options (from --scale to --device) is `clattn run --help`'s
+run_clattn run --help
+readme="$(dirname "$0")/../README.md"
+options_block() { awk '/^  --scale X/{f=1} f{print} /^  --device SPEC/{f=0}' "$1"; }
+options_block "$tmp/out" >"$tmp/help_block"
+options_block "$readme" >"$tmp/readme_block"
+if [ -s "$tmp/help_block" ] && cmp -s "$tmp/help_block" "$tmp/readme_block"; then pass; else
+    fail "README.md's options block differs from run --help: $(diff "$tmp/help_block" "$tmp/readme_block" | head -4 | tr '\n' ' ')"
+fi
 run_clattn -h
 expect_rc "-h" 0
 run_clattn frobnicate
@@ -945,14 +954,18 @@ for spec in "--kv-lens|1,2|--kv-lens has 2 values but the batch size of Q is 1" 
         "$option" "$value"
 done
 for spec in "mask65.npy|its n_kv dimension is 5, need 1 or 6" \
-    "mask266.npy|its h_q dimension is 2, need 1 or 1" \
-    "mask2166.npy|its b dimension is 2, need 1 or 1" \
+    "mask266.npy|its h_q dimension is 2, need 1" \
+    "mask2166.npy|its b dimension is 2, need 1" \
     "mask-f16.npy|dtype '<f2' is not supported" \
     "mask-f8.npy|dtype '<f8' is not supported" \
     "nonexistent.npy|cannot open"; do
     expect_failure "--mask-file ${spec%%|*}" 1 "$tmp/${spec%%|*}" "${spec#*|}" \
         --q "$x" --k "$x" --v "$x" --lse "$n" --mask-file "$tmp/${spec%%|*}"
 done
+# (where the inputs' dimension is 1 the message wants 1, not "1 or 1")
+run_clattn run --q "$x" --k "$x" --v "$x" --out "$tmp/o_mask.npy" --mask-file "$tmp/mask266.npy"
+if grep -q "its h_q dimension is 2, need 1$" "$tmp/err"; then pass; else
+    fail "--mask-file mask266.npy: not 'need 1' at the end: $(cat "$tmp/err")"; fi
 expect_failure "--kv-lens file of float32" 1 "$x" "dtype '<f4' is not supported (need '<i4'" \
     --q "$x" --k "$x" --v "$x" --lse "$n" --kv-lens "$x"
 expect_failure "--kv-lens file of 2 values" 1 "$tmp/lens2.npy" "needs one int32 per batch entry" \
@@ -1495,9 +1508,9 @@ run_clattn bench --shapes "1,1,1,1,16,8,8,none,fused" --reps 1 --quiet --peak
 expect_rc "bench --peak" 0
 if grep -Eq '^f32 FMA peak \(float(2|4|8|16)? x (8|12) accumulators\): [0-9]*[1-9][0-9]*\.[0-9] GFLOP/s; streaming read: [0-9.]*[1-9][0-9.]* GB/s$' "$tmp/out"; then
     pass; else fail "bench --peak: no line 'f32 FMA peak (FORM): N GFLOP/s; streaming read: N GB/s' (got: $(grep -i peak "$tmp/out"))"; fi
-# --json with a case that fails (h_q not a multiple of h_kv) after one that runs: still one
+# --json with a case that fails (d_k past the kernels' 4096) after one that runs: still one
 # JSON array (no separator before the closing bracket), exit status 1
-run_clattn bench --shapes "1,1,1,4,4,8,8,none,fused;1,3,2,4,4,8,8,none,fused" --reps 1 --json --quiet
+run_clattn bench --shapes "1,1,1,4,4,8,8,none,fused;1,1,1,4,4,5000,8,none,fused" --reps 1 --json --quiet
 expect_rc "bench --json, the last case failing" 1
 if [ "$(tail -1 "$tmp/out")" = "]" ] && ! tail -2 "$tmp/out" | head -1 | grep -q ',$' &&
     grep -q '"peak_gflops": null' "$tmp/out"; then pass; else
@@ -1540,13 +1553,15 @@ expect_text "bench varlen" "$tmp/out" "fused/varlen f32"
 expect_text "bench padded" "$tmp/out" "unfused/padded f32"
 for bad in "3,2,1,12,10,8,8,none,fused,f32,varlen" "3,2,1,12,12,8,8,none,fused,f32,varlen,varlen" \
     "3,2,1,12,12,8,8,none,backward,f32,padded" "65,2,1,12,12,8,8,none,fused,f32,varlen" \
-    "3,2,1,12,12,8,8,none,fused,f32,page4,varlen" "3,2,1,12,12,8,8,none,fused,f32,int8,padded"; do
+    "3,2,1,12,12,8,8,none,fused,f32,page4,varlen" "3,2,1,12,12,8,8,none,fused,f32,int8,padded" \
+    "1,4,3,4,4,4,4" "1,4,2,1,64,16,16,none,fused,f32,page+16" "1,4,2,1,64,16,16,none,fused,f32,page 16"; do
     run_clattn bench --shapes "$bad" --reps 1 --quiet
     expect_rc "bench $bad" 2
     expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
 done
-# two candidates, not the default 48 (each is a program build: minutes on PoCL)
-run_clattn tune --dry-run --shapes "1,1,1,16,16,8,8,none,fused" --reps 1 --rq 2,6 --wg 4 --tile 32
+# two candidates, not the default 48 (each is a program build: minutes on PoCL); n_q 32:
+# the tiled kernel (16 queries would decode)
+run_clattn tune --dry-run --shapes "1,1,1,32,32,8,8,none,fused" --reps 1 --rq 2,6 --wg 4 --tile 32
 expect_rc "tune --dry-run" 0
 expect_text "tune (table)" "$tmp/out" "(2 candidates ran)"
 expect_text "tune (progress)" "$tmp/err" "clattn tune: [1/7] case 1/1"
@@ -1557,6 +1572,19 @@ for bad in "--rq 7" "--rq 0" "--wg 4," "--wg ,4" "--tile 24" "--tile 32,,64" "--
     expect_rc "tune $bad" 2
 done
 if grep -q "clattn tune: \[" "$tmp/out"; then fail "tune: progress on standard output"; else pass; fi
+# tune times the forward kernels on plain K/V: bench's other cases are usage errors (their
+# winner would be stored as the forward kernel's); a decode case is reported, not tuned
+for bad in "1,2,2,64,64,8,8,none,backward" "1,2,2,1,64,8,8,none,fused,f32,page16" \
+    "1,2,2,1,64,8,8,none,fused,f32,int8" "2,2,2,16,16,8,8,none,fused,f32,varlen" \
+    "1,2,2,64,64,8,8,none,fused,f32,drop0.5"; do
+    run_clattn tune --dry-run --quiet --shapes "$bad" --reps 1 --rq 2 --wg 4 --tile 32
+    expect_rc "tune $bad" 2
+    expect_text "tune $bad" "$tmp/err" "tune times the forward kernels on plain K/V"
+done
+run_clattn tune --dry-run --quiet --shapes "1,4,2,2,64,8,8,none,fused,f16" --reps 1 --rq 2 --wg 4 --tile 32
+expect_rc "tune (decode)" 0
+expect_text "tune (decode)" "$tmp/out" "1x4x2x64 d=8,8 f16 decode"
+expect_text "tune (decode)" "$tmp/out" "no blocking to tune"
 
 echo "test_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

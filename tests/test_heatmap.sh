@@ -132,11 +132,11 @@ bad() { # bad NAME STATUS ARGS...: exits STATUS and creates no $tmp/bad.svg
 bad "missing Q file" 1 --q "$tmp/missing.npy" --k "$tmp/x.npy"
 bad "missing weights file" 1 --from-weights "$tmp/missing.npy"
 bad "mismatched d_k" 1 --q "$tmp/x.npy" --k "$tmp/r.npy"
-bad "head out of range" 1 --q "$tmp/x.npy" --k "$tmp/x.npy" --head 1
-bad "head out of range (weights)" 1 --from-weights "$tmp/w.npy" --head 3
-bad "batch out of range" 1 --q "$tmp/x.npy" --k "$tmp/x.npy" --batch 2
+bad "head out of range" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --head 1
+bad "head out of range (weights)" 2 --from-weights "$tmp/w.npy" --head 3
+bad "batch out of range" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --batch 2
 bad "negative head" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --head -1
-bad "token count" 1 --q "$tmp/x.npy" --k "$tmp/x.npy" --tokens "too few"
+bad "token count" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --tokens "too few"
 bad "unknown mask" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --mask diagonal
 bad "zero scale" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --scale 0
 bad "no K" 2 --q "$tmp/x.npy"

@@ -391,10 +391,14 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     int rc = 0;
     if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens) ||
         (c->int8_kv && (!ms[0] || !ms[1])) || (c->ragged && c->b > 64)) {
+        char pool[96] = ""; /* the pool rounds each sequence up to whole pages */
+        if (ps)
+            snprintf(pool, sizeof pool, " (a K/V pool of %lld pages of %lld keys: %lld rows)",
+                     (long long)pages, (long long)ps, (long long)kv_rows);
         rc = bench_fail("cannot allocate the operands of b %lld, h %lld/%lld, n %lldx%lld, d "
-                        "%lld/%lld",
+                        "%lld/%lld%s",
                         (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
-                        (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v);
+                        (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, pool);
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, qb, c->h_q, qn, c->d_k);
@@ -443,6 +447,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         goto done;
     }
     snprintf(plan_reason, reason_len, "%s", plan.reason);
+    snprintf(res->kernels, sizeof res->kernels, "%s", plan.kernels);
     for (int r = -warmup; r < reps; r++) {
         cl_event start = NULL, end = NULL;
         const double t0 = now_s();

@@ -31,6 +31,7 @@ typedef struct result {
     stats device_ms, wall_ms;
     double gflops, gbytes_per_s;
     size_t workspace_bytes;
+    char kernels[128]; /* the plan's kernels (clattn_plan.kernels), e.g. "decode" */
 } result;
 
 /* While non-zero, bench_fail() prints nothing (tune: candidates the device refuses are

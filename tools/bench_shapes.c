@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <clattn.h>
+#include <ctype.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,7 +77,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
                 why = bad ? "dropP takes a dropout probability within (0, 1)" : why;
                 continue; /* (any algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
-                c.page_size = strtoll(tok + 4, &end, 10);
+                c.page_size = isdigit((unsigned char)tok[4]) ? strtoll(tok + 4, &end, 10) : 0;
                 bad = c.page_size < 1 || c.page_size > ((int64_t)1 << 31) || !end || *end != '\0';
                 why = bad ? "pageN takes a page size of 1 to 2^31 keys" : why;
             } else {
@@ -100,6 +101,10 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         for (int i = 0; i < 7 && !bad; i++) {
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
             why = bad ? "sizes must be positive (n_q and n_kv may be 0)" : why;
+        }
+        if (!bad && v[1] % v[2] != 0) { /* (the library's rule too; said once, not per alg) */
+            bad = 1;
+            why = "h_q must be a multiple of h_kv";
         }
         if (!bad) {
             c.b = v[0], c.h_q = v[1], c.h_kv = v[2], c.n_q = v[3], c.n_kv = v[4];

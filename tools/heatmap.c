@@ -225,8 +225,8 @@ static int labels_make(labels *l, const char *text, int64_t count, const char *o
     }
     if (n != count) {
         labels_free(l);
-        return fail("%s has %lld words but %lld are needed (one per %s)", option, (long long)n,
-                    (long long)count, strcmp(option, "--q-tokens") == 0 ? "query" : "key");
+        return usage("%s has %lld words but %lld are needed (one per %s)", option, (long long)n,
+                     (long long)count, strcmp(option, "--q-tokens") == 0 ? "query" : "key");
     }
     return 0;
 }
@@ -286,13 +286,13 @@ static const char *base_name(const char *path)
 /* Checks --batch and --head against a [b, h, ...] shape of `path`. */
 static int check_indices(const heatmap_args *a, const char *path, const int64_t s[4])
 {
-    if (a->batch >= s[0]) {
-        return fail("--batch %lld is out of range: %s has %lld batch entr%s", (long long)a->batch,
-                    path, (long long)s[0], s[0] == 1 ? "y" : "ies");
+    if (a->batch >= s[0]) { /* (a usage error, as a negative index is) */
+        return usage("--batch %lld is out of range: %s has %lld batch entr%s", (long long)a->batch,
+                     path, (long long)s[0], s[0] == 1 ? "y" : "ies");
     }
     if (a->head >= s[1]) {
-        return fail("--head %lld is out of range: %s has %lld head%s", (long long)a->head, path,
-                    (long long)s[1], s[1] == 1 ? "" : "s");
+        return usage("--head %lld is out of range: %s has %lld head%s", (long long)a->head, path,
+                     (long long)s[1], s[1] == 1 ? "" : "s");
     }
     return 0;
 }
@@ -352,6 +352,7 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
         goto done;
     }
     if (check_indices(a, a->q, qs) != 0) {
+        rc = 2;
         goto done;
     }
     const int64_t n_q = qs[2], n_kv = ks[2], d = qs[3];

@@ -43,6 +43,11 @@ static const char program_usage[] =
     "  CLATTN_CACHE_DIR   program-binary cache and tuning folder (\"off\" disables it)\n"
     "  CLATTN_TUNE        \"off\" ignores the blocking `clattn tune` stored for the device\n"
     "  CLATTN_BLOCKING    RQ,WG,TILE_KV[,NV]: the blocking of every tiled kernel (experiments)\n"
+    "  CLATTN_KERNEL_FAMILY    gpu or cpu: force a kernel family (default: by device type)\n"
+    "  CLATTN_DECODE_SPLITS    N: key splits of the GPU family's decoding (0: chosen)\n"
+    "  CLATTN_DECODE_HEADS     N: KV heads per work-item of decode.cl (0: chosen)\n"
+    "  CLATTN_BACKWARD_SPLITS  N: key splits of the backward's dQ on CPUs (0: own kernel)\n"
+    "  (read when a context is created; a value that does not parse is ignored: README.md)\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 

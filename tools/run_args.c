@@ -141,7 +141,7 @@ static const char run_usage_2[] =
     "                    whichever algorithm runs, at the stage --scores-stage names:\n"
     "  --scores-stage S  raw (scale*Q*K^T), softcap (after the softcap) or masked (the\n"
     "                    default: after every mask and bias, before the softmax; masked\n"
-    "                    entries -inf)\n"
+    "                    entries -inf) - ONNX Attention's modes 0, 1 and 2\n"
     "  --dtype D         auto (default: '<u2' inputs are refused) or bf16 ('<u2' inputs\n"
     "                    hold bfloat16 bit patterns)\n"
     "  --out-dtype T     the dtype of O: f32 ('<f4'), f16 ('<f2') or bf16 (bfloat16 bit\n"

@@ -192,10 +192,10 @@ static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out
         if (fs[i] != 1 && fs[i] != target[i]) {
             char shape[128];
             cli_error("%s: the mask's shape %s does not broadcast to (b, h_q, n_q, n_kv) = (%lld, "
-                      "%lld, %lld, %lld): its %s dimension is %lld, need 1 or %lld",
+                      "%lld, %lld, %lld): its %s dimension is %lld, need %s%lld",
                       a->mask_file, shape_text(m, shape, sizeof shape), (long long)target[0],
                       (long long)target[1], (long long)target[2], (long long)target[3], names[i],
-                      (long long)fs[i], (long long)target[i]);
+                      (long long)fs[i], target[i] == 1 ? "" : "1 or ", (long long)target[i]);
             return 0;
         }
     }

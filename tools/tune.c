@@ -31,8 +31,11 @@ static const char tune_usage[] =
     "than 3%.\n"
     "\n"
     "Options:\n"
-    "  --shapes LIST   as for `clattn bench` (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg]]);\n"
-    "                  default 1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128\n"
+    "  --shapes LIST   as for `clattn bench`, forward only:\n"
+    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]] (the blocking is\n"
+    "                  stored per kernel and head dims, for every dtype; a fused case with\n"
+    "                  n_q <= 16 runs the decode kernel, which has none: reported, not\n"
+    "                  tuned); default 1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128\n"
     "  --reps N        timed runs per candidate (default 3, after one warm-up)\n"
     "  --rq LIST       the RQ values to try, comma-separated, each 1..6 (default\n"
     "                  1,2,4,6)\n"
@@ -55,8 +58,9 @@ typedef struct candidate {
 
 /* Times case c with the candidate as the context's override of its kernels (or none:
  * the built-in choice); returns the median device ms, or a negative value if the
- * device refused. */
-static double time_blocking(clattn_context *ctx, const bench_case *c, int reps, candidate cand)
+ * device refused. plan_kernels (if not NULL, 128 bytes) receives the plan's kernels. */
+static double time_blocking(clattn_context *ctx, const bench_case *c, int reps, candidate cand,
+                            char *plan_kernels)
 {
     static const clattn_kernel kernels[3] = {CLATTN_KERNEL_FUSED, CLATTN_KERNEL_SCORES,
                                              CLATTN_KERNEL_WEIGHTED_SUM};
@@ -72,6 +76,8 @@ static double time_blocking(clattn_context *ctx, const bench_case *c, int reps, 
     bench_quiet = 0;
     for (int k = 0; k < 3; k++)
         (void)clattn_context_set_blocking(ctx, kernels[k], 0, 0, NULL);
+    if (plan_kernels && rc == 0)
+        snprintf(plan_kernels, 128, "%s", r.kernels);
     return rc == 0 ? r.device_ms.median : -1.0;
 }
 
@@ -148,6 +154,14 @@ int cmd_tune(int argc, char **argv)
     const int n_cases = parse_shapes(shapes, cases, 32);
     if (n_cases < 0)
         return 2;
+    for (int i = 0; i < n_cases; i++) /* the blocking tuned is the forward kernels' */
+        if (cases[i].backward || cases[i].page_size || cases[i].int8_kv || cases[i].ragged ||
+            cases[i].dropout > 0.0f)
+            return usage_error("clattn tune",
+                               "--shapes case %d: tune times the forward kernels on plain K/V "
+                               "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]]); backward, "
+                               "pageN, int8, varlen, padded and dropP are bench's",
+                               i + 1);
     clattn_context_options opt = {0};
     opt.device = device;
     clattn_context *ctx;
@@ -189,12 +203,27 @@ int cmd_tune(int argc, char **argv)
         snprintf(what, sizeof what, "case %d/%d (%lldx%lldx%lld d=%lld,%lld %s)", i + 1, n_cases,
                  (long long)c->b, (long long)c->h_q, (long long)c->n_q, (long long)c->d_k,
                  (long long)c->d_v, fused ? "fused" : "unfused");
+        char name[80], blk[32] = "built-in";
+        snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld%s", (long long)c->b,
+                 (long long)c->h_q, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
+                 (long long)c->d_v,
+                 c->dtype == CLATTN_FLOAT16    ? " f16"
+                 : c->dtype == CLATTN_BFLOAT16 ? " bf16"
+                                               : "");
         progress_step(&pr, "%s: the built-in blocking", what);
-        double base = time_blocking(ctx, c, reps, builtin);
+        char kernels[128] = "";
+        double base = time_blocking(ctx, c, reps, builtin, kernels);
         if (base < 0) {
             progress_skip(&pr, steps_per_case - 1);
             progress_clear(&pr);
             rc = bench_fail("case %d: the built-in blocking fails", i + 1);
+            continue;
+        }
+        if (strcmp(kernels, "decode") == 0) { /* the plan's word: no tiled kernel runs */
+            progress_skip(&pr, steps_per_case - 1);
+            progress_clear(&pr);
+            printf("%-28s %8s %12.3f %-12s (the decode kernel, n_q <= 16: no blocking to tune)\n",
+                   name, "decode", base, "-");
             continue;
         }
         double best = base;
@@ -207,7 +236,7 @@ int cmd_tune(int argc, char **argv)
                                   (a * n_wg + w) * n_tile + t + 1, n_cand, rqs[a], wgs[w],
                                   tiles[t]);
                     const candidate cand = {rqs[a], wgs[w], tiles[t]};
-                    const double ms = time_blocking(ctx, c, reps, cand);
+                    const double ms = time_blocking(ctx, c, reps, cand, NULL);
                     tried += ms >= 0;
                     if (ms >= 0 && ms < best) {
                         best = ms;
@@ -220,9 +249,9 @@ int cmd_tune(int argc, char **argv)
         if (brq) {
             for (int again = 0; again < 2; again++) {
                 progress_step(&pr, "%s: the built-in blocking again", what);
-                const double b2 = time_blocking(ctx, c, reps, builtin);
+                const double b2 = time_blocking(ctx, c, reps, builtin, NULL);
                 progress_step(&pr, "%s: the winner %u,%u,%u again", what, brq, bwg, btile);
-                const double w2 = time_blocking(ctx, c, reps, win);
+                const double w2 = time_blocking(ctx, c, reps, win, NULL);
                 if (b2 >= 0 && b2 < base)
                     base = b2;
                 if (w2 >= 0 && w2 < best)
@@ -232,10 +261,6 @@ int cmd_tune(int argc, char **argv)
         if (!brq)
             progress_skip(&pr, 4); /* no winner to time again */
         progress_clear(&pr);
-        char name[64], blk[32] = "built-in";
-        snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld", (long long)c->b,
-                 (long long)c->h_q, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
-                 (long long)c->d_v);
         const int better = brq && best < 0.97 * base;
         if (better)
             snprintf(blk, sizeof blk, "%u,%u,%u", brq, bwg, btile);
