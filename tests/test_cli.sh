@@ -1535,6 +1535,9 @@ expect_text "bench --huge-pages" "$tmp/out" "paged16"
 run_clattn bench --shapes "1,4,2,1,0,16,16,none,fused,f32,page16" --reps 1 --quiet
 expect_rc "bench paged, n_kv 0" 0
 expect_text "bench paged, n_kv 0" "$tmp/out" "paged16 f32"
+run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,page16;1,4,2,1,40,16,16,none,fused" --reps 1 --quiet --json
+expect_text "bench --json paged" "$tmp/out" '"algorithm": "paged16", "page_size": 16,'
+expect_text "bench --json contiguous" "$tmp/out" '"algorithm": "fused", "page_size": 0,'
 # an int8 K/V cache (per-token scales), contiguous and paged; fused only
 run_clattn bench --shapes "1,2,1,1,32,8,8,none,fused,f32,int8;1,2,1,1,32,8,8,none,fused,f16,page8,int8" --reps 1 --quiet
 expect_rc "bench int8" 0

@@ -103,9 +103,8 @@ static const char bench_usage[] =
     "                  head (a quantized cache; dtype then stores Q and O, shown as e.g.\n"
     "                  f32/i8); varlen (n_q = n_kv, at most 64 sequences, not with\n"
     "                  pageN, int8, dropP): b sequences of n*(i+1)/b tokens packed\n"
-    "                  along the sequence dimension with\n"
-    "                  cu_seqlens (a prefill of ragged prompts), padded: the same lengths\n"
-    "                  as q_lens and kv_lens of the padded batch; both count the\n"
+    "                  along the sequence dimension with cu_seqlens, padded: the same\n"
+    "                  lengths as q_lens and kv_lens of the padded batch; both count the\n"
     "                  sequences' own work, 2*h_q*sum(L_i^2)*(d_k + d_v); dropP (any\n"
     "                  algorithm, backward too): dropout_p P, e.g. drop0.1, shown as\n"
     "                  f32/p0.1; default: the CPU set\n"
@@ -117,8 +116,8 @@ static const char bench_usage[] =
     "  --warmup N      untimed runs first (default 1; the first also builds programs,\n"
     "                  so with 0 the first timed run includes the build)\n"
     "  --json          one JSON object per case on stdout, in a JSON array (a case\n"
-    "                  that fails has none; peak_gflops, peak_form and\n"
-    "                  peak_gbytes_per_s are null without --peak)\n"
+    "                  that fails has none; page_size N with pageN, else 0; peak_gflops,\n"
+    "                  peak_form and peak_gbytes_per_s are null without --peak)\n"
     "  --peak          also measure the device's f32 FMA peak (independent vector\n"
     "                  accumulators: the faster of 8 float16 vectors (16 float32 lanes\n"
     "                  each) and 12 of the device's native float width) and its\n"
@@ -641,16 +640,18 @@ int cmd_bench(int argc, char **argv)
             printf("%s  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
                    "\"h_kv\": %lld, \"n_q\": %lld, "
                    "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
-                   "\"algorithm\": \"%s\", \"dtype\": \"%s\", \"device_ms\": {\"median\": %.6g, "
+                   "\"algorithm\": \"%s\", \"page_size\": %lld, \"dtype\": \"%s\", \"device_ms\": "
+                   "{\"median\": %.6g, "
                    "\"min\": %.6g, "
                    "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
                    "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
                    "%s, \"plan\": \"%s\"}",
                    json_items++ ? ",\n" : "", name, cpu, (long long)c->b, (long long)c->h_q,
                    (long long)c->h_kv, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
-                   (long long)c->d_v, mask_name(c->mask), alg, dt, r.device_ms.median,
-                   r.device_ms.min, r.device_ms.max, r.wall_ms.median, r.wall_ms.min, r.wall_ms.max,
-                   r.gflops, r.gbytes_per_s, r.workspace_bytes, peak_json, reason);
+                   (long long)c->d_v, mask_name(c->mask), alg, (long long)c->page_size, dt,
+                   r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
+                   r.wall_ms.min, r.wall_ms.max, r.gflops, r.gbytes_per_s, r.workspace_bytes,
+                   peak_json, reason);
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
