@@ -91,6 +91,12 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
         st = clattn_plan_attention(ctx, &p, &plan);
     if (st == CLATTN_SUCCESS)
         clattn_plan_describe(&plan, out);
+    if (st == CLATTN_SUCCESS && clattn_launch_is_empty(&plan, &p)) { /* (programs built) */
+        out->kernels[0] = '\0';
+        snprintf(out->reason, sizeof out->reason,
+                 "no query rows: the call enqueues nothing "
+                 "but a marker (the programs are built)");
+    }
     return st;
 }
 

@@ -417,6 +417,19 @@ static void append_release(cl_event pre[2], cl_mem freq, cl_mem q_rot, cl_mem ol
 
 /* Runs a planned attention on device views. Events chain the kernels, so an
  * out-of-order queue is fine. */
+/* no query row: nothing to compute, but key weight sums of zeros to write (key_sums.cl
+ * over no rows; it reads no LSE then), or this step's K/V rows to append */
+static bool zero_sums(const clattn_exec_plan *p, const clattn_problem *dv)
+{
+    return dv->q.count == 0 && p->key_sums && dv->ksum.count > 0;
+}
+
+bool clattn_launch_is_empty(const clattn_exec_plan *p, const clattn_problem *dv)
+{
+    return dv->q.count == 0 && !zero_sums(p, dv) &&
+           (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0);
+}
+
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *p,
                                       const clattn_problem *dv, cl_uint n_wait,
                                       const cl_event *wait, cl_event *done)
@@ -426,14 +439,11 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     const clattn_view *w = dv->has_w ? &dv->w : NULL;
     const clattn_view *dv_lse = dv->has_lse ? &dv->lse : NULL;
     const float scale = clattn_effective_scale(desc, q->n[3]);
-    /* no query row: nothing to compute, but key weight sums of zeros to write (key_sums.cl
-     * over no rows; it reads no LSE then) */
-    const bool zero_sums = q->count == 0 && p->key_sums && dv->ksum.count > 0;
-    if (q->count == 0 && !zero_sums && (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0))
+    if (clattn_launch_is_empty(p, dv))
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
     clattn_status st = aux_make(ctx, desc, q, k, dv->has_mask ? &dv->mask : NULL, &x);
-    if (zero_sums) {
+    if (zero_sums(p, dv)) {
         if (st == CLATTN_SUCCESS)
             st = enqueue_key_sums(ctx, p, q, k, &dv->ksum, NULL, &dv->ksum, scale, &x, n_wait, wait,
                                   done);

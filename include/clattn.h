@@ -342,7 +342,8 @@ typedef enum clattn_algorithm {
 
 /** What a query row with no visible key outputs (clattn_attention_desc.masked_rows). */
 typedef enum clattn_masked_rows {
-    CLATTN_MASKED_ROWS_ZERO = 0, /**< O = 0, weights 0 (PyTorch's math backend gives NaN) */
+    CLATTN_MASKED_ROWS_ZERO = 0, /**< O = 0, weights 0 (PyTorch from 2.5; its math backend
+                                      gave NaN before) */
     CLATTN_MASKED_ROWS_NAN = 1   /**< O and weights NaN, to detect such rows */
 } clattn_masked_rows;
 
@@ -665,7 +666,8 @@ typedef struct clattn_plan {
     size_t tile_kv;               /**< keys per tile (unfused: scores; decode: per step, 16) */
     char reason[256];             /**< one line: why this algorithm */
     /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum",
-     *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16). */
+     *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16);
+     *  "" when the call enqueues nothing but a marker (no query rows), as `reason` says. */
     char kernels[128];
     /** For each algorithm not chosen, why ("unfused: ...; fused: ..."); "" if the other
      *  algorithm could run too but was not preferred, as stated in `reason`. */

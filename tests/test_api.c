@@ -361,6 +361,13 @@ START_TEST(empty_problems)
         fill(out, 16, -7.0f);
         ck_assert_int_eq(clattn_attention(ctx, &d, &q0, &k1, &k1, &o0), CLATTN_SUCCESS);
         assert_all(out, 16, -7.0f);
+        { /* its plan says nothing runs (it described a decode kernel of "0 rows") */
+            clattn_plan plan;
+            ck_assert_int_eq(clattn_attention_plan(ctx, &d, &q0, &k1, &k1, &o0, &plan),
+                             CLATTN_SUCCESS);
+            ck_assert_msg(plan.kernels[0] == '\0' && strncmp(plan.reason, "no query rows", 13) == 0,
+                          "n_q 0: kernels \"%s\", reason \"%s\"", plan.kernels, plan.reason);
+        }
         /* no heads (h_q = h_kv = 0) and no batch entries: success, nothing written, no
          * division by the KV head count (the group) anywhere; plan and enqueue too */
         for (int z = 1; z <= 2; z++) {

@@ -21,6 +21,15 @@ def test_unsupported_dtypes(dtype):
         sdpa(Q.astype(dtype), Q, Q)
 
 
+def test_causal_alignment_needs_is_causal():
+    """(it was ignored without is_causal: a window or ALiBi stayed top-left, silently)"""
+    with pytest.raises(ValueError, match="is_causal=True only"):
+        sdpa(Q, Q, Q, window=(1, 0), causal_alignment="bottom_right")
+    with pytest.raises(ValueError, match="causal_alignment"):
+        sdpa(Q, Q, Q, is_causal=True, causal_alignment="diagonal")
+    sdpa(Q, Q, Q, causal_alignment="top_left")  # the default, stated: fine
+
+
 def test_shape_errors():
     with pytest.raises(ValueError, match="same number of dims"):
         sdpa(Q, Q[0], Q)

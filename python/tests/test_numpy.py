@@ -78,6 +78,27 @@ def test_features_against_oracle(ctx, name, kw, okw, n_q):
     assert_close(lse, else_, **F32_TOL, what=f"{name} LSE")
 
 
+def test_flash_attention_diagonal_with_q_start(ctx):
+    """FlashAttention's window_size and alibi_slopes measure from the bottom-right diagonal
+    i + S - L also without a causal mask; docs/PYTHON.md maps them with q_start = S - L.
+    Against FlashAttention's formula written out here (not the oracle, which is ours)."""
+    r = rng(71)
+    n_q, n_kv = 4, 9
+    q, k, v = randn(r, 1, 2, n_q, 8), randn(r, 1, 2, n_kv, 8), randn(r, 1, 2, n_kv, 8)
+    slopes = np.array([0.5, 0.25])
+    i, j = np.arange(n_q)[:, None], np.arange(n_kv)[None, :]
+    diag = i + n_kv - n_q
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) / 8 ** 0.5
+    for kw, bias, visible in (
+            ({"window": (2, 0)}, 0.0, (j >= diag - 2) & (j <= diag)),
+            ({"alibi_slopes": slopes}, -slopes[:, None, None] * np.abs(diag - j), True)):
+        t = np.where(visible, s + bias, -np.inf)
+        w = np.exp(t - t.max(-1, keepdims=True))
+        want = (w / w.sum(-1, keepdims=True)) @ v.astype(np.float64)
+        got = clattn.scaled_dot_product_attention(q, k, v, q_start=n_kv - n_q, **kw)
+        assert_close(got, want, **F32_TOL, what=str(list(kw)))
+
+
 def _sink_reference(q, k, v, sinks, kv_lens=None):
     """float64 attention with sinks, written out apart from the oracle: per batch entry,
     scores = scale·Q·Kᵀ (scale 1/sqrt(d_k); keys j ≥ kv_lens[b] masked), one more column

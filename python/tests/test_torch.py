@@ -90,6 +90,22 @@ def test_non_contiguous_zero_copy(ctx):
     assert_close(got.numpy(), torch_ref(q, k, v, is_causal=True).numpy(), **F32_TOL)
 
 
+def test_negative_bit_views(ctx):
+    """A view with PyTorch's negative bit set (z.conj().imag, x.neg() of a view) holds -x in
+    its memory: read as its values (resolved into a copy), refused as an output."""
+    r = rng(114)
+    z = torch.complex(t(r, 1, 2, 5, 8), t(r, 1, 2, 5, 8))
+    q = z.conj().imag  # float32, is_neg(): the values are -z.imag
+    assert q.is_neg()
+    k, v = t(r, 1, 2, 7, 8), t(r, 1, 2, 7, 8)
+    got = clattn.scaled_dot_product_attention(q, k, v, kv_lens=z.real.new_tensor([5]).int())
+    ref = torch_ref(q.resolve_neg(), k[:, :, :5], v[:, :, :5])
+    assert_close(got.numpy(), ref.numpy(), **F32_TOL)
+    out = torch.complex(torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 5, 8)).conj().imag
+    with pytest.raises(ValueError, match="negated"):
+        clattn.scaled_dot_product_attention(q, k, v, out=out)
+
+
 def test_out_lse_and_expand(ctx):
     r = rng(112)
     q = t(r, 2, 4, 6, 8)

@@ -154,6 +154,16 @@ def dtype_code(x: Any, name: str, allow_bool: bool = False, allow_int8: bool = F
     return code
 
 
+def _lazy_bits(x: Any) -> bool:
+    """Whether a torch tensor's memory is not its values (negative or conjugate bit;
+    PyTorch >= 1.10 has them)."""
+    return bool(getattr(x, "is_neg", lambda: False)() or getattr(x, "is_conj", lambda: False)())
+
+
+def _resolved(x: Any) -> Any:
+    return x.resolve_neg().resolve_conj() if _lazy_bits(x) else x
+
+
 def element_layout(x: Any, name: str) -> Tuple[List[int], List[int], int, int, str]:
     """(shape, strides in elements, element offset, pointer, kind) of x as it is."""
     if is_torch(x):
@@ -204,7 +214,15 @@ def view4(x: Any, name: str, *, output: bool = False,
     [heads, seq, dim] (missing ones are 1). With ``target4`` (masks), extent-1 dims
     broadcast to it (stride 0 and the CLATTN_BROADCAST bit). An input that needs a copy
     (negative strides, leading dims that do not fold) is copied; an ``output`` never is:
-    it must be writeable and foldable as it is."""
+    it must be writeable and foldable as it is. A PyTorch view with its negative (or
+    conjugate) bit set (``x.neg()`` of a view, ``z.conj().imag``) is lazily negated: its
+    memory holds -x, so an input is resolved into a copy and an output refused."""
+    if is_torch(x) and _lazy_bits(x):
+        if output:
+            raise ValueError(f"{name} is a lazily negated or conjugated PyTorch view "
+                             "(is_neg() / is_conj()): its memory does not hold its values, "
+                             "so clattn cannot write it; pass a plain tensor")
+        x = _resolved(x)
     if code is None:
         code = dtype_code(x, name, allow_bool=target4 is not None)
     if output and isinstance(x, np.ndarray) and not x.flags.writeable:
@@ -254,7 +272,7 @@ def view4(x: Any, name: str, *, output: bool = False,
 def host_int32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
     """A host int32 array of n entries (lengths): (array, ctypes pointer)."""
     if is_torch(x):
-        x = x.detach().cpu().numpy()
+        x = _resolved(x.detach().cpu()).numpy()
     elif is_pyopencl(x):
         x = x.get()
     a = np.asarray(x)
@@ -271,7 +289,7 @@ def host_int32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
 
 def host_float32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
     if is_torch(x):
-        x = x.detach().cpu().float().numpy()
+        x = _resolved(x.detach().cpu().float()).numpy()
     a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     if a.shape != (n,):
         raise ValueError(f"{name} must have {n} entries, not shape {a.shape}")

@@ -169,8 +169,13 @@ class _Call:
         d.masked_rows = _lookup(_MASKED_ROWS, o["masked_rows"], "masked_rows")
         if is_causal and o["no_self"]:
             raise ValueError("is_causal and no_self cannot be combined")
+        alignment = _lookup(_ALIGNMENTS, o["causal_alignment"], "causal_alignment")
+        if not is_causal and o["causal_alignment"] != "top_left":
+            raise ValueError("causal_alignment applies to is_causal=True only; without a causal "
+                             "mask, q_start=S - L aligns the window's and ALiBi's diagonal "
+                             "bottom-right (FlashAttention's window_size, alibi_slopes)")
         if is_causal:
-            d.mask = _lookup(_ALIGNMENTS, o["causal_alignment"], "causal_alignment")
+            d.mask = alignment
         elif o["no_self"]:
             d.mask = _lib.MASK_NO_SELF
         if o["window"] is not None:
