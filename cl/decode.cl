@@ -36,8 +36,8 @@
  *   weight of 0 must add nothing even for inf or NaN values: steps where any weight is
  *   0 (masked or underflowed) take the sum that tests each weight; the others are
  *   whole steps and sum their 16 keys untested.
- * No local memory and no barriers: on GPUs this is a placeholder (NR 1, a row per
- * work-item) until the GPU decode kernels exist.
+ * No local memory and no barriers. On GPUs (NR 1, a row per work-item) it runs only where
+ * the GPU family's decode_gpu.cl cannot: weights, key weight sums, max logits.
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K */

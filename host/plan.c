@@ -667,10 +667,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         else if (decode && p->fused.n_splits)
             add_reason(p,
                        "; GPU family split-KV decode (decode_gpu.cl, split_merge.cl): %zu split%s"
-                       " of up to %lld keys, %zu of a KV head's %lld rows per work-group",
+                       " of up to %lld keys, %zu of a KV head's %lld row%s per work-group",
                        p->fused.n_splits, PLURAL(p->fused.n_splits),
                        (long long)(p->fused.split_chunk < n_kv ? p->fused.split_chunk : n_kv),
-                       p->fused.rows, (long long)(group * n_q));
+                       p->fused.rows, (long long)(group * n_q), PLURAL(group * n_q));
         else if (decode) {
             add_reason(p,
                        "; decode.cl: %zu of a KV head's %lld row%s (%lld query head%s x %lld %s)"

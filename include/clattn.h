@@ -659,12 +659,16 @@ clattn_status clattn_weighted_sum_enqueue(clattn_context *ctx, const clattn_atte
 
 /** What clattn_attention would run, and why. */
 typedef struct clattn_plan {
-    clattn_algorithm algorithm;   /**< UNFUSED or FUSED: what will run */
-    size_t workspace_bytes;       /**< device memory clattn allocates besides the operands */
-    size_t work_group_size;       /**< softmax (unfused), fused or decode work-group size */
-    size_t queries_per_work_item; /**< rows per work-item (unfused: scores; decode: of a KV head) */
-    size_t tile_kv;               /**< keys per tile (unfused: scores; decode: per step, 16) */
-    char reason[256];             /**< one line: why this algorithm */
+    clattn_algorithm algorithm; /**< UNFUSED or FUSED: what will run */
+    size_t workspace_bytes;     /**< device memory clattn allocates besides the operands */
+    size_t work_group_size;     /**< softmax (unfused), fused or decode work-group size */
+    /** rows per work-item (unfused: scores; decode.cl: of a KV head; the GPU family's
+     *  split-KV decode: 1, its rows per work-group are in `reason`) */
+    size_t queries_per_work_item;
+    /** keys per tile (unfused: scores; decode.cl: per step, 16; split-KV decode: per
+     *  step of its work-group) */
+    size_t tile_kv;
+    char reason[256]; /**< one line: why this algorithm */
     /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum",
      *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16);
      *  "" when the call enqueues nothing but a marker (no query rows), as `reason` says. */

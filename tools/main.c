@@ -47,7 +47,7 @@ static const char program_usage[] =
     "  CLATTN_DECODE_SPLITS    N: key splits of the GPU family's decoding (0: chosen)\n"
     "  CLATTN_DECODE_HEADS     N: KV heads per work-item of decode.cl (0: chosen)\n"
     "  CLATTN_BACKWARD_SPLITS  N: key splits of the backward's dQ on CPUs (0: own kernel)\n"
-    "  (read when a context is created; a value that does not parse is ignored: README.md)\n"
+    "  (read when a context is created; a tuning value that does not parse is ignored)\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 usage error.\n";
 

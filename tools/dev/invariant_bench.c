@@ -20,6 +20,10 @@ static int cmp(const void *a, const void *b)
 }
 int main(int argc, char **argv)
 {
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s b h_q h_kv n_q n_kv d\n", argv[0]);
+        return 2;
+    }
     long b = atol(argv[1]), hq = atol(argv[2]), hk = atol(argv[3]), nq = atol(argv[4]),
          nk = atol(argv[5]), d = atol(argv[6]);
     clattn_context *ctx;

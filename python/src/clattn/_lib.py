@@ -2,8 +2,8 @@
 include/clattn.h, and the prototypes of the functions the package calls.
 
 Nothing here is public. The structs mirror clattn.h field by field (ctypes applies the
-platform's C alignment rules); tests/abi_layout.c prints the C offsets and
-python/tests/test_abi.py compares them with these.
+platform's C alignment rules); python/tests/test_abi.py compiles a C program that
+prints the C offsets and compares them with these.
 """
 
 from __future__ import annotations
