@@ -36,8 +36,10 @@
  * local tiles) is within this. Measured on a Zen 3 (512 KiB L2 per core; PoCL reports
  * the L3 as CL_DEVICE_GLOBAL_MEM_CACHE_SIZE and Intel's runtime half the L2, so the
  * reported size cannot serve): d 64 and 128 fastest at WG 32 (264 KiB), d 256 at WG 32
- * (363 KiB) 1.5x slower than at WG 16 (214 KiB); at RQ 6, WG 16 for d 64 and 128. */
-#define CPU_GROUP_WORKING_BYTES (320 * 1024)
+ * (363 KiB) 1.5x slower than at WG 16 (214 KiB). With RQ 6 the fused kernel's d 64 and
+ * 128 groups are 382 KiB at WG 32: 0.95-0.98x the time of WG 16 (223 KiB; 2026-12-03,
+ * docs/BENCHMARKS.md), so the cap is 384 KiB; d 256 stays at WG 16 (295 KiB). */
+#define CPU_GROUP_WORKING_BYTES (384 * 1024)
 /* PoCL's CPU device runs a work-group on one thread's stack, private arrays of every
  * work-item included; beyond about this many bytes in all it crashes (and it reports
  * CL_KERNEL_PRIVATE_MEM_SIZE as a flat 1024, which cannot serve as the limit). */
