@@ -395,9 +395,12 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
             snprintf(pool, sizeof pool, " (a K/V pool of %lld pages of %lld keys: %lld rows)",
                      (long long)pages, (long long)ps, (long long)kv_rows);
         rc = bench_fail("cannot allocate the operands of b %lld, h %lld/%lld, n %lldx%lld, d "
-                        "%lld/%lld%s",
+                        "%lld/%lld%s (%s)",
                         (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
-                        (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, pool);
+                        (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, pool,
+                        c->backward                              ? "backward"
+                        : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
+                                                                 : "unfused");
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, qb, c->h_q, qn, c->d_k);
