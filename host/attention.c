@@ -45,9 +45,8 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     clattn_status st = clattn_resolve_attention(ctx, desc, q, k, v, o, CLATTN_STORAGE_HOST, &host);
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_attention(ctx, &host, &plan);
-    if (st != CLATTN_SUCCESS ||
-        (host.q.count == 0 && !host.has_append && !(host.has_ksum && host.ksum.count > 0)))
-        return st; /* (no query row: only key weight sums, zeros, to write) */
+    if (st != CLATTN_SUCCESS || clattn_launch_is_empty(&plan, &host) == 1)
+        return st; /* nothing to stage or run */
     return clattn_run_staged(ctx, &plan, &host, NULL, NULL);
 }
 
@@ -91,11 +90,14 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
         st = clattn_plan_attention(ctx, &p, &plan);
     if (st == CLATTN_SUCCESS)
         clattn_plan_describe(&plan, out);
-    if (st == CLATTN_SUCCESS && clattn_launch_is_empty(&plan, &p)) { /* (programs built) */
-        out->kernels[0] = '\0';
-        snprintf(out->reason, sizeof out->reason,
-                 "no query rows: the call enqueues nothing "
-                 "but a marker (the programs are built)");
+    const int empty = st == CLATTN_SUCCESS ? clattn_launch_is_empty(&plan, &p) : 0;
+    if (empty) { /* no query rows: what runs is not the plan's kernels (they are built) */
+        out->work_group_size = out->queries_per_work_item = out->tile_kv = 0;
+        out->rejected[0] = '\0';
+        snprintf(out->kernels, sizeof out->kernels, "%s", empty == 2 ? "key_sums" : "");
+        snprintf(out->reason, sizeof out->reason, "%s",
+                 empty == 2 ? "no query rows: key_sums.cl writes the key weight sums (zeros)"
+                            : "no query rows: the call enqueues nothing but a marker");
     }
     return st;
 }

@@ -424,10 +424,11 @@ static bool zero_sums(const clattn_exec_plan *p, const clattn_problem *dv)
     return dv->q.count == 0 && p->key_sums && dv->ksum.count > 0;
 }
 
-bool clattn_launch_is_empty(const clattn_exec_plan *p, const clattn_problem *dv)
+int clattn_launch_is_empty(const clattn_exec_plan *p, const clattn_problem *dv)
 {
-    return dv->q.count == 0 && !zero_sums(p, dv) &&
-           (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0);
+    if (zero_sums(p, dv))
+        return 2;
+    return dv->q.count == 0 && (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0);
 }
 
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *p,
@@ -439,7 +440,7 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     const clattn_view *w = dv->has_w ? &dv->w : NULL;
     const clattn_view *dv_lse = dv->has_lse ? &dv->lse : NULL;
     const float scale = clattn_effective_scale(desc, q->n[3]);
-    if (clattn_launch_is_empty(p, dv))
+    if (clattn_launch_is_empty(p, dv) == 1)
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
     clattn_status st = aux_make(ctx, desc, q, k, dv->has_mask ? &dv->mask : NULL, &x);

@@ -671,7 +671,9 @@ typedef struct clattn_plan {
     char reason[256]; /**< one line: why this algorithm */
     /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum",
      *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16);
-     *  "" when the call enqueues nothing but a marker (no query rows), as `reason` says. */
+     *  with no query rows "" (the call enqueues nothing but a marker) or "key_sums" (the
+     *  key weight sums' zeros), as `reason` says, and work_group_size,
+     *  queries_per_work_item and tile_kv 0. */
     char kernels[128];
     /** For each algorithm not chosen, why ("unfused: ...; fused: ..."); "" if the other
      *  algorithm could run too but was not preferred, as stated in `reason`. */

@@ -361,12 +361,28 @@ START_TEST(empty_problems)
         fill(out, 16, -7.0f);
         ck_assert_int_eq(clattn_attention(ctx, &d, &q0, &k1, &k1, &o0), CLATTN_SUCCESS);
         assert_all(out, 16, -7.0f);
-        { /* its plan says nothing runs (it described a decode kernel of "0 rows") */
+        { /* its plan says nothing runs (it described a decode kernel of "0 rows"), and with
+           * key weight sums that key_sums.cl alone writes their zeros */
             clattn_plan plan;
             ck_assert_int_eq(clattn_attention_plan(ctx, &d, &q0, &k1, &k1, &o0, &plan),
                              CLATTN_SUCCESS);
-            ck_assert_msg(plan.kernels[0] == '\0' && strncmp(plan.reason, "no query rows", 13) == 0,
-                          "n_q 0: kernels \"%s\", reason \"%s\"", plan.kernels, plan.reason);
+            ck_assert_msg(plan.kernels[0] == '\0' &&
+                              strncmp(plan.reason, "no query rows", 13) == 0 &&
+                              plan.work_group_size == 0 && plan.tile_kv == 0,
+                          "n_q 0: kernels \"%s\", reason \"%s\", wg %zu", plan.kernels, plan.reason,
+                          plan.work_group_size);
+            float sums[3] = {-7.0f, -7.0f, -7.0f};
+            clattn_tensor ks = clattn_tensor_host(sums, 1, 1, 1, 3);
+            clattn_attention_desc dk = d;
+            dk.key_weight_sums = &ks;
+            dk.algorithm = CLATTN_ALGORITHM_AUTO; /* (key sums: fused only) */
+            ck_assert_int_eq(clattn_attention_plan(ctx, &dk, &q0, &k1, &k1, &o0, &plan),
+                             CLATTN_SUCCESS);
+            ck_assert_msg(strcmp(plan.kernels, "key_sums") == 0,
+                          "n_q 0 with key sums: kernels \"%s\", reason \"%s\"", plan.kernels,
+                          plan.reason);
+            ck_assert_int_eq(clattn_attention(ctx, &dk, &q0, &k1, &k1, &o0), CLATTN_SUCCESS);
+            assert_all(sums, 3, 0.0f);
         }
         /* no heads (h_q = h_kv = 0) and no batch entries: success, nothing written, no
          * division by the KV head count (the group) anywhere; plan and enqueue too */

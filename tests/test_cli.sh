@@ -1586,8 +1586,14 @@ for bad in "1,2,2,64,64,8,8,none,backward" "1,2,2,1,64,8,8,none,fused,f32,page16
 done
 run_clattn tune --dry-run --quiet --shapes "1,4,2,2,64,8,8,none,fused,f16" --reps 1 --rq 2 --wg 4 --tile 32
 expect_rc "tune (decode)" 0
-expect_text "tune (decode)" "$tmp/out" "1x4x2x64 d=8,8 f16 decode"
-expect_text "tune (decode)" "$tmp/out" "no blocking to tune"
+expect_text "tune (decode)" "$tmp/out" "1x4x2x64 d=8,8 f16 -"
+expect_text "tune (decode)" "$tmp/out" "(the decode kernel, n_q <= 16: no blocking to tune)"
+# no query rows or no keys: nothing tiled runs either (the timings would be noise)
+run_clattn tune --dry-run --quiet --shapes "1,4,2,0,64,8,8,none,both;1,4,2,32,0,8,8,none,unfused" --reps 1 --rq 2 --wg 4 --tile 32
+expect_rc "tune (empty)" 0
+expect_text "tune (n_q 0)" "$tmp/out" "(no query rows: no blocking to tune)"
+expect_text "tune (n_kv 0)" "$tmp/out" "(n_kv 0, the decode kernel writes the rows: no blocking to tune)"
+if grep -q "candidates ran" "$tmp/out"; then fail "tune (empty): a candidate ran"; else pass; fi
 
 echo "test_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -392,8 +392,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         (c->int8_kv && (!ms[0] || !ms[1])) || (c->ragged && c->b > 64)) {
         char pool[96] = ""; /* the pool rounds each sequence up to whole pages */
         if (ps)
-            snprintf(pool, sizeof pool, " (a K/V pool of %lld pages of %lld keys: %lld rows)",
-                     (long long)pages, (long long)ps, (long long)kv_rows);
+            snprintf(pool, sizeof pool, " (a K/V pool of %lld page%s of %lld keys: %lld rows)",
+                     (long long)pages, pages == 1 ? "" : "s", (long long)ps, (long long)kv_rows);
         rc = bench_fail("cannot allocate the operands of b %lld, h %lld/%lld, n %lldx%lld, d "
                         "%lld/%lld%s (%s)",
                         (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,

@@ -219,11 +219,15 @@ int cmd_tune(int argc, char **argv)
             rc = bench_fail("case %d: the built-in blocking fails", i + 1);
             continue;
         }
-        if (strcmp(kernels, "decode") == 0) { /* the plan's word: no tiled kernel runs */
+        /* the plan's words: only the tiled kernels (fused.cl or fused_gpu.cl; scores.cl
+         * and weighted_sum.cl) take the blocking; decoding, n_kv 0 and no query rows do not */
+        if (strncmp(kernels, "fused", 5) != 0 && strncmp(kernels, "scores", 6) != 0) {
             progress_skip(&pr, steps_per_case - 1);
             progress_clear(&pr);
-            printf("%-28s %8s %12.3f %-12s (the decode kernel, n_q <= 16: no blocking to tune)\n",
-                   name, "decode", base, "-");
+            printf("%-28s %8s %12.3f %-12s (%s: no blocking to tune)\n", name, "-", base, "-",
+                   c->n_q == 0    ? "no query rows"
+                   : c->n_kv == 0 ? "n_kv 0, the decode kernel writes the rows"
+                                  : "the decode kernel, n_q <= 16");
             continue;
         }
         double best = base;

@@ -91,8 +91,8 @@ def test_non_contiguous_zero_copy(ctx):
 
 
 def test_negative_bit_views(ctx):
-    """A view with PyTorch's negative bit set (z.conj().imag, x.neg() of a view) holds -x in
-    its memory: read as its values (resolved into a copy), refused as an output."""
+    """A view with PyTorch's negative bit set (z.conj().imag, torch._neg_view(x)) holds -x
+    in its memory: read as its values (resolved into a copy), refused as an output."""
     r = rng(114)
     z = torch.complex(t(r, 1, 2, 5, 8), t(r, 1, 2, 5, 8))
     q = z.conj().imag  # float32, is_neg(): the values are -z.imag

@@ -160,7 +160,8 @@ def _lazy_bits(x: Any) -> bool:
     return bool(getattr(x, "is_neg", lambda: False)() or getattr(x, "is_conj", lambda: False)())
 
 
-def _resolved(x: Any) -> Any:
+def resolved(x: Any) -> Any:
+    """x with its negative and conjugate bits resolved into memory (a copy if set)."""
     return x.resolve_neg().resolve_conj() if _lazy_bits(x) else x
 
 
@@ -215,14 +216,15 @@ def view4(x: Any, name: str, *, output: bool = False,
     broadcast to it (stride 0 and the CLATTN_BROADCAST bit). An input that needs a copy
     (negative strides, leading dims that do not fold) is copied; an ``output`` never is:
     it must be writeable and foldable as it is. A PyTorch view with its negative (or
-    conjugate) bit set (``x.neg()`` of a view, ``z.conj().imag``) is lazily negated: its
-    memory holds -x, so an input is resolved into a copy and an output refused."""
+    conjugate) bit set (``z.conj().imag`` of a complex z, ``torch._neg_view(x)``) is lazily
+    negated: its memory holds -x, so an input is resolved into a copy and an output
+    refused."""
     if is_torch(x) and _lazy_bits(x):
         if output:
             raise ValueError(f"{name} is a lazily negated or conjugated PyTorch view "
                              "(is_neg() / is_conj()): its memory does not hold its values, "
                              "so clattn cannot write it; pass a plain tensor")
-        x = _resolved(x)
+        x = resolved(x)
     if code is None:
         code = dtype_code(x, name, allow_bool=target4 is not None)
     if output and isinstance(x, np.ndarray) and not x.flags.writeable:
@@ -272,7 +274,7 @@ def view4(x: Any, name: str, *, output: bool = False,
 def host_int32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
     """A host int32 array of n entries (lengths): (array, ctypes pointer)."""
     if is_torch(x):
-        x = _resolved(x.detach().cpu()).numpy()
+        x = resolved(x.detach().cpu()).numpy()
     elif is_pyopencl(x):
         x = x.get()
     a = np.asarray(x)
@@ -289,7 +291,7 @@ def host_int32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
 
 def host_float32(x: Any, name: str, n: int) -> Tuple[Any, Any]:
     if is_torch(x):
-        x = _resolved(x.detach().cpu().float()).numpy()
+        x = resolved(x.detach().cpu().float()).numpy()
     a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     if a.shape != (n,):
         raise ValueError(f"{name} must have {n} entries, not shape {a.shape}")

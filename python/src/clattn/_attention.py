@@ -91,7 +91,7 @@ def _make_mods(score_mod: Any, mask_mod: Any, buffers: Any, keep: List[Any]) -> 
     arr = (_lib.ModBuffer * max(1, len(bufs)))()
     for i, x in enumerate(bufs):
         if _arrays.is_torch(x):
-            x = x.detach().cpu().numpy()
+            x = _arrays.resolved(x.detach().cpu()).numpy()
         a = np.asarray(x)
         if a.dtype.kind in "iub":
             if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
