@@ -45,7 +45,7 @@ clattn_status clattn_attention(clattn_context *ctx, const clattn_attention_desc 
     clattn_status st = clattn_resolve_attention(ctx, desc, q, k, v, o, CLATTN_STORAGE_HOST, &host);
     if (st == CLATTN_SUCCESS)
         st = clattn_plan_attention(ctx, &host, &plan);
-    if (st != CLATTN_SUCCESS || clattn_launch_is_empty(&plan, &host) == 1)
+    if (st != CLATTN_SUCCESS || clattn_launch_what(&plan, &host) == CLATTN_LAUNCH_NOTHING)
         return st; /* nothing to stage or run */
     return clattn_run_staged(ctx, &plan, &host, NULL, NULL);
 }
@@ -90,14 +90,16 @@ clattn_status clattn_attention_plan(clattn_context *ctx, const clattn_attention_
         st = clattn_plan_attention(ctx, &p, &plan);
     if (st == CLATTN_SUCCESS)
         clattn_plan_describe(&plan, out);
-    const int empty = st == CLATTN_SUCCESS ? clattn_launch_is_empty(&plan, &p) : 0;
-    if (empty) { /* no query rows: what runs is not the plan's kernels (they are built) */
+    const clattn_launch_work work =
+        st == CLATTN_SUCCESS ? clattn_launch_what(&plan, &p) : CLATTN_LAUNCH_PLAN;
+    if (work != CLATTN_LAUNCH_PLAN) { /* no query rows: not the plan's kernels (built) */
+        const bool sums = work == CLATTN_LAUNCH_KEY_SUMS_ONLY;
         out->work_group_size = out->queries_per_work_item = out->tile_kv = 0;
         out->rejected[0] = '\0';
-        snprintf(out->kernels, sizeof out->kernels, "%s", empty == 2 ? "key_sums" : "");
+        snprintf(out->kernels, sizeof out->kernels, "%s", sums ? "key_sums" : "");
         snprintf(out->reason, sizeof out->reason, "%s",
-                 empty == 2 ? "no query rows: key_sums.cl writes the key weight sums (zeros)"
-                            : "no query rows: the call enqueues nothing but a marker");
+                 sums ? "no query rows: key_sums.cl writes the key weight sums (zeros)"
+                      : "no query rows: the call enqueues nothing but a marker");
     }
     return st;
 }

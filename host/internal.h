@@ -354,10 +354,15 @@ clattn_status clattn_launch_backward(clattn_context *ctx, const clattn_backward_
                                      const clattn_problem *dev, const clattn_view *d_o,
                                      const clattn_view g[4], cl_uint n_wait, const cl_event *wait,
                                      cl_event *done);
-/* What a call with no query element runs (the one place this rule lives: launch.c): 1 if
- * it enqueues nothing but a marker (no key weight sums to zero, no rows to append), 2 if
- * only key_sums.cl (zeros for the key weight sums), 0 otherwise (the call runs). */
-int clattn_launch_is_empty(const clattn_exec_plan *plan, const clattn_problem *dv);
+/* What a call runs (the one place this rule lives: launch.c): a call with no query element
+ * enqueues nothing but a marker, or only key_sums.cl (the key weight sums' zeros), unless
+ * it appends K/V rows. */
+typedef enum clattn_launch_work {
+    CLATTN_LAUNCH_PLAN = 0,     /* the plan's kernels */
+    CLATTN_LAUNCH_NOTHING,      /* a marker */
+    CLATTN_LAUNCH_KEY_SUMS_ONLY /* key_sums.cl over no rows */
+} clattn_launch_work;
+clattn_launch_work clattn_launch_what(const clattn_exec_plan *plan, const clattn_problem *dv);
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *plan,
                                       const clattn_problem *dev, cl_uint n_wait,
                                       const cl_event *wait, cl_event *done);

@@ -415,22 +415,17 @@ static void append_release(cl_event pre[2], cl_mem freq, cl_mem q_rot, cl_mem ol
     aux_release(x);
 }
 
-/* Runs a planned attention on device views. Events chain the kernels, so an
- * out-of-order queue is fine. */
 /* no query row: nothing to compute, but key weight sums of zeros to write (key_sums.cl
  * over no rows; it reads no LSE then), or this step's K/V rows to append */
-static bool zero_sums(const clattn_exec_plan *p, const clattn_problem *dv)
+clattn_launch_work clattn_launch_what(const clattn_exec_plan *p, const clattn_problem *dv)
 {
-    return dv->q.count == 0 && p->key_sums && dv->ksum.count > 0;
+    if (dv->q.count > 0 || (dv->has_append && dv->k_new.n[0] * dv->k_new.n[1] > 0))
+        return CLATTN_LAUNCH_PLAN;
+    return p->key_sums && dv->ksum.count > 0 ? CLATTN_LAUNCH_KEY_SUMS_ONLY : CLATTN_LAUNCH_NOTHING;
 }
 
-int clattn_launch_is_empty(const clattn_exec_plan *p, const clattn_problem *dv)
-{
-    if (zero_sums(p, dv))
-        return 2;
-    return dv->q.count == 0 && (!dv->has_append || dv->k_new.n[0] * dv->k_new.n[1] == 0);
-}
-
+/* Runs a planned attention on device views. Events chain the kernels, so an
+ * out-of-order queue is fine. */
 clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_plan *p,
                                       const clattn_problem *dv, cl_uint n_wait,
                                       const cl_event *wait, cl_event *done)
@@ -440,11 +435,12 @@ clattn_status clattn_launch_attention(clattn_context *ctx, const clattn_exec_pla
     const clattn_view *w = dv->has_w ? &dv->w : NULL;
     const clattn_view *dv_lse = dv->has_lse ? &dv->lse : NULL;
     const float scale = clattn_effective_scale(desc, q->n[3]);
-    if (clattn_launch_is_empty(p, dv) == 1)
+    const clattn_launch_work work = clattn_launch_what(p, dv);
+    if (work == CLATTN_LAUNCH_NOTHING)
         return enqueue_marker(ctx, n_wait, wait, done);
     aux_t x;
     clattn_status st = aux_make(ctx, desc, q, k, dv->has_mask ? &dv->mask : NULL, &x);
-    if (zero_sums(p, dv)) {
+    if (work == CLATTN_LAUNCH_KEY_SUMS_ONLY) {
         if (st == CLATTN_SUCCESS)
             st = enqueue_key_sums(ctx, p, q, k, &dv->ksum, NULL, &dv->ksum, scale, &x, n_wait, wait,
                                   done);

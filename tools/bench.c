@@ -156,6 +156,25 @@ int bench_fail(const char *fmt, ...)
     return 1;
 }
 
+/* A case's algorithm as the table and --json show it: "fused", "unfused", "backward",
+ * "pagedN", "fused/varlen", "unfused/padded"; buf (24 bytes) holds the built ones */
+static const char *alg_name(const bench_case *c, char buf[24])
+{
+    if (c->backward)
+        return "backward";
+    const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
+    if (c->ragged)
+        snprintf(buf, 24, "%s/%s", alg, c->ragged == 1 ? "varlen" : "padded");
+    else if (c->page_size)
+        snprintf(buf, 24, "paged%lld", (long long)c->page_size);
+    return c->ragged || c->page_size ? buf : alg;
+}
+
+const char *bench_dtype_name(clattn_dtype dtype)
+{
+    return dtype == CLATTN_FLOAT16 ? "f16" : dtype == CLATTN_BFLOAT16 ? "bf16" : "f32";
+}
+
 static const char *mask_name(clattn_mask m)
 {
     return (unsigned)m <= CLATTN_MASK_NO_SELF ? cli_mask_names[m] : "?";
@@ -390,7 +409,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     int rc = 0;
     if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens) ||
         (c->int8_kv && (!ms[0] || !ms[1])) || (c->ragged && c->b > 64)) {
-        char pool[96] = ""; /* the pool rounds each sequence up to whole pages */
+        char pool[96] = "", alg[24]; /* the pool rounds each sequence up to whole pages */
         if (ps)
             snprintf(pool, sizeof pool, " (a K/V pool of %lld page%s of %lld keys: %lld rows)",
                      (long long)pages, pages == 1 ? "" : "s", (long long)ps, (long long)kv_rows);
@@ -398,9 +417,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
                         "%lld/%lld%s (%s)",
                         (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                         (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, pool,
-                        c->backward                              ? "backward"
-                        : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
-                                                                 : "unfused");
+                        alg_name(c, alg));
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, qb, c->h_q, qn, c->d_k);
@@ -603,15 +620,12 @@ int cmd_bench(int argc, char **argv)
     progress_start(&pr, "clattn bench", n_cases, quiet);
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
+        char alg_buf[24];
+        const char *alg = alg_name(c, alg_buf);
         progress_step(&pr, "b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld, %s, %s, %s",
                       (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                       (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask),
-                      c->backward                              ? "backward"
-                      : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
-                                                               : "unfused",
-                      c->dtype == CLATTN_FLOAT16    ? "f16"
-                      : c->dtype == CLATTN_BFLOAT16 ? "bf16"
-                                                    : "f32");
+                      alg, bench_dtype_name(c->dtype));
         result r = {0};
         char reason[256] = "";
         const int failed = time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0;
@@ -620,25 +634,12 @@ int cmd_bench(int argc, char **argv)
             rc = 1;
             continue;
         }
-        char paged_alg[24];
-        snprintf(paged_alg, sizeof paged_alg, "paged%lld", (long long)c->page_size);
-        if (c->ragged) /* "fused/varlen", "unfused/padded" */
-            snprintf(paged_alg, sizeof paged_alg, "%s/%s",
-                     c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused",
-                     c->ragged == 1 ? "varlen" : "padded");
-        const char *alg = c->backward                              ? "backward"
-                          : c->page_size || c->ragged              ? paged_alg
-                          : c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused"
-                                                                   : "unfused";
         char dt[32]; /* Q's and O's storage, then K's and V's if int8, dropout: "f16/i8/p0.1" */
         char drop[16] = "";
         if (c->dropout > 0.0f)
             snprintf(drop, sizeof drop, "/p%g", (double)c->dropout);
-        snprintf(dt, sizeof dt, "%s%s%s",
-                 c->dtype == CLATTN_FLOAT16    ? "f16"
-                 : c->dtype == CLATTN_BFLOAT16 ? "bf16"
-                                               : "f32",
-                 c->int8_kv ? "/i8" : "", drop);
+        snprintf(dt, sizeof dt, "%s%s%s", bench_dtype_name(c->dtype), c->int8_kv ? "/i8" : "",
+                 drop);
         if (json) {
             printf("%s  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
                    "\"h_kv\": %lld, \"n_q\": %lld, "

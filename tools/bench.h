@@ -42,6 +42,9 @@ extern int bench_quiet;
  * huge pages (bench --huge-pages). */
 extern int bench_huge_pages;
 
+/* "f32", "f16" or "bf16": a case's storage as --shapes names it. */
+const char *bench_dtype_name(clattn_dtype dtype);
+
 /* Prints "clattn bench: MESSAGE" to stderr unless bench_quiet; returns 1. */
 int bench_fail(const char *fmt, ...);
 

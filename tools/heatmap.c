@@ -351,10 +351,10 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
         fail("%s: d_k is 0; head dims must be at least 1", a->q);
         goto done;
     }
-    if (check_indices(a, a->q, qs) != 0) {
-        rc = 2;
+    if ((rc = check_indices(a, a->q, qs)) != 0) {
         goto done;
     }
+    rc = EXIT_FAILURE;
     const int64_t n_q = qs[2], n_kv = ks[2], d = qs[3];
     if (n_q < 1 || n_kv < 1) {
         fail("nothing to draw: n_q is %lld and n_kv is %lld", (long long)n_q, (long long)n_kv);

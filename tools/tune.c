@@ -199,17 +199,13 @@ int cmd_tune(int argc, char **argv)
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
         const int fused = c->algorithm == CLATTN_ALGORITHM_FUSED;
-        char what[96];
-        snprintf(what, sizeof what, "case %d/%d (%lldx%lldx%lld d=%lld,%lld %s)", i + 1, n_cases,
-                 (long long)c->b, (long long)c->h_q, (long long)c->n_q, (long long)c->d_k,
-                 (long long)c->d_v, fused ? "fused" : "unfused");
-        char name[80], blk[32] = "built-in";
-        snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld%s", (long long)c->b,
+        char name[80], what[128], blk[32] = "built-in";
+        snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld%s%s", (long long)c->b,
                  (long long)c->h_q, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
-                 (long long)c->d_v,
-                 c->dtype == CLATTN_FLOAT16    ? " f16"
-                 : c->dtype == CLATTN_BFLOAT16 ? " bf16"
-                                               : "");
+                 (long long)c->d_v, c->dtype == CLATTN_FLOAT32 ? "" : " ",
+                 c->dtype == CLATTN_FLOAT32 ? "" : bench_dtype_name(c->dtype));
+        snprintf(what, sizeof what, "case %d/%d (%s %s)", i + 1, n_cases, name,
+                 fused ? "fused" : "unfused");
         progress_step(&pr, "%s: the built-in blocking", what);
         char kernels[128] = "";
         double base = time_blocking(ctx, c, reps, builtin, kernels);
