@@ -367,7 +367,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                 }
                 rescale_row(acc[R + r], N_AV, &l[R + r], m[R + r], m_new);
                 m[R + r] = m_new;
-                const float16 w = exp(s - m_new);
+                const float16 w = exp_softmax16(s - m_new);
                 l[R + r] += w;
                 zero |= any(w == 0.0f);
                 vstore16(w, 0, p[r]);

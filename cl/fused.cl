@@ -214,7 +214,7 @@ void clattn_fused(FUSED_PARAMS)
                 rescale_row(acc[r], N_AV, &l16[r], m[r], m_new);
                 float16 lt = 0.0f;
                 for (int sv = 0; sv < N_SV; sv++) {
-                    float16 pv = exp(vload16(sv, p[r]) - m_new);
+                    float16 pv = exp_softmax16(vload16(sv, p[r]) - m_new);
                     lt += pv;
 #if DROPOUT /* after the sum: l and the LSE are those before dropout */
                     pv *= dropout16_keys(DROPOUT_ARGS, bh, i, j0 + 16 * sv);

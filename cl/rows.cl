@@ -1,6 +1,7 @@
 /* rows.cl — what the fused kernels share beyond common.cl (every program includes it,
  * after common.cl and dropout.cl; host/program.c): their one signature (FUSED_PARAMS),
- * the rows of a packed variable-length batch, attention sinks and the row store. */
+ * the rows of a packed variable-length batch, attention sinks, the row store and the
+ * softmax's exponential. */
 
 /* ---- the fused kernels (fused.cl, decode.cl): one signature and one row store ----
  * The arguments; lse may be NULL (not written). */
@@ -107,3 +108,33 @@ float fold_sink(__global const float *sinks, long h, __global const int *q_lens,
                                     : LSE_ABS((m_row) + log(l_row), (slope_row), (ref_row)); \
         }                                                                                   \
     } while (0)
+
+/* ---- the softmax's exponential ---- */
+/* e^x for the softmax's x = s − m ≤ 0 (and NaN), 16 lanes at a time: the usual range
+ * reduction x = n·ln 2 + r, |r| ≤ ln 2 / 2, with ln 2 in two parts (Cody & Waite 1980),
+ * exp(r) by the degree-7 polynomial of Cephes' expf (Moshier 1989: 1 + r + r²·P5(r)), and
+ * 2^n built in the exponent bits. n comes from one FMA: adding 1.5·2^23 + 127 rounds
+ * x·log2(e) to an integer (round to nearest even) and leaves n + 127 in the low mantissa
+ * bits, which the shift moves into the exponent. About 15 vector instructions per 8
+ * lanes where PoCL's exp takes 24, and 7 % of the fused kernel's time at d 64
+ * (BENCHMARKS.md); fused.cl and decode.cl use it. Error: within 2 ulp (test_exact's softmax_exp_whole_range measures
+ * the softmax rows' worst); results below the smallest normal float (x < −87.33654)
+ * are 0, as is e^−∞; NaN stays NaN. Valid for x ≤ 88 (n + 127 must fit in 8 bits):
+ * here x ≤ 0 always, since m is the running max. */
+float16 exp_softmax16(float16 x)
+{
+    const int16 under = x < -87.33654f; /* e^x < FLT_MIN, and −∞ */
+    const float16 xc = select(x, (float16)(-87.33654f), under);
+    const float16 t = fma(xc, (float16)(1.44269504f), (float16)(12583039.0f)); /* 1.5·2^23 + 127 */
+    const float16 n = t - 12583039.0f;
+    float16 r = fma(n, (float16)(-0.693359375f), xc); /* ln 2 = 0.693359375 − 2.12194440e-4 */
+    r = fma(n, (float16)(2.12194440e-4f), r);
+    float16 p = (float16)(1.9875691500e-4f);
+    p = fma(p, r, (float16)(1.3981999507e-3f));
+    p = fma(p, r, (float16)(8.3334519073e-3f));
+    p = fma(p, r, (float16)(4.1665795894e-2f));
+    p = fma(p, r, (float16)(1.6666665459e-1f));
+    p = fma(p, r, (float16)(5.0000001201e-1f));
+    p = fma(p, r * r, r + 1.0f);
+    return select(p * as_float16(as_int16(t) << 23), (float16)(0.0f), under);
+}

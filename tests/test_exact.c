@@ -1402,6 +1402,77 @@ START_TEST(alibi_far_positions_realistic_slopes)
 }
 END_TEST
 
+/* The softmax's exponential over the whole float32 range of s − m: rows of two keys with
+ * scores 0 and x (Q = x, K = (0, 1), V the 2×2 identity, scale 1), so O = (1, e^x)/(1 + e^x)
+ * exactly, for 8,192 values of x in [−104, 104] and the edges of fused.cl's
+ * exp_softmax16 (its range reduction's half-steps, ln of the smallest normal float, 88).
+ * Both algorithms, tiled (one head of 8,016 rows) and decoding (501 query heads of 16
+ * rows on one KV head), against float64: within 4 float32 ulps (4·2⁻²⁴ relative) plus the
+ * smallest normal float absolute (results below it may flush to 0); the worst is
+ * printed. */
+START_TEST(softmax_exp_whole_range)
+{
+    small_blocking(false);
+    enum { N_GRID = 7996 }; /* 8,016 rows: 16 query rows of 501 heads for the decode path */
+    static const float special[] = {0.0f,        -1e-30f,     -1e-7f,     -0.3465735f, -0.3465736f,
+                                    -0.6931472f, -1.0397208f, -2.0f,      -86.99f,     -87.0f,
+                                    -87.33654f,  -87.33655f,  -87.34f,    -88.0f,      -88.72f,
+                                    -103.97f,    1e-7f,       0.3465736f, 87.0f,       88.0f};
+    const int64_t n_sp = (int64_t)(sizeof special / sizeof special[0]), n_q = N_GRID + n_sp;
+    tu_problem p;
+    tu_problem_init(&p, 1, 1, 1, n_q, 2, 1, 2, 1, 2, 3, 0);
+    for (int64_t i = 0; i < n_q; i++)
+        p.q[i] =
+            i < N_GRID ? (float)(-104.0 + 208.0 * (double)i / (N_GRID - 1)) : special[i - N_GRID];
+    p.k[0] = 0.0f;
+    p.k[1] = 1.0f;
+    p.v[0] = p.v[3] = 1.0f;
+    p.v[1] = p.v[2] = 0.0f;
+    double *want = malloc(sizeof(double) * (size_t)(2 * n_q));
+    for (int64_t i = 0; i < n_q; i++) { /* 1/(1 + e^x) and e^x/(1 + e^x), stably */
+        const double x = p.q[i], e = exp(-fabs(x));
+        want[2 * i + (x > 0)] = 1.0 / (1.0 + e);
+        want[2 * i + (x <= 0)] = e / (1.0 + e);
+    }
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.scale = 1.0f;
+    const tu_tol tol = {FLT_MIN, 4.0 / 16777216.0};
+    for (int c = 0; c < 4; c++) {
+        const bool decode = c >= 2;
+        d.algorithm = tu_algorithms[c % 2];
+        float *o = tu_alloc((size_t)(2 * n_q), NAN);
+        clattn_tensor tq = p.tq, to = tu_problem_o(&p, o);
+        if (decode) {
+            tq = clattn_tensor_host(p.q, 1, n_q / 16, 16, 1);
+            to = clattn_tensor_host(o, 1, n_q / 16, 16, 2);
+        }
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &tq, &p.tk, &p.tv, &to), "%s%s",
+                     tu_algorithm_name(d.algorithm), decode ? ", decoding" : "");
+        /* in float32 ulps (2^-24 relative) of the expected value, over the normal results,
+         * and over those with x < −17 (1 + e^x rounds to 1 there: the exponential's own
+         * error) */
+        double worst = 0.0, worst_exp = 0.0;
+        for (int64_t e = 0; e < 2 * n_q; e++)
+            if (want[e] >= FLT_MIN) {
+                const double u = fabs(o[e] - want[e]) / want[e] * 16777216.0;
+                worst = fmax(worst, u);
+                if (fabs(p.q[e / 2]) > 17.0 && want[e] < 0.5)
+                    worst_exp = fmax(worst_exp, u);
+            }
+        char what[96];
+        snprintf(what, sizeof what, "O = (1, e^x)/(1 + e^x), %s%s", tu_algorithm_name(d.algorithm),
+                 decode ? ", decoding" : "");
+        TU_ASSERT_CLOSE(what, &to, want, NULL, tol);
+        printf("softmax exp over [-104, 104], %s%s: worst %.2f ulp (2^-24 relative); e^x alone "
+               "(|x| > 17) %.2f ulp\n",
+               tu_algorithm_name(d.algorithm), decode ? ", decoding" : "", worst, worst_exp);
+        free(o);
+    }
+    free(want);
+    tu_problem_free(&p);
+}
+END_TEST
+
 /* Weights averaged over three query heads (not a power of two) against the reference. */
 START_TEST(weights_head_mean_three_heads)
 {
@@ -1485,6 +1556,7 @@ int main(void)
     tcase_add_test(tc[2], decode_register_blocks_every_vector_width);
     tcase_add_test(tc[2], masked_rows_policies);
     tcase_add_test(tc[2], online_softmax_rescale);
+    tcase_add_test(tc[2], softmax_exp_whole_range);
     tcase_add_test(tc[2], alibi_far_positions_realistic_slopes);
     tcase_add_test(tc[2], weights_head_mean_three_heads);
     tcase_add_test(tc[3], merge_16bit_output_exact);
