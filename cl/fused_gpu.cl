@@ -23,11 +23,28 @@
  *      (float4 columns tx, tx + CT, …), each P value and V float4 feeding RQ·4 FMAs.
  * The running sum l stays a per-work-item partial (its keys only; the rescale factor is
  * the row's), summed across the CT work-items once at the end.
+ * Reductions across the CT work-items of a row block (the row maxima of step 4, the sums
+ * at the end): with SUBGROUPS (the host's choice where the device has
+ * cl_khr_subgroup_clustered_reduce) and sub-groups whose size is a multiple of CT, the
+ * work-items are numbered by sub-group (ty, tx from the sub-group id and local id, so
+ * a row block is a cluster of CT consecutive lanes of one sub-group, however the device
+ * maps work-items to sub-groups) and sub_group_clustered_reduce_max/add reduce in
+ * registers; otherwise (and on devices without the extension) through local memory,
+ * CT partials per row in red[]. The maxima keep "NaN wins" (max_nan) by reducing
+ * order-preserving integer keys (ordered_key), NaN above +inf.
  * Local memory: Q BQ×(DK4+4), K TILE_KV×(DK4+4), V TILE_KV×DVP (in K's buffer with
  * KV_SHARED, staged after the scores), P TILE_KV×(BQ+4), and BQ×CT floats for the
  * reductions; the host (plan.c) picks tunables that fit.
  * A weight of 0 adds nothing even where V holds inf or NaN: tiles where some staged V
  * value is not finite take the summation that tests each weight.
+ * HALF_MATH (desc.half_arithmetic on a device with cl_khr_fp16, Q, K and V float16): Q,
+ * K and V stay half in local memory (exact: they are float16 already; half the bytes of
+ * local memory and of its loads), and each score is summed over groups of 4 columns in
+ * half arithmetic (a half2 product, a half2 FMA, one half add: each product rounds at
+ * most 3 times) whose group sums add in float32. So |Δs| ≤ 3·2⁻¹¹·scale·Σ_c |q_c·k_c|
+ * to first order, while no group sum passes 65504 (it would be inf: inputs with
+ * |q_c·k_c| near 16384 must not take this path). The softmax, P and O stay float32
+ * (V widened from half on its load, exactly). docs/SEMANTICS.md, "Half arithmetic".
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K */
@@ -50,6 +67,81 @@
 #ifndef KV_SHARED
 #define KV_SHARED 0 /* 1: V is staged into K's local buffer once the scores are done */
 #endif
+#ifndef HALF_MATH
+#define HALF_MATH 0 /* 1: Q·Kᵀ in half arithmetic, Q, K, V half in local memory (float16 inputs) */
+#endif
+#if HALF_MATH
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+typedef half lm_t; /* what Q, K and V are kept as in local memory */
+
+/* stage4 (common.cl) for float16 rows kept as half: the same rows, chunks and zeros,
+ * the bits copied; returns whether a staged value is inf or NaN (exponent all ones). */
+bool stage4h(__global const half *src, long off, long4 st, long b, long h, long r0, long n,
+             int rows, int d, int dpad, int stride, __local half *dst PG_PARAMS)
+{
+    const int per_row = dpad / 4;
+    __global const ushort *bits = (__global const ushort *)src;
+    short4 bad = 0;
+    for (int e = get_local_id(0); e < rows * per_row; e += (int)get_local_size(0)) {
+        const int rr = e / per_row, c = 4 * (e % per_row);
+        const long row = r0 + rr;
+        ushort4 x = 0;
+        if (row < n) {
+            const long base = kv_row(off, st, b, h, row PG_ARGS);
+            if (st.s3 == 1 && c + 4 <= d) {
+                x = vload4(0, bits + base + c);
+            } else {
+                ushort t[4];
+                for (int u = 0; u < 4; u++)
+                    t[u] = c + u < d ? bits[base + (c + u) * st.s3] : (ushort)0;
+                x = vload4(0, t);
+            }
+        }
+        bad |= (x & (ushort)0x7c00) == (ushort)0x7c00;
+        vstore4(as_half4(x), 0, dst + rr * stride + c);
+    }
+    return any(bad);
+}
+#define STAGE_Q(...) stage4h(__VA_ARGS__)
+#define STAGE_K(...) stage4h(__VA_ARGS__)
+#define STAGE_V(...) stage4h(__VA_ARGS__)
+#define LOAD_V4(i, p) vload_half4(i, p)
+#else
+typedef float lm_t;
+#define STAGE_Q(...) TYPED(stage4, Q_DT)(__VA_ARGS__)
+#define STAGE_K(...) TYPED(stage4, K_DT)(__VA_ARGS__)
+#define STAGE_V(...) TYPED(stage4, V_DT)(__VA_ARGS__)
+#define LOAD_V4(i, p) vload4(i, p)
+#endif
+#ifndef SUBGROUPS
+#define SUBGROUPS 0 /* 1: row reductions by sub-group where the sub-group size allows */
+#endif
+#ifndef REQD_SUB_GROUP
+#define REQD_SUB_GROUP 0 /* CT: sub-groups of CT lanes required (cl_intel_required_subgroup_size) */
+#endif
+#if SUBGROUPS && REQD_SUB_GROUP
+#pragma OPENCL EXTENSION cl_intel_required_subgroup_size : enable
+#define SUB_GROUP_ATTR __attribute__((intel_reqd_sub_group_size(REQD_SUB_GROUP)))
+#else
+#define SUB_GROUP_ATTR
+#endif
+#if SUBGROUPS
+#pragma OPENCL EXTENSION cl_khr_subgroups : enable
+#pragma OPENCL EXTENSION cl_khr_subgroup_clustered_reduce : enable
+
+/* An int whose order is that of the floats, NaN (any sign or payload) above +inf: max
+ * over keys is max_nan over floats (-0 below +0, which max_nan may return either of). */
+int ordered_key(float x)
+{
+    const int u = as_int(x);
+    return isnan(x) ? INT_MAX : u >= 0 ? u : u ^ 0x7fffffff;
+}
+
+float from_ordered_key(int k)
+{
+    return k == INT_MAX ? NAN : as_float(k >= 0 ? k : k ^ 0x7fffffff);
+}
+#endif
 
 #define BQ (WG / CT * RQ)                          /* query rows per work-group */
 #define TN (TILE_KV / CT)                          /* score columns per work-item */
@@ -61,20 +153,29 @@
 #define K_FLOATS (TILE_KV * QK_STRIDE)
 #define V_FLOATS (TILE_KV * DVP)
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(FUSED_PARAMS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SUB_GROUP_ATTR void clattn_fused_gpu(FUSED_PARAMS)
 {
-    __local float q_s[BQ * QK_STRIDE];
+    __local lm_t q_s[BQ * QK_STRIDE];
 #if KV_SHARED
-    __local float k_s[K_FLOATS > V_FLOATS ? K_FLOATS : V_FLOATS];
+    __local lm_t k_s[K_FLOATS > V_FLOATS ? K_FLOATS : V_FLOATS];
 #define v_s k_s
 #else
-    __local float k_s[K_FLOATS];
-    __local float v_s[V_FLOATS];
+    __local lm_t k_s[K_FLOATS];
+    __local lm_t v_s[V_FLOATS];
 #endif
     __local float p_t[TILE_KV * P_STRIDE];
     __local float red[BQ * CT]; /* red[row · CT + tx]: partial maxima, then sums */
     __local int v_bad;          /* some staged V value of this tile is inf or NaN */
-    const int lid = get_local_id(0), tx = lid % CT, ty = lid / CT;
+    const int lid = get_local_id(0);
+#if SUBGROUPS /* (uniform over the group: every sub-group is whole when WG is a multiple) */
+    const int sgs = (int)get_max_sub_group_size();
+    const bool by_sg = sgs % CT == 0 && WG % sgs == 0;
+    const int sl = by_sg ? (int)(get_sub_group_id() * sgs + get_sub_group_local_id()) : lid;
+#else
+    const bool by_sg = false;
+    const int sl = lid;
+#endif
+    const int tx = sl % CT, ty = sl / CT;
     const long g0 = get_group_id(0) * BQ; /* first query row of the group */
     const long bh = get_global_id(1);
     const long b = bh / h_q, h = bh % h_q, hk = h / group;
@@ -85,7 +186,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
      * the table holds no page for them) */
     const long nkv_b = seq_len(kv_lens, b, n_kv);
 
-    (void)TYPED(stage4, Q_DT)(q, q_off, q_st, b, h, g0, Q_ROWS(b), BQ, D_K, DK4, QK_STRIDE, q_s NO_PAGES);
+    (void)STAGE_Q(q, q_off, q_st, b, h, g0, Q_ROWS(b), BQ, D_K, DK4, QK_STRIDE, q_s NO_PAGES);
     if (lid == 0)
         v_bad = 0;
     barrier(CLK_LOCAL_MEM_FENCE); /* v_bad cleared before any work-item stages V */
@@ -117,12 +218,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
                                             min(j0 + TILE_KV, n_kv) - 1);
         if (bstate == 0)
             continue;
-        (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0, nkv_b, TILE_KV, D_K, DK4, QK_STRIDE, k_s KV_PAGES);
+        (void)STAGE_K(k, k_off, k_st, b, hk, j0, nkv_b, TILE_KV, D_K, DK4, QK_STRIDE, k_s KV_PAGES);
 #if K_SCALED /* a quantized K: the staged rows times their scales */
         scale_staged4(k_s, TILE_KV, DK4, QK_STRIDE, k_sc, ks_off, ks_st, b, hk, j0, nkv_b KV_PAGES);
 #endif
 #if !KV_SHARED
-        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
+        if (STAGE_V(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
             v_bad = 1; /* read after the row-max barrier, reset after the next one */
 #if V_SCALED
         scale_staged4(v_s, TILE_KV, DVP, DVP, v_sc, vs_off, vs_st, b, hk, j0, nkv_b KV_PAGES);
@@ -138,6 +239,26 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
             for (int u = 0; u < TN; u++)
                 s[r][u] = 0.0f;
         }
+#if HALF_MATH /* groups of 4 columns in half, their sums in float32 */
+        #pragma unroll 2
+        for (int c = 0; c < DK4; c += 4) {
+            half4 qv[RQ], kv[TN];
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                qv[r] = vload4(0, q_s + (ty * RQ + r) * QK_STRIDE + c);
+            #pragma unroll
+            for (int u = 0; u < TN; u++)
+                kv[u] = vload4(0, k_s + (tx + CT * u) * QK_STRIDE + c);
+            #pragma unroll
+            for (int r = 0; r < RQ; r++) {
+                #pragma unroll
+                for (int u = 0; u < TN; u++) {
+                    const half2 g = fma(qv[r].hi, kv[u].hi, qv[r].lo * kv[u].lo);
+                    s[r][u] += (float)(g.x + g.y);
+                }
+            }
+        }
+#else
         #pragma unroll 2
         for (int c = 0; c < DK4; c += 4) {
             float4 qv[RQ], kv[TN];
@@ -158,6 +279,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
                 }
             }
         }
+#endif
         #pragma unroll
         for (int r = 0; r < RQ; r++) {
             #pragma unroll
@@ -166,7 +288,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         }
 #if KV_SHARED
         barrier(CLK_LOCAL_MEM_FENCE); /* everyone is done with K */
-        if (TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
+        if (STAGE_V(v, v_off, v_st, b, hk, j0, nkv_b, TILE_KV, D_V, DVP, DVP, v_s KV_PAGES))
             v_bad = 1;
 #if V_SCALED
         scale_staged4(v_s, TILE_KV, DVP, DVP, v_sc, vs_off, vs_st, b, hk, j0, nkv_b KV_PAGES);
@@ -212,22 +334,36 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
         }
 
         /* 4. the row maxima, the online-softmax step, P into local memory */
+        float mt[RQ]; /* the tile's row maxima (by sub-group), else partial */
         #pragma unroll
         for (int r = 0; r < RQ; r++) {
-            float mx = s[r][0];
+            mt[r] = s[r][0];
             #pragma unroll
             for (int u = 1; u < TN; u++)
-                mx = max_nan(mx, s[r][u]);
-            red[(ty * RQ + r) * CT + tx] = mx;
+                mt[r] = max_nan(mt[r], s[r][u]);
+        }
+#if SUBGROUPS
+        if (by_sg) {
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                mt[r] = from_ordered_key(sub_group_clustered_reduce_max(ordered_key(mt[r]), CT));
+        } else
+#endif
+        {
+            #pragma unroll
+            for (int r = 0; r < RQ; r++)
+                red[(ty * RQ + r) * CT + tx] = mt[r];
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* partial maxima (and a shared V) in place */
         const bool v_finite = !v_bad;
         #pragma unroll
         for (int r = 0; r < RQ; r++) {
-            float m_new = m[r];
-            #pragma unroll
-            for (int t = 0; t < CT; t++)
-                m_new = max_nan(m_new, red[(ty * RQ + r) * CT + t]);
+            float m_new = max_nan(m[r], mt[r]);
+            if (!by_sg) {
+                #pragma unroll
+                for (int t = 0; t < CT; t++)
+                    m_new = max_nan(m_new, red[(ty * RQ + r) * CT + t]);
+            }
             if (m_new == -INFINITY) { /* nothing visible yet: P = 0 */
                 #pragma unroll
                 for (int u = 0; u < TN; u++)
@@ -268,7 +404,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
                     pr[r] = p_t[jj * P_STRIDE + ty * RQ + r];
                 #pragma unroll
                 for (int n = 0; n < NTD; n++) {
-                    const float4 vv = vload4(0, v_s + jj * DVP + 4 * (tx + CT * n));
+                    const float4 vv = LOAD_V4(0, v_s + jj * DVP + 4 * (tx + CT * n));
                     #pragma unroll
                     for (int r = 0; r < RQ; r++)
                         acc[r][n] = fma((float4)(pr[r]), vv, acc[r][n]);
@@ -283,7 +419,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
                         #pragma unroll
                         for (int n = 0; n < NTD; n++)
                             acc[r][n] = fma((float4)(pr),
-                                            vload4(0, v_s + jj * DVP + 4 * (tx + CT * n)),
+                                            LOAD_V4(0, v_s + jj * DVP + 4 * (tx + CT * n)),
                                             acc[r][n]);
                     }
                 }
@@ -293,19 +429,31 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_fused_gpu(F
     }
 
     /* the row sums across the CT work-items of each row, then the stores */
-    #pragma unroll
-    for (int r = 0; r < RQ; r++)
-        red[(ty * RQ + r) * CT + tx] = l[r];
-    barrier(CLK_LOCAL_MEM_FENCE);
+#if SUBGROUPS
+    if (by_sg) {
+        #pragma unroll
+        for (int r = 0; r < RQ; r++)
+            l[r] = sub_group_clustered_reduce_add(l[r], CT);
+    } else
+#endif
+    {
+        #pragma unroll
+        for (int r = 0; r < RQ; r++)
+            red[(ty * RQ + r) * CT + tx] = l[r];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
     for (int r = 0; r < RQ; r++) {
         const long i = g0 + ty * RQ + r;
         if (i >= n_q)
             break;
         if (VARLEN && row_padding(q_lens, b, i))
             continue; /* another sequence's row */
-        float lt = 0.0f;
-        for (int t = 0; t < CT; t++)
-            lt += red[(ty * RQ + r) * CT + t];
+        float lt = l[r];
+        if (!by_sg) {
+            lt = 0.0f;
+            for (int t = 0; t < CT; t++)
+                lt += red[(ty * RQ + r) * CT + t];
+        }
         const row_rule rule = rule_at(RULE_ARGS, b, i, n_q, n_kv);
         const bool no_keys = m[r] == -INFINITY || rule.hi <= rule.lo;
         const long ref = ALIBI ? alibi_ref(rule) : 0;

@@ -190,6 +190,32 @@ static clattn_status probe_limits(clattn_context *ctx)
              (contains_nocase(platform_name, "Portable Computing Language") ||
               contains_nocase(platform_name, "Intel(R) OpenCL")))
         ctx->cpu_prefetch = 1;
+    /* sub-group reductions in fused_gpu.cl: cl_khr_subgroup_clustered_reduce, built as
+     * OpenCL C 3.0 on OpenCL 3 devices, else 2.0 (the extension needs sub-groups, which
+     * OpenCL C 1.2 lacks) */
+    size_t ext_len = 0;
+    char version[64] = "";
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len &&
+        clGetDeviceInfo(d, CL_DEVICE_VERSION, sizeof version - 1, version, NULL) == CL_SUCCESS) {
+        char *ext = calloc(1, ext_len + 1);
+        const bool got =
+            ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS;
+        ctx->has_fp16 = got && strstr(ext, "cl_khr_fp16");
+        if (got && strstr(ext, "cl_khr_subgroup_clustered_reduce"))
+            ctx->subgroup_std = strncmp(version, "OpenCL 3", 8) == 0   ? "-cl-std=CL3.0 -w"
+                                : strncmp(version, "OpenCL 2", 8) == 0 ? "-cl-std=CL2.0 -w"
+                                                                       : NULL;
+        /* and a size to require where it is not the compiler's choice (Intel's CPU
+         * runtime picks 8 lanes on AVX2: a row block of 16 would span two sub-groups) */
+        size_t sizes[16], bytes = 0;
+        if (ctx->subgroup_std && strstr(ext, "cl_intel_required_subgroup_size") &&
+            clGetDeviceInfo(d, 0x4108 /* CL_DEVICE_SUB_GROUP_SIZES_INTEL */, sizeof sizes, sizes,
+                            &bytes) == CL_SUCCESS)
+            for (size_t i = 0; i < bytes / sizeof sizes[0] && i < 16; i++)
+                if (sizes[i] && sizes[i] <= 16 && (sizes[i] & (sizes[i] - 1)) == 0)
+                    ctx->intel_sg_sizes |= (unsigned)sizes[i];
+        free(ext);
+    }
     /* cl_khr_fp64: a nonzero double config (0 or an error: no float64 LSE) */
     cl_device_fp_config fp64 = 0;
     ctx->has_fp64 =

@@ -40,6 +40,11 @@ struct clattn_context {
     cl_ulong max_alloc;             /* CL_DEVICE_MAX_MEM_ALLOC_SIZE, bytes */
     cl_ulong global_mem;            /* CL_DEVICE_GLOBAL_MEM_SIZE, bytes */
     bool has_fp64;                  /* cl_khr_fp64 (CL_DEVICE_DOUBLE_FP_CONFIG != 0) */
+    bool has_fp16;                  /* cl_khr_fp16 (desc.half_arithmetic) */
+    const char *subgroup_std;       /* -cl-std for fused_gpu.cl's sub-group reductions
+                                       (cl_khr_subgroup_clustered_reduce); NULL: none */
+    unsigned intel_sg_sizes;        /* sub-group sizes a kernel can require (bit n: 2^n;
+                                       cl_intel_required_subgroup_size), or 0 */
     cl_uint native_float_width;     /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT (lanes) */
     int cpu_prefetch;               /* decode.cl's CPU_PREFETCH (context.c) */
     int vectors_override;           /* NV of CLATTN_BLOCKING's fourth value; 0: derived */
@@ -475,6 +480,14 @@ size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, 
  * arrays within budget either way. */
 size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,
                            int64_t d_v);
+/* fused_gpu.cl's CT for a work-group of wg: the work-items sharing a row block (a power
+ * of two up to 16 dividing wg; with sub-group reductions, a cluster of one sub-group). */
+size_t clattn_gpu_ct(size_t wg);
+/* desc.half_arithmetic: NULL when it runs (asked, the GPU family's fused_gpu.cl rather
+ * than decoding, a device with cl_khr_fp16, Q, K and V read as float16 with no scales),
+ * else why not ("" when it was not asked). */
+const char *clattn_half_math_why_not(const clattn_context *ctx, const clattn_problem *pr,
+                                     bool decode, bool gpu);
 /* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
  * local_floats_per_key floats per key fit the device's local memory; 0 if none. */
 size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap);

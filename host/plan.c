@@ -216,20 +216,11 @@ static clattn_status make_features(clattn_context *ctx, const clattn_problem *p,
                : clattn_mods_options(ctx, p->desc, f->opts + at, sizeof f->opts - at);
 }
 
-/* fused_gpu.cl: work-items sharing a row block (a power of two up to 16 dividing WG) */
-static size_t gpu_ct(size_t wg)
-{
-    size_t ct = 16;
-    while (ct > 1 && wg % ct != 0)
-        ct /= 2;
-    return ct;
-}
-
 /* fused_gpu.cl's local memory in bytes (its header lists the arrays) */
 static int64_t gpu_local_bytes(int64_t d_k, int64_t d_v, size_t rq, size_t wg, size_t tile,
                                bool kv_shared)
 {
-    const int64_t ct = (int64_t)gpu_ct(wg), bq = (int64_t)(wg / (size_t)ct * rq);
+    const int64_t ct = (int64_t)clattn_gpu_ct(wg), bq = (int64_t)(wg / (size_t)ct * rq);
     const int64_t t = (int64_t)tile, qk = clattn_ceil_div(d_k, 4) * 4 + 4;
     const int64_t dvp = clattn_ceil_div(d_v, 4 * ct) * 4 * ct;
     const int64_t kb = t * qk, vb = t * dvp;
@@ -431,7 +422,7 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
         }
         /* private floats per work-item: O and score micro-tiles, the float4s of one step,
          * maxima and sums, 16 scores of the terms pass (CPU devices: the stack bound) */
-        const int64_t ct = (int64_t)gpu_ct(wg);
+        const int64_t ct = (int64_t)clattn_gpu_ct(wg);
         const int64_t priv =
             (int64_t)rq * (clattn_ceil_div(d_v, 4 * ct) * 4 + (int64_t)tile / ct + 6) +
             (int64_t)tile / ct * 4 + 48;
@@ -446,10 +437,11 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
         if (!why) {
             char opts[512];
             snprintf(opts, sizeof opts,
-                     CL_STD " -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
-                            "-DKV_SHARED=%d",
-                     (long long)d_k, (long long)d_v, feat, tile, wg, rq, gpu_ct(wg),
-                     kv_shared ? 1 : 0);
+                     "%s -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
+                     "-DKV_SHARED=%d -DSUBGROUPS=%d -DREQD_SUB_GROUP=%zu", /* (context.c) */
+                     ctx->subgroup_std ? ctx->subgroup_std : CL_STD, (long long)d_k, (long long)d_v,
+                     feat, tile, wg, rq, clattn_gpu_ct(wg), kv_shared ? 1 : 0,
+                     ctx->subgroup_std != NULL, ctx->intel_sg_sizes & clattn_gpu_ct(wg));
             const clattn_status st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
             if (st != CLATTN_SUCCESS)
                 return st;
@@ -460,7 +452,7 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
             out->rq = rq;
             out->wg = wg;
             out->tile_kv = tile;
-            out->rows = wg / gpu_ct(wg) * rq;
+            out->rows = wg / clattn_gpu_ct(wg) * rq;
             return CLATTN_SUCCESS;
         }
         if (fixed)
@@ -530,6 +522,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     const bool decode = n_kv == 0 || (n_q <= DECODE_MAX_N_Q && desc->work_group_size == 0 &&
                                       desc->dropout_p == 0.0f && !desc->batch_invariant);
     const bool gpu = clattn_context_kernel_family(ctx) == CLATTN_KERNEL_FAMILY_GPU;
+    const char *half_no = clattn_half_math_why_not(ctx, pr, decode, gpu); /* NULL: it runs */
     /* the n_q the tiled kernels' blocking is chosen for: batch invariance takes one for
      * every shape (stored tuning applies from n_q >= RQ x WG on, tuning.c) */
     const int64_t blocking_n_q = desc->batch_invariant ? INT64_MAX / 4 : n_q;
@@ -642,10 +635,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             st = decode_gpu_kernel(ctx, pr, group, f, &p->fused);
         else if (decode)
             st = decode_kernel(ctx, pr, group, f->opts, &p->fused);
-        else if (gpu)
-            st = fused_gpu_kernel(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, f->opts,
+        else if (gpu) {
+            char gpu_opts[sizeof f->opts + 32];
+            snprintf(gpu_opts, sizeof gpu_opts, "%s%s", f->opts, half_no ? "" : " -DHALF_MATH=1");
+            st = fused_gpu_kernel(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, gpu_opts,
                                   &p->fused);
-        else
+        } else
             st = fused_kernel(ctx, blocking_n_q, d_k, d_v, fused_tile, desc->work_group_size,
                               f->opts, &p->fused);
         if (st != CLATTN_SUCCESS)
@@ -682,8 +677,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         } else if (gpu)
             add_reason(p,
                        "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
-                       "%zu keys per tile",
-                       p->fused.rows, p->fused.wg, p->fused.tile_kv);
+                       "%zu keys per tile, row reductions by %s",
+                       p->fused.rows, p->fused.wg, p->fused.tile_kv,
+                       ctx->subgroup_std ? "sub-group where sizes allow" : "local memory");
         if (desc->dropout_p > 0.0f && !decode && n_q <= DECODE_MAX_N_Q)
             add_reason(p, "; dropout: the tiled kernel for n_q %lld (the decode kernels draw none)",
                        (long long)n_q);
@@ -708,6 +704,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                 (st = from_lse_kernel(ctx, f->lse_dt, desc, &p->from_lse)) != CLATTN_SUCCESS)
                 return st;
         }
+    }
+    if (desc->half_arithmetic) { /* (fused_gpu.cl alone has it; the unfused stages: float32) */
+        const char *no = p->algorithm == CLATTN_ALGORITHM_UNFUSED ? "unfused" : half_no;
+        add_reason(p, "; half arithmetic%s%s", no ? " asked, not used: " : "", no ? no : "");
     }
     if (f->head_mean && !p->no_keys &&
         (st = clattn_get_kernel(ctx, "head_mean.cl", CL_STD, &p->head_mean)) != CLATTN_SUCCESS)

@@ -71,6 +71,29 @@ cl_ulong clattn_local_tile_budget(const clattn_context *ctx)
     return ctx->local_mem > 1024 ? ctx->local_mem - 1024 : 0;
 }
 
+const char *clattn_half_math_why_not(const clattn_context *ctx, const clattn_problem *pr,
+                                     bool decode, bool gpu)
+{
+    if (!pr->desc->half_arithmetic)
+        return "";
+    if (!gpu || decode) /* (fused_gpu.cl alone has the path) */
+        return !gpu ? "the CPU family" : "decoding";
+    if (!ctx->has_fp16)
+        return "the device has no cl_khr_fp16";
+    if (pr->q.dtype != CLATTN_FLOAT16 || pr->k.dtype != CLATTN_FLOAT16 ||
+        pr->v.dtype != CLATTN_FLOAT16 || pr->desc->rotary)
+        return "Q, K and V are not all float16";
+    return clattn_problem_quantized(pr) ? "K or V has scales" : NULL;
+}
+
+size_t clattn_gpu_ct(size_t wg)
+{
+    size_t ct = 16;
+    while (ct > 1 && wg % ct != 0)
+        ct /= 2;
+    return ct;
+}
+
 size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap)
 {
     const cl_ulong budget = clattn_local_tile_budget(ctx);

@@ -43,6 +43,9 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
         st = clattn_check_dropout(ctx, desc);
     if (st != CLATTN_SUCCESS)
         return st;
+    if (desc->half_arithmetic != 0 && desc->half_arithmetic != 1)
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "half_arithmetic %d: 0 or 1",
+                           desc->half_arithmetic);
     if (desc->batch_invariant != 0 && desc->batch_invariant != 1)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT, "batch_invariant %d: 0 or 1",
                            desc->batch_invariant);

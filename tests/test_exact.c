@@ -32,6 +32,8 @@
  * Seeds: printed; CLATTN_TEST_SEED overrides the base seed (only the random fills). */
 #include "testutil.h"
 
+#include <clattn_tuning.h>
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -1206,7 +1208,9 @@ START_TEST(strided_k_transposed_staging)
 END_TEST
 
 /* A NaN score poisons its own row only: a NaN query row, and a float mask with NaN at one
- * key of a row whose other keys are −∞ (a max that drops NaN would call that row empty). */
+ * key of a row whose other keys are −∞ (a max that drops NaN would call that row empty),
+ * in one row a NaN with the sign bit set (x86's default NaN; a max over ordered bits
+ * that does not single NaN out puts it below −∞). */
 START_TEST(nan_scores_poison_their_row)
 {
     const int64_t nqs[2] = {5, 23};
@@ -1218,7 +1222,8 @@ START_TEST(nan_scores_poison_their_row)
         float *add = tu_alloc((size_t)(nqs[s] * 40), 0.0f);
         for (int64_t j = 0; j < 40; j++) {
             add[4 * 40 + j] = j == 21 ? NAN : -INFINITY; /* row 4: NaN among −∞ */
-            add[2 * 40 + j] = -INFINITY;                 /* row 2: no visible key */
+            add[1 * 40 + j] = j == 7 ? copysignf(NAN, -1.0f) : -INFINITY; /* row 1: −NaN */
+            add[2 * 40 + j] = -INFINITY; /* row 2: no visible key */
         }
         clattn_tensor mt = clattn_tensor_host(add, 1, 1, nqs[s], 40);
         clattn_attention_desc d = clattn_attention_desc_default();
@@ -1231,7 +1236,7 @@ START_TEST(nan_scores_poison_their_row)
                 float *o = tu_run(&p, &d, tu_algorithms[a]);
                 for (int64_t h = 0; h < 2; h++)
                     for (int64_t i = 0; i < nqs[s]; i++) {
-                        const bool nan_row = (h == 0 && i == 3) || (m && i == 4);
+                        const bool nan_row = (h == 0 && i == 3) || (m && (i == 4 || i == 1));
                         for (int64_t c = 0; c < SDV; c++) {
                             const float x = o[(h * nqs[s] + i) * SDV + c];
                             ck_assert_msg(nan_row ? isnan(x) : isfinite(x),
@@ -1473,6 +1478,109 @@ START_TEST(softmax_exp_whole_range)
 }
 END_TEST
 
+/* desc.half_arithmetic (docs/SEMANTICS.md, "Half arithmetic"): float16 Q, K and V, GQA
+ * 2:1, a causal mask, d_k 36 (groups of 4 columns and none left over), n_q 70 (the tiled
+ * kernels). Where the GPU family's fused kernel runs on a device with cl_khr_fp16 the
+ * plan says "half arithmetic" and O differs from the float32 path's somewhere (the path
+ * ran); elsewhere the plan says why not and O has the float32 path's bits. Either way O
+ * is within the documented bound of the float64 reference on the same (float16) inputs:
+ * |ΔO| ≤ 2·E·max|V| + 1e-5 + 1e-5·|O|, E = 3·2⁻¹¹·scale·max Σ_c|q_c·k_c| + d_k·2⁻²⁴·scale
+ * (first order; the second term for results in half's subnormal range); the worst error
+ * and the bound are printed. The last key's V holds an inf that only the last row sees;
+ * K is strided along d (a stride of 2). */
+START_TEST(half_arithmetic_error_bound)
+{
+    small_blocking(false);
+    const int64_t h_q = 2, n_q = 70, n_kv = 150, dk = 36, dv = 24;
+    tu_problem p;
+    tu_problem_init(&p, 1, h_q, 1, n_q, n_kv, dk, dv, 91, 92, 93, 0);
+    float *arr[3] = {p.q, p.k, p.v};
+    const int64_t cnt[3] = {h_q * n_q * dk, n_kv * dk, n_kv * dv};
+    uint16_t *h16[3];
+    for (int a = 0; a < 3; a++) { /* N(0,1)-like values rounded to float16 */
+        h16[a] = malloc(sizeof(uint16_t) * (size_t)cnt[a]);
+        for (int64_t e = 0; e < cnt[a]; e++) {
+            h16[a][e] = clattn_f32_to_f16(2.0f * arr[a][e]);
+            arr[a][e] = clattn_f16_to_f32(h16[a][e]);
+        }
+    }
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    const double scale = 1.0 / sqrt((double)dk);
+    double e_max = 0.0, v_max = 0.0;
+    for (int64_t i = 0; i < h_q * n_q; i++)
+        for (int64_t j = 0; j < n_kv; j++) {
+            double sum = 0.0;
+            for (int64_t c = 0; c < dk; c++)
+                sum += fabs((double)p.q[i * dk + c] * p.k[j * dk + c]);
+            e_max = fmax(e_max, sum);
+        }
+    for (int64_t e = 0; e < cnt[2]; e++)
+        v_max = fmax(v_max, fabs(p.v[e]));
+    /* the last key's value inf in column 0: only the last row sees it (its O is inf
+     * there); the other rows' weight 0 must add nothing */
+    h16[2][(n_kv - 1) * dv] = 0x7c00;
+    p.v[(n_kv - 1) * dv] = INFINITY;
+    e_max = 3.0 * ldexp(1.0, -11) * scale * e_max + (double)dk * ldexp(1.0, -24) * scale;
+    float *ref = tu_reference(&p, &d, NULL);
+    /* K strided along d (every other element: the staging's element-wise path) */
+    uint16_t *k2 = calloc((size_t)(2 * cnt[1]), sizeof(uint16_t));
+    for (int64_t e = 0; e < cnt[1]; e++)
+        k2[2 * e] = h16[1][e];
+    clattn_tensor tq = clattn_tensor_host(h16[0], 1, h_q, n_q, dk),
+                  tk = clattn_tensor_host(k2, 1, 1, n_kv, dk),
+                  tv = clattn_tensor_host(h16[2], 1, 1, n_kv, dv);
+    tk.strides[0] = 2 * n_kv * dk, tk.strides[1] = 2 * n_kv * dk, tk.strides[2] = 2 * dk;
+    tk.strides[3] = 2;
+    tq.dtype = tk.dtype = tv.dtype = CLATTN_FLOAT16;
+    float *o[2];
+    for (int half = 0; half < 2; half++) {
+        d.half_arithmetic = half;
+        o[half] = tu_alloc((size_t)(h_q * n_q * dv), NAN);
+        clattn_tensor to = clattn_tensor_host(o[half], 1, h_q, n_q, dv);
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &tq, &tk, &tv, &to), "half_arithmetic %d",
+                     half);
+    }
+    clattn_plan plan;
+    clattn_tensor to = clattn_tensor_host(o[1], 1, h_q, n_q, dv);
+    TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &d, &tq, &tk, &tv, &to, &plan), "plan");
+    cl_device_id dev;
+    char ext[8192] = "";
+    TU_ASSERT_OK(clattn_context_get_cl(tu_ctx(), NULL, &dev, NULL), "device");
+    clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof ext - 1, ext, NULL);
+    const bool want = clattn_context_kernel_family(tu_ctx()) == CLATTN_KERNEL_FAMILY_GPU &&
+                      strstr(ext, "cl_khr_fp16") != NULL;
+    ck_assert_msg(
+        strstr(plan.reason, want ? "; half arithmetic" : "; half arithmetic asked, not used") &&
+            (want == !strstr(plan.reason, "not used")),
+        "plan: %s (half arithmetic expected: %d)", plan.reason, (int)want);
+    size_t differ = 0;
+    for (int64_t e = 0; e < h_q * n_q * dv; e++)
+        differ += memcmp(&o[0][e], &o[1][e], sizeof(float)) != 0;
+    ck_assert_msg(want ? differ > 0 : differ == 0,
+                  "%zu of %lld elements differ from the float32 path (half arithmetic %s)", differ,
+                  (long long)(h_q * n_q * dv), want ? "ran" : "did not run");
+    const tu_tol tol = {2.0 * e_max * v_max * 1.1 + 1e-5, 1e-5};
+    double worst = 0.0;
+    for (int64_t e = 0; e < h_q * n_q * dv; e++)
+        if (isfinite(ref[e]))
+            worst = fmax(worst, fabs((double)o[1][e] - ref[e]));
+    TU_ASSERT_CLOSE("O, half arithmetic", &to, NULL, ref, tol);
+    printf("half arithmetic (%s): worst |dO| %.3g, bound %.3g (E %.3g, max|V| %.3g); %zu of %lld "
+           "elements differ from float32\n",
+           want ? "ran" : "not used", worst, tol.atol, e_max, v_max, differ,
+           (long long)(h_q * n_q * dv));
+    for (int a = 0; a < 3; a++)
+        free(h16[a]);
+    free(k2);
+    free(o[0]);
+    free(o[1]);
+    free(ref);
+    tu_problem_free(&p);
+}
+END_TEST
+
 /* Weights averaged over three query heads (not a power of two) against the reference. */
 START_TEST(weights_head_mean_three_heads)
 {
@@ -1557,6 +1665,7 @@ int main(void)
     tcase_add_test(tc[2], masked_rows_policies);
     tcase_add_test(tc[2], online_softmax_rescale);
     tcase_add_test(tc[2], softmax_exp_whole_range);
+    tcase_add_test(tc[2], half_arithmetic_error_bound);
     tcase_add_test(tc[2], alibi_far_positions_realistic_slopes);
     tcase_add_test(tc[2], weights_head_mean_three_heads);
     tcase_add_test(tc[3], merge_16bit_output_exact);

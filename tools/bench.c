@@ -87,10 +87,12 @@ static const char bench_usage[] =
     "algorithm also makes 6 passes over the n_q x n_kv score matrix) and the device\n"
     "memory the call itself allocates (its workspace).\n"
     "\n"
-    "Options:\n"
+    "Options:\n";
+/* (in two parts: C99 compilers need only take string literals up to 4095 characters) */
+static const char bench_usage_options[] =
     "  --shapes LIST   cases separated by ';', each\n"
     "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]\n"
-    "                  [,varlen|padded][,dropP]]]]\n"
+    "                  [,half][,varlen|padded][,dropP]]]]\n"
     "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
     "                  fused|unfused|both (default both) or backward (the backward pass\n"
     "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
@@ -101,11 +103,13 @@ static const char bench_usage[] =
     "                  sequence's pages shuffled across the pool; int8 (fused only, with\n"
     "                  or without pageN): K and V int8 with float32 scales per token and\n"
     "                  head (a quantized cache; dtype then stores Q and O, shown as e.g.\n"
-    "                  f32/i8); varlen (n_q = n_kv, at most 64 sequences, not with\n"
-    "                  pageN, int8, dropP): b sequences of n*(i+1)/b tokens packed\n"
-    "                  along the sequence dimension with cu_seqlens, padded: the same\n"
-    "                  lengths as q_lens and kv_lens of the padded batch; both count the\n"
-    "                  sequences' own work, 2*h_q*sum(L_i^2)*(d_k + d_v); dropP (any\n"
+    "                  f32/i8); half (fused only): desc.half_arithmetic = 1 (shown\n"
+    "                  as f16/half; the plan says where it runs); varlen (n_q = n_kv,\n"
+    "                  at most 64 sequences, not with pageN, int8, dropP): b\n"
+    "                  sequences of n*(i+1)/b tokens packed along the sequence\n"
+    "                  dimension with cu_seqlens, padded: the same lengths as q_lens\n"
+    "                  and kv_lens of the padded batch; both count the sequences' own\n"
+    "                  work, 2*h_q*sum(L_i^2)*(d_k + d_v); dropP (any\n"
     "                  algorithm, backward too): dropout_p P, e.g. drop0.1, shown as\n"
     "                  f32/p0.1; default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
@@ -456,6 +460,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     if (c->ragged == 2)
         desc.q_lens = desc.kv_lens = rl;
     desc.dropout_p = c->dropout;
+    desc.half_arithmetic = c->half;
     desc.dropout_seed = 1;
     if (c->backward && (rc = backward_setup(ctx, c, &desc, &q, &k, &v, &o, &bw)) != 0)
         goto done;
@@ -559,7 +564,9 @@ int cmd_bench(int argc, char **argv)
         {"--json", NULL, &json},      {"--peak", NULL, &peak},
         {"--quiet", NULL, &quiet},    {"--huge-pages", NULL, &huge},
     };
-    int rc = parse_command_line("clattn bench", bench_usage, argc, argv, options,
+    char usage[sizeof bench_usage + sizeof bench_usage_options];
+    snprintf(usage, sizeof usage, "%s%s", bench_usage, bench_usage_options);
+    int rc = parse_command_line("clattn bench", usage, argc, argv, options,
                                 sizeof options / sizeof options[0]);
     if (rc >= 0)
         return rc;
@@ -638,8 +645,8 @@ int cmd_bench(int argc, char **argv)
         char drop[16] = "";
         if (c->dropout > 0.0f)
             snprintf(drop, sizeof drop, "/p%g", (double)c->dropout);
-        snprintf(dt, sizeof dt, "%s%s%s", bench_dtype_name(c->dtype), c->int8_kv ? "/i8" : "",
-                 drop);
+        snprintf(dt, sizeof dt, "%s%s%s%s", bench_dtype_name(c->dtype), c->int8_kv ? "/i8" : "",
+                 c->half ? "/half" : "", drop);
         if (json) {
             printf("%s  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
                    "\"h_kv\": %lld, \"n_q\": %lld, "

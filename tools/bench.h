@@ -20,6 +20,7 @@ typedef struct bench_case {
      * lengths as q_lens and kv_lens of a padded [b, h, n, d] batch (n_q = n_kv) */
     int ragged;
     float dropout; /* > 0: dropout_p of the call (dropP; seed 1, offset 0) */
+    int half;      /* desc.half_arithmetic (half; fused only) */
 } bench_case;
 
 typedef struct stats {

@@ -66,6 +66,8 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             char *end = NULL;
             if (strcmp(tok, "int8") == 0 && !c.int8_kv) {
                 c.int8_kv = 1;
+            } else if (strcmp(tok, "half") == 0 && !c.half) {
+                c.half = 1; /* desc.half_arithmetic */
             } else if ((strcmp(tok, "varlen") == 0 || strcmp(tok, "padded") == 0) && !c.ragged) {
                 c.ragged = tok[0] == 'v' ? 1 : 2;
                 bad = strcmp(alg, "backward") == 0;
@@ -82,15 +84,16 @@ int parse_shapes(const char *list, bench_case *cases, int max)
                 why = bad ? "pageN takes a page size of 1 to 2^31 keys" : why;
             } else {
                 bad = 1;
-                why =
-                    "an unknown or repeated token (pageN, int8, varlen, padded, dropP: each once)";
+                why = "an unknown or repeated token (pageN, int8, half, varlen, padded, dropP: "
+                      "each once)";
             }
             if (!bad && strcmp(alg, "fused") != 0) {
                 bad = 1;
-                why = "pageN and int8 run with the fused algorithm only";
+                why = "pageN, int8 and half run with the fused algorithm only";
             }
         }
-        if (!bad && got >= 11 && !c.int8_kv && !c.page_size && !c.ragged && c.dropout == 0.0f) {
+        if (!bad && got >= 11 && !c.int8_kv && !c.half && !c.page_size && !c.ragged &&
+            c.dropout == 0.0f) {
             bad = 1; /* an empty 11th field */
             why = "an empty field after the dtype";
         }

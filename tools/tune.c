@@ -156,11 +156,11 @@ int cmd_tune(int argc, char **argv)
         return 2;
     for (int i = 0; i < n_cases; i++) /* the blocking tuned is the forward kernels' */
         if (cases[i].backward || cases[i].page_size || cases[i].int8_kv || cases[i].ragged ||
-            cases[i].dropout > 0.0f)
+            cases[i].half || cases[i].dropout > 0.0f)
             return usage_error("clattn tune",
                                "--shapes case %d: tune times the forward kernels on plain K/V "
                                "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]]); backward, "
-                               "pageN, int8, varlen, padded and dropP are bench's",
+                               "pageN, int8, half, varlen, padded and dropP are bench's",
                                i + 1);
     clattn_context_options opt = {0};
     opt.device = device;

@@ -51,6 +51,14 @@ el
 S="1,16,16,1024,1024,64,64;1,16,16,4096,4096,64,64;8,16,16,1024,1024,64,64;1,16,16,16384,16384,64,64,none,fused;1,16,16,4096,4096,128,128;4,16,16,4096,4096,128,128,none,fused;1,16,16,8192,8192,64,64,causal,fused;8,32,8,1,32768,128,128,none,fused,f16;1,32,8,1,32768,128,128,none,fused,f16;1,32,32,1,8192,128,128,none,fused"
 timeout 150 "$B/clattn" bench --quiet --peak --reps 5 --shapes "$S" > "$O/bench_gpu.txt" 2>&1; echo "bench (gpu family) rc=$?"; cat "$O/bench_gpu.txt"
 el
+# float16 inputs with and without desc.half_arithmetic (the plan says whether it ran, and
+# whether the row reductions go by sub-group: cl_khr_subgroup_clustered_reduce)
+SH="1,16,16,4096,4096,64,64,none,fused,f16;1,16,16,4096,4096,64,64,none,fused,f16,half;1,16,16,4096,4096,128,128,none,fused,f16;1,16,16,4096,4096,128,128,none,fused,f16,half"
+timeout 90 "$B/clattn" bench --quiet --reps 5 --json --shapes "$SH" > "$O/bench_half.json" 2>&1; echo "bench (f16, half arithmetic) rc=$?"
+python3 -c "
+import json,sys
+for r in json.load(open(sys.argv[1])): print(r['d_k'], r['dtype'], round(r['device_ms']['median'], 3), 'ms', round(r['gflops'], 1), 'GFLOP/s |', r['plan'][-160:])" "$O/bench_half.json" 2>&1 | head -8
+el
 SC="1,16,16,4096,4096,64,64,none,fused;1,16,16,4096,4096,128,128,none,fused;1,16,16,8192,8192,64,64,causal,fused"
 CLATTN_KERNEL_FAMILY=cpu timeout 90 "$B/clattn" bench --quiet --reps 3 --shapes "$SC" > "$O/bench_cpu_family.txt" 2>&1; echo "bench (cpu family) rc=$?"; grep -E '^[0-9]' "$O/bench_cpu_family.txt"
 P="1,16,1024,64;1,16,4096,64;8,16,1024,64;1,16,16384,64;1,16,4096,128;4,16,4096,128;1,16,8192,64,causal;decode,8,32,8,1,32768,128,f16;decode,1,32,8,1,32768,128,f16;decode,1,32,32,1,8192,128,f32"

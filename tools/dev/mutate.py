@@ -16,7 +16,10 @@ tests with CLATTN_KERNEL_FAMILY=gpu, and has its own baseline run with that fami
 "blocking: RQ,WG,TILE_KV" line runs them with that CLATTN_BLOCKING (e.g. 1,32,64 for the
 backward kernels' one-row and one-key forms, which CPUs do not take by default); an
 "env: NAME=VALUE ..." line adds those variables (e.g. CLATTN_BACKWARD_SPLITS=0 for
-bwd_dq.cl, which CPUs do not run by default). Each setting has its own baseline.
+bwd_dq.cl, which CPUs do not run by default). Each setting has its own baseline. A
+"runtime: intel" line marks code only that runtime compiles (fused_gpu.cl's sub-group
+reductions: PoCL has no sub-groups); under another runtime the mutant is listed as not
+run, not scored.
 
 Usage (from the repository root, after building, e.g. into build-mut):
     python3 tools/dev/mutate.py [--build build-mut] [--runtime intel|pocl]
@@ -121,7 +124,8 @@ def parse_list(path):
             if len(parts) < 2:
                 raise ListError(f"{path}:{n}: '== ID description' expected")
             cur = {"id": parts[0], "what": parts[1].strip(), "equivalent": None, "subs": [],
-                   "family": None, "first": None, "blocking": None, "env": None}
+                   "family": None, "first": None, "blocking": None, "env": None,
+                   "runtime": None}
             continue
         if cur is None:
             raise ListError(f"{path}:{n}: text before the first '== ID'")
@@ -133,6 +137,10 @@ def parse_list(path):
             cur["family"] = line.split(":", 1)[1].strip()
             if cur["family"] not in ("gpu", "cpu"):
                 raise ListError(f"{path}:{n}: family: gpu or cpu")
+        elif line.startswith("runtime:"):
+            cur["runtime"] = line.split(":", 1)[1].strip()
+            if cur["runtime"] not in ("intel", "pocl"):
+                raise ListError(f"{path}:{n}: runtime: intel or pocl")
         elif line.startswith("blocking:"):
             cur["blocking"] = line.split(":", 1)[1].strip()
         elif line.startswith("env:"):
@@ -475,7 +483,10 @@ def run(args, mutants, cl_dir):
                     return 2
 
     results = []
-    for m in mutants:
+    elsewhere = [m for m in mutants if m["runtime"] and m["runtime"] != runtime]
+    for m in elsewhere:  # code that only that runtime compiles (e.g. sub-groups: Intel's)
+        print(f"{m['id']:5} skipped: needs --runtime {m['runtime']}", flush=True)
+    for m in [m for m in mutants if m not in elsewhere]:
         t0 = time.monotonic()
         killer, log, message = None, [], ""
         with tempfile.TemporaryDirectory(prefix=f"clattn-mut-{m['id']}-") as kdir:
@@ -522,6 +533,8 @@ def run(args, mutants, cl_dir):
           f"{' (fast tests only)' if args.fast_only else ''}; "
           f"{sum(1 for r in results if r[0]['equivalent'])} marked equivalent; "
           f"runtime {runtime}; {fmt_secs(total)}")
+    if elsewhere:
+        print("not run here (another runtime): " + ", ".join(m["id"] for m in elsewhere))
     if survivors:
         print("survivors: " + ", ".join(survivors))
     if eq_killed:

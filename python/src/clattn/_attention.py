@@ -166,6 +166,7 @@ class _Call:
             d.scale = _float(scale, "scale")
         d.algorithm = _lookup(_ALGORITHMS, o["algorithm"], "algorithm")
         d.batch_invariant = 1 if o["batch_invariant"] else 0
+        d.half_arithmetic = 1 if o["half_arithmetic"] else 0
         d.masked_rows = _lookup(_MASKED_ROWS, o["masked_rows"], "masked_rows")
         if is_causal and o["no_self"]:
             raise ValueError("is_causal and no_self cannot be combined")
@@ -490,10 +491,10 @@ _OPTION_DEFAULTS: Dict[str, Any] = dict(
     return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
     out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
     batch_invariant=False, return_key_weight_sums=False, score_mod=None, mask_mod=None,
-    mod_buffers=(), block_mask=None, return_max_logits=False)
+    mod_buffers=(), block_mask=None, return_max_logits=False, half_arithmetic=False)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
 _FLAGS = ("no_self", "return_lse", "return_weights", "weights_head_mean", "batch_invariant",
-          "return_max_logits")
+          "return_max_logits", "half_arithmetic")
 
 Result = Union[Any, Tuple[Any, ...]]
 
@@ -568,7 +569,10 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused");
       ``batch_invariant`` (True: a row's bits do not depend on the batch, the chunking
       or L, e.g. a decode step equals that row of a prefill; fused only, no decode
-      kernels; docs/SEMANTICS.md "Batch invariance"); ``out`` (write
+      kernels; docs/SEMANTICS.md "Batch invariance"); ``half_arithmetic`` (True: allow
+      Q·Kᵀ in half precision where the GPU kernel family's fused kernel runs on a device
+      with cl_khr_fp16 and Q, K, V are float16; docs/SEMANTICS.md "Half arithmetic");
+      ``out`` (write
       the result into this array: strides >= 0, no broadcast, writeable); ``context``
       (a :class:`Context`; default: this thread's, or the one kept for a PyOpenCL
       array's queue).

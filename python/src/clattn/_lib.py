@@ -142,6 +142,8 @@ class Desc(ctypes.Structure):
         ("mods", ctypes.POINTER(Mods)),
         # each row's largest logit (QK-clip's max logit)
         ("max_logits", ctypes.POINTER(Tensor)),
+        # 1: allow half arithmetic (the GPU family's fused kernel, float16 Q, K, V)
+        ("half_arithmetic", ctypes.c_int),
     ]
 
 
