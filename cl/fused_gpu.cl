@@ -102,15 +102,15 @@ bool stage4h(__global const half *src, long off, long4 st, long b, long h, long 
     }
     return any(bad);
 }
-#define STAGE_Q(...) stage4h(__VA_ARGS__)
-#define STAGE_K(...) stage4h(__VA_ARGS__)
-#define STAGE_V(...) stage4h(__VA_ARGS__)
+#define STAGE_Q stage4h
+#define STAGE_K stage4h
+#define STAGE_V stage4h
 #define LOAD_V4(i, p) vload_half4(i, p)
 #else
 typedef float lm_t;
-#define STAGE_Q(...) TYPED(stage4, Q_DT)(__VA_ARGS__)
-#define STAGE_K(...) TYPED(stage4, K_DT)(__VA_ARGS__)
-#define STAGE_V(...) TYPED(stage4, V_DT)(__VA_ARGS__)
+#define STAGE_Q TYPED(stage4, Q_DT)
+#define STAGE_K TYPED(stage4, K_DT)
+#define STAGE_V TYPED(stage4, V_DT)
 #define LOAD_V4(i, p) vload4(i, p)
 #endif
 #ifndef SUBGROUPS
