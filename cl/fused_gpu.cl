@@ -41,8 +41,9 @@
  * K and V stay half in local memory (exact: they are float16 already; half the bytes of
  * local memory and of its loads), and each score is summed over groups of 4 columns in
  * half arithmetic (a half2 product, a half2 FMA, one half add: each product rounds at
- * most 3 times) whose group sums add in float32. So |Δs| ≤ 3·2⁻¹¹·scale·Σ_c |q_c·k_c|
- * to first order, while no group sum passes 65504 (it would be inf: inputs with
+ * most 3 times) whose group sums add in float32. So, to first order,
+ * |Δs| ≤ 3·2⁻¹¹·scale·Σ_c |q_c·k_c| + d_k·2⁻¹⁴·scale (the second term: products below
+ * half's smallest normal, 2⁻¹⁴, subnormal or flushed to 0 by the device), while no group sum passes 65504 (it would be inf: inputs with
  * |q_c·k_c| near 16384 must not take this path). The softmax, P and O stay float32
  * (V widened from half on its load, exactly). docs/SEMANTICS.md, "Half arithmetic".
  */
@@ -68,7 +69,7 @@
 #define KV_SHARED 0 /* 1: V is staged into K's local buffer once the scores are done */
 #endif
 #ifndef HALF_MATH
-#define HALF_MATH 0 /* 1: Q·Kᵀ in half arithmetic, Q, K, V half in local memory (float16 inputs) */
+#define HALF_MATH 0 /* 1: Q·Kᵀ in half, Q, K, V half in local memory (float16 inputs) */
 #endif
 #if HALF_MATH
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
@@ -153,7 +154,8 @@ float from_ordered_key(int k)
 #define K_FLOATS (TILE_KV * QK_STRIDE)
 #define V_FLOATS (TILE_KV * DVP)
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SUB_GROUP_ATTR void clattn_fused_gpu(FUSED_PARAMS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) SUB_GROUP_ATTR void
+clattn_fused_gpu(FUSED_PARAMS)
 {
     __local lm_t q_s[BQ * QK_STRIDE];
 #if KV_SHARED

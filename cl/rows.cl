@@ -116,11 +116,12 @@ float fold_sink(__global const float *sinks, long h, __global const int *q_lens,
  * 2^n built in the exponent bits. n comes from one FMA: adding 1.5·2^23 + 127 rounds
  * x·log2(e) to an integer (round to nearest even) and leaves n + 127 in the low mantissa
  * bits, which the shift moves into the exponent. About 15 vector instructions per 8
- * lanes where PoCL's exp takes 24, and 7 % of the fused kernel's time at d 64
- * (BENCHMARKS.md); fused.cl and decode.cl use it. Error: within 2 ulp (test_exact's softmax_exp_whole_range measures
- * the softmax rows' worst); results below the smallest normal float (x < −87.33654)
- * are 0, as is e^−∞; NaN stays NaN. Valid for x ≤ 88 (n + 127 must fit in 8 bits):
- * here x ≤ 0 always, since m is the running max. */
+ * lanes where PoCL's exp takes 24 (it keeps subnormal results, which this flushes): the
+ * fused kernel 0.93-0.94x the time at d 64 with it, 0.97-0.99x at d 128 (one thread,
+ * BENCHMARKS.md); fused.cl and decode.cl use it. Error: 2.3·2⁻²⁴ relative at worst,
+ * measured by test_exact's softmax_exp_whole_range; results below the smallest normal
+ * float (x < −87.33654) are 0, as is e^−∞; NaN stays NaN. Valid for x ≤ 88 (n + 127
+ * must fit in 8 bits): here x ≤ 0 always, since m is the running max. */
 float16 exp_softmax16(float16 x)
 {
     const int16 under = x < -87.33654f; /* e^x < FLT_MIN, and −∞ */

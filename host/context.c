@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,9 +195,15 @@ static clattn_status probe_limits(clattn_context *ctx)
      * OpenCL C 3.0 on OpenCL 3 devices, else 2.0 (the extension needs sub-groups, which
      * OpenCL C 1.2 lacks) */
     size_t ext_len = 0;
-    char version[64] = "";
-    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len &&
-        clGetDeviceInfo(d, CL_DEVICE_VERSION, sizeof version - 1, version, NULL) == CL_SUCCESS) {
+    char version[16] = ""; /* "OpenCL 3.0 …": the first bytes are enough */
+    size_t version_len = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_VERSION, 0, NULL, &version_len) == CL_SUCCESS && version_len) {
+        char *v = calloc(1, version_len + 1);
+        if (v && clGetDeviceInfo(d, CL_DEVICE_VERSION, version_len, v, NULL) == CL_SUCCESS)
+            snprintf(version, sizeof version, "%s", v);
+        free(v);
+    }
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
         char *ext = calloc(1, ext_len + 1);
         const bool got =
             ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS;

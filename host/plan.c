@@ -677,9 +677,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         } else if (gpu)
             add_reason(p,
                        "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
-                       "%zu keys per tile, row reductions by %s",
+                       "%zu keys per tile%s",
                        p->fused.rows, p->fused.wg, p->fused.tile_kv,
-                       ctx->subgroup_std ? "sub-group where sizes allow" : "local memory");
+                       ctx->subgroup_std ? ", sub-group reductions" : "");
         if (desc->dropout_p > 0.0f && !decode && n_q <= DECODE_MAX_N_Q)
             add_reason(p, "; dropout: the tiled kernel for n_q %lld (the decode kernels draw none)",
                        (long long)n_q);

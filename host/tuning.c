@@ -80,10 +80,12 @@ const char *clattn_half_math_why_not(const clattn_context *ctx, const clattn_pro
         return !gpu ? "the CPU family" : "decoding";
     if (!ctx->has_fp16)
         return "the device has no cl_khr_fp16";
-    if (pr->q.dtype != CLATTN_FLOAT16 || pr->k.dtype != CLATTN_FLOAT16 ||
-        pr->v.dtype != CLATTN_FLOAT16 || pr->desc->rotary)
-        return "Q, K and V are not all float16";
-    return clattn_problem_quantized(pr) ? "K or V has scales" : NULL;
+    if (pr->desc->rotary) /* (an int8 or FP8 K or V is not float16 either) */
+        return "rotary Q is rotated into float32";
+    return pr->q.dtype != CLATTN_FLOAT16 || pr->k.dtype != CLATTN_FLOAT16 ||
+                   pr->v.dtype != CLATTN_FLOAT16
+               ? "Q, K and V are not all float16"
+               : NULL;
 }
 
 size_t clattn_gpu_ct(size_t wg)

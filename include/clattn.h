@@ -531,13 +531,14 @@ typedef struct clattn_attention_desc {
     const clattn_tensor *max_logits;
     /** 1: allow half arithmetic (added in 0.3), as PyTorch's
      *  allow_fp16_reduced_precision_reduction allows it: where the GPU kernel family's
-     *  fused kernel runs (n_q > 16), the device has cl_khr_fp16 and Q, K and V are all
-     *  float16 (no rotary Q, no int8/FP8 scales), Q·Kᵀ sums groups of 4 columns in half
-     *  (|Δs| ≤ 3·2⁻¹¹·scale·Σ_c|q_c·k_c|; a group sum must stay below 65504) and keeps Q, K
-     *  and V half in local memory; the softmax, P·V and O stay float32. Elsewhere float32
-     *  arithmetic, as with 0 (default); clattn_plan.reason says which. The weights pass,
-     *  the stages and the backward pass compute in float32. docs/SEMANTICS.md, "Half
-     *  arithmetic". 0 or 1. */
+     *  fused kernel runs (n_q > 16, or any n_q with dropout, batch_invariant or a
+     *  work_group_size), the device has cl_khr_fp16 and Q, K and V are all float16 (no
+     *  rotary Q, no int8/FP8 scales), Q·Kᵀ sums groups of 4 columns in half
+     *  (|Δs| ≤ 3·2⁻¹¹·scale·Σ_c|q_c·k_c| + d_k·2⁻¹⁴·scale; a group sum must stay below
+     *  65504) and keeps Q, K and V half in local memory; the softmax, P·V and O stay
+     *  float32. Elsewhere float32 arithmetic, as with 0 (default); clattn_plan.reason
+     *  says which. The weights pass, the stages and the backward pass compute in float32.
+     *  docs/SEMANTICS.md, "Half arithmetic". 0 or 1. */
     int half_arithmetic;
 } clattn_attention_desc;
 

@@ -1548,6 +1548,18 @@ for bad in "1,2,1,1,32,8,8,none,both,f32,int8" "1,2,1,1,32,8,8,none,fused,f32,in
     expect_rc "bench $bad" 2
     expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
 done
+# half: desc.half_arithmetic on float16 operands (the plan says whether it ran: not on
+# PoCL's CPU device, the CPU family); fused only, f16 only, no int8
+run_clattn bench --shapes "1,2,1,32,32,8,8,none,fused,f16,half" --reps 1 --quiet --json
+expect_rc "bench half" 0
+expect_text "bench half" "$tmp/out" '"dtype": "f16/half"'
+expect_text "bench half (plan)" "$tmp/out" "; half arithmetic"
+for bad in "1,2,1,32,32,8,8,none,both,f16,half" "1,2,1,32,32,8,8,none,fused,f32,half" \
+    "1,2,1,32,32,8,8,none,fused,f16,int8,half" "1,2,1,32,32,8,8,none,fused,f16,half,half"; do
+    run_clattn bench --shapes "$bad" --reps 1 --quiet
+    expect_rc "bench $bad" 2
+    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
+done
 # varlen / padded prefill shapes: packed sequences with cu_seqlens, or the padded batch
 # with the same lengths; bad combinations are usage errors
 run_clattn bench --shapes "3,2,1,12,12,8,8,causal,fused,f32,varlen;3,2,1,12,12,8,8,causal,unfused,f32,padded" --reps 1 --quiet
@@ -1579,7 +1591,7 @@ if grep -q "clattn tune: \[" "$tmp/out"; then fail "tune: progress on standard o
 # winner would be stored as the forward kernel's); a decode case is reported, not tuned
 for bad in "1,2,2,64,64,8,8,none,backward" "1,2,2,1,64,8,8,none,fused,f32,page16" \
     "1,2,2,1,64,8,8,none,fused,f32,int8" "2,2,2,16,16,8,8,none,fused,f32,varlen" \
-    "1,2,2,64,64,8,8,none,fused,f32,drop0.5"; do
+    "1,2,2,64,64,8,8,none,fused,f32,drop0.5" "1,2,2,64,64,8,8,none,fused,f16,half"; do
     run_clattn tune --dry-run --quiet --shapes "$bad" --reps 1 --rq 2 --wg 4 --tile 32
     expect_rc "tune $bad" 2
     expect_text "tune $bad" "$tmp/err" "tune times the forward kernels on plain K/V"

@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 /* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
- * [,pageN][,int8][,varlen|padded][,dropP]]]] into bench cases (bench.h; the grammar is in
+ * [,pageN][,int8][,half][,varlen|padded][,dropP]]]] into bench cases (bench.h; the grammar is in
  * `clattn bench --help`). */
 #include "bench.h"
 #include "cli.h"
@@ -124,6 +124,10 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             bad = 1;
             why = "dtype f32, f16 or bf16";
         }
+        if (!bad && c.half && (c.dtype != CLATTN_FLOAT16 || c.int8_kv)) {
+            bad = 1; /* (the library would run float32 and say so in the plan) */
+            why = "half needs dtype f16 (Q, K and V float16) and no int8";
+        }
         if (strcmp(alg, "backward") == 0)
             c.backward = 1;
         if (!bad && !both && !c.backward && strcmp(alg, "fused") != 0 &&
@@ -133,8 +137,8 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         }
         if (bad || n + 1 + both > max) {
             bench_fail("bad --shapes entry '%s': %s "
-                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,varlen|"
-                       "padded][,dropP]]]], at most %d cases)",
+                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,half]"
+                       "[,varlen|padded][,dropP]]]], at most %d cases)",
                        spec,
                        bad && why ? why
                        : bad      ? "malformed"
