@@ -107,8 +107,23 @@ bool stage4h(__global const half *src, long off, long4 st, long b, long h, long 
 #define STAGE_K stage4h
 #define STAGE_V stage4h
 #define LOAD_V4(i, p) vload_half4(i, p)
+typedef half4 lm4_t;
+
+/* acc + a·b over a group of 4 columns: in half (a half2 product, a half2 FMA, one add),
+ * the group's sum added in float32 */
+float dot4_add(float acc, half4 a, half4 b)
+{
+    const half2 g = fma(a.hi, b.hi, a.lo * b.lo);
+    return acc + (float)(g.x + g.y);
+}
 #else
 typedef float lm_t;
+typedef float4 lm4_t;
+
+float dot4_add(float acc, float4 a, float4 b) /* acc + a·b, 4 FMAs in float32 */
+{
+    return fma(a.w, b.w, fma(a.z, b.z, fma(a.y, b.y, fma(a.x, b.x, acc))));
+}
 #define STAGE_Q TYPED(stage4, Q_DT)
 #define STAGE_K TYPED(stage4, K_DT)
 #define STAGE_V TYPED(stage4, V_DT)
@@ -241,10 +256,9 @@ clattn_fused_gpu(FUSED_PARAMS)
             for (int u = 0; u < TN; u++)
                 s[r][u] = 0.0f;
         }
-#if HALF_MATH /* groups of 4 columns in half, their sums in float32 */
         #pragma unroll 2
         for (int c = 0; c < DK4; c += 4) {
-            half4 qv[RQ], kv[TN];
+            lm4_t qv[RQ], kv[TN];
             #pragma unroll
             for (int r = 0; r < RQ; r++)
                 qv[r] = vload4(0, q_s + (ty * RQ + r) * QK_STRIDE + c);
@@ -254,34 +268,10 @@ clattn_fused_gpu(FUSED_PARAMS)
             #pragma unroll
             for (int r = 0; r < RQ; r++) {
                 #pragma unroll
-                for (int u = 0; u < TN; u++) {
-                    const half2 g = fma(qv[r].hi, kv[u].hi, qv[r].lo * kv[u].lo);
-                    s[r][u] += (float)(g.x + g.y);
-                }
+                for (int u = 0; u < TN; u++)
+                    s[r][u] = dot4_add(s[r][u], qv[r], kv[u]);
             }
         }
-#else
-        #pragma unroll 2
-        for (int c = 0; c < DK4; c += 4) {
-            float4 qv[RQ], kv[TN];
-            #pragma unroll
-            for (int r = 0; r < RQ; r++)
-                qv[r] = vload4(0, q_s + (ty * RQ + r) * QK_STRIDE + c);
-            #pragma unroll
-            for (int u = 0; u < TN; u++)
-                kv[u] = vload4(0, k_s + (tx + CT * u) * QK_STRIDE + c);
-            #pragma unroll
-            for (int r = 0; r < RQ; r++) {
-                #pragma unroll
-                for (int u = 0; u < TN; u++) {
-                    float x = fma(qv[r].x, kv[u].x, s[r][u]);
-                    x = fma(qv[r].y, kv[u].y, x);
-                    x = fma(qv[r].z, kv[u].z, x);
-                    s[r][u] = fma(qv[r].w, kv[u].w, x);
-                }
-            }
-        }
-#endif
         #pragma unroll
         for (int r = 0; r < RQ; r++) {
             #pragma unroll
