@@ -436,13 +436,17 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
             why = "needs more local memory than the device has";
         if (!why) {
             char opts[512];
-            snprintf(opts, sizeof opts,
-                     "%s -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
-                     "-DKV_SHARED=%d -DSUBGROUPS=%d -DREQD_SUB_GROUP=%zu", /* (context.c) */
-                     ctx->subgroup_std ? ctx->subgroup_std : CL_STD, (long long)d_k, (long long)d_v,
-                     feat, tile, wg, rq, clattn_gpu_ct(wg), kv_shared ? 1 : 0,
-                     ctx->subgroup_std != NULL, ctx->intel_sg_sizes & clattn_gpu_ct(wg));
-            const clattn_status st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
+            clattn_status st = CLATTN_ERROR_BUILD_FAILED; /* (sub-groups that fail: without) */
+            for (int sg = ctx->subgroup_std != NULL; sg >= 0 && st == CLATTN_ERROR_BUILD_FAILED;
+                 sg--) {
+                snprintf(opts, sizeof opts,
+                         "%s -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
+                         "-DKV_SHARED=%d -DSUBGROUPS=%d -DREQD_SUB_GROUP=%zu",
+                         sg ? ctx->subgroup_std : CL_STD, (long long)d_k, (long long)d_v, feat,
+                         tile, wg, rq, clattn_gpu_ct(wg), kv_shared ? 1 : 0, sg,
+                         sg ? ctx->intel_sg_sizes & clattn_gpu_ct(wg) : 0);
+                st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
+            }
             if (st != CLATTN_SUCCESS)
                 return st;
             if (out->entry->kernel_wg_max < wg)
