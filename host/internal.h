@@ -43,6 +43,7 @@ struct clattn_context {
     bool has_fp16;                  /* cl_khr_fp16 (desc.half_arithmetic) */
     const char *subgroup_std;       /* -cl-std for fused_gpu.cl's sub-group reductions
                                        (cl_khr_subgroup_clustered_reduce); NULL: none */
+    bool subgroup_build_failed;     /* such a build failed where one without built: off */
     unsigned intel_sg_sizes;        /* sub-group sizes a kernel can require (bit n: 2^n;
                                        cl_intel_required_subgroup_size), or 0 */
     cl_uint native_float_width;     /* CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT (lanes) */
@@ -254,6 +255,7 @@ typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
     bool decode;     /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
     size_t heads;    /* decode.cl: KV heads per work-item (each with its rq rows), >= 1 */
+    bool subgroups;  /* fused_gpu.cl built with sub-group reductions (SUBGROUPS=1) */
     size_t rows;     /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
                       * decode_gpu.cl: rows of a KV head per work-group */
     size_t n_splits; /* decode_gpu.cl (0: not split-KV): key chunks, */

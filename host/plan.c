@@ -436,9 +436,12 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
             why = "needs more local memory than the device has";
         if (!why) {
             char opts[512];
-            clattn_status st = CLATTN_ERROR_BUILD_FAILED; /* (sub-groups that fail: without) */
-            for (int sg = ctx->subgroup_std != NULL; sg >= 0 && st == CLATTN_ERROR_BUILD_FAILED;
-                 sg--) {
+            /* with sub-groups (context.c), and without where that build fails: a driver
+             * that lists the extension but refuses the program (then not tried again) */
+            int sg = ctx->subgroup_std && !ctx->subgroup_build_failed;
+            bool retried = false;
+            clattn_status st;
+            for (;;) {
                 snprintf(opts, sizeof opts,
                          "%s -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
                          "-DKV_SHARED=%d -DSUBGROUPS=%d -DREQD_SUB_GROUP=%zu",
@@ -446,7 +449,17 @@ static clattn_status fused_gpu_kernel(clattn_context *ctx, int64_t n_q, int64_t 
                          tile, wg, rq, clattn_gpu_ct(wg), kv_shared ? 1 : 0, sg,
                          sg ? ctx->intel_sg_sizes & clattn_gpu_ct(wg) : 0);
                 st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
+                if (st != CLATTN_ERROR_BUILD_FAILED || sg == 0)
+                    break;
+                sg = 0;
+                retried = true;
             }
+            if (retried && st == CLATTN_SUCCESS) { /* (its build log is not this call's error) */
+                ctx->subgroup_build_failed = true;
+                clattn_clear_error(ctx);
+                ctx->last_cl = CL_SUCCESS;
+            }
+            out->subgroups = sg != 0;
             if (st != CLATTN_SUCCESS)
                 return st;
             if (out->entry->kernel_wg_max < wg)
@@ -683,7 +696,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                        "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
                        "%zu keys per tile%s",
                        p->fused.rows, p->fused.wg, p->fused.tile_kv,
-                       ctx->subgroup_std ? ", sub-group reductions" : "");
+                       p->fused.subgroups ? ", sub-group reductions" : "");
         if (desc->dropout_p > 0.0f && !decode && n_q <= DECODE_MAX_N_Q)
             add_reason(p, "; dropout: the tiled kernel for n_q %lld (the decode kernels draw none)",
                        (long long)n_q);
