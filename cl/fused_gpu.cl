@@ -34,7 +34,7 @@
  * order-preserving integer keys (ordered_key), NaN above +inf.
  * Local memory: Q BQ×(DK4+4), K TILE_KV×(DK4+4), V TILE_KV×DVP (in K's buffer with
  * KV_SHARED, staged after the scores), P TILE_KV×(BQ+4), and BQ×CT floats for the
- * reductions; the host (plan.c) picks tunables that fit.
+ * reductions; the host (plan_gpu.c) picks tunables that fit.
  * A weight of 0 adds nothing even where V holds inf or NaN: tiles where some staged V
  * value is not finite take the summation that tests each weight.
  * HALF_MATH (desc.half_arithmetic on a device with cl_khr_fp16, Q, K and V float16): Q,
