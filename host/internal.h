@@ -491,16 +491,19 @@ size_t clattn_gpu_ct(size_t wg);
 const char *clattn_half_math_why_not(const clattn_context *ctx, const clattn_problem *pr,
                                      bool decode, bool gpu);
 /* plan_gpu.c. Whether a blocking of fused_gpu.cl fits local memory (K and V apart if
- * they can be, else sharing one buffer: *kv_shared). */
+ * they can be, else sharing one buffer: *kv_shared); half: built with HALF_MATH (Q, K and
+ * V take 2 bytes an element in local memory, not 4). */
 bool clattn_gpu_fits(const clattn_context *ctx, int64_t d_k, int64_t d_v, size_t rq, size_t wg,
-                     size_t tile, bool *kv_shared);
+                     size_t tile, bool half, bool *kv_shared);
 /* fused_gpu.cl (the GPU family): an override or stored tuning if there is one (RQ rows
  * per work-item, WG work-items, TILE_KV keys), else the first of a list, largest row
  * blocks first, that fits local memory and the kernel's work-group limit; built with
  * sub-group reductions where the device has them, else (or where that build fails)
- * without. feat: the features' -D options. */
+ * without. feat: the features' -D options; half: the half-arithmetic path (HALF_MATH;
+ * clattn_half_math_why_not said it runs), whose smaller local tiles fit larger blockings. */
 clattn_status clattn_plan_fused_gpu(clattn_context *ctx, int64_t n_q, int64_t d_k, int64_t d_v,
-                                    size_t wg_request, const char *feat, clattn_blocked *out);
+                                    size_t wg_request, const char *feat, bool half,
+                                    clattn_blocked *out);
 /* Largest TILE_KV (a multiple of 16, at most `cap`) whose local tiles of
  * local_floats_per_key floats per key fit the device's local memory; 0 if none. */
 size_t clattn_fit_tile_kv(const clattn_context *ctx, int64_t local_floats_per_key, size_t cap);

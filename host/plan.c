@@ -220,14 +220,14 @@ static clattn_status make_features(clattn_context *ctx, const clattn_problem *p,
 /* Why the fused algorithm cannot run this shape here ("" when it can); picks the tiled
  * kernel's tile (decode.cl stages nothing in local memory: only the head dims count). */
 static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, bool decode, bool gpu,
-                        char *why, size_t why_len)
+                        bool half, char *why, size_t why_len)
 {
     why[0] = '\0';
     const int64_t per_key = d_k + clattn_ceil_div(d_v, 16) * 16; /* K, V floats per key */
     size_t t = clattn_fit_tile_kv(ctx, per_key, clattn_default_tile_kv(ctx, true, per_key));
     bool kv_shared;
     if (gpu && !decode) /* the GPU family's smallest blocking: 1 row, 16 work-items, 16 keys */
-        t = clattn_gpu_fits(ctx, d_k, d_v, 1, 16, 16, &kv_shared) ? 16 : 0;
+        t = clattn_gpu_fits(ctx, d_k, d_v, 1, 16, 16, half, &kv_shared) ? 16 : 0;
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
     else if (t == 0 && !decode)
@@ -235,7 +235,7 @@ static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, boo
                  "fused: 16 key rows of K and V (%llu bytes) exceed the %llu bytes of local "
                  "memory the tiles may use (CL_DEVICE_LOCAL_MEM_SIZE %llu, less 1024 for the "
                  "kernel's own)",
-                 (unsigned long long)(16 * per_key * sizeof(float)),
+                 (unsigned long long)(16 * per_key * (gpu && half ? 2 : sizeof(float))),
                  (unsigned long long)clattn_local_tile_budget(ctx),
                  (unsigned long long)ctx->local_mem);
     return t;
@@ -431,7 +431,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
     /* workspaces: the unfused n_q×n_kv scores (unless they go straight into the
      * caller's weights), the per-head weights before averaging, the fused LSE */
     char fused_why[200], unfused_why[200] = "";
-    const size_t fused_tile = fused_fit(ctx, d_k, d_v, decode, gpu, fused_why, sizeof fused_why);
+    const size_t fused_tile =
+        fused_fit(ctx, d_k, d_v, decode, gpu, half_no == NULL, fused_why, sizeof fused_why);
     int64_t ws_scores = 0, ws_lse = 0, ws_fused = 0;
     if ((!f->weights || f->head_mean) &&
         !workspace_fits(ctx, batch, h_q, n_q, n_kv, "unfused: score matrix", &ws_scores,
@@ -536,12 +537,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             st = decode_gpu_kernel(ctx, pr, group, f, &p->fused);
         else if (decode)
             st = decode_kernel(ctx, pr, group, f->opts, &p->fused);
-        else if (gpu) {
-            char gpu_opts[sizeof f->opts + 32];
-            snprintf(gpu_opts, sizeof gpu_opts, "%s%s", f->opts, half_no ? "" : " -DHALF_MATH=1");
-            st = clattn_plan_fused_gpu(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, gpu_opts,
-                                       &p->fused);
-        } else
+        else if (gpu)
+            st = clattn_plan_fused_gpu(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, f->opts,
+                                       half_no == NULL, &p->fused);
+        else
             st = fused_kernel(ctx, blocking_n_q, d_k, d_v, fused_tile, desc->work_group_size,
                               f->opts, &p->fused);
         if (st != CLATTN_SUCCESS)

@@ -6,25 +6,26 @@
 #include <stdio.h>
 #define CL_STD CLATTN_CL_STD
 
-/* fused_gpu.cl's local memory in bytes (its header lists the arrays) */
+/* fused_gpu.cl's local memory in bytes (its header lists the arrays): q_s, k_s and v_s
+ * hold Q, K and V as lm_t, 2 bytes with HALF_MATH and 4 without; p_t and red float32 */
 static int64_t gpu_local_bytes(int64_t d_k, int64_t d_v, size_t rq, size_t wg, size_t tile,
-                               bool kv_shared)
+                               bool kv_shared, bool half)
 {
     const int64_t ct = (int64_t)clattn_gpu_ct(wg), bq = (int64_t)(wg / (size_t)ct * rq);
     const int64_t t = (int64_t)tile, qk = clattn_ceil_div(d_k, 4) * 4 + 4;
     const int64_t dvp = clattn_ceil_div(d_v, 4 * ct) * 4 * ct;
     const int64_t kb = t * qk, vb = t * dvp;
-    return (bq * qk + (kv_shared ? (kb > vb ? kb : vb) : kb + vb) + t * (bq + 4) + bq * ct) *
-               (int64_t)sizeof(float) +
-           16;
+    const int64_t qkv = bq * qk + (kv_shared ? (kb > vb ? kb : vb) : kb + vb);
+    return qkv * (half ? 2 : (int64_t)sizeof(float)) +
+           (t * (bq + 4) + bq * ct) * (int64_t)sizeof(float) + 16;
 }
 
 bool clattn_gpu_fits(const clattn_context *ctx, int64_t d_k, int64_t d_v, size_t rq, size_t wg,
-                     size_t tile, bool *kv_shared)
+                     size_t tile, bool half, bool *kv_shared)
 {
     const int64_t budget = (int64_t)clattn_local_tile_budget(ctx);
     for (int sh = 0; sh < 2; sh++)
-        if (gpu_local_bytes(d_k, d_v, rq, wg, tile, sh != 0) <= budget) {
+        if (gpu_local_bytes(d_k, d_v, rq, wg, tile, sh != 0, half) <= budget) {
             *kv_shared = sh != 0;
             return true;
         }
@@ -32,7 +33,8 @@ bool clattn_gpu_fits(const clattn_context *ctx, int64_t d_k, int64_t d_v, size_t
 }
 
 clattn_status clattn_plan_fused_gpu(clattn_context *ctx, int64_t n_q, int64_t d_k, int64_t d_v,
-                                    size_t wg_request, const char *feat, clattn_blocked *out)
+                                    size_t wg_request, const char *feat, bool half,
+                                    clattn_blocked *out)
 {
     /* measured on an H200 (docs/BENCHMARKS.md): d 64 fastest at 4,128,64 (4,256,32: 10 %
      * slower), d 128 at 4,128,32 with K and V sharing a buffer */
@@ -65,7 +67,7 @@ clattn_status clattn_plan_fused_gpu(clattn_context *ctx, int64_t n_q, int64_t d_
         const char *why = NULL;
         if (wg > limit)
             why = "exceeds the device's work-group limit";
-        else if (!clattn_gpu_fits(ctx, d_k, d_v, rq, wg, tile, &kv_shared))
+        else if (!clattn_gpu_fits(ctx, d_k, d_v, rq, wg, tile, half, &kv_shared))
             why = "needs more local memory than the device has";
         if (!why) {
             char opts[512];
@@ -77,10 +79,11 @@ clattn_status clattn_plan_fused_gpu(clattn_context *ctx, int64_t n_q, int64_t d_
             for (;;) {
                 snprintf(opts, sizeof opts,
                          "%s -DD_K=%lld -DD_V=%lld %s -DTILE_KV=%zu -DWG=%zu -DRQ=%zu -DCT=%zu "
-                         "-DKV_SHARED=%d -DSUBGROUPS=%d -DREQD_SUB_GROUP=%zu",
+                         "-DKV_SHARED=%d -DSUBGROUPS=%d -DREQD_SUB_GROUP=%zu%s",
                          sg ? ctx->subgroup_std : CL_STD, (long long)d_k, (long long)d_v, feat,
                          tile, wg, rq, clattn_gpu_ct(wg), kv_shared ? 1 : 0, sg,
-                         sg ? ctx->intel_sg_sizes & clattn_gpu_ct(wg) : 0);
+                         sg ? ctx->intel_sg_sizes & clattn_gpu_ct(wg) : 0,
+                         half ? " -DHALF_MATH=1" : "");
                 st = clattn_get_kernel(ctx, "fused_gpu.cl", opts, &out->entry);
                 if (st != CLATTN_ERROR_BUILD_FAILED || sg == 0)
                     break;

@@ -1581,6 +1581,102 @@ START_TEST(half_arithmetic_error_bound)
 }
 END_TEST
 
+/* The half-arithmetic path keeps Q, K and V as half in local memory, so the GPU family's
+ * planning counts 2 bytes for them (host/plan_gpu.c) and takes larger blockings where
+ * float32 tiles would not fit. d_k = d_v = 512, work-groups of 512 (desc.work_group_size; GPU
+ * family), float16 Q, K, V (seeds 94, 95, 96), 20 queries, 40 keys: the plan with half arithmetic
+ * holds at least the rows × keys of the float32 plan; on a device with 256 KiB of local
+ * memory (Intel's CPU runtime) exactly: 4 rows per work-item and 64 keys per tile against
+ * 2 and 16 (float32 blockings of 4 rows or 32 keys need more: docs/PERFORMANCE.md). O within the
+ * bound of half_arithmetic_error_bound. (Small d and large groups: d 1024 at the default work-group
+ * size shows it too, but Intel's runtime takes 85 s to build that.) */
+START_TEST(half_arithmetic_local_memory)
+{
+    small_blocking(false);
+    const int64_t n_q = 20, n_kv = 40, dk = 512, dv = 512;
+    tu_problem p;
+    tu_problem_init(&p, 1, 1, 1, n_q, n_kv, dk, dv, 94, 95, 96, 0);
+    float *arr[3] = {p.q, p.k, p.v};
+    const int64_t cnt[3] = {n_q * dk, n_kv * dk, n_kv * dv};
+    uint16_t *h16[3];
+    double v_max = 0.0, e_max = 0.0;
+    for (int a = 0; a < 3; a++) {
+        h16[a] = malloc(sizeof(uint16_t) * (size_t)cnt[a]);
+        for (int64_t e = 0; e < cnt[a]; e++) {
+            h16[a][e] = clattn_f32_to_f16(arr[a][e]);
+            arr[a][e] = clattn_f16_to_f32(h16[a][e]);
+            if (a == 2)
+                v_max = fmax(v_max, fabs(arr[a][e]));
+        }
+    }
+    const double scale = 1.0 / sqrt((double)dk);
+    for (int64_t i = 0; i < n_q; i++)
+        for (int64_t j = 0; j < n_kv; j++) {
+            double sum = 0.0;
+            for (int64_t c = 0; c < dk; c++)
+                sum += fabs((double)p.q[i * dk + c] * p.k[j * dk + c]);
+            e_max = fmax(e_max, sum);
+        }
+    e_max = 3.0 * ldexp(1.0, -11) * scale * e_max + (double)dk * ldexp(1.0, -14) * scale;
+    clattn_attention_desc d = clattn_attention_desc_default();
+    d.algorithm = CLATTN_ALGORITHM_FUSED;
+    /* (the CPU family's fused.cl: no half arithmetic, and groups of 512 do not fit) */
+    if (clattn_context_kernel_family(tu_ctx()) == CLATTN_KERNEL_FAMILY_GPU)
+        d.work_group_size = 512;
+    float *ref = tu_reference(&p, &d, NULL);
+    float *o = tu_alloc((size_t)(n_q * dv), NAN);
+    clattn_tensor tq = clattn_tensor_host(h16[0], 1, 1, n_q, dk),
+                  tk = clattn_tensor_host(h16[1], 1, 1, n_kv, dk),
+                  tv = clattn_tensor_host(h16[2], 1, 1, n_kv, dv),
+                  to = clattn_tensor_host(o, 1, 1, n_q, dv);
+    tq.dtype = tk.dtype = tv.dtype = CLATTN_FLOAT16;
+    clattn_plan plan[2];
+    for (int half = 0; half < 2; half++) {
+        d.half_arithmetic = half;
+        TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &d, &tq, &tk, &tv, &to, &plan[half]),
+                     "plan, half_arithmetic %d", half);
+    }
+    const bool ran =
+        strstr(plan[1].reason, "; half arithmetic") && !strstr(plan[1].reason, "not used");
+    cl_device_id dev;
+    cl_ulong local = 0;
+    TU_ASSERT_OK(clattn_context_get_cl(tu_ctx(), NULL, &dev, NULL), "device");
+    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    const size_t vol[2] = {
+        plan[0].work_group_size * plan[0].queries_per_work_item * plan[0].tile_kv,
+        plan[1].work_group_size * plan[1].queries_per_work_item * plan[1].tile_kv};
+    printf("d 512, local memory %llu bytes: float32 plan %zu,%zu,%zu, half arithmetic (%s) "
+           "%zu,%zu,%zu (RQ,WG,TILE_KV)\n",
+           (unsigned long long)local, plan[0].queries_per_work_item, plan[0].work_group_size,
+           plan[0].tile_kv, ran ? "ran" : "not used", plan[1].queries_per_work_item,
+           plan[1].work_group_size, plan[1].tile_kv);
+    if (ran) {
+        ck_assert_msg(vol[1] >= vol[0],
+                      "half arithmetic's blocking (%zu rows x keys) is smaller "
+                      "than float32's (%zu)",
+                      vol[1], vol[0]);
+        if (local == 256 * 1024)
+            ck_assert_msg(plan[0].queries_per_work_item == 2 && plan[0].tile_kv == 16 &&
+                              plan[1].queries_per_work_item == 4 && plan[1].tile_kv == 64,
+                          "256 KiB of local memory: RQ %zu, TILE_KV %zu (float32) and RQ %zu, "
+                          "TILE_KV %zu (half), expected 2, 16 and 4, 64",
+                          plan[0].queries_per_work_item, plan[0].tile_kv,
+                          plan[1].queries_per_work_item, plan[1].tile_kv);
+    } else
+        ck_assert_msg(plan[0].tile_kv == plan[1].tile_kv &&
+                          plan[0].queries_per_work_item == plan[1].queries_per_work_item,
+                      "half arithmetic not used, yet the plan's blocking changed");
+    TU_ASSERT_OK(clattn_attention(tu_ctx(), &d, &tq, &tk, &tv, &to), "half arithmetic");
+    const tu_tol tol = {2.0 * e_max * v_max * 1.1 + 1e-5, 1e-5};
+    TU_ASSERT_CLOSE("O, half arithmetic, d 512", &to, NULL, ref, tol);
+    for (int a = 0; a < 3; a++)
+        free(h16[a]);
+    free(o);
+    free(ref);
+    tu_problem_free(&p);
+}
+END_TEST
+
 /* Weights averaged over three query heads (not a power of two) against the reference. */
 START_TEST(weights_head_mean_three_heads)
 {
@@ -1666,6 +1762,7 @@ int main(void)
     tcase_add_test(tc[2], online_softmax_rescale);
     tcase_add_test(tc[2], softmax_exp_whole_range);
     tcase_add_test(tc[2], half_arithmetic_error_bound);
+    tcase_add_test(tc[2], half_arithmetic_local_memory);
     tcase_add_test(tc[2], alibi_far_positions_realistic_slopes);
     tcase_add_test(tc[2], weights_head_mean_three_heads);
     tcase_add_test(tc[3], merge_16bit_output_exact);
