@@ -1487,7 +1487,8 @@ END_TEST
  * |ΔO| ≤ 2·E·max|V| + 1e-5 + 1e-5·|O|, E = 3·2⁻¹¹·scale·max Σ_c|q_c·k_c| + d_k·2⁻¹⁴·scale
  * (first order; the second term for products below 2⁻¹⁴, subnormal or flushed); the worst error
  * and the bound are printed. The last key's V holds an inf that only the last row sees;
- * K is strided along d (a stride of 2). */
+ * K is strided along d (a stride of 2). The same K and V as pages (reversed in the pool)
+ * give O bit for bit, with and without half arithmetic. */
 START_TEST(half_arithmetic_error_bound)
 {
     small_blocking(false);
@@ -1561,6 +1562,42 @@ START_TEST(half_arithmetic_error_bound)
     ck_assert_msg(want ? differ > 0 : differ == 0,
                   "%zu of %lld elements differ from the float32 path (half arithmetic %s)", differ,
                   (long long)(h_q * n_q * dv), want ? "ran" : "did not run");
+    /* the same K and V in a pool of pages of 16 keys, in reverse order (the staging's
+     * paged path): O bit for bit that of the contiguous call, with and without half
+     * arithmetic */
+    enum { PS = 16, NP = 10 }; /* 10 pages of 16 hold the 150 keys */
+    uint16_t *pool[2] = {calloc((size_t)(NP * PS * dk), 2), calloc((size_t)(NP * PS * dv), 2)};
+    int32_t table[NP], kv_len = (int32_t)n_kv;
+    for (int pg = 0; pg < NP; pg++)
+        table[pg] = NP - 1 - pg;
+    for (int64_t j = 0; j < n_kv; j++) {
+        const int64_t at = table[j / PS] * PS + j % PS;
+        memcpy(pool[0] + at * dk, h16[1] + j * dk, sizeof(uint16_t) * (size_t)dk);
+        memcpy(pool[1] + at * dv, h16[2] + j * dv, sizeof(uint16_t) * (size_t)dv);
+    }
+    clattn_paged_kv pg = {0};
+    pg.block_table = table;
+    pg.max_pages = NP;
+    clattn_tensor tkp = clattn_tensor_host(pool[0], NP, 1, PS, dk),
+                  tvp = clattn_tensor_host(pool[1], NP, 1, PS, dv);
+    tkp.dtype = tvp.dtype = CLATTN_FLOAT16;
+    for (int half = 0; half < 2; half++) {
+        clattn_attention_desc dp = d;
+        dp.half_arithmetic = half;
+        dp.paged = &pg;
+        dp.kv_lens = &kv_len;
+        float *op = tu_alloc((size_t)(h_q * n_q * dv), NAN);
+        clattn_tensor top = clattn_tensor_host(op, 1, h_q, n_q, dv);
+        TU_ASSERT_OK(clattn_attention(tu_ctx(), &dp, &tq, &tkp, &tvp, &top),
+                     "paged, half_arithmetic %d", half);
+        for (int64_t e = 0; e < h_q * n_q * dv; e++)
+            ck_assert_msg(memcmp(&op[e], &o[half][e], sizeof(float)) == 0,
+                          "paged K/V, half_arithmetic %d: O[%lld] = %.9g, contiguous %.9g", half,
+                          (long long)e, (double)op[e], (double)o[half][e]);
+        free(op);
+    }
+    free(pool[0]);
+    free(pool[1]);
     const tu_tol tol = {2.0 * e_max * v_max * 1.1 + 1e-5, 1e-5};
     double worst = 0.0;
     for (int64_t e = 0; e < h_q * n_q * dv; e++)
