@@ -230,12 +230,19 @@ static size_t fused_fit(const clattn_context *ctx, int64_t d_k, int64_t d_v, boo
         t = clattn_gpu_fits(ctx, d_k, d_v, 1, 16, 16, half, &kv_shared) ? 16 : 0;
     if (d_k > MAX_HEAD_DIM || d_v > MAX_HEAD_DIM)
         snprintf(why, why_len, "fused: head dims above %d are not supported", MAX_HEAD_DIM);
+    else if (t == 0 && !decode && gpu)
+        snprintf(why, why_len,
+                 "fused: the GPU family's smallest blocking (1 row per work-item, 16 "
+                 "work-items, 16 keys) needs more than the %llu bytes of local memory the "
+                 "tiles may use (CL_DEVICE_LOCAL_MEM_SIZE %llu, less 1024)",
+                 (unsigned long long)clattn_local_tile_budget(ctx),
+                 (unsigned long long)ctx->local_mem);
     else if (t == 0 && !decode)
         snprintf(why, why_len,
                  "fused: 16 key rows of K and V (%llu bytes) exceed the %llu bytes of local "
                  "memory the tiles may use (CL_DEVICE_LOCAL_MEM_SIZE %llu, less 1024 for the "
                  "kernel's own)",
-                 (unsigned long long)(16 * per_key * (gpu && half ? 2 : sizeof(float))),
+                 (unsigned long long)(16 * per_key * sizeof(float)),
                  (unsigned long long)clattn_local_tile_budget(ctx),
                  (unsigned long long)ctx->local_mem);
     return t;
@@ -606,7 +613,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         }
     }
     if (desc->half_arithmetic) { /* (fused_gpu.cl alone has it; the unfused stages: float32) */
-        const char *no = p->algorithm == CLATTN_ALGORITHM_UNFUSED ? "unfused" : half_no;
+        const char *no = p->algorithm == CLATTN_ALGORITHM_UNFUSED ? "unfused"
+                         : p->no_keys                             ? "no keys"
+                                                                  : half_no;
         add_reason(p, "; half arithmetic%s%s", no ? " asked, not used: " : "", no ? no : "");
     }
     if (f->head_mean && !p->no_keys &&

@@ -76,10 +76,12 @@ const char *clattn_half_math_why_not(const clattn_context *ctx, const clattn_pro
 {
     if (!pr->desc->half_arithmetic)
         return "";
-    if (!gpu || decode) /* (fused_gpu.cl alone has the path) */
-        return !gpu ? "the CPU family" : "decoding";
-    if (!ctx->has_fp16)
+    if (!gpu) /* (fused_gpu.cl alone has the path) */
+        return "the CPU family";
+    if (!ctx->has_fp16) /* (before the shape: what the device lacks) */
         return "the device has no cl_khr_fp16";
+    if (decode)
+        return "decoding"; /* (with no keys the plan says so instead) */
     if (pr->desc->rotary) /* (an int8 or FP8 K or V is not float16 either) */
         return "rotary Q is rotated into float32";
     return pr->q.dtype != CLATTN_FLOAT16 || pr->k.dtype != CLATTN_FLOAT16 ||
