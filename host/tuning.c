@@ -82,7 +82,7 @@ const char *clattn_half_math_why_not(const clattn_context *ctx, const clattn_pro
         return "the device has no cl_khr_fp16";
     if (decode)
         return "decoding"; /* (with no keys the plan says so instead) */
-    if (pr->desc->rotary) /* (an int8 or FP8 K or V is not float16 either) */
+    if (pr->desc->rotary)  /* (an int8 or FP8 K or V is not float16 either) */
         return "rotary Q is rotated into float32";
     return pr->q.dtype != CLATTN_FLOAT16 || pr->k.dtype != CLATTN_FLOAT16 ||
                    pr->v.dtype != CLATTN_FLOAT16
