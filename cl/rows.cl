@@ -113,21 +113,24 @@ float fold_sink(__global const float *sinks, long h, __global const int *q_lens,
 /* e^x for the softmax's x = s − m ≤ 0 (and NaN), 16 lanes at a time: the usual range
  * reduction x = n·ln 2 + r, |r| ≤ ln 2 / 2, with ln 2 in two parts (Cody & Waite 1980),
  * exp(r) by the degree-7 polynomial of Cephes' expf (Moshier 1989: 1 + r + r²·P5(r)), and
- * 2^n built in the exponent bits. n comes from one FMA: adding 1.5·2^23 + 127 rounds
- * x·log2(e) to an integer (round to nearest even) and leaves n + 127 in the low mantissa
- * bits, which the shift moves into the exponent. About 15 vector instructions per 8
- * lanes where PoCL's exp takes 24 (it keeps subnormal results, which this flushes): the
- * fused kernel 0.93-0.94x the time at d 64 with it, 0.97-0.99x at d 128 (one thread,
- * BENCHMARKS.md); fused.cl and decode.cl use it. Error: 2.3·2⁻²⁴ relative at worst,
- * measured by test_exact's softmax_exp_whole_range; results below the smallest normal
- * float (x < −87.33654) are 0, as is e^−∞; NaN stays NaN. Valid for x ≤ 88 (n + 127
- * must fit in 8 bits): here x ≤ 0 always, since m is the running max. */
+ * 2^n built in the exponent bits. n comes from one FMA: adding 1.5·2^23 + 191 rounds
+ * x·log2(e) to an integer (round to nearest even) and leaves n + 191 in the low mantissa
+ * bits, which the shift moves into the exponent: 2^(n + 64), a normal float down to
+ * n = −190, and a last product by 2^−64 rounds p·2^n once, so results below the smallest
+ * normal float are the IEEE subnormals (exact for normal results). About 16 vector
+ * instructions per 8 lanes where PoCL's exp takes 24: the fused kernel 0.93-0.94x the time
+ * at d 64 with it, 0.97-0.99x at d 128 (one thread, BENCHMARKS.md; that version flushed
+ * subnormal results, one product less); fused.cl and decode.cl use it. Error: 2.3·2⁻²⁴
+ * relative at worst, plus half a subnormal ulp (2⁻¹⁵⁰) below FLT_MIN, measured by
+ * test_exact's softmax_exp_whole_range; e^x for x < −104 (below half the smallest
+ * subnormal) is 0, as is e^−∞; NaN stays NaN. Valid for x ≤ 44 (n + 191 must fit in 8
+ * bits): here x ≤ 0 always, since m is the running max. */
 float16 exp_softmax16(float16 x)
 {
-    const int16 under = x < -87.33654f; /* e^x < FLT_MIN, and −∞ */
-    const float16 xc = select(x, (float16)(-87.33654f), under);
-    const float16 t = fma(xc, (float16)(1.44269504f), (float16)(12583039.0f)); /* 1.5·2^23 + 127 */
-    const float16 n = t - 12583039.0f;
+    /* e^x < 2^−150 rounds to 0, −∞ too: x clamped to −104 (a select, so NaN stays NaN) */
+    const float16 xc = select(x, (float16)(-104.0f), x < -104.0f);
+    const float16 t = fma(xc, (float16)(1.44269504f), (float16)(12583103.0f)); /* 1.5·2^23 + 191 */
+    const float16 n = t - 12583103.0f;
     float16 r = fma(n, (float16)(-0.693359375f), xc); /* ln 2 = 0.693359375 − 2.12194440e-4 */
     r = fma(n, (float16)(2.12194440e-4f), r);
     float16 p = (float16)(1.9875691500e-4f);
@@ -137,5 +140,7 @@ float16 exp_softmax16(float16 x)
     p = fma(p, r, (float16)(1.6666665459e-1f));
     p = fma(p, r, (float16)(5.0000001201e-1f));
     p = fma(p, r * r, r + 1.0f);
-    return select(p * as_float16(as_int16(t) << 23), (float16)(0.0f), under);
+    /* p·2^(n + 64), exact, then ·2^−64: one rounding, into a subnormal where p·2^n is one;
+     * for x clamped to −104 (n = −150, p < 1) it rounds to 0, so e^−∞ is 0 with no select */
+    return p * as_float16(as_int16(t) << 23) * 0x1p-64f;
 }

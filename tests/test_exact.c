@@ -1412,9 +1412,10 @@ END_TEST
  * exactly, for 7,996 values of x in [−104, 104] and 20 at the edges of rows.cl's
  * exp_softmax16 (its range reduction's half-steps, ln of the smallest normal float, 88).
  * Both algorithms, tiled (one head of 8,016 rows) and decoding (501 query heads of 16
- * rows on one KV head), against float64: within 4 float32 ulps (4·2⁻²⁴ relative) plus the
- * smallest normal float absolute (results below it may flush to 0); the worst is
- * printed. */
+ * rows on one KV head), against float64: within 4 float32 ulps (4·2⁻²⁴ relative) plus one
+ * subnormal ulp (2⁻¹⁴⁹) absolute on devices with denormals (CL_FP_DENORM: results below
+ * FLT_MIN are the IEEE subnormals, as R14 asks of PoCL), else plus FLT_MIN (they may be
+ * 0); the worst is printed. */
 START_TEST(softmax_exp_whole_range)
 {
     small_blocking(false);
@@ -1441,7 +1442,15 @@ START_TEST(softmax_exp_whole_range)
     }
     clattn_attention_desc d = clattn_attention_desc_default();
     d.scale = 1.0f;
-    const tu_tol tol = {FLT_MIN, 4.0 / 16777216.0};
+    /* devices with denormals (CL_FP_DENORM): results below FLT_MIN as IEEE subnormals, to
+     * one subnormal ulp (2^-149); without, they may be 0 */
+    cl_device_id dev;
+    cl_device_fp_config fp = 0;
+    TU_ASSERT_OK(clattn_context_get_cl(tu_ctx(), NULL, &dev, NULL), "device");
+    clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    const tu_tol tol = {(fp & CL_FP_DENORM) ? ldexp(1.0, -149) : FLT_MIN, 4.0 / 16777216.0};
+    printf("softmax exp: the device %s denormals (absolute tolerance %g)\n",
+           (fp & CL_FP_DENORM) ? "has" : "has no", tol.atol);
     for (int c = 0; c < 4; c++) {
         const bool decode = c >= 2;
         d.algorithm = tu_algorithms[c % 2];
