@@ -1487,6 +1487,38 @@ START_TEST(softmax_exp_whole_range)
 }
 END_TEST
 
+/* The half-arithmetic tests' inputs: Q, K and V of p (one KV head; cnt: their element
+ * counts) times mul rounded to float16, the bits into h16[0..2] (malloc'ed) and the
+ * rounded values back into p; *e_bound = E = 3·2⁻¹¹·scale·max_ij Σ_c|q_ic·k_jc| +
+ * d_k·2⁻¹⁴·scale (SEMANTICS.md's first-order bound on a score, scale 1/√d_k), *v_max =
+ * max|V|. */
+static void half_inputs(tu_problem *p, float mul, const int64_t cnt[3], uint16_t *h16[3],
+                        double *e_bound, double *v_max)
+{
+    float *arr[3] = {p->q, p->k, p->v};
+    const int64_t dk = p->d_k, rows = cnt[0] / dk;
+    *v_max = 0.0;
+    for (int a = 0; a < 3; a++) {
+        h16[a] = malloc(sizeof(uint16_t) * (size_t)cnt[a]);
+        for (int64_t e = 0; e < cnt[a]; e++) {
+            h16[a][e] = clattn_f32_to_f16(mul * arr[a][e]);
+            arr[a][e] = clattn_f16_to_f32(h16[a][e]);
+        }
+    }
+    for (int64_t e = 0; e < cnt[2]; e++)
+        *v_max = fmax(*v_max, fabs(p->v[e]));
+    double sum_max = 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < p->n_kv; j++) {
+            double sum = 0.0;
+            for (int64_t c = 0; c < dk; c++)
+                sum += fabs((double)p->q[i * dk + c] * p->k[j * dk + c]);
+            sum_max = fmax(sum_max, sum);
+        }
+    const double scale = 1.0 / sqrt((double)dk);
+    *e_bound = 3.0 * ldexp(1.0, -11) * scale * sum_max + (double)dk * ldexp(1.0, -14) * scale;
+}
+
 /* desc.half_arithmetic (docs/SEMANTICS.md, "Half arithmetic"): float16 Q, K and V, GQA
  * 2:1, a causal mask, d_k 36 (groups of 4 columns and none left over), n_q 70 (the tiled
  * kernels). Where the GPU family's fused kernel runs on a device with cl_khr_fp16 the
@@ -1504,35 +1536,17 @@ START_TEST(half_arithmetic_error_bound)
     const int64_t h_q = 2, n_q = 70, n_kv = 150, dk = 36, dv = 24;
     tu_problem p;
     tu_problem_init(&p, 1, h_q, 1, n_q, n_kv, dk, dv, 91, 92, 93, 0);
-    float *arr[3] = {p.q, p.k, p.v};
     const int64_t cnt[3] = {h_q * n_q * dk, n_kv * dk, n_kv * dv};
     uint16_t *h16[3];
-    for (int a = 0; a < 3; a++) { /* N(0,1)-like values rounded to float16 */
-        h16[a] = malloc(sizeof(uint16_t) * (size_t)cnt[a]);
-        for (int64_t e = 0; e < cnt[a]; e++) {
-            h16[a][e] = clattn_f32_to_f16(2.0f * arr[a][e]);
-            arr[a][e] = clattn_f16_to_f32(h16[a][e]);
-        }
-    }
+    double e_max, v_max; /* N(0,1)-like values times 2, rounded to float16 */
+    half_inputs(&p, 2.0f, cnt, h16, &e_max, &v_max);
     clattn_attention_desc d = clattn_attention_desc_default();
     d.mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     d.algorithm = CLATTN_ALGORITHM_FUSED;
-    const double scale = 1.0 / sqrt((double)dk);
-    double e_max = 0.0, v_max = 0.0;
-    for (int64_t i = 0; i < h_q * n_q; i++)
-        for (int64_t j = 0; j < n_kv; j++) {
-            double sum = 0.0;
-            for (int64_t c = 0; c < dk; c++)
-                sum += fabs((double)p.q[i * dk + c] * p.k[j * dk + c]);
-            e_max = fmax(e_max, sum);
-        }
-    for (int64_t e = 0; e < cnt[2]; e++)
-        v_max = fmax(v_max, fabs(p.v[e]));
     /* the last key's value inf in column 0: only the last row sees it (its O is inf
      * there); the other rows' weight 0 must add nothing */
     h16[2][(n_kv - 1) * dv] = 0x7c00;
     p.v[(n_kv - 1) * dv] = INFINITY;
-    e_max = 3.0 * ldexp(1.0, -11) * scale * e_max + (double)dk * ldexp(1.0, -14) * scale;
     float *ref = tu_reference(&p, &d, NULL);
     /* K strided along d (every other element: the staging's element-wise path) */
     uint16_t *k2 = calloc((size_t)(2 * cnt[1]), sizeof(uint16_t));
@@ -1642,28 +1656,10 @@ START_TEST(half_arithmetic_local_memory)
     const int64_t n_q = 20, n_kv = 150, dk = 1024, dv = 16;
     tu_problem p;
     tu_problem_init(&p, 1, 1, 1, n_q, n_kv, dk, dv, 94, 95, 96, 0);
-    float *arr[3] = {p.q, p.k, p.v};
     const int64_t cnt[3] = {n_q * dk, n_kv * dk, n_kv * dv};
     uint16_t *h16[3];
-    double v_max = 0.0, e_max = 0.0;
-    for (int a = 0; a < 3; a++) {
-        h16[a] = malloc(sizeof(uint16_t) * (size_t)cnt[a]);
-        for (int64_t e = 0; e < cnt[a]; e++) {
-            h16[a][e] = clattn_f32_to_f16(arr[a][e]);
-            arr[a][e] = clattn_f16_to_f32(h16[a][e]);
-            if (a == 2)
-                v_max = fmax(v_max, fabs(arr[a][e]));
-        }
-    }
-    const double scale = 1.0 / sqrt((double)dk);
-    for (int64_t i = 0; i < n_q; i++)
-        for (int64_t j = 0; j < n_kv; j++) {
-            double sum = 0.0;
-            for (int64_t c = 0; c < dk; c++)
-                sum += fabs((double)p.q[i * dk + c] * p.k[j * dk + c]);
-            e_max = fmax(e_max, sum);
-        }
-    e_max = 3.0 * ldexp(1.0, -11) * scale * e_max + (double)dk * ldexp(1.0, -14) * scale;
+    double e_max, v_max;
+    half_inputs(&p, 1.0f, cnt, h16, &e_max, &v_max);
     clattn_attention_desc d = clattn_attention_desc_default();
     d.algorithm = CLATTN_ALGORITHM_FUSED;
     float *ref = tu_reference(&p, &d, NULL);
