@@ -1,6 +1,8 @@
 /* Shared helpers of the clattn test executables (see testutil.h). */
 #include "testutil.h"
 
+#include <clattn_tuning.h>
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -67,6 +69,14 @@ uint32_t tu_seed(void)
 clattn_context *tu_ctx(void)
 {
     return g_ctx;
+}
+
+void tu_small_blocking(bool on)
+{
+    const clattn_blocking b = {2, 4, 16};
+    for (int k = 0; k < 3; k++)
+        TU_ASSERT_OK(clattn_context_set_blocking(g_ctx, (clattn_kernel)k, 0, 0, on ? &b : NULL),
+                     "set_blocking");
 }
 
 int tu_run_suite(Suite *suite)

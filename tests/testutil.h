@@ -39,6 +39,14 @@ uint32_t tu_seed(void);
 /** The executable's one clattn context (created by tu_run_suite()). */
 clattn_context *tu_ctx(void);
 
+/** Sets a small blocking on tu_ctx() for every kernel (2 queries per work-item, 4
+ *  work-items per group, 16-key tiles), so every tiled kernel runs several tiles with
+ *  several work-items sharing each; `on` false removes the overrides (the built-in
+ *  blocking). test_exact and test_exact16 call it first in every test, so a failed test
+ *  cannot leave its blocking to the next. (One blocking for all of them: each distinct
+ *  program costs a build, and the mutation runs build everything afresh.) */
+void tu_small_blocking(bool on);
+
 /** Prints the device, creates the context, runs the suite with CK_NOFORK (OpenCL and
  *  fork() do not mix), each result printed as it finishes, releases the context. Returns the exit
  * status for main(): 0 when every test passed. */

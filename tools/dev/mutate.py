@@ -56,6 +56,7 @@ LIST = os.path.join(HERE, "mutants.txt")
 # quickest killers first among them.
 FAST = [
     ("test_exact", "check", {}),
+    ("test_exact16", "check", {}),
     ("test_features", "check", {}),
     ("test_split", "check", {}),
     ("test_cases", "check", {}),
@@ -72,8 +73,8 @@ FAST = [
 # the GPU family's mutants: the same tests, test_exact last among the fast ones (PoCL
 # builds its many GPU-family programs slowly: 3 minutes with no cache)
 FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact",
-            "test_backward", "test_paged", "test_dropout", "test_varlen", "test_invariant",
-            "test_reductions", "test_mods"]
+            "test_exact16", "test_backward", "test_paged", "test_dropout", "test_varlen",
+            "test_invariant", "test_reductions", "test_mods"]
 SLOW = [
     ("test_positions", "check", {}),
     ("test_random", "check", {}),
