@@ -12,7 +12,7 @@
  * every O and LSE element bit for bit equal to the call alone (the one-row calls again on a
  * context with a stored tuning, which the default mode takes for large n_q only), in the
  * context's kernel
- * family (CPU on a CPU; CI's GPU-family pass forces the GPU family). Also: the plan of a
+ * family (CPU on a CPU; CI's GPU-family passes force the GPU family). Also: the plan of a
  * one-row call is the tiled kernel and says why, weights keep the fused algorithm, and
  * every status (batch_invariant 2; the unfused algorithm). Seed printed at start. */
 #include "testutil.h"

@@ -14,8 +14,8 @@
  *    (pages swapped through the block table): the contiguous call's bits;
  *  - every status (weights, dropout, UNFUSED, int8 K, varlen, an append, d_k 0, shapes,
  *    dtype, overlap with O).
- * In the context's kernel family (CI's GPU-family pass forces the GPU family). Seed
- * printed at start. */
+ * In the context's kernel family (CI's GPU-family step on Intel's runtime forces the GPU family).
+ * Seed printed at start. */
 #include "testutil.h"
 
 #include <math.h>

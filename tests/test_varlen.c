@@ -7,7 +7,7 @@
  *    GQA, empty sequences, rows before the first and after the last sequence, sinks and
  *    score terms;
  *  - the context's kernel family: the CPU family on a CPU, the GPU family with
- *    CLATTN_KERNEL_FAMILY=gpu (CI's GPU-family pass);
+ *    CLATTN_KERNEL_FAMILY=gpu (CI's GPU-family passes on PoCL and on Intel's runtime);
  *  - blocking with host offsets within the stated tolerance of the reference, every row
  *    outside the sequences untouched; enqueued with host offsets, with offsets on the
  *    device, and with a max_seqlen_q above the longest sequence: the same bits;
@@ -356,7 +356,7 @@ static void run_case(const vcase *c, clattn_kernel_family family)
 }
 
 /* the context's family: the CPU family on PoCL's CPU device, unless CLATTN_KERNEL_FAMILY
- * forces one (CI's GPU-family pass, mutate.py's GPU mutants) */
+ * forces one (CI's GPU-family passes, mutate.py's GPU mutants) */
 START_TEST(varlen_context_family)
 {
     run_case(&CASES[_i], clattn_context_kernel_family(tu_ctx()));

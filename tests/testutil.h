@@ -42,9 +42,10 @@ clattn_context *tu_ctx(void);
 /** Sets a small blocking on tu_ctx() for every kernel (2 queries per work-item, 4
  *  work-items per group, 16-key tiles), so every tiled kernel runs several tiles with
  *  several work-items sharing each; `on` false removes the overrides (the built-in
- *  blocking). test_exact and test_exact16 call it first in every test, so a failed test
- *  cannot leave its blocking to the next. (One blocking for all of them: each distinct
- *  program costs a build, and the mutation runs build everything afresh.) */
+ *  blocking). test_exact's and test_exact16's tests call it first (all but the one that
+ *  sets CLATTN_BLOCKING itself), so a failed test cannot leave its blocking to the next. (One
+ * blocking for all of them: each distinct program costs a build, and the mutation runs build
+ * everything afresh.) */
 void tu_small_blocking(bool on);
 
 /** Prints the device, creates the context, runs the suite with CK_NOFORK (OpenCL and
