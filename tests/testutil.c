@@ -100,6 +100,14 @@ int tu_run_suite(Suite *suite)
     srunner_set_log(sr, "-"); /* each result as it finishes: a crash still names its test */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
+    if (srunner_ntests_run(sr) == 0) { /* a CK_RUN_CASE or tag that names nothing here */
+        const char *run_case = getenv("CK_RUN_CASE"), *tags = getenv("CK_INCLUDE_TAGS");
+        fprintf(stderr,
+                "no test ran: CK_RUN_CASE=%s CK_INCLUDE_TAGS=%s selects nothing in this "
+                "executable (its test cases are listed in its main())\n",
+                run_case ? run_case : "(unset)", tags ? tags : "(unset)");
+        failed = 1;
+    }
     srunner_free(sr);
     clattn_context_release(g_ctx);
     g_ctx = NULL;

@@ -50,7 +50,8 @@ void tu_small_blocking(bool on);
 
 /** Prints the device, creates the context, runs the suite with CK_NOFORK (OpenCL and
  *  fork() do not mix), each result printed as it finishes, releases the context. Returns the exit
- * status for main(): 0 when every test passed. */
+ * status for main(): 0 when every test passed, and failure when no test ran (a CK_RUN_CASE
+ * or CK_INCLUDE_TAGS naming nothing in this executable must not pass silently). */
 int tu_run_suite(Suite *suite);
 
 /** The two algorithms every attention test runs. */
