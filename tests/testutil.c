@@ -74,8 +74,10 @@ clattn_context *tu_ctx(void)
 void tu_small_blocking(bool on)
 {
     const clattn_blocking b = {2, 4, 16};
-    for (int k = 0; k < 3; k++)
-        TU_ASSERT_OK(clattn_context_set_blocking(g_ctx, (clattn_kernel)k, 0, 0, on ? &b : NULL),
+    const clattn_kernel kernels[] = {CLATTN_KERNEL_FUSED, CLATTN_KERNEL_SCORES,
+                                     CLATTN_KERNEL_WEIGHTED_SUM};
+    for (size_t k = 0; k < sizeof kernels / sizeof kernels[0]; k++)
+        TU_ASSERT_OK(clattn_context_set_blocking(g_ctx, kernels[k], 0, 0, on ? &b : NULL),
                      "set_blocking");
 }
 

@@ -70,8 +70,8 @@ FAST = [
     ("test_reductions", "check", {}),
     ("test_mods", "check", {}),
 ]
-# the GPU family's mutants: the same tests, test_exact last among the fast ones (PoCL
-# builds its many GPU-family programs slowly: 3 minutes with no cache)
+# the GPU family's mutants: the same tests, test_exact and test_exact16 after the quick
+# killers (PoCL builds their many GPU-family programs slowly: 3 minutes with no cache)
 FAST_GPU = ["test_features", "test_cases", "test_split", "test_seeds", "test_api", "test_exact",
             "test_exact16", "test_backward", "test_paged", "test_dropout", "test_varlen",
             "test_invariant", "test_reductions", "test_mods"]
