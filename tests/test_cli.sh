@@ -1508,12 +1508,20 @@ run_clattn bench --shapes "1,1,1,1,16,8,8,none,fused" --reps 1 --quiet --peak
 expect_rc "bench --peak" 0
 if grep -Eq '^f32 FMA peak \(float(2|4|8|16)? x (8|12) accumulators\): [0-9]*[1-9][0-9]*\.[0-9] GFLOP/s; streaming read: [0-9.]*[1-9][0-9.]* GB/s$' "$tmp/out"; then
     pass; else fail "bench --peak: no line 'f32 FMA peak (FORM): N GFLOP/s; streaming read: N GB/s' (got: $(grep -i peak "$tmp/out"))"; fi
+# ... and each row ends with its fraction of the read bandwidth and the bandwidth measured
+# around it (the mean of the probe's runs just before and just after the case)
+if grep -Eq '^1 .* [0-9.]+%  +[0-9.]+%  +[0-9]*[1-9][0-9]*\.[0-9]$' "$tmp/out"; then pass; else
+    fail "bench --peak: the row does not end with 'N% N% BW' (got: $(grep '^1 ' "$tmp/out"))"; fi
+run_clattn bench --shapes "1,1,1,1,16,8,8,none,fused" --reps 1 --quiet --peak --json
+expect_rc "bench --peak --json" 0
+if grep -Eq '"bw_gbytes_per_s": [0-9]*[1-9][0-9.]*(e[-+]?[0-9]+)?,' "$tmp/out"; then pass; else
+    fail "bench --peak --json: no positive bw_gbytes_per_s (got: $(cat "$tmp/out"))"; fi
 # --json with a case that fails (d_k past the kernels' 4096) after one that runs: still one
 # JSON array (no separator before the closing bracket), exit status 1
 run_clattn bench --shapes "1,1,1,4,4,8,8,none,fused;1,1,1,4,4,5000,8,none,fused" --reps 1 --json --quiet
 expect_rc "bench --json, the last case failing" 1
 if [ "$(tail -1 "$tmp/out")" = "]" ] && ! tail -2 "$tmp/out" | head -1 | grep -q ',$' &&
-    grep -q '"peak_gflops": null' "$tmp/out"; then pass; else
+    grep -q '"peak_gflops": null' "$tmp/out" && grep -q '"bw_gbytes_per_s": null' "$tmp/out"; then pass; else
     fail "bench --json, the last case failing: not one JSON array (got: $(cat "$tmp/out"))"; fi
 # a size past the 64-bit range is refused, not clamped
 run_clattn bench --shapes "1,1,1,4,4,8,99999999999999999999" --reps 1 --quiet

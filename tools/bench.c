@@ -121,14 +121,18 @@ static const char bench_usage_options[] =
     "                  so with 0 the first timed run includes the build)\n"
     "  --json          one JSON object per case on stdout, in a JSON array (a case\n"
     "                  that fails has none; page_size N with pageN, else 0; peak_gflops,\n"
-    "                  peak_form and peak_gbytes_per_s are null without --peak)\n"
+    "                  peak_form, peak_gbytes_per_s and bw_gbytes_per_s are null\n"
+    "                  without --peak)\n"
     "  --peak          also measure the device's f32 FMA peak (independent vector\n"
     "                  accumulators: the faster of 8 float16 vectors (16 float32 lanes\n"
     "                  each) and 12 of the device's native float width) and its\n"
     "                  streaming read bandwidth (16-lane float32 vector loads\n"
     "                  over 256 MiB, summed), and print each case as a fraction of\n"
     "                  both (the FMA peak bounds large problems, the bandwidth\n"
-    "                  decoding)\n"
+    "                  decoding); the bandwidth is measured again after every case\n"
+    "                  and each case compared with the mean of the runs just before\n"
+    "                  and after it (last column, bw GB/s; JSON bw_gbytes_per_s), as\n"
+    "                  a shared machine's bandwidth drifts from one case to the next\n"
     "  --huge-pages    operands in host memory advised for transparent huge pages\n"
     "                  (madvise MADV_HUGEPAGE, used in place: CL_MEM_USE_HOST_PTR), as\n"
     "                  an engine allocating its own K/V pool on a CPU device can; Linux\n"
@@ -593,7 +597,12 @@ int cmd_bench(int argc, char **argv)
     char peak_form_name[48] = "";
     const double peak_gflops =
         peak ? measure_peak(ctx, peak_form_name, sizeof peak_form_name) : 0.0;
-    const double peak_gbs = peak ? measure_bandwidth(ctx) : 0.0;
+    /* the read bandwidth of a shared machine drifts by tens of percent from one second to
+     * the next (its neighbours' traffic): with --peak the probe runs again after every
+     * case, and each case is compared with the mean of the runs just before and after it */
+    bw_probe *probe = peak ? bw_probe_open(ctx) : NULL;
+    const double peak_gbs = bw_probe_measure(probe);
+    double bw_before = peak_gbs;
     char cpu[320];
     host_cpu(cpu, sizeof cpu);
 
@@ -609,7 +618,7 @@ int cmd_bench(int argc, char **argv)
         printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-9s %-14s %-14s %9s %19s %10s %8s %7s %10s%s\n",
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace",
-               peak ? "  of peak    of bw" : "");
+               peak ? "  of peak    of bw  bw GB/s" : "");
     }
     /* JSON: the peak fields are null where not measured; items are separated as they are
      * printed (a case that fails prints none) */
@@ -636,6 +645,9 @@ int cmd_bench(int argc, char **argv)
         result r = {0};
         char reason[256] = "";
         const int failed = time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0;
+        const double bw_after = bw_probe_measure(probe);
+        const double bw_case = bw_before > 0 && bw_after > 0 ? (bw_before + bw_after) / 2 : 0.0;
+        bw_before = bw_after;
         progress_clear(&pr);
         if (failed) {
             rc = 1;
@@ -648,6 +660,9 @@ int cmd_bench(int argc, char **argv)
         snprintf(dt, sizeof dt, "%s%s%s%s", bench_dtype_name(c->dtype), c->int8_kv ? "/i8" : "",
                  c->half ? "/half" : "", drop);
         if (json) {
+            char bw_json[32] = "null";
+            if (bw_case > 0)
+                snprintf(bw_json, sizeof bw_json, "%.6g", bw_case);
             printf("%s  {\"device\": \"%s\", \"host_cpu\": \"%s\", \"b\": %lld, \"h_q\": %lld, "
                    "\"h_kv\": %lld, \"n_q\": %lld, "
                    "\"n_kv\": %lld, \"d_k\": %lld, \"d_v\": %lld, \"mask\": \"%s\", "
@@ -656,13 +671,13 @@ int cmd_bench(int argc, char **argv)
                    "\"min\": %.6g, "
                    "\"max\": %.6g}, \"wall_ms\": {\"median\": %.6g, \"min\": %.6g, \"max\": "
                    "%.6g}, \"gflops\": %.6g, \"gbytes_per_s\": %.6g, \"workspace_bytes\": %zu, "
-                   "%s, \"plan\": \"%s\"}",
+                   "%s, \"bw_gbytes_per_s\": %s, \"plan\": \"%s\"}",
                    json_items++ ? ",\n" : "", name, cpu, (long long)c->b, (long long)c->h_q,
                    (long long)c->h_kv, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
                    (long long)c->d_v, mask_name(c->mask), alg, (long long)c->page_size, dt,
                    r.device_ms.median, r.device_ms.min, r.device_ms.max, r.wall_ms.median,
                    r.wall_ms.min, r.wall_ms.max, r.gflops, r.gbytes_per_s, r.workspace_bytes,
-                   peak_json, reason);
+                   peak_json, bw_json, reason);
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
@@ -675,14 +690,15 @@ int cmd_bench(int argc, char **argv)
                    r.workspace_bytes);
             if (peak && peak_gflops > 0)
                 printf("  %7.1f%%", 100.0 * r.gflops / peak_gflops);
-            if (peak && peak_gbs > 0)
-                printf("  %7.1f%%", 100.0 * r.gbytes_per_s / peak_gbs);
+            if (peak && bw_case > 0)
+                printf("  %7.1f%%  %7.1f", 100.0 * r.gbytes_per_s / bw_case, bw_case);
             printf("\n");
         }
         fflush(stdout);
     }
     if (json)
         printf("%s]\n", json_items ? "\n" : "");
+    bw_probe_close(probe);
     clattn_context_release(ctx);
     return rc;
 }

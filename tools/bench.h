@@ -75,4 +75,13 @@ double bench_event_ns(cl_event e, cl_profiling_info what);
 double measure_peak(clattn_context *ctx, char *form, size_t form_len);
 double measure_bandwidth(clattn_context *ctx);
 
+/* The streaming-read probe kept open (its program and 256 MiB buffer built once):
+ * bw_probe_open returns NULL on failure; bw_probe_measure gives GB/s, the median of 5
+ * timed runs (0 on failure or for NULL); bw_probe_close releases it (NULL allowed).
+ * measure_bandwidth is open, measure, close. */
+typedef struct bw_probe bw_probe;
+bw_probe *bw_probe_open(clattn_context *ctx);
+double bw_probe_measure(bw_probe *p);
+void bw_probe_close(bw_probe *p);
+
 #endif

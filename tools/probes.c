@@ -151,34 +151,68 @@ static void release_probe(cl_kernel kern, cl_program prog, cl_mem a, cl_mem b)
         clReleaseProgram(prog);
 }
 
-/* GB/s of the streaming read over 256 MiB (less where the device's allocation limit is
- * lower): the median of 5 runs; 0 on failure. */
-double measure_bandwidth(clattn_context *ctx)
-{
-    const probe_device d = probe_device_of(ctx);
-    cl_ulong max_alloc = 0;
-    clGetDeviceInfo(d.dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
-    size_t bytes = (size_t)256 << 20;
-    while (bytes > ((size_t)1 << 20) && bytes > max_alloc)
-        bytes /= 2;
-    const size_t local = d.gpu ? 256 : 1, global = d.gpu ? (size_t)d.units * 2048 : d.units;
-    const cl_long n = (cl_long)(bytes / (16 * sizeof(float)));
-    const cl_int chunked = d.gpu ? 0 : 1;
+/* The streaming-read probe, built once and kept: its kernel and 256 MiB buffer (less
+ * where the device's allocation limit is lower), so that `bench --peak` can measure the
+ * bandwidth again next to every case at the cost of the runs only. */
+struct bw_probe {
+    probe_device d;
     cl_program prog;
-    cl_mem out;
+    cl_kernel kern;
+    cl_mem x, out;
+    size_t bytes, global, local;
+};
+
+bw_probe *bw_probe_open(clattn_context *ctx)
+{
+    bw_probe *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->d = probe_device_of(ctx);
+    cl_ulong max_alloc = 0;
+    clGetDeviceInfo(p->d.dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    p->bytes = (size_t)256 << 20;
+    while (p->bytes > ((size_t)1 << 20) && p->bytes > max_alloc)
+        p->bytes /= 2;
+    p->local = p->d.gpu ? 256 : 1;
+    p->global = p->d.gpu ? (size_t)p->d.units * 2048 : p->d.units;
+    const cl_long n = (cl_long)(p->bytes / (16 * sizeof(float)));
+    const cl_int chunked = p->d.gpu ? 0 : 1;
     cl_int err;
-    cl_kernel kern = probe_kernel(&d, stream_source, "stream_read", "", global, &prog, &out, &err);
-    cl_mem x =
-        err == CL_SUCCESS ? clCreateBuffer(d.ctx, CL_MEM_READ_ONLY, bytes, NULL, &err) : NULL;
+    p->kern =
+        probe_kernel(&p->d, stream_source, "stream_read", "", p->global, &p->prog, &p->out, &err);
+    p->x =
+        err == CL_SUCCESS ? clCreateBuffer(p->d.ctx, CL_MEM_READ_ONLY, p->bytes, NULL, &err) : NULL;
     const cl_float one = 1.0f;
     if (err == CL_SUCCESS) /* touch every page before timing */
-        err = clEnqueueFillBuffer(d.queue, x, &one, sizeof one, 0, bytes, 0, NULL, NULL);
-    const size_t sizes[] = {sizeof x, sizeof n, sizeof chunked, sizeof out};
-    const void *const values[] = {&x, &n, &chunked, &out};
-    err = set_args(kern, err, 4, sizes, values);
-    const double gbs =
-        err == CL_SUCCESS ? median_rate(d.queue, kern, global, local, (double)bytes) : 0;
-    release_probe(kern, prog, x, out);
+        err = clEnqueueFillBuffer(p->d.queue, p->x, &one, sizeof one, 0, p->bytes, 0, NULL, NULL);
+    const size_t sizes[] = {sizeof p->x, sizeof n, sizeof chunked, sizeof p->out};
+    const void *const values[] = {&p->x, &n, &chunked, &p->out};
+    err = set_args(p->kern, err, 4, sizes, values);
+    if (err != CL_SUCCESS) {
+        bw_probe_close(p);
+        return NULL;
+    }
+    return p;
+}
+
+double bw_probe_measure(bw_probe *p)
+{
+    return p ? median_rate(p->d.queue, p->kern, p->global, p->local, (double)p->bytes) : 0.0;
+}
+
+void bw_probe_close(bw_probe *p)
+{
+    if (!p)
+        return;
+    release_probe(p->kern, p->prog, p->x, p->out);
+    free(p);
+}
+
+double measure_bandwidth(clattn_context *ctx)
+{
+    bw_probe *p = bw_probe_open(ctx);
+    const double gbs = bw_probe_measure(p);
+    bw_probe_close(p);
     return gbs;
 }
 

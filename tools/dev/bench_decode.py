@@ -4,7 +4,7 @@ machine's read bandwidth (dev-time only).
 
 Decoding one token is a stream over the KV cache: its ceiling is the read bandwidth,
 which `clattn bench --peak` measures in the same process (a streaming loop over 256
-MiB). For each case, interleaved round by round so drift hits both alike:
+MiB, run just before and just after the case: bw_gbytes_per_s is their mean). For each case, interleaved round by round so drift hits both alike:
   clattn      `clattn bench --json --peak` (fused: the decode kernel; device time)
   torch-sdpa  torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)
               on the CPU, in the case's dtype (float32 or float16)
@@ -99,7 +99,7 @@ def main():
                              shape_arg])[0]
             device, cpu = case["device"], case.get("host_cpu", "?")
             times["clattn"].append(case["device_ms"]["median"])
-            times["bw"].append(case["peak_gbytes_per_s"])
+            times["bw"].append(case["bw_gbytes_per_s"])  # measured around the case
             time.sleep(SETTLE_S)
             reps = []
             for _ in range(5):
