@@ -38,6 +38,15 @@
  *   whole steps and sum their 16 keys untested.
  * No local memory and no barriers. On GPUs (NR 1, a row per work-item) it runs only where
  * the GPU family's decode_gpu.cl cannot: weights, key weight sums, max logits.
+ * Split-KV (SPLITS 1; "flash-decoding", Dao, Haziza, Massa, Sizov 2023): the keys are cut
+ * into n_splits chunks of `chunk` keys (a multiple of 16, so a step never straddles two),
+ * NDRange dimension 2 numbers the chunk, and each work-item writes its rows' partial
+ * results over its chunk as decode_gpu.cl does — O_s = acc/l (float32) at
+ * o[(row·n_splits + s)·D_V + c] and LSE_s = m + log l (relative to the row's ALiBi
+ * reference; −∞ where the chunk has no visible key) at lse[row·n_splits + s], row =
+ * (b·h_q + h)·n_q + i, both buffers the host's float32 workspace — for split_merge.cl to
+ * combine (with the sink). The host splits where batch × KV heads / NH × row blocks are
+ * too few work-items to keep every CPU thread busy to the end (plan.c).
  */
 #ifndef D_K
 #define D_K 64 /* head dim of Q and K */
@@ -53,6 +62,14 @@
 #endif
 #ifndef NH
 #define NH 1 /* KV heads per work-item (each with its NR rows), read step by step together */
+#endif
+#ifndef SPLITS
+#define SPLITS 0 /* 1: split-KV, the partial O and LSE of chunk number get_global_id(2) */
+#endif
+#if SPLITS
+#define SPLIT_PARAMS , int n_splits, long chunk
+#else
+#define SPLIT_PARAMS
 #endif
 #define SB (NR < 4 ? NR : 4) /* rows per register block */
 /* Keys per block of scores: SB·KG ≤ 16 dot products, as many as the score accumulators'
@@ -245,7 +262,8 @@ float16 hsum16(const float16 *d)
                     o_[r][c] = fma((float16)(p[r0 + r][t]), vv, o_[r][c]);                  \
         }
 
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSED_PARAMS)
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSED_PARAMS
+                                                                             SPLIT_PARAMS)
 {
     const long rows = (long)group * n_q, x = get_global_id(0);
     if (x * NR >= rows)
@@ -288,6 +306,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         }
         ref[r] = ALIBI ? alibi_ref(rule[r]) : 0;
     }
+#if SPLITS /* this work-item's chunk of the keys */
+    const long split = get_global_id(2);
+    klo = max(klo, split * chunk);
+    khi = min(khi, split * chunk + chunk);
+#endif
 
     const bool unit = k_st.s3 == 1 && v_st.s3 == 1; /* (rows' column strides) */
     float p[NR][16];              /* scores, then weights, of the step's 16 keys */
@@ -411,6 +434,19 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         const long rho = x * NR + r, h = (hk0 + hr / NR) * group + rho / n_q, i = rho % n_q;
         if (rho >= rows)
             continue;
+#if SPLITS /* the chunk's partial O and LSE (relative), for split_merge.cl */
+        const long prow = ((b * h_q + h) * n_q + i) * n_splits + split;
+        const float lt = hsum(l[hr]);
+        const bool empty = m[hr] == -INFINITY;
+        float out[D_V_PAD];
+        for (int a = 0; a < N_AV; a++)
+            vstore16(empty ? (float16)(0.0f) : acc[hr][a] / lt, a, out);
+        __global float *po = (__global float *)o + prow * D_V;
+        for (int c = 0; c < D_V; c++)
+            po[c] = out[c];
+        ((__global float *)lse)[prow] = empty ? -INFINITY : m[hr] + log(lt);
+#else
         STORE_ROW(acc[hr], m[hr], hsum(l[hr]), slope[hr], ref[r]);
+#endif
     }
 }

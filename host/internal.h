@@ -258,7 +258,7 @@ typedef struct clattn_blocked {
     bool subgroups;  /* fused_gpu.cl built with sub-group reductions (SUBGROUPS=1) */
     size_t rows;     /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
                       * decode_gpu.cl: rows of a KV head per work-group */
-    size_t n_splits; /* decode_gpu.cl (0: not split-KV): key chunks, */
+    size_t n_splits; /* decode_gpu.cl, decode.cl with SPLITS (0: not split-KV): key chunks, */
     int64_t split_chunk;         /* … of this many keys each */
     clattn_program_entry *merge; /* … merged by split_merge.cl */
     clattn_program_entry *entry;

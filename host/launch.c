@@ -85,6 +85,9 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const clattn_blocked *bk,
     return launch(ctx, "weighted_sum", &a, 2, global, local, n_wait, wait, done);
 }
 
+/* fused.cl, fused_gpu.cl or decode.cl; for decode.cl with SPLITS (bk->n_splits), o and lse
+ * are views of the float32 partial buffers (the kernel indexes them itself) and chunk
+ * number get_global_id(2) of bk->split_chunk keys */
 static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk,
                                    const clattn_view *q, const clattn_view *k, const clattn_view *v,
                                    const clattn_view *o, const clattn_view *lse, bool lse_relative,
@@ -113,6 +116,10 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     arg_dropout(&a, x);
     arg(&a, sizeof(cl_mem), &x->q_row0);
     arg(&a, sizeof(cl_mem), &x->k_row0);
+    if (bk->n_splits) {
+        arg_int(&a, (int64_t)bk->n_splits);
+        arg_long(&a, bk->split_chunk);
+    }
     /* fused.cl: RQ queries per work-item, a (batch entry, query head) per row of groups;
      * decode.cl: RQ rows of each of its KV heads per work-item, a (batch entry, group of
      * bk->heads KV heads) per row */
@@ -120,18 +127,20 @@ static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk
     /* fused_gpu.cl: a block of bk->rows query rows per work-group */
     const size_t groups = (size_t)(bk->rows ? clattn_ceil_div(rows, (int64_t)bk->rows)
                                             : clattn_ceil_div(rows, (int64_t)(bk->rq * bk->wg)));
-    const size_t global[2] = {
-        groups * bk->wg, (size_t)(q->n[0] * (bk->decode ? k->n[1] / (int64_t)bk->heads : q->n[1]))};
-    const size_t local[2] = {bk->wg, 1};
+    const size_t global[3] = {
+        groups * bk->wg, (size_t)(q->n[0] * (bk->decode ? k->n[1] / (int64_t)bk->heads : q->n[1])),
+        bk->n_splits ? bk->n_splits : 1};
+    const size_t local[3] = {bk->wg, 1, 1};
     return launch(ctx,
                   bk->decode ? "decode"
                   : bk->rows ? "fused_gpu"
                              : "fused",
-                  &a, 2, global, local, n_wait, wait, done);
+                  &a, bk->n_splits ? 3 : 2, global, local, n_wait, wait, done);
 }
 
-/* Split-KV decoding (decode_gpu.cl, then split_merge.cl): the splits' O and LSE into a
- * float32 workspace (released once the kernels finish), merged into O and the LSE. */
+/* Split-KV decoding (decode_gpu.cl, or decode.cl with SPLITS, then split_merge.cl): the
+ * splits' O and LSE into a float32 workspace (released once the kernels finish), merged
+ * into O and the LSE. */
 static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_blocked *bk,
                                           const clattn_view *q, const clattn_view *k,
                                           const clattn_view *v, const clattn_view *o,
@@ -145,7 +154,13 @@ static clattn_status enqueue_decode_split(clattn_context *ctx, const clattn_bloc
     if (st == CLATTN_SUCCESS)
         st = clattn_create_buffer(ctx, CL_MEM_READ_WRITE, rows * ns * 4, NULL, &pl);
     cl_event ev = NULL;
-    if (st == CLATTN_SUCCESS) {
+    if (st == CLATTN_SUCCESS && !bk->rows) { /* decode.cl (the CPU family) */
+        clattn_view part_o = *o, part_lse = *o;
+        part_o.buffer = po;
+        part_lse.buffer = pl;
+        st =
+            enqueue_fused(ctx, bk, q, k, v, &part_o, &part_lse, false, scale, x, n_wait, wait, &ev);
+    } else if (st == CLATTN_SUCCESS) {
         arg_list a = {bk->entry->kernel, 0, CL_SUCCESS};
         arg_view(&a, q);
         arg_view(&a, k);

@@ -269,24 +269,81 @@ static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int6
     return true;
 }
 
+/* decode.cl's split-KV (CPU family): work-items ≥ 16 per compute unit (PoCL hands them to
+ * its threads one by one, so the last ones even out threads that ran slower: 8 KV heads of
+ * a batch-1 float16 GQA decode on 2 cores ran 65-92 % of the read bandwidth from one run to
+ * the next unsplit, docs/BENCHMARKS.md), chunks of at least 2048 keys (a chunk's setup and
+ * partial rows stay small next to its stream; at least half that where n_kv is not a
+ * multiple) */
+#define CPU_DECODE_PER_UNIT 16
+#define CPU_DECODE_MIN_CHUNK 2048
+
+/* Split-KV chunk length for n_kv keys over `blocks` work-groups: the context's count
+ * (clattn_context_set_decode_splits; 1: none) or enough for `want` work-groups, at most
+ * ⌈n_kv / min_chunk⌉ and GPU_DECODE_MAX_SPLITS chunks; whole steps of `step` keys, so that
+ * the chunks may be fewer than asked. At least n_kv when nothing is split. */
+#define GPU_DECODE_MAX_SPLITS 256
+static int64_t split_chunk(const clattn_context *ctx, int64_t n_kv, int64_t blocks, int64_t want,
+                           int64_t min_chunk, int64_t step)
+{
+    int64_t splits = ctx->decode_splits;
+    if (splits <= 0) {
+        splits = clattn_ceil_div(want, blocks > 0 ? blocks : 1);
+        const int64_t most = clattn_ceil_div(n_kv, min_chunk > 0 ? min_chunk : 1);
+        if (splits > most)
+            splits = most;
+    }
+    if (splits > GPU_DECODE_MAX_SPLITS)
+        splits = GPU_DECODE_MAX_SPLITS;
+    if (splits > n_kv)
+        splits = n_kv;
+    if (splits < 1)
+        splits = 1;
+    return clattn_ceil_div(clattn_ceil_div(n_kv, splits), step) * step;
+}
+
 /* decode.cl: NR rows (query heads x queries of a KV head) of NH KV heads per work-item, one
- * per work-group (its default WG); NV sizes its register blocks; CPU_PREFETCH: context.c. */
+ * per work-group (its default WG); NV sizes its register blocks; CPU_PREFETCH: context.c.
+ * With may_split (no weights, key sums or max logits asked, and keys to read), split-KV
+ * where the work-items are too few (split_chunk), merged by split_merge.cl. */
 static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr, int64_t group,
-                                   const char *feat, clattn_blocked *out)
+                                   const features *f, bool may_split, clattn_blocked *out)
 {
     const int64_t rows = group * pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3];
+    const int64_t n_kv = pr->k.n[2];
     const size_t nr = clattn_decode_rows(ctx, rows, d_k, d_v),
                  nh = clattn_decode_heads(ctx, &pr->k, rows, nr, d_v);
+    const int64_t blocks =
+        pr->q.n[0] * (pr->k.n[1] / (int64_t)nh) * clattn_ceil_div(rows, (int64_t)nr);
+    const int64_t chunk =
+        may_split ? split_chunk(ctx, n_kv, blocks,
+                                CPU_DECODE_PER_UNIT *
+                                    (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
+                                CPU_DECODE_MIN_CHUNK, 16)
+                  : n_kv;
+    const bool split = chunk < n_kv;
     char opts[512];
     snprintf(opts, sizeof opts,
-             CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DNH=%zu -DNV=%d -DCPU_PREFETCH=%d %s",
+             CL_STD
+             " -DD_K=%lld -DD_V=%lld -DNR=%zu -DNH=%zu -DNV=%d -DCPU_PREFETCH=%d -DSPLITS=%d %s",
              (long long)d_k, (long long)d_v, nr, nh, clattn_tuning_vectors(ctx, nr),
-             ctx->cpu_prefetch, feat);
-    clattn_program_entry *entry = NULL;
-    const clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &entry);
+             ctx->cpu_prefetch, split, f->opts);
+    clattn_program_entry *entry = NULL, *merge = NULL;
+    clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &entry);
+    if (st == CLATTN_SUCCESS && split) {
+        snprintf(opts, sizeof opts, CL_STD " -DD_V=%lld %s", (long long)d_v, f->opts);
+        st = clattn_get_kernel(ctx, "split_merge.cl", opts, &merge);
+    }
     if (st == CLATTN_SUCCESS)
-        *out = (clattn_blocked){
-            .rq = nr, .wg = 1, .tile_kv = 16, .decode = true, .heads = nh, .entry = entry};
+        *out = (clattn_blocked){.rq = nr,
+                                .wg = 1,
+                                .tile_kv = 16,
+                                .decode = true,
+                                .heads = nh,
+                                .entry = entry,
+                                .merge = merge,
+                                .split_chunk = split ? chunk : 0,
+                                .n_splits = split ? (size_t)clattn_ceil_div(n_kv, chunk) : 0};
     return st;
 }
 /* decode_gpu.cl + split_merge.cl (the GPU family's decoding): RB rows of a KV head per
@@ -295,7 +352,6 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
  * splits of (1, 32, 8, 32768) 4.7x faster than 16, 256 no faster; docs/BENCHMARKS.md),
  * unless CLATTN_DECODE_SPLITS or clattn_context_set_decode_splits() sets the count. */
 #define GPU_DECODE_WG 128
-#define GPU_DECODE_MAX_SPLITS 256
 #define GPU_DECODE_KB 32 /* keys per K / V staging */
 
 /* decode_gpu.cl's local memory in bytes for rb rows per group (its local arrays) */
@@ -317,25 +373,12 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
         rb--;
     if (decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
-        return decode_kernel(ctx, pr, group, f->opts, out); /* head dims too big */
+        return decode_kernel(ctx, pr, group, f, true, out); /* head dims too big */
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
-    int64_t splits = ctx->decode_splits;
-    if (splits <= 0) {
-        const int64_t want = 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1);
-        splits = clattn_ceil_div(want, blocks > 0 ? blocks : 1);
-        const int64_t most = clattn_ceil_div(n_kv, 4 * GPU_DECODE_WG);
-        if (splits > most)
-            splits = most;
-    }
-    if (splits > GPU_DECODE_MAX_SPLITS)
-        splits = GPU_DECODE_MAX_SPLITS;
-    if (splits > n_kv)
-        splits = n_kv;
-    if (splits < 1)
-        splits = 1;
-    /* whole steps per split; the count follows */
+    /* (one split of all keys, as the merge of one part, where the count is 1) */
     const int64_t chunk =
-        clattn_ceil_div(clattn_ceil_div(n_kv, splits), GPU_DECODE_WG) * GPU_DECODE_WG;
+        split_chunk(ctx, n_kv, blocks, 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
+                    4 * GPU_DECODE_WG, GPU_DECODE_WG);
     char opts[512];
     snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu -DKB=%d %s",
              (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, GPU_DECODE_KB, f->opts);
@@ -543,7 +586,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             d_v > 0)
             st = decode_gpu_kernel(ctx, pr, group, f, &p->fused);
         else if (decode)
-            st = decode_kernel(ctx, pr, group, f->opts, &p->fused);
+            st = decode_kernel(
+                ctx, pr, group, f,
+                !p->no_keys && !f->weights && !pr->has_ksum && !pr->has_mlog && d_v > 0, &p->fused);
         else if (gpu)
             st = clattn_plan_fused_gpu(ctx, blocking_n_q, d_k, d_v, desc->work_group_size, f->opts,
                                        half_no == NULL, &p->fused);
@@ -566,7 +611,7 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
         if (p->no_keys) /* whatever the algorithm and work-group size: nothing to compute */
             add_reason(p, "; n_kv 0: the decode kernel writes every row (zeros, or NaN for "
                           "masked_rows NaN; LSE -inf)");
-        else if (decode && p->fused.n_splits)
+        else if (decode && p->fused.n_splits && p->fused.rows)
             add_reason(p,
                        "; GPU family split-KV decode (decode_gpu.cl, split_merge.cl): %zu split%s"
                        " of up to %lld keys, %zu of a KV head's %lld row%s per work-group",
@@ -581,6 +626,15 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                        PLURAL(group), (long long)n_q, n_q == 1 ? "query" : "queries");
             if (p->fused.heads > 1)
                 add_reason(p, ", %zu KV heads in turn", p->fused.heads);
+            if (p->fused.n_splits) /* (CPU family: too few work-items to keep every thread busy) */
+                add_reason(p,
+                           "; split-KV (split_merge.cl): %zu splits of up to %lld keys, for "
+                           "%lld work-items on %u compute units",
+                           p->fused.n_splits, (long long)p->fused.split_chunk,
+                           (long long)(batch * (k->n[1] / (int64_t)p->fused.heads) *
+                                       clattn_ceil_div(group * n_q, (int64_t)p->fused.rq) *
+                                       (int64_t)p->fused.n_splits),
+                           ctx->compute_units);
         } else if (gpu)
             add_reason(p,
                        "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "
@@ -597,10 +651,11 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                        (long long)k->page_stride, PLURAL(k->page_stride), (long long)k->page_size,
                        PLURAL(k->page_size), (long long)k->num_pages);
         snprintf(p->kernels, sizeof p->kernels, "%s%s%s%s%s",
-                 p->fused.n_splits ? "decode_gpu, split_merge"
-                 : decode          ? "decode"
-                 : gpu             ? "fused_gpu"
-                                   : "fused",
+                 p->fused.n_splits && p->fused.rows ? "decode_gpu, split_merge"
+                 : p->fused.n_splits                ? "decode, split_merge"
+                 : decode                           ? "decode"
+                 : gpu                              ? "fused_gpu"
+                                                    : "fused",
                  f->weights && !p->no_keys ? ", scores, weights_from_lse" : "",
                  f->head_mean && !p->no_keys ? ", head_mean" : "", p->key_sums ? ", key_sums" : "",
                  p->row_max ? ", row_max" : "");
