@@ -358,6 +358,28 @@ START_TEST(paged_equals_contiguous)
         result_free(&several);
         TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, 0), "heads 0");
     }
+    /* decode.cl's split-KV (the CPU family; its automatic count splits only long caches on
+     * few work-items): 3 splits asked, with one and with all KV heads per work-item, paged
+     * and contiguous against the reference */
+    for (int64_t nh = 1; c->n_q <= 16 && nh <= c->h_kv; nh = nh < c->h_kv ? c->h_kv : nh + 1) {
+        TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, CLATTN_KERNEL_FAMILY_CPU), "family");
+        TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, (int)nh), "heads");
+        TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, 3), "splits 3");
+        char label[64];
+        snprintf(label, sizeof label, "CPU, 3 splits, %lld KV head%s per work-item", (long long)nh,
+                 nh > 1 ? "s" : "");
+        check_config(&p, &d, label);
+        clattn_plan plan;
+        plan_paged(&p, &d, &plan);
+        const char *at = strstr(plan.reason, "split_merge.cl): ");
+        size_t splits = 0;
+        ck_assert_msg(strcmp(plan.kernels, "decode, split_merge") == 0 && at &&
+                          sscanf(at, "split_merge.cl): %zu splits", &splits) == 1 && splits == 3,
+                      "%s: %s: kernels \"%s\", reason \"%s\"", p.text, label, plan.kernels,
+                      plan.reason);
+        TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, 0), "splits 0");
+        TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, 0), "heads 0");
+    }
     TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
     paged_free(&p);
 }

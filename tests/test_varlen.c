@@ -251,7 +251,7 @@ static void run_case(const vcase *c, clattn_kernel_family family)
     const clattn_kernel_family before = clattn_context_kernel_family(ctx);
     ck_assert_int_eq(clattn_context_set_kernel_family(ctx, family), CLATTN_SUCCESS);
     family = clattn_context_kernel_family(ctx);
-    /* split-KV decoding in 3 splits (the GPU family), so the merge runs per sequence */
+    /* split-KV decoding in 3 splits (both families), so the merge runs per sequence */
     ck_assert_int_eq(clattn_context_set_decode_splits(ctx, 3), CLATTN_SUCCESS);
     const char *fam = family == CLATTN_KERNEL_FAMILY_GPU ? "GPU family" : "CPU family";
     vrun r;
