@@ -91,13 +91,16 @@ typedef enum clattn_kernel_family {
 clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kernel_family family);
 
 /**
- * Split-KV decoding (the GPU family, n_q <= 16, no weights requested): the keys are cut
- * into chunks, each taken by its own work-groups, and the partial results are merged
- * (Flash-Decoding). Each chunk is a whole number of the kernel's 128-key steps, the
- * fewest that make at most `splits` chunks, so fewer than `splits` may run (7 asked of
- * 1000 keys: 4 of 256). 0 (the default) chooses: enough work-groups for 16 per compute
- * unit, at least 512 keys per split. clattn_attention_plan() reports the count in its
- * reason. The CLATTN_DECODE_SPLITS environment variable, read once when a context is
+ * Split-KV decoding (n_q <= 16, no weights, key weight sums or max logits requested): the
+ * keys are cut into chunks, each taken by its own work-groups, and the partial results are
+ * merged (Flash-Decoding; Dao, Haziza, Massa, Sizov 2023). Each chunk is a whole number of
+ * the decode kernel's steps (128 keys in the GPU family's decode_gpu.cl, 16 in the CPU
+ * family's decode.cl), the fewest that make at most `splits` chunks, so fewer than `splits`
+ * may run (7 asked of 1000 keys: 4 of 256 in the GPU family). 0 (the default) chooses:
+ * enough work-groups for 16 per compute unit, with at least 512 keys per split (GPU family)
+ * or 2048 (CPU family, which splits only where its work-items are fewer; 1 split there is
+ * decode.cl alone). clattn_attention_plan() reports the count in its reason (since
+ * 2026-12-03 for the CPU family). The CLATTN_DECODE_SPLITS environment variable, read once when a context is
  * created, does the same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, splits outside
  *         0..256).
