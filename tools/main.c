@@ -44,7 +44,7 @@ static const char program_usage[] =
     "  CLATTN_TUNE        \"off\" ignores the blocking `clattn tune` stored for the device\n"
     "  CLATTN_BLOCKING    RQ,WG,TILE_KV[,NV]: the blocking of every tiled kernel (experiments)\n"
     "  CLATTN_KERNEL_FAMILY    gpu or cpu: force a kernel family (default: by device type)\n"
-    "  CLATTN_DECODE_SPLITS    N: key splits of the GPU family's decoding (0: chosen)\n"
+    "  CLATTN_DECODE_SPLITS    N: key splits of split-KV decoding (0: chosen, 1: none)\n"
     "  CLATTN_DECODE_HEADS     N: KV heads per work-item of decode.cl (0: chosen)\n"
     "  CLATTN_BACKWARD_SPLITS  N: key splits of the backward's dQ on CPUs (0: own kernel)\n"
     "  (read when a context is created; a tuning value that does not parse is ignored)\n"
