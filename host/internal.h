@@ -59,7 +59,7 @@ struct clattn_context {
     int n_tune;
     bool use_stored_tuning;      /* false: CLATTN_TUNE=off at creation, or set off */
     clattn_kernel_family family; /* as set (CLATTN_KERNEL_FAMILY at creation); AUTO: by type */
-    int64_t decode_splits;       /* GPU decode key splits (CLATTN_DECODE_SPLITS); 0: choose */
+    int64_t decode_splits;       /* split-KV decode key splits (CLATTN_DECODE_SPLITS); 0: choose */
     int64_t decode_heads; /* CPU decode KV heads per work-item (CLATTN_DECODE_HEADS); 0: choose */
     int64_t backward_splits;     /* CLATTN_BACKWARD_SPLITS: −1 choose, 0 bwd_dq.cl, N splits */
     clattn_tune_entry *override; /* clattn_context_set_blocking (CLATTN_BLOCKING at creation) */

@@ -280,18 +280,25 @@ static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int6
 
 /* Split-KV chunk length for n_kv keys over `blocks` work-groups: the context's count
  * (clattn_context_set_decode_splits; 1: none) or enough for `want` work-groups, at most
- * ⌈n_kv / min_chunk⌉ and GPU_DECODE_MAX_SPLITS chunks; whole steps of `step` keys, so that
- * the chunks may be fewer than asked. At least n_kv when nothing is split. */
+ * ⌈n_kv / min_chunk⌉ (then rounded up to a multiple of `units` work-groups) and
+ * GPU_DECODE_MAX_SPLITS chunks; whole steps of `step` keys, so that the chunks may be fewer
+ * than asked. At least n_kv when nothing is split. */
 #define GPU_DECODE_MAX_SPLITS 256
 static int64_t split_chunk(const clattn_context *ctx, int64_t n_kv, int64_t blocks, int64_t want,
-                           int64_t min_chunk, int64_t step)
+                           int64_t min_chunk, int64_t step, int64_t units)
 {
     int64_t splits = ctx->decode_splits;
     if (splits <= 0) {
-        splits = clattn_ceil_div(want, blocks > 0 ? blocks : 1);
+        if (blocks < 1)
+            blocks = 1;
+        splits = clattn_ceil_div(want, blocks);
         const int64_t most = clattn_ceil_div(n_kv, min_chunk > 0 ? min_chunk : 1);
         if (splits > most)
             splits = most;
+        /* few work-items: a multiple of `units` of them (3 chunks on 2 cores left one
+         * core idle for a third of the call), the chunks a little shorter */
+        if (units > 1 && splits > 1 && splits * blocks < want && (splits * blocks) % units)
+            splits = clattn_ceil_div((splits * blocks + units - 1) / units * units, blocks);
     }
     if (splits > GPU_DECODE_MAX_SPLITS)
         splits = GPU_DECODE_MAX_SPLITS;
@@ -319,7 +326,7 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
         may_split ? split_chunk(ctx, n_kv, blocks,
                                 CPU_DECODE_PER_UNIT *
                                     (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
-                                CPU_DECODE_MIN_CHUNK, 16)
+                                CPU_DECODE_MIN_CHUNK, 16, (int64_t)ctx->compute_units)
                   : n_kv;
     const bool split = chunk < n_kv;
     char opts[512];
@@ -378,7 +385,7 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     /* (one split of all keys, as the merge of one part, where the count is 1) */
     const int64_t chunk =
         split_chunk(ctx, n_kv, blocks, 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
-                    4 * GPU_DECODE_WG, GPU_DECODE_WG);
+                    4 * GPU_DECODE_WG, GPU_DECODE_WG, 1);
     char opts[512];
     snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu -DKB=%d %s",
              (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, GPU_DECODE_KB, f->opts);
@@ -627,14 +634,8 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             if (p->fused.heads > 1)
                 add_reason(p, ", %zu KV heads in turn", p->fused.heads);
             if (p->fused.n_splits) /* (CPU family: too few work-items to keep every thread busy) */
-                add_reason(p,
-                           "; split-KV (split_merge.cl): %zu splits of up to %lld keys, for "
-                           "%lld work-items on %u compute units",
-                           p->fused.n_splits, (long long)p->fused.split_chunk,
-                           (long long)(batch * (k->n[1] / (int64_t)p->fused.heads) *
-                                       clattn_ceil_div(group * n_q, (int64_t)p->fused.rq) *
-                                       (int64_t)p->fused.n_splits),
-                           ctx->compute_units);
+                add_reason(p, "; split-KV (split_merge.cl): %zu splits of up to %lld keys",
+                           p->fused.n_splits, (long long)p->fused.split_chunk);
         } else if (gpu)
             add_reason(p,
                        "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "

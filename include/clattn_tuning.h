@@ -99,8 +99,8 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
  * may run (7 asked of 1000 keys: 4 of 256 in the GPU family). 0 (the default) chooses:
  * enough work-groups for 16 per compute unit, in at most ceil(n_kv / 512) chunks (GPU
  * family) or ceil(n_kv / 2048) (CPU family, which therefore splits only long caches on few
- * work-items); 1 chunk in the CPU family is decode.cl alone. clattn_attention_plan()
- * reports the count in its reason (the CPU family's since 2026-12-03). The
+ * work-items, rounded up to a multiple of the compute units); 1 chunk in the CPU family is
+ * decode.cl alone. clattn_attention_plan() reports the count in its reason. The
  * CLATTN_DECODE_SPLITS environment variable, read once when a context is created, does the
  * same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, splits outside
