@@ -380,7 +380,8 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
         rb--;
     if (decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
-        return decode_kernel(ctx, pr, group, f, true, out); /* head dims too big */
+        /* head dims too big: decode.cl unsplit (its split counts are sized for CPUs) */
+        return decode_kernel(ctx, pr, group, f, false, out);
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
     /* (one split of all keys, as the merge of one part, where the count is 1) */
     const int64_t chunk =

@@ -3,7 +3,7 @@
  * the host and on the device (cl_mem, with max_seqlen), against the float64 reference
  * run sequence by sequence, in both kernel families:
  *  - a prefill-sized batch (the tiled kernels) and a decode-sized one (at most 3 query
- *    rows per sequence: the decode kernels, split-KV decoding in the GPU family), with
+ *    rows per sequence: the decode kernels, split-KV decoding in both families), with
  *    GQA, empty sequences, rows before the first and after the last sequence, sinks and
  *    score terms;
  *  - the context's kernel family: the CPU family on a CPU, the GPU family with
