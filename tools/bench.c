@@ -618,7 +618,7 @@ int cmd_bench(int argc, char **argv)
         printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-9s %-14s %-14s %9s %19s %10s %8s %7s %10s%s\n",
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace",
-               peak ? "  of peak    of bw  bw GB/s" : "");
+               peak ? "   of peak     of bw  bw GB/s" : "");
     }
     /* JSON: the peak fields are null where not measured; items are separated as they are
      * printed (a case that fails prints none) */
