@@ -272,18 +272,18 @@ static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int6
 /* decode.cl's split-KV (CPU family): work-items ≥ 16 per compute unit (PoCL hands them to
  * its threads one by one, so the last ones even out threads that ran slower: 8 KV heads of
  * a batch-1 float16 GQA decode on 2 cores ran 65-92 % of the read bandwidth from one run to
- * the next unsplit, docs/BENCHMARKS.md), chunks of at least 2048 keys (a chunk's setup and
- * partial rows stay small next to its stream; at least half that where n_kv is not a
- * multiple) */
+ * the next unsplit, docs/BENCHMARKS.md), in at most ⌈n_kv / 2048⌉ chunks (a chunk's setup
+ * and partial rows stay small next to its stream; chunks of 1024 keys and more, a little
+ * fewer where split_chunk rounds the work-items to the compute units) */
 #define CPU_DECODE_PER_UNIT 16
 #define CPU_DECODE_MIN_CHUNK 2048
 
 /* Split-KV chunk length for n_kv keys over `blocks` work-groups: the context's count
  * (clattn_context_set_decode_splits; 1: none) or enough for `want` work-groups, at most
  * ⌈n_kv / min_chunk⌉ (then rounded up to a multiple of `units` work-groups) and
- * GPU_DECODE_MAX_SPLITS chunks; whole steps of `step` keys, so that the chunks may be fewer
+ * DECODE_MAX_SPLITS chunks; whole steps of `step` keys, so that the chunks may be fewer
  * than asked. At least n_kv when nothing is split. */
-#define GPU_DECODE_MAX_SPLITS 256
+#define DECODE_MAX_SPLITS 256
 static int64_t split_chunk(const clattn_context *ctx, int64_t n_kv, int64_t blocks, int64_t want,
                            int64_t min_chunk, int64_t step, int64_t units)
 {
@@ -300,13 +300,22 @@ static int64_t split_chunk(const clattn_context *ctx, int64_t n_kv, int64_t bloc
         if (units > 1 && splits > 1 && splits * blocks < want && (splits * blocks) % units)
             splits = clattn_ceil_div((splits * blocks + units - 1) / units * units, blocks);
     }
-    if (splits > GPU_DECODE_MAX_SPLITS)
-        splits = GPU_DECODE_MAX_SPLITS;
+    if (splits > DECODE_MAX_SPLITS)
+        splits = DECODE_MAX_SPLITS;
     if (splits > n_kv)
         splits = n_kv;
     if (splits < 1)
         splits = 1;
     return clattn_ceil_div(clattn_ceil_div(n_kv, splits), step) * step;
+}
+
+/* split_merge.cl for d_v (both families' split-KV decoding) */
+static clattn_status merge_kernel(clattn_context *ctx, int64_t d_v, const features *f,
+                                  clattn_program_entry **out)
+{
+    char opts[512];
+    snprintf(opts, sizeof opts, CL_STD " -DD_V=%lld %s", (long long)d_v, f->opts);
+    return clattn_get_kernel(ctx, "split_merge.cl", opts, out);
 }
 
 /* decode.cl: NR rows (query heads x queries of a KV head) of NH KV heads per work-item, one
@@ -337,10 +346,8 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
              ctx->cpu_prefetch, split, f->opts);
     clattn_program_entry *entry = NULL, *merge = NULL;
     clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &entry);
-    if (st == CLATTN_SUCCESS && split) {
-        snprintf(opts, sizeof opts, CL_STD " -DD_V=%lld %s", (long long)d_v, f->opts);
-        st = clattn_get_kernel(ctx, "split_merge.cl", opts, &merge);
-    }
+    if (st == CLATTN_SUCCESS && split)
+        st = merge_kernel(ctx, d_v, f, &merge);
     if (st == CLATTN_SUCCESS)
         *out = (clattn_blocked){.rq = nr,
                                 .wg = 1,
@@ -398,8 +405,7 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
                            "GPU family decode kernel: %d work-items exceed the kernel's limit %zu "
                            "(CL_KERNEL_WORK_GROUP_SIZE)",
                            GPU_DECODE_WG, out->entry->kernel_wg_max);
-    snprintf(opts, sizeof opts, CL_STD " -DD_V=%lld %s", (long long)d_v, f->opts);
-    if ((st = clattn_get_kernel(ctx, "split_merge.cl", opts, &out->merge)) != CLATTN_SUCCESS)
+    if ((st = merge_kernel(ctx, d_v, f, &out->merge)) != CLATTN_SUCCESS)
         return st;
     out->rq = 1;
     out->wg = GPU_DECODE_WG;
