@@ -71,7 +71,9 @@ typedef enum clattn_kernel_family {
     /** GPUs and accelerators take the GPU family, CPUs the CPU family. */
     CLATTN_KERNEL_FAMILY_AUTO = 0,
     /** Work-items that each hold several queries and wide float16 vectors, tiles sized
-     *  for caches (fused.cl, scores.cl, weighted_sum.cl). */
+     *  for caches (fused.cl, scores.cl, weighted_sum.cl); decoding (n_q <= 16) streams
+     *  each KV head's K and V once for all its query rows (decode.cl), split-KV where
+     *  the work-items are too few (split_merge.cl). */
     CLATTN_KERNEL_FAMILY_CPU = 1,
     /** The fused kernel as work-groups of cooperating work-items: a tile of query rows
      *  per group, K and V tiles in local memory, register micro-tiles of scores and of
