@@ -360,6 +360,113 @@ START_TEST(decode_grouped_all_terms)
 }
 END_TEST
 
+/* decode_splits_every_term's variants in one family (fam 0: GPU, 1: CPU) */
+static void decode_splits_family(clattn_context *ctx, int fam)
+{
+    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 3, n_kv = 1100;
+    static const int splits[] = {1, 0, 3, 7, 256};
+    /* whole steps of 128 (GPU) or 16 keys (CPU) per split: 7 asked give 5 of 256 keys or 7
+     * of 160; 0: automatic (not checked), and in the CPU family 1 is none (decode alone) */
+    static const size_t expect_splits[2][5] = {{1, 0, 3, 5, 9}, {0, 0, 3, 7, 69}};
+    ck_assert_int_eq(clattn_context_set_kernel_family(ctx, fam ? CLATTN_KERNEL_FAMILY_CPU
+                                                               : CLATTN_KERNEL_FAMILY_GPU),
+                     CLATTN_SUCCESS);
+    for (int variant = 0; variant < 4; variant++) {
+        const bool all = variant == 0;
+        const int64_t d_k = all ? 40 : 64, d_v = all ? 32 : variant == 1 ? 200 : 64;
+        fproblem f;
+        memset(&f, 0, sizeof f);
+        tu_problem_init(&f.p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, 81, 82, 83, 8);
+        clattn_attention_desc *ds = &f.desc;
+        *ds = clattn_attention_desc_default();
+        f.kv_lens = malloc(sizeof(int32_t) * 2);
+        /* variant 2: rows end at keys 1023, 1024, 1025, across a step boundary (1024) */
+        f.kv_lens[0] = variant == 2 ? 1025 : 1000;
+        f.kv_lens[1] = 555;
+        ds->kv_lens = f.kv_lens;
+        if (variant == 2) /* no term, but rows whose key ranges differ: not plain steps */
+            ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+        if (variant == 3) { /* a window alone: steps inside some rows' windows, not all */
+            ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+            ds->window = 1;
+            ds->window_left = 300;
+            ds->window_right = 0;
+        }
+        if (all) {
+            ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+            ds->window = 1;
+            ds->window_left = 300;
+            ds->window_right = 1;
+            ds->softcap = 3.0f;
+            ds->masked_rows = CLATTN_MASKED_ROWS_NAN;
+            f.q_lens = malloc(sizeof(int32_t) * 2);
+            f.q_lens[0] = 3;
+            f.q_lens[1] = 2;
+            ds->q_lens = f.q_lens;
+            f.slopes = malloc(sizeof(float) * (size_t)h_q);
+            for (int64_t h = 0; h < h_q; h++)
+                f.slopes[h] = exp2f(-(float)(h + 1)) * (h % 3 == 2 ? -1.0f : 1.0f);
+            ds->alibi_slopes = f.slopes;
+            const size_t n_mask = (size_t)(b * h_q * n_q * n_kv);
+            f.keep = malloc(n_mask);
+            rng_state = 0x5eed0007u;
+            for (size_t i = 0; i < n_mask; i++)
+                f.keep[i] = rnd(6) != 0;
+            /* rows (b 0, heads 5 and 6, query 1) see no key at all: head 5 has no sink
+             * (NaN row), head 6 has one (zeros, LSE = the sink) */
+            memset(f.keep + ((0 * h_q + 5) * n_q + 1) * n_kv, 0, (size_t)n_kv);
+            memset(f.keep + ((0 * h_q + 6) * n_q + 1) * n_kv, 0, (size_t)n_kv);
+            f.mt = clattn_tensor_host(f.keep, b, h_q, n_q, n_kv);
+            f.mt.dtype = CLATTN_BOOL;
+            ds->mask_tensor = &f.mt;
+        }
+        if (variant < 2) { /* sinks: one more part in the merge */
+            f.sinks = malloc(sizeof(float) * (size_t)h_q);
+            for (int64_t h = 0; h < h_q; h++)
+                f.sinks[h] = h == 5 ? -INFINITY : (float)(h % 4) - 1.5f;
+            ds->sinks = f.sinks;
+        }
+        for (size_t c = 0; c < sizeof splits / sizeof splits[0]; c++) {
+            TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, splits[c]), "splits %d", splits[c]);
+            snprintf(f.text, sizeof f.text,
+                     "%s family split-KV decode, %d splits set: b 2 h_q 8 h_kv 2 n_q 3 n_kv 1100 "
+                     "d_k %lld d_v %lld kv_lens {%d,555}%s",
+                     fam ? "CPU" : "GPU", splits[c], (long long)d_k, (long long)d_v, f.kv_lens[0],
+                     all ? ", causal-bottom-right window(300,1) softcap 3 alibi bool-mask "
+                           "q_lens {3,2} masked_rows nan sinks"
+                     : variant == 2 ? ", causal-bottom-right"
+                     : variant == 3 ? ", causal-bottom-right window(300,0)"
+                                    : ", sinks");
+            float *o = tu_alloc((size_t)(b * h_q * n_q * d_v), 0.0f);
+            clattn_tensor to = tu_problem_o(&f.p, o);
+            clattn_plan plan;
+            ds->algorithm = CLATTN_ALGORITHM_FUSED;
+            TU_ASSERT_OK(clattn_attention_plan(ctx, ds, &f.p.tq, &f.p.tk, &f.p.tv, &to, &plan),
+                         "%s: plan", f.text);
+            free(o);
+            const char *at = strstr(plan.reason, "split_merge.cl): ");
+            size_t n_splits = 0;
+            if (fam && !at) /* the CPU family unsplit (1 asked, or too few keys for more) */
+                ck_assert_msg(strcmp(plan.kernels, "decode") == 0 && expect_splits[1][c] == 0,
+                              "%s: kernels \"%s\", reason \"%s\"", f.text, plan.kernels,
+                              plan.reason);
+            else {
+                ck_assert_msg(strcmp(plan.kernels,
+                                     fam ? "decode, split_merge" : "decode_gpu, split_merge") == 0,
+                              "%s: kernels \"%s\"", f.text, plan.kernels);
+                ck_assert_msg(at && sscanf(at, "split_merge.cl): %zu splits", &n_splits) == 1,
+                              "%s: reason \"%s\"", f.text, plan.reason);
+            }
+            if (expect_splits[fam][c])
+                ck_assert_msg(n_splits == expect_splits[fam][c], "%s: %zu splits, expected %zu",
+                              f.text, n_splits, expect_splits[fam][c]);
+            printf("%s: %zu splits\n", f.text, n_splits);
+            check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false, c % 2 == 1 && !all);
+        }
+        fproblem_free(&f);
+    }
+}
+
 /* Split-KV decoding, in both kernel families forced on this context whatever the device
  * (the GPU family's decode_gpu.cl, the CPU family's decode.cl with SPLITS; then
  * split_merge.cl) with the split count set: 1 split, the automatic count, and 3, 7 and 256
@@ -381,112 +488,8 @@ START_TEST(decode_splits_every_term)
     ck_assert_int_eq(clattn_context_set_decode_splits(ctx, -1), CLATTN_ERROR_INVALID_ARGUMENT);
     ck_assert_int_eq(clattn_context_set_decode_splits(ctx, 257), CLATTN_ERROR_INVALID_ARGUMENT);
     ck_assert_int_eq(clattn_context_set_decode_splits(NULL, 2), CLATTN_ERROR_INVALID_ARGUMENT);
-    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 3, n_kv = 1100;
-    static const int splits[] = {1, 0, 3, 7, 256};
-    /* whole steps of 128 (GPU) or 16 keys (CPU) per split: 7 asked give 5 of 256 keys or 7
-     * of 160; 0: automatic (not checked), and in the CPU family 1 is none (decode alone) */
-    static const size_t expect_splits[2][5] = {{1, 0, 3, 5, 9}, {0, 0, 3, 7, 69}};
     for (int fam = 0; fam < 2; fam++)
-        for (int variant = 0; variant < 4; variant++) {
-            ck_assert_int_eq(clattn_context_set_kernel_family(ctx, fam ? CLATTN_KERNEL_FAMILY_CPU
-                                                                       : CLATTN_KERNEL_FAMILY_GPU),
-                             CLATTN_SUCCESS);
-            const bool all = variant == 0;
-            const int64_t d_k = all ? 40 : 64, d_v = all ? 32 : variant == 1 ? 200 : 64;
-            fproblem f;
-            memset(&f, 0, sizeof f);
-            tu_problem_init(&f.p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, 81, 82, 83, 8);
-            clattn_attention_desc *ds = &f.desc;
-            *ds = clattn_attention_desc_default();
-            f.kv_lens = malloc(sizeof(int32_t) * 2);
-            /* variant 2: rows end at keys 1023, 1024, 1025, across a step boundary (1024) */
-            f.kv_lens[0] = variant == 2 ? 1025 : 1000;
-            f.kv_lens[1] = 555;
-            ds->kv_lens = f.kv_lens;
-            if (variant == 2) /* no term, but rows whose key ranges differ: not plain steps */
-                ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-            if (variant == 3) { /* a window alone: steps inside some rows' windows, not all */
-                ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-                ds->window = 1;
-                ds->window_left = 300;
-                ds->window_right = 0;
-            }
-            if (all) {
-                ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-                ds->window = 1;
-                ds->window_left = 300;
-                ds->window_right = 1;
-                ds->softcap = 3.0f;
-                ds->masked_rows = CLATTN_MASKED_ROWS_NAN;
-                f.q_lens = malloc(sizeof(int32_t) * 2);
-                f.q_lens[0] = 3;
-                f.q_lens[1] = 2;
-                ds->q_lens = f.q_lens;
-                f.slopes = malloc(sizeof(float) * (size_t)h_q);
-                for (int64_t h = 0; h < h_q; h++)
-                    f.slopes[h] = exp2f(-(float)(h + 1)) * (h % 3 == 2 ? -1.0f : 1.0f);
-                ds->alibi_slopes = f.slopes;
-                const size_t n_mask = (size_t)(b * h_q * n_q * n_kv);
-                f.keep = malloc(n_mask);
-                rng_state = 0x5eed0007u;
-                for (size_t i = 0; i < n_mask; i++)
-                    f.keep[i] = rnd(6) != 0;
-                /* rows (b 0, heads 5 and 6, query 1) see no key at all: head 5 has no sink
-                 * (NaN row), head 6 has one (zeros, LSE = the sink) */
-                memset(f.keep + ((0 * h_q + 5) * n_q + 1) * n_kv, 0, (size_t)n_kv);
-                memset(f.keep + ((0 * h_q + 6) * n_q + 1) * n_kv, 0, (size_t)n_kv);
-                f.mt = clattn_tensor_host(f.keep, b, h_q, n_q, n_kv);
-                f.mt.dtype = CLATTN_BOOL;
-                ds->mask_tensor = &f.mt;
-            }
-            if (variant < 2) { /* sinks: one more part in the merge */
-                f.sinks = malloc(sizeof(float) * (size_t)h_q);
-                for (int64_t h = 0; h < h_q; h++)
-                    f.sinks[h] = h == 5 ? -INFINITY : (float)(h % 4) - 1.5f;
-                ds->sinks = f.sinks;
-            }
-            for (size_t c = 0; c < sizeof splits / sizeof splits[0]; c++) {
-                TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, splits[c]), "splits %d",
-                             splits[c]);
-                snprintf(
-                    f.text, sizeof f.text,
-                    "%s family split-KV decode, %d splits set: b 2 h_q 8 h_kv 2 n_q 3 n_kv 1100 "
-                    "d_k %lld d_v %lld kv_lens {%d,555}%s",
-                    fam ? "CPU" : "GPU", splits[c], (long long)d_k, (long long)d_v, f.kv_lens[0],
-                    all ? ", causal-bottom-right window(300,1) softcap 3 alibi bool-mask "
-                          "q_lens {3,2} masked_rows nan sinks"
-                    : variant == 2 ? ", causal-bottom-right"
-                    : variant == 3 ? ", causal-bottom-right window(300,0)"
-                                   : ", sinks");
-                float *o = tu_alloc((size_t)(b * h_q * n_q * d_v), 0.0f);
-                clattn_tensor to = tu_problem_o(&f.p, o);
-                clattn_plan plan;
-                ds->algorithm = CLATTN_ALGORITHM_FUSED;
-                TU_ASSERT_OK(clattn_attention_plan(ctx, ds, &f.p.tq, &f.p.tk, &f.p.tv, &to, &plan),
-                             "%s: plan", f.text);
-                free(o);
-                const char *at = strstr(plan.reason, "split_merge.cl): ");
-                size_t n_splits = 0;
-                if (fam && !at) /* the CPU family unsplit (1 asked, or too few keys for more) */
-                    ck_assert_msg(strcmp(plan.kernels, "decode") == 0 && expect_splits[1][c] == 0,
-                                  "%s: kernels \"%s\", reason \"%s\"", f.text, plan.kernels,
-                                  plan.reason);
-                else {
-                    ck_assert_msg(strcmp(plan.kernels, fam ? "decode, split_merge"
-                                                           : "decode_gpu, split_merge") == 0,
-                                  "%s: kernels \"%s\"", f.text, plan.kernels);
-                    ck_assert_msg(at && sscanf(at, "split_merge.cl): %zu splits", &n_splits) == 1,
-                                  "%s: reason \"%s\"", f.text, plan.reason);
-                }
-                if (expect_splits[fam][c])
-                    ck_assert_msg(n_splits == expect_splits[fam][c], "%s: %zu splits, expected %zu",
-                                  f.text, n_splits, expect_splits[fam][c]);
-                printf("%s: %zu splits\n", f.text, n_splits);
-                check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false,
-                                        c % 2 == 1 && !all);
-            }
-            fproblem_free(&f);
-        }
+        decode_splits_family(ctx, fam);
     TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, 0), "splits 0");
     TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "family back");
 }

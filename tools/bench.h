@@ -69,16 +69,13 @@ stats bench_summarize(double *v, int n);
 double bench_event_ns(cl_event e, cl_profiling_info what);
 
 /* The device's f32 FMA throughput in GFLOP/s (the fastest of the probe's forms; `form`
- * receives its name, e.g. "float8 x 12 accumulators") and its streaming read bandwidth
- * in GB/s, each the median of 5 timed runs of a kernel built on the context's device
- * (tools/probes.c). 0 on failure. */
+ * receives its name, e.g. "float8 x 12 accumulators"), the median of 5 timed runs of a
+ * kernel built on the context's device (tools/probes.c). 0 on failure. */
 double measure_peak(clattn_context *ctx, char *form, size_t form_len);
-double measure_bandwidth(clattn_context *ctx);
 
 /* The streaming-read probe kept open (its program and 256 MiB buffer built once):
  * bw_probe_open returns NULL on failure; bw_probe_measure gives GB/s, the median of 5
- * timed runs (0 on failure or for NULL); bw_probe_close releases it (NULL allowed).
- * measure_bandwidth is open, measure, close. */
+ * timed runs (0 on failure or for NULL); bw_probe_close releases it (NULL allowed). */
 typedef struct bw_probe bw_probe;
 bw_probe *bw_probe_open(clattn_context *ctx);
 double bw_probe_measure(bw_probe *p);

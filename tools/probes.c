@@ -208,14 +208,6 @@ void bw_probe_close(bw_probe *p)
     free(p);
 }
 
-double measure_bandwidth(clattn_context *ctx)
-{
-    bw_probe *p = bw_probe_open(ctx);
-    const double gbs = bw_probe_measure(p);
-    bw_probe_close(p);
-    return gbs;
-}
-
 /* OpenCL C's name of a vector of `lanes` floats: "float", "float2" … "float16" */
 static void vec_type(int lanes, char *out, size_t len)
 {
