@@ -42,7 +42,7 @@ if(CLATTN_BUILD_SHARED)
   add_custom_target(clattn_version_script DEPENDS "${_clattn_map}")
 
   add_library(clattn_shared SHARED ${_clattn_sources})
-  add_dependencies(clattn_shared clattn_version_script)
+  add_dependencies(clattn_shared clattn_version_script clattn_kernel_sources)
   target_include_directories(clattn_shared PUBLIC
     $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/host)
