@@ -14,7 +14,9 @@ static const char devices_usage[] =
     "\n"
     "Lists every OpenCL platform and device, indexed \"P:D\" as accepted by --device and\n"
     "CLATTN_DEVICE, with compute units, global/local memory, max allocation, max\n"
-    "work-group size and fp16/fp64 support. Marks the device clattn picks by default.\n";
+    "work-group size and fp16/fp64 arithmetic (cl_khr_fp16, cl_khr_fp64: half arithmetic\n"
+    "and the float64 LSE need them; float16 and bfloat16 storage works on every device).\n"
+    "Marks the device clattn picks by default.\n";
 
 /* Whether the space-separated list `extensions` holds `name`. */
 static int has_extension(const char *extensions, const char *name)
@@ -91,7 +93,7 @@ static void print_device(cl_uint p, cl_uint d, cl_device_id device, int is_defau
            local_type == CL_GLOBAL ? " (emulated in global memory)" : "");
     printf("       max allocation       %s\n", format_bytes(b3, sizeof b3, max_alloc));
     printf("       max work-group size  %zu\n", max_wg);
-    printf("       fp16 / fp64          %s / %s\n",
+    printf("       fp16 / fp64 math     %s / %s (f16 and bf16 storage: any device)\n",
            has_extension(extensions, "cl_khr_fp16") ? "yes" : "no",
            has_extension(extensions, "cl_khr_fp64") ? "yes" : "no");
     if (failed != CL_SUCCESS || name == NULL || version == NULL || extensions == NULL) {
