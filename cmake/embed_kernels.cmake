@@ -14,8 +14,5 @@ foreach(_src ${SOURCES})
   math(EXPR _i "${_i} + 1")
 endforeach()
 string(APPEND _body "\nconst clattn_kernel_source clattn_kernel_sources[] = {\n${_table}    {0, 0}};\n")
-# A temporary name of its own, so two runs at once (which the build no longer starts) could
-# not take each other's file.
-string(RANDOM LENGTH 12 _tag)
-file(WRITE "${OUT}.${_tag}.tmp" "${_body}")
-file(RENAME "${OUT}.${_tag}.tmp" "${OUT}")
+file(WRITE "${OUT}.tmp" "${_body}")
+file(RENAME "${OUT}.tmp" "${OUT}")

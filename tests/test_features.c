@@ -386,17 +386,14 @@ static void decode_splits_family(clattn_context *ctx, int fam)
         ds->kv_lens = f.kv_lens;
         if (variant == 2) /* no term, but rows whose key ranges differ: not plain steps */
             ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-        if (variant == 3) { /* a window alone: steps inside some rows' windows, not all */
+        if (variant == 3 || all) { /* variant 3: a window alone, steps inside some rows'
+                                    * windows, not all; all: one reaching a key ahead */
             ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
             ds->window = 1;
             ds->window_left = 300;
-            ds->window_right = 0;
+            ds->window_right = all ? 1 : 0;
         }
         if (all) {
-            ds->mask = CLATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-            ds->window = 1;
-            ds->window_left = 300;
-            ds->window_right = 1;
             ds->softcap = 3.0f;
             ds->masked_rows = CLATTN_MASKED_ROWS_NAN;
             f.q_lens = malloc(sizeof(int32_t) * 2);
