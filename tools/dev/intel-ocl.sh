@@ -15,7 +15,13 @@ if [ ! -e "$lib" ]; then
         apt-get install -y -qq python3-venv >/dev/null
         python3 -m venv "$dir"
     fi
-    "$dir/bin/pip" install -q intel-opencl-rt intel-cmplr-lib-rt
+    # three tries: a download cut or corrupted on the way is fetched again
+    for try in 1 2 3; do
+        "$dir/bin/pip" install -q --no-cache-dir intel-opencl-rt intel-cmplr-lib-rt && break
+        [ "$try" -lt 3 ] || exit 1
+        echo "intel-ocl.sh: pip install failed, try $try of 3" >&2
+        sleep 20
+    done
 fi
 [ -e "$lib" ] || { echo "intel-ocl.sh: $lib missing after the install" >&2; exit 1; }
 vendors="$dir/no-other-vendors" # an empty folder: the ICD loader sees Intel's runtime only
