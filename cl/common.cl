@@ -176,6 +176,20 @@ int rel_key(long x, long j0, int n)
     return (x >= j0 && x < j0 + n) ? (int)(x - j0) : -1;
 }
 
+/* Split-KV decoding (decode.cl with SPLITS, decode_gpu.cl): the keys of chunk `split` of
+ * n_splits, within the keys [lo, hi) a work-item's (work-group's) rows see. The span from
+ * lo rounded down to a whole step of `step` keys is cut into n_splits chunks of whole
+ * steps, ⌈span / n_splits⌉ keys and at least `least` (the host's planned length, plan.c):
+ * chunks past the span are empty (lo ≥ hi), and every chunk starts on a step boundary.
+ * Nothing visible (lo ≥ hi): every chunk is empty. A sliding window in a long cache
+ * splits the window's keys, not the cache's. */
+long2 split_range(long lo, long hi, int split, int n_splits, long least, long step)
+{
+    const long s0 = lo / step * step, span = max(hi - s0, 0L);
+    const long c = max(least, (span + n_splits - 1) / n_splits + step - 1) / step * step;
+    return (long2)(max(lo, s0 + split * c), min(hi, s0 + split * c + c));
+}
+
 /* Whether row i is a padding row (past its batch entry's query length). */
 bool row_padding(__global const int *q_lens, long b, long i)
 {

@@ -38,8 +38,9 @@
  *   whole steps and sum their 16 keys untested.
  * No local memory and no barriers. On GPUs (NR 1, a row per work-item) it runs only where
  * the GPU family's decode_gpu.cl cannot: weights, key weight sums, max logits.
- * Split-KV (SPLITS 1; "flash-decoding", Dao, Haziza, Massa, Sizov 2023): the keys are cut
- * into n_splits chunks of `chunk` keys (a multiple of 16, so a step never straddles two),
+ * Split-KV (SPLITS 1; "flash-decoding", Dao, Haziza, Massa, Sizov 2023): the keys the
+ * work-item's rows see are cut into n_splits chunks of whole 16-key steps (at least
+ * `chunk` keys; common.cl split_range: a window in a long cache splits the window),
  * NDRange dimension 2 numbers the chunk, and each work-item writes its rows' partial
  * results over its chunk as decode_gpu.cl does — O_s = acc/l (float32) at
  * o[(row·n_splits + s)·D_V + c] and LSE_s = m + log l (relative to the row's ALiBi
@@ -306,10 +307,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
         }
         ref[r] = ALIBI ? alibi_ref(rule[r]) : 0;
     }
-#if SPLITS /* this work-item's chunk of the keys */
+#if SPLITS /* this work-item's chunk of the keys its rows see */
     const long split = get_global_id(2);
-    klo = max(klo, split * chunk);
-    khi = min(khi, split * chunk + chunk);
+    const long2 part = split_range(klo, khi, split, n_splits, chunk, 16);
+    klo = part.x;
+    khi = part.y;
 #endif
 
     const bool unit = k_st.s3 == 1 && v_st.s3 == 1; /* (rows' column strides) */

@@ -2,8 +2,9 @@
  * ("flash-decoding": Dao, Haziza, Massa, Sizov 2023, "Flash-Decoding for long-context
  * inference"), the first of two kernels; split_merge.cl combines the splits.
  *
- * The keys are cut into n_splits chunks of `chunk` keys, so that batch × KV heads ×
- * splits work-groups fill the device even for one sequence. Work-group (split, row
+ * The keys a work-group's rows see are cut into n_splits chunks of whole steps of WG keys
+ * (at least `chunk` keys; common.cl split_range), so that batch × KV heads × splits
+ * work-groups fill the device even for one sequence or a window. Work-group (split, row
  * block, batch entry × KV head) takes RB of the rows of a KV head — rows
  * ρ = g·n_q + i for query head h = hk·group + g and query i, as decode.cl numbers them —
  * and streams its chunk of K and V once for all of them (grouped-query heads share
@@ -117,8 +118,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
             hi_all = max(hi_all, rr.hi);
         }
     }
-    const long js = (long)split * chunk, je = min(js + chunk, n_kv);
-    const long k_lo = max(js, lo_all), k_hi = min(je, hi_all);
+    const long2 part = split_range(lo_all, hi_all, split, n_splits, chunk, WG);
+    const long k_lo = part.x, k_hi = part.y;
 
     float m[RB], l[RB], acc[RB][NCOL];
     for (int r = 0; r < RB; r++) {

@@ -258,8 +258,9 @@ typedef struct clattn_blocked {
     bool subgroups;  /* fused_gpu.cl built with sub-group reductions (SUBGROUPS=1) */
     size_t rows;     /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
                       * decode_gpu.cl: rows of a KV head per work-group */
-    size_t n_splits; /* decode_gpu.cl, decode.cl with SPLITS (0: not split-KV): key chunks, */
-    int64_t split_chunk;         /* … of this many keys each */
+    size_t n_splits; /* decode_gpu.cl, decode.cl with SPLITS (0: not split-KV): chunks of the
+                      * keys each work-item's (group's) rows see, … */
+    int64_t split_chunk;         /* … of at least this many keys (common.cl split_range) */
     clattn_program_entry *merge; /* … merged by split_merge.cl */
     clattn_program_entry *entry;
 } clattn_blocked;
@@ -589,6 +590,11 @@ clattn_row_rule clattn_rule(const clattn_attention_desc *d, int64_t b, int64_t i
 /* The window bounds the kernels get: -1 = unbounded, else capped so that no sum of a
  * position and a bound overflows (the cap is far beyond any position). */
 void clattn_rule_window(const clattn_attention_desc *d, int64_t *left, int64_t *right);
+/* The most keys n_q consecutive query rows of one batch entry see together (the width of
+ * the union of their ranges), at most n_kv: a window bounds it (left + right + n_q, the
+ * right bound 0 under a causal mask), anything else leaves n_kv. Split-KV decoding cuts
+ * this span, not n_kv, into chunks (plan.c). */
+int64_t clattn_rule_span(const clattn_attention_desc *d, int64_t n_q, int64_t n_kv);
 
 /* Element idx of a host view as float (any float dtype, or bool as 0/1). */
 static inline float clattn_host_load(const clattn_view *v, int64_t idx)

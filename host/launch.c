@@ -87,7 +87,8 @@ static clattn_status enqueue_wsum(clattn_context *ctx, const clattn_blocked *bk,
 
 /* fused.cl, fused_gpu.cl or decode.cl; for decode.cl with SPLITS (bk->n_splits), o and lse
  * are views of the float32 partial buffers (the kernel indexes them itself) and chunk
- * number get_global_id(2) of bk->split_chunk keys */
+ * number get_global_id(2) of the keys the work-item's rows see (at least bk->split_chunk
+ * keys each) */
 static clattn_status enqueue_fused(clattn_context *ctx, const clattn_blocked *bk,
                                    const clattn_view *q, const clattn_view *k, const clattn_view *v,
                                    const clattn_view *o, const clattn_view *lse, bool lse_relative,

@@ -278,7 +278,8 @@ static bool workspace_fits(const clattn_context *ctx, int64_t a, int64_t b, int6
 #define CPU_DECODE_PER_UNIT 16
 #define CPU_DECODE_MIN_CHUNK 2048
 
-/* Split-KV chunk length for n_kv keys over `blocks` work-groups: the context's count
+/* Split-KV chunk length for a span of n_kv keys (clattn_rule_span: the keys a work-item's
+ * rows see together) over `blocks` work-groups: the context's count
  * (clattn_context_set_decode_splits; 1: none) or enough for `want` work-groups, at most
  * ⌈n_kv / min_chunk⌉ (then rounded up to a multiple of `units` work-groups) and
  * DECODE_MAX_SPLITS chunks; whole steps of `step` keys, so that the chunks may be fewer
@@ -310,6 +311,17 @@ static int64_t split_chunk(const clattn_context *ctx, int64_t n_kv, int64_t bloc
 }
 
 /* split_merge.cl for d_v (both families' split-KV decoding) */
+/* The kernels' least chunk length (their `chunk` argument): each work-item (group) cuts
+ * the span its rows see, from its first visible key rounded down to a whole step, into
+ * n_splits chunks of ⌈span / n_splits⌉ keys in whole steps and at least this many
+ * (common.cl split_range). The planned chunk, or min_chunk where that is shorter: a row
+ * that sees fewer keys than the span (a shorter kv_lens, even one in a cl_mem) still
+ * spreads them over chunks of min_chunk keys, not the first chunk alone. */
+static int64_t split_least(int64_t chunk, int64_t min_chunk)
+{
+    return chunk < min_chunk ? chunk : min_chunk;
+}
+
 static clattn_status merge_kernel(clattn_context *ctx, int64_t d_v, const features *f,
                                   clattn_program_entry **out)
 {
@@ -326,18 +338,18 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
                                    const features *f, bool may_split, clattn_blocked *out)
 {
     const int64_t rows = group * pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3];
-    const int64_t n_kv = pr->k.n[2];
+    const int64_t span = clattn_rule_span(pr->desc, pr->q.n[2], pr->k.n[2]);
     const size_t nr = clattn_decode_rows(ctx, rows, d_k, d_v),
                  nh = clattn_decode_heads(ctx, &pr->k, rows, nr, d_v);
     const int64_t blocks =
         pr->q.n[0] * (pr->k.n[1] / (int64_t)nh) * clattn_ceil_div(rows, (int64_t)nr);
     const int64_t chunk =
-        may_split ? split_chunk(ctx, n_kv, blocks,
+        may_split ? split_chunk(ctx, span, blocks,
                                 CPU_DECODE_PER_UNIT *
                                     (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
                                 CPU_DECODE_MIN_CHUNK, 16, (int64_t)ctx->compute_units)
-                  : n_kv;
-    const bool split = chunk < n_kv;
+                  : span;
+    const bool split = chunk < span;
     char opts[512];
     snprintf(opts, sizeof opts,
              CL_STD
@@ -356,8 +368,8 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
                                 .heads = nh,
                                 .entry = entry,
                                 .merge = merge,
-                                .split_chunk = split ? chunk : 0,
-                                .n_splits = split ? (size_t)clattn_ceil_div(n_kv, chunk) : 0};
+                                .split_chunk = split ? split_least(chunk, CPU_DECODE_MIN_CHUNK) : 0,
+                                .n_splits = split ? (size_t)clattn_ceil_div(span, chunk) : 0};
     return st;
 }
 /* decode_gpu.cl + split_merge.cl (the GPU family's decoding): RB rows of a KV head per
@@ -381,8 +393,8 @@ static int64_t decode_gpu_local(int64_t d_k, int64_t d_v, size_t rb)
 static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem *pr, int64_t group,
                                        const features *f, clattn_blocked *out)
 {
-    const int64_t n_q = pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3], n_kv = pr->k.n[2];
-    const int64_t rows = group * n_q;
+    const int64_t n_q = pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3];
+    const int64_t span = clattn_rule_span(pr->desc, n_q, pr->k.n[2]), rows = group * n_q;
     size_t rb = rows < 1 ? 1 : rows < 8 ? (size_t)rows : 8;
     while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
         rb--;
@@ -392,7 +404,7 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
     /* (one split of all keys, as the merge of one part, where the count is 1) */
     const int64_t chunk =
-        split_chunk(ctx, n_kv, blocks, 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
+        split_chunk(ctx, span, blocks, 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
                     4 * GPU_DECODE_WG, GPU_DECODE_WG, 1);
     char opts[512];
     snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu -DKB=%d %s",
@@ -413,8 +425,8 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     out->rows = rb;
     out->decode = true;
     out->heads = 1;
-    out->split_chunk = chunk;
-    out->n_splits = (size_t)clattn_ceil_div(n_kv, chunk);
+    out->split_chunk = split_least(chunk, 4 * GPU_DECODE_WG);
+    out->n_splits = (size_t)clattn_ceil_div(span, chunk);
     return CLATTN_SUCCESS;
 }
 
@@ -626,12 +638,13 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             add_reason(p, "; n_kv 0: the decode kernel writes every row (zeros, or NaN for "
                           "masked_rows NaN; LSE -inf)");
         else if (decode && p->fused.n_splits && p->fused.rows)
-            add_reason(p,
-                       "; GPU family split-KV decode (decode_gpu.cl, split_merge.cl): %zu split%s"
-                       " of up to %lld keys, %zu of a KV head's %lld row%s per work-group",
-                       p->fused.n_splits, PLURAL(p->fused.n_splits),
-                       (long long)(p->fused.split_chunk < n_kv ? p->fused.split_chunk : n_kv),
-                       p->fused.rows, (long long)(group * n_q), PLURAL(group * n_q));
+            add_reason(
+                p,
+                "; GPU family split-KV decode (decode_gpu.cl, split_merge.cl): %zu split%s"
+                " of the visible keys (<= %lld), %zu of a KV head's %lld row%s per work-group",
+                p->fused.n_splits, PLURAL(p->fused.n_splits),
+                (long long)clattn_rule_span(desc, n_q, n_kv), p->fused.rows,
+                (long long)(group * n_q), PLURAL(group * n_q));
         else if (decode) {
             add_reason(p,
                        "; decode.cl: %zu of a KV head's %lld row%s (%lld query head%s x %lld %s)"
@@ -641,8 +654,9 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
             if (p->fused.heads > 1)
                 add_reason(p, ", %zu KV heads in turn", p->fused.heads);
             if (p->fused.n_splits) /* (CPU family: too few work-items to keep every thread busy) */
-                add_reason(p, "; split-KV (split_merge.cl): %zu splits of up to %lld keys",
-                           p->fused.n_splits, (long long)p->fused.split_chunk);
+                add_reason(p,
+                           "; split-KV (split_merge.cl): %zu splits of the visible keys (<= %lld)",
+                           p->fused.n_splits, (long long)clattn_rule_span(desc, n_q, n_kv));
         } else if (gpu)
             add_reason(p,
                        "; GPU kernel family (fused_gpu.cl): %zu query rows per work-group of %zu, "

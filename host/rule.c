@@ -23,6 +23,20 @@ void clattn_rule_window(const clattn_attention_desc *d, int64_t *left, int64_t *
         *right = RULE_CAP;
 }
 
+int64_t clattn_rule_span(const clattn_attention_desc *d, int64_t n_q, int64_t n_kv)
+{
+    int64_t wl, wr;
+    clattn_rule_window(d, &wl, &wr);
+    /* rows i and i + 1 have diagonals a and a + 1: together, [a_0 − left, a_{n_q−1} +
+     * right] (causal masks keep j ≤ a_i, so right ≤ 0 there) */
+    if (d->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || d->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
+        wr = 0;
+    if (wl < 0 || wr < 0 || n_q >= n_kv)
+        return n_kv;
+    const int64_t span = wl + wr + n_q; /* (each bound capped at 2^60: no overflow) */
+    return span < n_kv ? span : n_kv;
+}
+
 clattn_row_rule clattn_rule(const clattn_attention_desc *d, int64_t b, int64_t i, int64_t n_q,
                             int64_t n_kv)
 {

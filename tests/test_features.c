@@ -366,8 +366,12 @@ static void decode_splits_family(clattn_context *ctx, int fam)
     const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 3, n_kv = 1100;
     static const int splits[] = {1, 0, 3, 7, 256};
     /* whole steps of 128 (GPU) or 16 keys (CPU) per split: 7 asked give 5 of 256 keys or 7
-     * of 160; 0: automatic (not checked), and in the CPU family 1 is none (decode alone) */
-    static const size_t expect_splits[2][5] = {{1, 0, 3, 5, 9}, {0, 0, 3, 7, 69}};
+     * of 160; 0: automatic (not checked), and in the CPU family 1 is none (decode alone).
+     * [1]: a window of 300 keys left (causal: none right): the splits cut the 303 keys 3
+     * rows see together (clattn_rule_span), each work-item's from its first visible key
+     * (split_range), not n_kv from key 0: 7 asked give 3 of 128 keys or 7 of 48. */
+    static const size_t expect_splits[2][2][5] = {{{1, 0, 3, 5, 9}, {0, 0, 3, 7, 69}},
+                                                  {{1, 0, 3, 3, 3}, {0, 0, 3, 7, 19}}};
     ck_assert_int_eq(clattn_context_set_kernel_family(ctx, fam ? CLATTN_KERNEL_FAMILY_CPU
                                                                : CLATTN_KERNEL_FAMILY_GPU),
                      CLATTN_SUCCESS);
@@ -444,9 +448,9 @@ static void decode_splits_family(clattn_context *ctx, int fam)
             const char *at = strstr(plan.reason, "split_merge.cl): ");
             size_t n_splits = 0;
             if (fam && !at) /* the CPU family unsplit (1 asked, or too few keys for more) */
-                ck_assert_msg(strcmp(plan.kernels, "decode") == 0 && expect_splits[1][c] == 0,
-                              "%s: kernels \"%s\", reason \"%s\"", f.text, plan.kernels,
-                              plan.reason);
+                ck_assert_msg(
+                    strcmp(plan.kernels, "decode") == 0 && expect_splits[ds->window][1][c] == 0,
+                    "%s: kernels \"%s\", reason \"%s\"", f.text, plan.kernels, plan.reason);
             else {
                 ck_assert_msg(strcmp(plan.kernels,
                                      fam ? "decode, split_merge" : "decode_gpu, split_merge") == 0,
@@ -454,9 +458,10 @@ static void decode_splits_family(clattn_context *ctx, int fam)
                 ck_assert_msg(at && sscanf(at, "split_merge.cl): %zu splits", &n_splits) == 1,
                               "%s: reason \"%s\"", f.text, plan.reason);
             }
-            if (expect_splits[fam][c])
-                ck_assert_msg(n_splits == expect_splits[fam][c], "%s: %zu splits, expected %zu",
-                              f.text, n_splits, expect_splits[fam][c]);
+            const size_t want = expect_splits[ds->window][fam][c];
+            if (want)
+                ck_assert_msg(n_splits == want, "%s: %zu splits, expected %zu", f.text, n_splits,
+                              want);
             printf("%s: %zu splits\n", f.text, n_splits);
             check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false, c % 2 == 1 && !all);
         }

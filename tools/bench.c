@@ -92,7 +92,7 @@ static const char bench_usage[] =
 static const char bench_usage_options[] =
     "  --shapes LIST   cases separated by ';', each\n"
     "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]\n"
-    "                  [,half][,varlen|padded][,dropP]]]]\n"
+    "                  [,half][,varlen|padded][,dropP][,winL]]]]\n"
     "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
     "                  fused|unfused|both (default both) or backward (the backward pass\n"
     "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
@@ -111,11 +111,16 @@ static const char bench_usage_options[] =
     "                  and kv_lens of the padded batch; both count the sequences' own\n"
     "                  work, 2*h_q*sum(L_i^2)*(d_k + d_v); dropP (any\n"
     "                  algorithm, backward too): dropout_p P, e.g. drop0.1, shown as\n"
-    "                  f32/p0.1; default: the CPU set\n"
+    "                  f32/p0.1; winL (any algorithm, not with varlen or padded): a\n"
+    "                  sliding window of L keys before each row's diagonal and none\n"
+    "                  after (decoding at the end of the cache: mask\n"
+    "                  causal-bottom-right), shown as f32/w4096, GFLOP/s and GB/s\n"
+    "                  counting the keys the rows see; default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode);\n"
-    "                  1,32,8,1,32768,128,128 (grouped-query decode)\n"
+    "                  1,32,8,1,32768,128,128 (grouped-query decode)\n";
+static const char bench_usage_more[] = /* (C99's 4095-character string limit) */
     "  --reps N        timed runs per case (default 5)\n"
     "  --warmup N      untimed runs first (default 1; the first also builds programs,\n"
     "                  so with 0 the first timed run includes the build)\n"
@@ -465,6 +470,11 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         desc.q_lens = desc.kv_lens = rl;
     desc.dropout_p = c->dropout;
     desc.half_arithmetic = c->half;
+    if (c->window_left >= 0) {
+        desc.window = 1;
+        desc.window_left = c->window_left;
+        desc.window_right = 0;
+    }
     desc.dropout_seed = 1;
     if (c->backward && (rc = backward_setup(ctx, c, &desc, &q, &k, &v, &o, &bw)) != 0)
         goto done;
@@ -514,11 +524,27 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(3 * c->d_k + 2 * c->d_v);
     if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
         flop /= 2;
+    /* a window: the keys each row sees (the library's rule), and K/V rows read once over
+     * their union (every batch entry alike: all n_kv long) */
+    int64_t seen = 0, kv_lo = c->n_kv, kv_hi = 0;
+    for (int64_t i = 0; c->window_left >= 0 && !c->ragged && i < c->n_q; i++) {
+        clattn_key_range kr;
+        if (clattn_visible_keys(&desc, c->n_q, c->n_kv, 0, i, &kr) == CLATTN_SUCCESS &&
+            kr.hi > kr.lo) {
+            seen += kr.hi - kr.lo;
+            kv_lo = kr.lo < kv_lo ? kr.lo : kv_lo;
+            kv_hi = kr.hi > kv_hi ? kr.hi : kv_hi;
+        }
+    }
+    const int64_t kv_read = c->window_left >= 0 ? (kv_hi > kv_lo ? kv_hi - kv_lo : 0) : c->n_kv;
+    if (c->window_left >= 0 && !c->ragged)
+        flop = 2.0 * (double)c->b * (double)c->h_q * (double)seen *
+               (double)(c->backward ? 3 * c->d_k + 2 * c->d_v : c->d_k + c->d_v);
     /* Q read and O written; K and V read (int8: one byte an element and a float32 scale
      * a row, each) */
     double bytes = (double)clattn_dtype_size(c->dtype) * (double)(c->b * c->h_q * c->n_q) *
                        (double)(c->d_k + c->d_v) +
-                   (double)(c->b * c->h_kv * c->n_kv) *
+                   (double)(c->b * c->h_kv * kv_read) *
                        ((double)clattn_dtype_size(kv_dtype) * (double)(c->d_k + c->d_v) +
                         (c->int8_kv ? 2.0 * sizeof(float) : 0.0));
     if (c->ragged) /* the sequences' rows only */
@@ -568,8 +594,8 @@ int cmd_bench(int argc, char **argv)
         {"--json", NULL, &json},      {"--peak", NULL, &peak},
         {"--quiet", NULL, &quiet},    {"--huge-pages", NULL, &huge},
     };
-    char usage[sizeof bench_usage + sizeof bench_usage_options];
-    snprintf(usage, sizeof usage, "%s%s", bench_usage, bench_usage_options);
+    char usage[sizeof bench_usage + sizeof bench_usage_options + sizeof bench_usage_more];
+    snprintf(usage, sizeof usage, "%s%s%s", bench_usage, bench_usage_options, bench_usage_more);
     int rc = parse_command_line("clattn bench", usage, argc, argv, options,
                                 sizeof options / sizeof options[0]);
     if (rc >= 0)
@@ -653,12 +679,15 @@ int cmd_bench(int argc, char **argv)
             rc = 1;
             continue;
         }
-        char dt[32]; /* Q's and O's storage, then K's and V's if int8, dropout: "f16/i8/p0.1" */
-        char drop[16] = "";
+        char dt[64]; /* Q's and O's storage, then K's and V's if int8, dropout, window:
+                      * "f16/i8/p0.1/w4096" */
+        char drop[16] = "", win[24] = "";
         if (c->dropout > 0.0f)
             snprintf(drop, sizeof drop, "/p%g", (double)c->dropout);
-        snprintf(dt, sizeof dt, "%s%s%s%s", bench_dtype_name(c->dtype), c->int8_kv ? "/i8" : "",
-                 c->half ? "/half" : "", drop);
+        if (c->window_left >= 0)
+            snprintf(win, sizeof win, "/w%lld", (long long)c->window_left);
+        snprintf(dt, sizeof dt, "%s%s%s%s%s", bench_dtype_name(c->dtype), c->int8_kv ? "/i8" : "",
+                 c->half ? "/half" : "", drop, win);
         if (json) {
             char bw_json[32] = "null";
             if (bw_case > 0)

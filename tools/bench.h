@@ -21,6 +21,10 @@ typedef struct bench_case {
     int ragged;
     float dropout; /* > 0: dropout_p of the call (dropP; seed 1, offset 0) */
     int half;      /* desc.half_arithmetic (half; fused only) */
+    /* winL: a sliding window of window_left keys before each row's diagonal and none after
+     * (desc.window; any algorithm); -1: none. GFLOP/s and GB/s then count the keys rows
+     * see (clattn_visible_keys) */
+    int64_t window_left;
 } bench_case;
 
 typedef struct stats {

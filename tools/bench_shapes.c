@@ -41,6 +41,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         if (!*spec)
             continue;
         bench_case c = {0};
+        c.window_left = -1;
         char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", extra[48] = "";
         long long v[7];
         int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s",
@@ -78,14 +79,21 @@ int parse_shapes(const char *list, bench_case *cases, int max)
                 bad = !(c.dropout > 0.0f && c.dropout < 1.0f) || !end || *end != '\0';
                 why = bad ? "dropP takes a dropout probability within (0, 1)" : why;
                 continue; /* (any algorithm) */
+            } else if (strncmp(tok, "win", 3) == 0 && c.window_left < 0) {
+                c.window_left = isdigit((unsigned char)tok[3]) ? strtoll(tok + 3, &end, 10) : -1;
+                bad = c.window_left < 0 || c.window_left >= ((int64_t)1 << 53) || !end ||
+                      *end != '\0' || c.ragged;
+                why =
+                    bad ? "winL takes a window of 0 to 2^53 keys (not with varlen or padded)" : why;
+                continue; /* (any algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = isdigit((unsigned char)tok[4]) ? strtoll(tok + 4, &end, 10) : 0;
                 bad = c.page_size < 1 || c.page_size > ((int64_t)1 << 31) || !end || *end != '\0';
                 why = bad ? "pageN takes a page size of 1 to 2^31 keys" : why;
             } else {
                 bad = 1;
-                why = "an unknown or repeated token (pageN, int8, half, varlen, padded, dropP: "
-                      "each once)";
+                why = "an unknown or repeated token (pageN, int8, half, varlen, padded, dropP, "
+                      "winL: each once)";
             }
             if (!bad && strcmp(alg, "fused") != 0) {
                 bad = 1;
@@ -93,13 +101,14 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             }
         }
         if (!bad && got >= 11 && !c.int8_kv && !c.half && !c.page_size && !c.ragged &&
-            c.dropout == 0.0f) {
+            c.dropout == 0.0f && c.window_left < 0) {
             bad = 1; /* an empty 11th field */
             why = "an empty field after the dtype";
         }
-        if (!bad && c.ragged && (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv)) {
+        if (!bad && c.ragged &&
+            (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv || c.window_left >= 0)) {
             bad = 1;
-            why = "varlen and padded need n_q = n_kv, at most 64 sequences, no pageN or int8";
+            why = "varlen and padded need n_q = n_kv, at most 64 sequences, no pageN, int8 or winL";
         }
         for (int i = 0; i < 7 && !bad; i++) {
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);
