@@ -94,15 +94,20 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
 
 /**
  * Split-KV decoding (n_q <= 16, no weights, key weight sums or max logits requested): the
- * keys are cut into chunks, each taken by its own work-groups, and the partial results are
- * merged (Flash-Decoding; Dao, Haziza, Massa, Sizov 2023). Each chunk is a whole number of
- * the decode kernel's steps (128 keys in the GPU family's decode_gpu.cl, 16 in the CPU
- * family's decode.cl), the fewest that make at most `splits` chunks, so fewer than `splits`
- * may run (7 asked of 1000 keys: 4 of 256 in the GPU family). 0 (the default) chooses:
- * enough work-groups for 16 per compute unit, in at most ceil(n_kv / 512) chunks (GPU
- * family) or ceil(n_kv / 2048) (CPU family, which therefore splits only long caches on few
- * work-items, rounded up to a multiple of the compute units); 1 chunk in the CPU family is
- * decode.cl alone. clattn_attention_plan() reports the count in its reason. The
+ * keys the rows see are cut into chunks, each taken by its own work-groups, and the
+ * partial results are merged (Flash-Decoding; Dao, Haziza, Massa, Sizov 2023). The count
+ * is planned over the span S of keys a work-group's rows may see together: n_kv, or with a
+ * sliding window window_left + window_right + n_q (window_right 0 under a causal mask).
+ * Each chunk is a whole number of the decode kernel's steps (128 keys in the GPU family's
+ * decode_gpu.cl, 16 in the CPU family's decode.cl), the fewest that make at most `splits`
+ * chunks of S, so fewer than `splits` may run (7 asked of 1000 keys: 4 of 256 in the GPU
+ * family). On the device each work-group cuts the keys its own rows see, from the first of
+ * them, into that many chunks, so a window or a shorter kv_lens still spreads over them. 0
+ * (the default) chooses: enough work-groups for 16 per compute unit, in at most
+ * ceil(S / 512) chunks (GPU family) or ceil(S / 2048) (CPU family, which therefore splits
+ * only long spans on few work-items, rounded up to a multiple of the compute units); 1
+ * chunk in the CPU family is decode.cl alone. clattn_attention_plan() reports the count
+ * in its reason. The
  * CLATTN_DECODE_SPLITS environment variable, read once when a context is created, does the
  * same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, splits outside

@@ -1568,6 +1568,27 @@ for bad in "1,2,1,32,32,8,8,none,both,f16,half" "1,2,1,32,32,8,8,none,fused,f32,
     expect_rc "bench $bad" 2
     expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
 done
+# winL: a sliding window (any algorithm); GFLOP/s and GB/s count the keys rows see, so a
+# decode with a window of 16 in a cache of 64 reads 17 keys' K/V rows of each KV head
+run_clattn bench --shapes "1,2,1,1,64,8,8,causal-bottom-right,fused,f32,win16;1,2,1,3,40,8,8,none,unfused,f16,win0" --reps 1 --quiet --json
+expect_rc "bench winL" 0
+expect_text "bench winL" "$tmp/out" '"dtype": "f32/w16"'
+expect_text "bench winL (unfused)" "$tmp/out" '"dtype": "f16/w0"'
+# (bytes = GB/s x ms x 1e6: Q and O 2 x 16 floats, K and V 17 x 16 floats)
+if awk '/"f32\/w16"/ && match($0, /"device_ms": \{"median": [^,]*/) {
+        ms = substr($0, RSTART + 24, RLENGTH - 24)
+        match($0, /"gbytes_per_s": [^,]*/); gb = substr($0, RSTART + 16, RLENGTH - 16)
+        bytes = gb * ms * 1e6; want = (2 * 16 + 17 * 16) * 4
+        ok = bytes > want * 0.9999 && bytes < want * 1.0001 }
+    END { exit !ok }' "$tmp/out"; then
+    pass; else fail "bench winL: GB/s does not count Q, O and the 17 visible keys' K/V once (got: $(cat "$tmp/out"))"; fi
+for bad in "1,2,1,1,64,8,8,none,fused,f32,win" "1,2,1,1,64,8,8,none,fused,f32,win-1" \
+    "1,2,1,1,64,8,8,none,fused,f32,win4,win4" "3,2,1,12,12,8,8,none,fused,f32,varlen,win4" \
+    "3,2,1,12,12,8,8,none,fused,f32,win4,padded" "1,2,1,1,64,8,8,none,fused,f32,win4x"; do
+    run_clattn bench --shapes "$bad" --reps 1 --quiet
+    expect_rc "bench $bad" 2
+    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
+done
 # varlen / padded prefill shapes: packed sequences with cu_seqlens, or the padded batch
 # with the same lengths; bad combinations are usage errors
 run_clattn bench --shapes "3,2,1,12,12,8,8,causal,fused,f32,varlen;3,2,1,12,12,8,8,causal,unfused,f32,padded" --reps 1 --quiet
