@@ -497,6 +497,42 @@ START_TEST(decode_splits_every_term)
 }
 END_TEST
 
+/* Split-KV chunks longer than the families' least chunk (2048 keys CPU, 512 GPU): 3 splits
+ * asked of 6200 keys plan chunks of 2080 (CPU) and 2176 (GPU) keys, and each work-item cuts
+ * its own rows' keys into 3 of ⌈keys / 3⌉ in whole steps (common.cl split_range), at least
+ * the least length: batch entry 0 sees all 6200 keys (3 chunks of 2080 / 2176, the
+ * rounding up needed to cover the last keys), entry 1 its 3000 (kv_lens: 2 chunks of
+ * 2048 in the CPU family, 3 of 1024 in the GPU family). O and LSE against the reference. */
+START_TEST(decode_splits_long_rows)
+{
+    clattn_context *ctx = tu_ctx();
+    const clattn_kernel_family family = clattn_context_kernel_family(ctx);
+    TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, 3), "splits 3");
+    for (int fam = 0; fam < 2; fam++) {
+        TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, fam ? CLATTN_KERNEL_FAMILY_CPU
+                                                               : CLATTN_KERNEL_FAMILY_GPU),
+                     "family");
+        fproblem f;
+        memset(&f, 0, sizeof f);
+        tu_problem_init(&f.p, 2, 4, 1, 1, 6200, 16, 16, 91, 92, 93, 8);
+        f.desc = clattn_attention_desc_default();
+        f.kv_lens = malloc(sizeof(int32_t) * 2);
+        f.kv_lens[0] = 6200;
+        f.kv_lens[1] = 3000;
+        f.desc.kv_lens = f.kv_lens;
+        f.desc.algorithm = CLATTN_ALGORITHM_FUSED;
+        snprintf(f.text, sizeof f.text,
+                 "%s family split-KV decode, 3 splits set: b 2 h_q 4 h_kv 1 n_q 1 n_kv 6200 d 16 "
+                 "kv_lens {6200,3000}",
+                 fam ? "CPU" : "GPU");
+        check_against_reference(&f, CLATTN_ALGORITHM_FUSED, false, false, false);
+        fproblem_free(&f);
+    }
+    TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, 0), "splits 0");
+    TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "family back");
+}
+END_TEST
+
 /* Every masked key contributes nothing, whatever its K and V (NaN, ±inf): the features
  * that mask (lengths, window, bool and −∞ float masks) with poisoned keys. NaN and inf,
  * not merely large values: 0·NaN and 0·inf are NaN, so a masked key that enters the sum
@@ -1098,6 +1134,7 @@ int main(void)
     tcase_add_test(tc[4], decode_grouped_sweep);
     tcase_add_test(tc[4], decode_head_dim_4096);
     tcase_add_test(tc[4], decode_splits_every_term); /* GPU-family programs: slow to build */
+    tcase_add_test(tc[4], decode_splits_long_rows);
     /* the sweep builds a program per random feature combination: ctest runs it apart,
      * labelled slow (test_features_sweep, CK_INCLUDE_TAGS=slow) */
     tcase_set_tags(tc[4], "slow");
