@@ -310,7 +310,6 @@ static int64_t split_chunk(const clattn_context *ctx, int64_t n_kv, int64_t bloc
     return clattn_ceil_div(clattn_ceil_div(n_kv, splits), step) * step;
 }
 
-/* split_merge.cl for d_v (both families' split-KV decoding) */
 /* The kernels' least chunk length (their `chunk` argument): each work-item (group) cuts
  * the span its rows see, from its first visible key rounded down to a whole step, into
  * n_splits chunks of ⌈span / n_splits⌉ keys in whole steps and at least this many
@@ -322,6 +321,7 @@ static int64_t split_least(int64_t chunk, int64_t min_chunk)
     return chunk < min_chunk ? chunk : min_chunk;
 }
 
+/* split_merge.cl for d_v (both families' split-KV decoding) */
 static clattn_status merge_kernel(clattn_context *ctx, int64_t d_v, const features *f,
                                   clattn_program_entry **out)
 {

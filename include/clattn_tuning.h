@@ -97,12 +97,15 @@ clattn_status clattn_context_set_kernel_family(clattn_context *ctx, clattn_kerne
  * keys the rows see are cut into chunks, each taken by its own work-groups, and the
  * partial results are merged (Flash-Decoding; Dao, Haziza, Massa, Sizov 2023). The count
  * is planned over the span S of keys a work-group's rows may see together: n_kv, or with a
- * sliding window window_left + window_right + n_q (window_right 0 under a causal mask).
+ * sliding window bounded on both sides (window_right taken as 0 under a causal mask)
+ * window_left + window_right + n_q, at most n_kv.
  * Each chunk is a whole number of the decode kernel's steps (128 keys in the GPU family's
  * decode_gpu.cl, 16 in the CPU family's decode.cl), the fewest that make at most `splits`
  * chunks of S, so fewer than `splits` may run (7 asked of 1000 keys: 4 of 256 in the GPU
  * family). On the device each work-group cuts the keys its own rows see, from the first of
- * them, into that many chunks, so a window or a shorter kv_lens still spreads over them. 0
+ * them, into at most that many chunks, so a window or a shorter kv_lens still spreads over
+ * them (chunks of at least 512 keys in the GPU family, 2048 in the CPU family, or the
+ * planned length where that is shorter). 0
  * (the default) chooses: enough work-groups for 16 per compute unit, in at most
  * ceil(S / 512) chunks (GPU family) or ceil(S / 2048) (CPU family, which therefore splits
  * only long spans on few work-items, rounded up to a multiple of the compute units); 1

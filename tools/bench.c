@@ -82,10 +82,11 @@ static const char bench_usage[] =
     "\n"
     "Times attention on device buffers (the enqueue API) and prints, per case, the\n"
     "median and spread of the device time (OpenCL profiling events) and of the wall\n"
-    "time, GFLOP/s counted as 2*n_q*n_kv*(d_k + d_v) per head (halved for causal\n"
-    "masks), GB/s of compulsory traffic (Q, K, V read and O written once; the unfused\n"
-    "algorithm also makes 6 passes over the n_q x n_kv score matrix) and the device\n"
-    "memory the call itself allocates (its workspace).\n"
+    "time, GFLOP/s counted as 2*(d_k + d_v) per query row and key it sees, per head\n"
+    "(2*n_q*n_kv*(d_k + d_v) without a mask; causal masks and windows count the keys\n"
+    "each row sees), GB/s of compulsory traffic (Q, K, V read and O written once; the\n"
+    "unfused algorithm also makes 6 passes over the n_q x n_kv score matrix) and the\n"
+    "device memory the call itself allocates (its workspace).\n"
     "\n"
     "Options:\n";
 /* (in two parts: C99 compilers need only take string literals up to 4095 characters) */
@@ -114,8 +115,8 @@ static const char bench_usage_options[] =
     "                  f32/p0.1; winL (any algorithm, not with varlen or padded): a\n"
     "                  sliding window of L keys before each row's diagonal and none\n"
     "                  after (decoding at the end of the cache: mask\n"
-    "                  causal-bottom-right), shown as f32/w4096, GFLOP/s and GB/s\n"
-    "                  counting the keys the rows see; default: the CPU set\n"
+    "                  causal-bottom-right), shown as f32/w4096 (K/V bytes: the\n"
+    "                  keys the rows see); default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode);\n"
@@ -517,17 +518,13 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     res->device_ms = bench_summarize(dev, reps);
     res->wall_ms = bench_summarize(wall, reps);
     const double heads = (double)(c->b * c->h_q);
-    double flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(c->d_k + c->d_v);
-    if (c->ragged) /* the useful work of the sequences (the same for varlen and padded) */
-        flop = 2.0 * (double)c->h_q * work * (double)(c->d_k + c->d_v);
-    if (c->backward)
-        flop = 2.0 * heads * (double)c->n_q * (double)c->n_kv * (double)(3 * c->d_k + 2 * c->d_v);
-    if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
-        flop /= 2;
-    /* a window: the keys each row sees (the library's rule), and K/V rows read once over
-     * their union (every batch entry alike: all n_kv long) */
+    /* FLOPs: 2 per row and key it sees per column of d_k and d_v (the library's rule,
+     * clattn_visible_keys: causal masks and windows count the keys a row sees; every batch
+     * entry alike, n_kv long), the backward's five products 2·(3·d_k + 2·d_v); varlen and
+     * padded: the sequences' own Σ L² (halved when causal). The forward reads each K/V row
+     * of the rows' keys (their union) once; the backward writes dK and dV for all n_kv. */
     int64_t seen = 0, kv_lo = c->n_kv, kv_hi = 0;
-    for (int64_t i = 0; c->window_left >= 0 && !c->ragged && i < c->n_q; i++) {
+    for (int64_t i = 0; !c->ragged && i < c->n_q; i++) {
         clattn_key_range kr;
         if (clattn_visible_keys(&desc, c->n_q, c->n_kv, 0, i, &kr) == CLATTN_SUCCESS &&
             kr.hi > kr.lo) {
@@ -536,10 +533,14 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
             kv_hi = kr.hi > kv_hi ? kr.hi : kv_hi;
         }
     }
-    const int64_t kv_read = c->window_left >= 0 ? (kv_hi > kv_lo ? kv_hi - kv_lo : 0) : c->n_kv;
-    if (c->window_left >= 0 && !c->ragged)
-        flop = 2.0 * (double)c->b * (double)c->h_q * (double)seen *
-               (double)(c->backward ? 3 * c->d_k + 2 * c->d_v : c->d_k + c->d_v);
+    double flop = 2.0 * heads * (double)seen *
+                  (double)(c->backward ? 3 * c->d_k + 2 * c->d_v : c->d_k + c->d_v);
+    if (c->ragged) { /* the useful work of the sequences (the same for varlen and padded) */
+        flop = 2.0 * (double)c->h_q * work * (double)(c->d_k + c->d_v);
+        if (c->mask == CLATTN_MASK_CAUSAL_TOP_LEFT || c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT)
+            flop /= 2;
+    }
+    const int64_t kv_read = c->backward ? c->n_kv : kv_hi > kv_lo ? kv_hi - kv_lo : 0;
     /* Q read and O written; K and V read (int8: one byte an element and a float32 scale
      * a row, each) */
     double bytes = (double)clattn_dtype_size(c->dtype) * (double)(c->b * c->h_q * c->n_q) *

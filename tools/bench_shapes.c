@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 /* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
- * [,pageN][,int8][,half][,varlen|padded][,dropP]]]] into bench cases (bench.h; the grammar is in
- * `clattn bench --help`). */
+ * [,pageN][,int8][,half][,varlen|padded][,dropP][,winL]]]] into bench cases (bench.h; the grammar
+ * is in `clattn bench --help`). */
 #include "bench.h"
 #include "cli.h"
 
@@ -44,8 +44,10 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         c.window_left = -1;
         char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", extra[48] = "";
         long long v[7];
-        int got = sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s",
-                         &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, extra);
+        int used = -1; /* the characters the tokens after the dtype end at */
+        int got =
+            sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s%n", &v[0],
+                   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, extra, &used);
         int range = 0; /* a size past the 64-bit range: sscanf clamps it to the limit */
         for (int k = 0; k < got && k < 7; k++)
             range |= v[k] == LLONG_MAX || v[k] == LLONG_MIN;
@@ -53,12 +55,17 @@ int parse_shapes(const char *list, bench_case *cases, int max)
          * defaults: "1,…,8,,f16" is not f16 */
         const size_t len = strlen(spec);
         const int empty = strstr(spec, ",,") != NULL || (len > 0 && spec[len - 1] == ',');
-        int bad = got < 7 || range || empty || parse_mask(mask, &c.mask) != 0;
-        const char *why = got < 7 ? "seven sizes first"
-                          : range ? "a size out of range"
-                          : empty ? "an empty field"
-                          : bad   ? "unknown mask"
-                                  : NULL;
+        /* (tokens after the dtype past extra's 47 characters, or after a space: not dropped
+         * silently) */
+        const int long_extra = got == 11 && (used < 0 || spec[used] != '\0');
+        int bad = got < 7 || range || empty || long_extra || parse_mask(mask, &c.mask) != 0;
+        const char *why =
+            got < 7      ? "seven sizes first"
+            : range      ? "a size out of range"
+            : empty      ? "an empty field"
+            : long_extra ? "text left after the dtype's tokens (at most 47 characters, no spaces)"
+            : bad        ? "unknown mask"
+                         : NULL;
         /* pageN (a paged K/V pool) and int8 (an int8 K/V cache), each at most once, in
          * either order; fused only */
         char *extra_save = NULL;
@@ -83,8 +90,8 @@ int parse_shapes(const char *list, bench_case *cases, int max)
                 c.window_left = isdigit((unsigned char)tok[3]) ? strtoll(tok + 3, &end, 10) : -1;
                 bad = c.window_left < 0 || c.window_left >= ((int64_t)1 << 53) || !end ||
                       *end != '\0' || c.ragged;
-                why =
-                    bad ? "winL takes a window of 0 to 2^53 keys (not with varlen or padded)" : why;
+                why = bad ? "winL takes a window of 0 to 2^53 - 1 keys (not with varlen or padded)"
+                          : why;
                 continue; /* (any algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = isdigit((unsigned char)tok[4]) ? strtoll(tok + 4, &end, 10) : 0;
@@ -147,7 +154,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         if (bad || n + 1 + both > max) {
             bench_fail("bad --shapes entry '%s': %s "
                        "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,half]"
-                       "[,varlen|padded][,dropP]]]], at most %d cases)",
+                       "[,varlen|padded][,dropP][,winL]]]], at most %d cases)",
                        spec,
                        bad && why ? why
                        : bad      ? "malformed"
