@@ -275,7 +275,7 @@ typedef struct clattn_exec_plan {
     clattn_program_entry *row_max; /* desc.max_logits (after the fused kernel) */
     size_t softmax_wg;
     int64_t workspace_bytes;
-    char reason[256];
+    char reason[512];
     char kernels[128];
     char rejected[512];
 } clattn_exec_plan;

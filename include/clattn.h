@@ -679,7 +679,7 @@ typedef struct clattn_plan {
     /** keys per tile (unfused: scores; decode.cl: per step, 16; split-KV decode: per
      *  step of its work-group) */
     size_t tile_kv;
-    char reason[256]; /**< one line: why this algorithm */
+    char reason[512]; /**< one line: why this algorithm (past 511 characters cut, ending "...") */
     /** The kernels that will run, in order, e.g. "scores, softmax, weighted_sum",
      *  "fused, scores, weights_from_lse" or "decode" (the fused algorithm for n_q <= 16);
      *  with no query rows "" (the call enqueues nothing but a marker) or "key_sums" (the

@@ -1584,7 +1584,9 @@ if awk '/"f32\/w16"/ && match($0, /"device_ms": \{"median": [^,]*/) {
     pass; else fail "bench winL: GB/s does not count Q, O and the 17 visible keys' K/V once (got: $(cat "$tmp/out"))"; fi
 for bad in "1,2,1,1,64,8,8,none,fused,f32,win" "1,2,1,1,64,8,8,none,fused,f32,win-1" \
     "1,2,1,1,64,8,8,none,fused,f32,win4,win4" "3,2,1,12,12,8,8,none,fused,f32,varlen,win4" \
-    "3,2,1,12,12,8,8,none,fused,f32,win4,padded" "1,2,1,1,64,8,8,none,fused,f32,win4x"; do
+    "3,2,1,12,12,8,8,none,fused,f32,win4,padded" "1,2,1,1,64,8,8,none,fused,f32,win4x" \
+    "1,2,1,1,64,8,8 ,causal-bottom-right,fused,f32,win4" "1,2,1,1,64,8,8x" "1,2,1,1,64,8,8.5" \
+    "1,2,1,1,64,8,8,none,fused,f32,drop0.1000000000000000000000000000000000001,win1234567890"; do
     run_clattn bench --shapes "$bad" --reps 1 --quiet
     expect_rc "bench $bad" 2
     expect_text "bench $bad" "$tmp/err" "bad --shapes entry"

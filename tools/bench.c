@@ -670,7 +670,7 @@ int cmd_bench(int argc, char **argv)
                       (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask),
                       alg, bench_dtype_name(c->dtype));
         result r = {0};
-        char reason[256] = "";
+        char reason[sizeof((clattn_plan *)0)->reason] = "";
         const int failed = time_case(ctx, c, warmup, reps, &r, reason, sizeof reason) != 0;
         const double bw_after = bw_probe_measure(probe);
         const double bw_case = bw_before > 0 && bw_after > 0 ? (bw_before + bw_after) / 2 : 0.0;

@@ -55,17 +55,25 @@ int parse_shapes(const char *list, bench_case *cases, int max)
          * defaults: "1,…,8,,f16" is not f16 */
         const size_t len = strlen(spec);
         const int empty = strstr(spec, ",,") != NULL || (len > 0 && spec[len - 1] == ',');
-        /* (tokens after the dtype past extra's 47 characters, or after a space: not dropped
-         * silently) */
-        const int long_extra = got == 11 && (used < 0 || spec[used] != '\0');
-        int bad = got < 7 || range || empty || long_extra || parse_mask(mask, &c.mask) != 0;
-        const char *why =
-            got < 7      ? "seven sizes first"
-            : range      ? "a size out of range"
-            : empty      ? "an empty field"
-            : long_extra ? "text left after the dtype's tokens (at most 47 characters, no spaces)"
-            : bad        ? "unknown mask"
-                         : NULL;
+        /* text no field took is not dropped silently: after d_v when no mask follows (" ,",
+         * "64x"), after the tokens past the dtype (past extra's 47 characters, or after a
+         * space) */
+        int sizes_end = -1;
+        long long w[7];
+        (void)sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld%n", &w[0], &w[1], &w[2], &w[3],
+                     &w[4], &w[5], &w[6], &sizes_end);
+        const int left = (got == 7 && sizes_end >= 0 && spec[sizes_end] != '\0') ||
+                         (got == 11 && (used < 0 || spec[used] != '\0'));
+        int bad = got < 7 || range || empty || left || parse_mask(mask, &c.mask) != 0;
+        char unknown[64];
+        snprintf(unknown, sizeof unknown, "unknown mask '%s'", mask);
+        const char *why = got < 7 ? "seven sizes first"
+                          : range ? "a size out of range"
+                          : empty ? "an empty field"
+                          : left  ? "text no field takes (fields: separated by ',', tokens "
+                                    "without spaces, at most 47 characters after the dtype)"
+                          : bad   ? unknown
+                                  : NULL;
         /* pageN (a paged K/V pool) and int8 (an int8 K/V cache), each at most once, in
          * either order; fused only */
         char *extra_save = NULL;

@@ -70,7 +70,7 @@ static double time_blocking(clattn_context *ctx, const bench_case *c, int reps, 
             CLATTN_SUCCESS)
             return -1.0;
     result r = {0};
-    char reason[256];
+    char reason[sizeof((clattn_plan *)0)->reason];
     bench_quiet = cand.rq != 0; /* a refused candidate is skipped without a message */
     const int rc = time_case(ctx, c, 1, reps, &r, reason, sizeof reason);
     bench_quiet = 0;

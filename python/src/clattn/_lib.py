@@ -156,7 +156,7 @@ class Plan(ctypes.Structure):
         ("work_group_size", ctypes.c_size_t),
         ("queries_per_work_item", ctypes.c_size_t),
         ("tile_kv", ctypes.c_size_t),
-        ("reason", ctypes.c_char * 256),
+        ("reason", ctypes.c_char * 512),
         ("kernels", ctypes.c_char * 128),
         ("rejected", ctypes.c_char * 512),
     ]
