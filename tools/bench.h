@@ -22,8 +22,8 @@ typedef struct bench_case {
     float dropout; /* > 0: dropout_p of the call (dropP; seed 1, offset 0) */
     int half;      /* desc.half_arithmetic (half; fused only) */
     /* winL: a sliding window of window_left keys before each row's diagonal and none after
-     * (desc.window; any algorithm); -1: none. GFLOP/s and GB/s then count the keys rows
-     * see (clattn_visible_keys) */
+     * (desc.window; any algorithm, not varlen or padded); -1: none. K/V bytes then count
+     * the rows of the keys the rows see */
     int64_t window_left;
 } bench_case;
 

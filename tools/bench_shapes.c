@@ -44,10 +44,10 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         c.window_left = -1;
         char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", extra[48] = "";
         long long v[7];
-        int used = -1; /* the characters the tokens after the dtype end at */
-        int got =
-            sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31[^,],%15[^,],%15[^,],%47s%n", &v[0],
-                   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], mask, alg, dtype, extra, &used);
+        int sizes_end = -1, used = -1; /* where d_v and the tokens after the dtype end */
+        int got = sscanf(
+            spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld%n,%31[^,],%15[^,],%15[^,],%47s%n", &v[0],
+            &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &sizes_end, mask, alg, dtype, extra, &used);
         int range = 0; /* a size past the 64-bit range: sscanf clamps it to the limit */
         for (int k = 0; k < got && k < 7; k++)
             range |= v[k] == LLONG_MAX || v[k] == LLONG_MIN;
@@ -58,10 +58,6 @@ int parse_shapes(const char *list, bench_case *cases, int max)
         /* text no field took is not dropped silently: after d_v when no mask follows (" ,",
          * "64x"), after the tokens past the dtype (past extra's 47 characters, or after a
          * space) */
-        int sizes_end = -1;
-        long long w[7];
-        (void)sscanf(spec, "%lld,%lld,%lld,%lld,%lld,%lld,%lld%n", &w[0], &w[1], &w[2], &w[3],
-                     &w[4], &w[5], &w[6], &sizes_end);
         const int left = (got == 7 && sizes_end >= 0 && spec[sizes_end] != '\0') ||
                          (got == 11 && (used < 0 || spec[used] != '\0'));
         int bad = got < 7 || range || empty || left || parse_mask(mask, &c.mask) != 0;
@@ -97,9 +93,8 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             } else if (strncmp(tok, "win", 3) == 0 && c.window_left < 0) {
                 c.window_left = isdigit((unsigned char)tok[3]) ? strtoll(tok + 3, &end, 10) : -1;
                 bad = c.window_left < 0 || c.window_left >= ((int64_t)1 << 53) || !end ||
-                      *end != '\0' || c.ragged;
-                why = bad ? "winL takes a window of 0 to 2^53 - 1 keys (not with varlen or padded)"
-                          : why;
+                      *end != '\0';
+                why = bad ? "winL takes a window of 0 to 2^53 - 1 keys" : why;
                 continue; /* (any algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = isdigit((unsigned char)tok[4]) ? strtoll(tok + 4, &end, 10) : 0;
