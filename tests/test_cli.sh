@@ -929,6 +929,8 @@ for spec in "--kv-lens|1,2|--kv-lens has 2 values but the batch size of Q is 1" 
     "--kv-lens|7|value 7 (batch entry 0) is above n_kv (6)" \
     "--kv-lens|5x|'5x' is not an integer" \
     "--kv-lens|5,|'' is not an integer" \
+    "--kv-lens|99999999999999999999|is out of range (lengths are 0 to 2^31 - 1)" \
+    "--kv-lens|3000000000|3000000000 is too large (at most 2147483647)" \
     "--q-lens|7|value 7 (batch entry 0) is above n_q (6)" \
     "--q-lens|-3|-3 is negative" \
     "--alibi|1,2|--alibi has 2 slopes but Q has 1 heads" \
@@ -939,6 +941,8 @@ for spec in "--kv-lens|1,2|--kv-lens has 2 values but the batch size of Q is 1" 
     "--window|a,1|--window 'a,1' is not L,R" \
     "--window|1;2|--window '1;2' is not L,R" \
     "--window|-2,0|a bound below -1" \
+    "--window|99999999999999999999,0|a bound beyond 2^63 - 1" \
+    "--window|0,-99999999999999999999|a bound below -1" \
     "--softcap|0|--softcap '0' is not a finite float32 number above 0" \
     "--softcap|-1|--softcap '-1' is not a finite float32 number above 0" \
     "--softcap|inf|--softcap 'inf' is not a finite float32 number above 0" \

@@ -244,6 +244,23 @@ static int parse_integer(const char *text, size_t len, long long *out)
     return 1;
 }
 
+/* Whether text[0..len) is written as a decimal integer (optional sign, digits only) but
+ * lies outside long long's range, so that parse_integer refused it for its size. */
+static int integer_out_of_range(const char *text, size_t len)
+{
+    size_t i = len > 0 && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+    if (i == len) {
+        return 0;
+    }
+    for (; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9') {
+            return 0;
+        }
+    }
+    long long value;
+    return !parse_integer(text, len, &value);
+}
+
 /* The finite float32 number that is exactly text[0..len). */
 static int parse_float(const char *text, size_t len, float *out)
 {
@@ -299,8 +316,10 @@ static int length_item(const char *item, size_t len, size_t index, void *arg)
     list_parse *l = arg;
     long long value;
     if (!parse_integer(item, len, &value)) {
-        return usage_error("clattn run", "%s '%s': '%.*s' is not an integer", l->option, l->text,
-                           (int)len, item);
+        return usage_error(
+            "clattn run", "%s '%s': '%.*s' is %s", l->option, l->text, (int)len, item,
+            integer_out_of_range(item, len) ? "out of range (lengths are 0 to 2^31 - 1)"
+                                            : "not an integer");
     }
     if (value < 0) {
         return usage_error("clattn run", "%s '%s': %lld is negative (lengths are 0 or more)",
@@ -348,6 +367,9 @@ static int window_item(const char *item, size_t len, size_t index, void *arg)
 {
     int64_t *bounds = arg;
     long long value;
+    if (index < 2 && integer_out_of_range(item, len)) {
+        return item[0] == '-' ? 2 : 3; /* below -1, or above 2^63 - 1 */
+    }
     if (index >= 2 || !parse_integer(item, len, &value)) {
         return 1;
     }
@@ -734,6 +756,12 @@ int parse_run_args(int argc, char **argv, run_args *a)
             return usage_error(command,
                                "--window '%s': a bound below -1 (-1 means unbounded on that "
                                "side)",
+                               a->window_text);
+        }
+        if (bad == 3) {
+            return usage_error(command,
+                               "--window '%s': a bound beyond 2^63 - 1 (-1 means unbounded on "
+                               "that side)",
                                a->window_text);
         }
         if (bad != 0) {
