@@ -9,22 +9,32 @@
  * page one after the other (decode.cl's order), K and V row by row (two streams), in
  * float16 vectors, with no software prefetch. Variants: contiguous NH 1 × 4 splits (32
  * work-items), paged NH 1 × 4, NH 4 × 16, NH 8 × 32. Each of 15 rounds times every variant
- * (median of 5 runs); the ratios to the contiguous variant are taken within a round.
+ * (median of 5 runs); the ratios to the contiguous variant are taken within a round. The
+ * prefetch variants fetch the next piece in reading order (the next head of the page, or
+ * the next page's first head) row by row next to the current piece's rows, as decode.cl
+ * does one head-step ahead (pf 1: every row; pf N > 1: the first N rows only, to start the
+ * hardware prefetcher on the next piece early).
  *
  * Build and run:
  *   gcc -O2 tools/dev/paged_read_cl.c -o /tmp/paged_read_cl -lOpenCL
  *   /tmp/paged_read_cl 16 && /tmp/paged_read_cl 256      (the argument: PS)
+ *   /tmp/paged_read_cl 16 huge     (K and V in host memory advised for transparent huge
+ *                                   pages, MADV_HUGEPAGE, used in place: CL_MEM_USE_HOST_PTR)
  */
+#define _DEFAULT_SOURCE /* madvise */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static const char *source =
+    "#define PF(a) __builtin_prefetch((const void *)(size_t)(a))\n"
     "__kernel void rd(__global const float16 *k, __global const float16 *v,\n"
     "                 __global const int *table, int paged, int ps, int nh, int splits,\n"
-    "                 __global float *out)\n"
+    "                 int pf, __global float *out)\n"
     "{\n"
     "    const int x = get_global_id(0), hg = x / splits, s = x % splits;\n"
     "    const long n = 32768, per = n / splits, j0 = s * per;\n"
@@ -33,7 +43,16 @@ static const char *source =
     "        for (int hh = 0; hh < nh; hh++) {\n"
     "            const long hk = hg * nh + hh;\n"
     "            const long row = paged ? ((long)table[j / ps] * 8 + hk) * ps : hk * n + j;\n"
+    "            /* pf: the next piece in reading order, row by row next to this one's */\n"
+    "            const long jn = hh + 1 < nh ? j : j + ps, hn = hh + 1 < nh ? hk + 1 : hg * nh;\n"
+    "            const long next = jn >= j0 + per ? -1\n"
+    "                              : paged ? ((long)table[jn / ps] * 8 + hn) * ps : hn * n + jn;\n"
     "            for (long t = 0; t < ps * 8; t += 8) {\n"
+    "                if (pf && next >= 0 && (pf == 1 || t < 8 * pf))\n"
+    "                    for (int e = 0; e < 8; e++) {\n"
+    "                        PF(k + next * 8 + t + e);\n"
+    "                        PF(v + next * 8 + t + e);\n"
+    "                    }\n"
     "                for (int e = 0; e < 8; e++)\n"
     "                    a += k[row * 8 + t + e];\n"
     "                for (int e = 0; e < 8; e++)\n"
@@ -44,7 +63,7 @@ static const char *source =
     "    out[x] = c.s0 + c.s5 + c.sf;\n"
     "}\n";
 
-enum { ROUNDS = 15, RUNS = 5, VARIANTS = 4 };
+enum { ROUNDS = 15, RUNS = 5, VARIANTS = 9 };
 
 static double now(void)
 {
@@ -68,6 +87,7 @@ static double median(double *x, int n)
 int main(int argc, char **argv)
 {
     const int ps = argc > 1 ? atoi(argv[1]) : 16;
+    const int huge = argc > 2 && strcmp(argv[2], "huge") == 0;
     if (ps < 1 || 32768 % ps != 0) {
         fprintf(stderr, "paged_read_cl: the page size must divide 32768\n");
         return 2;
@@ -102,8 +122,19 @@ int main(int argc, char **argv)
         table[j] = t;
     }
     const float one = 1.0f;
-    cl_mem k = clCreateBuffer(ctx, CL_MEM_READ_ONLY, bytes, NULL, &err);
-    cl_mem v = clCreateBuffer(ctx, CL_MEM_READ_ONLY, bytes, NULL, &err);
+    void *hk = NULL, *hv = NULL; /* "huge": K and V in host memory advised for huge pages */
+    if (huge) {
+        if (posix_memalign(&hk, (size_t)2 << 20, bytes) ||
+            posix_memalign(&hv, (size_t)2 << 20, bytes))
+            return 1;
+        madvise(hk, bytes, MADV_HUGEPAGE);
+        madvise(hv, bytes, MADV_HUGEPAGE);
+        memset(hk, 0, bytes);
+        memset(hv, 0, bytes);
+    }
+    const cl_mem_flags flags = CL_MEM_READ_ONLY | (huge ? CL_MEM_USE_HOST_PTR : 0);
+    cl_mem k = clCreateBuffer(ctx, flags, bytes, hk, &err);
+    cl_mem v = clCreateBuffer(ctx, flags, bytes, hv, &err);
     cl_mem out = clCreateBuffer(ctx, CL_MEM_WRITE_ONLY, 4096, NULL, &err);
     cl_mem tab = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                 sizeof(int) * (size_t)pages, table, &err);
@@ -116,12 +147,14 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct {
-        cl_int paged, nh, splits;
+        cl_int paged, nh, splits, pf;
         const char *name;
-    } var[VARIANTS] = {{0, 1, 4, "contiguous, 1 head x 4 splits"},
-                       {1, 1, 4, "paged, 1 head x 4 splits"},
-                       {1, 4, 16, "paged, 4 heads x 16 splits"},
-                       {1, 8, 32, "paged, 8 heads x 32 splits"}};
+    } var[VARIANTS] = {
+        {0, 1, 4, 0, "contiguous, 1 head x 4 splits"}, {1, 1, 4, 0, "paged, 1 head x 4 splits"},
+        {1, 4, 16, 0, "paged, 4 heads x 16 splits"},   {1, 8, 32, 0, "paged, 8 heads x 32 splits"},
+        {0, 1, 4, 1, "contiguous, 1 head, prefetch"},  {1, 1, 4, 1, "paged, 1 head, prefetch"},
+        {1, 4, 16, 1, "paged, 4 heads, prefetch"},     {1, 1, 4, 4, "paged, 1 head, 4 rows ahead"},
+        {1, 4, 16, 4, "paged, 4 heads, 4 rows ahead"}};
     double ms[VARIANTS][ROUNDS];
     for (int round = 0; round < ROUNDS; round++)
         for (int w = 0; w < VARIANTS; w++) {
@@ -132,7 +165,8 @@ int main(int argc, char **argv)
             clSetKernelArg(kern, 4, sizeof(cl_int), &ps);
             clSetKernelArg(kern, 5, sizeof(cl_int), &var[w].nh);
             clSetKernelArg(kern, 6, sizeof(cl_int), &var[w].splits);
-            clSetKernelArg(kern, 7, sizeof out, &out);
+            clSetKernelArg(kern, 7, sizeof(cl_int), &var[w].pf);
+            clSetKernelArg(kern, 8, sizeof out, &out);
             const size_t global = (size_t)(8 / var[w].nh * var[w].splits), local = 1;
             double t[RUNS];
             for (int r = 0; r < RUNS; r++) {
