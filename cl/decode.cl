@@ -31,8 +31,8 @@
  *   accumulators take every V vector of the step with broadcast weights, from a private
  *   copy of the step's V rows made next to the K reads (K and V stay two sequential
  *   streams; reading V in place column block by column block was 1.3–1.5x slower) or,
- *   on CPUs with several rows per work-item, in place from rows prefetched next to the
- *   K reads instead (V_IN_PLACE below). A
+ *   where the runtime prefetches (PoCL, Intel's CPU runtime, oclgrind), in place from
+ *   rows prefetched next to the K reads instead (V_IN_PLACE below). A
  *   weight of 0 must add nothing even for inf or NaN values: steps where any weight is
  *   0 (masked or underflowed) take the sum that tests each weight; the others are
  *   whole steps and sum their 16 keys untested.
@@ -240,14 +240,16 @@ float16 hsum16(const float16 *d)
 #define PREFETCH_ROWS(t)
 #endif
 
-/* Whole steps read V in place where the rows can be prefetched and a V vector feeds more
- * than one row (NR > 1): each V row is prefetched next to its K row (the two streams stay
- * sequential, as with the copy) and the weighted sum loads it from the cache, instead of
- * copying the step's rows (a load and a store per vector, the copy 18 % of a GQA decode's
- * samples on a Zen 3). Without prefetching, reading in place was 1.2-1.5x slower; with one
- * row per work-item (multi-head decoding, memory-bound) the copy stays (1.05-1.09x);
- * int8/FP8 V keeps it too (the copy applies the row's scale once). docs/BENCHMARKS.md. */
-#define V_IN_PLACE (CAN_PREFETCH && NR > 1 && !V_SCALED)
+/* Whole steps read V in place where the rows can be prefetched: each V row is prefetched
+ * next to its K row (the two streams stay sequential, as with the copy) and the weighted
+ * sum loads it from the cache, instead of copying the step's rows (a load and a store per
+ * vector, the copy 18 % of a GQA decode's samples on a Zen 3; PoCL's LLVM moves the copy
+ * in 16-byte pieces). Without prefetching, reading in place was 1.2-1.5x slower. One row
+ * per work-item (multi-head decoding) reads in place too since 2026-12-04 (PoCL, 15-30
+ * rounds: 0.83-0.95x the copy's time; Intel's runtime 1.01x; an earlier measurement had
+ * 1.05-1.09x the other way). int8/FP8 V keeps the copy (it applies the row's scale once).
+ * docs/BENCHMARKS.md. */
+#define V_IN_PLACE (CAN_PREFETCH && !V_SCALED)
 
 /* The weighted sum's keys t0 … t1 − 1 for AP column blocks of SB rows (o_[r][c]), V vector
  * (t, column block col) from the step's copy (V_COPY) or in place (V_GLOBAL); TESTED:
