@@ -35,8 +35,8 @@ clattn_status clattn_check_paged(clattn_context *ctx, const clattn_attention_des
                            LL(v->n[1]), LL(v->n[2]), LL(v->n[3]));
     const int64_t num_pages = k->n[0], page_size = k->n[2];
     if (pg->max_pages < 0)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "paged: max_pages is %lld (>= 0)",
-                           LL(pg->max_pages));
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                           "paged: max_pages is %lld (must be >= 0)", LL(pg->max_pages));
     if (page_size < 1 && pg->max_pages > 0)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
                            "paged: page_size (the pools' dimension 2) is 0");

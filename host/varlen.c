@@ -81,11 +81,11 @@ static clattn_status check_varlen(clattn_context *ctx, clattn_varlen_mode mode,
                            "varlen: cu_seqlens_q and cu_seqlens_k must both be set (host "
                            "arrays, or both cu_seqlens_q_buffer and cu_seqlens_k_buffer)");
     if (vl->batch < 0)
-        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "varlen: batch is %lld (>= 0)",
+        return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "varlen: batch is %lld (must be >= 0)",
                            (long long)vl->batch);
     if (vl->max_seqlen_q < 0 || vl->max_seqlen_k < 0)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                           "varlen: max_seqlen_q is %lld and max_seqlen_k %lld (>= 0)",
+                           "varlen: max_seqlen_q is %lld and max_seqlen_k %lld (both must be >= 0)",
                            (long long)vl->max_seqlen_q, (long long)vl->max_seqlen_k);
     if (pr->q.n[0] != 1)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
@@ -117,8 +117,8 @@ static clattn_status check_varlen(clattn_context *ctx, clattn_varlen_mode mode,
     for (int t = 0; t < 2; t++) {
         const int32_t *cu = cus[t];
         if (cu[0] < 0)
-            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE, "varlen: %s[0] is %d (>= 0)",
-                               names[t], (int)cu[0]);
+            return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
+                               "varlen: %s[0] is %d (must be >= 0)", names[t], (int)cu[0]);
         for (int64_t b = 0; b < vl->batch; b++)
             if (cu[b + 1] < cu[b])
                 return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,

@@ -1508,6 +1508,11 @@ if head -1 "$tmp/out" | grep -q '^\[$' && tail -1 "$tmp/out" | grep -q '^\]$'; t
     fail "bench --json: standard output is not one JSON array"; fi
 # --peak: the probes' line names the form kept and gives positive rates (the value
 # itself is the machine's: benchmarks, not tests)
+# operands beyond the device's global memory: refused before anything is allocated (they
+# used to be allocated until the system killed the process)
+run_clattn bench --shapes "2147483648,1,1,1,1,1,1,none,fused" --reps 1 --warmup 0 --quiet
+expect_rc "bench, operands beyond global memory" 1
+expect_text "bench, operands beyond global memory" "$tmp/err" "GiB of global memory"
 run_clattn bench --shapes "1,1,1,1,16,8,8,none,fused" --reps 1 --quiet --peak
 expect_rc "bench --peak" 0
 if grep -Eq '^f32 FMA peak \(float(2|4|8|16)? x (8|12) accumulators\): [0-9]*[1-9][0-9]*\.[0-9] GFLOP/s; streaming read: [0-9.]*[1-9][0-9.]* GB/s$' "$tmp/out"; then
@@ -1622,6 +1627,13 @@ for bad in "--rq 7" "--rq 0" "--wg 4," "--wg ,4" "--tile 24" "--tile 32,,64" "--
     expect_rc "tune $bad" 2
 done
 if grep -q "clattn tune: \[" "$tmp/out"; then fail "tune: progress on standard output"; else pass; fi
+run_clattn tune --dry-run --quiet --shapes "1,1,1,32,32,8,8,causal,fused" --reps 1 --rq 2 --wg 4 --tile 32
+expect_rc "tune --dry-run, causal, one candidate" 0
+expect_text "tune (table names the mask)" "$tmp/out" "1x1x32x32 d=8,8 causal"
+expect_text "tune (one candidate)" "$tmp/out" "(1 candidate ran)"
+run_clattn tune --dry-run --quiet --shapes "1,1,1,32,32,8,8,none,fused,f64" --reps 1 --rq 2 --wg 4 --tile 32
+expect_rc "tune, a bad dtype" 2
+expect_text "tune, a bad dtype (its own name and grammar)" "$tmp/err" "clattn tune: bad --shapes entry '1,1,1,32,32,8,8,none,fused,f64': dtype f32, f16 or bf16 (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]], at most 32 cases)"
 # tune times the forward kernels on plain K/V: bench's other cases are usage errors (their
 # winner would be stored as the forward kernel's); a decode case is reported, not tuned
 for bad in "1,2,2,64,64,8,8,none,backward" "1,2,2,1,64,8,8,none,fused,f32,page16" \

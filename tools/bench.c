@@ -156,6 +156,9 @@ static const char default_shapes[] = "1,8,8,1024,1024,64,64;1,8,8,4096,4096,64,6
                                      "1,32,32,1,8192,128,128;1,32,8,1,32768,128,128";
 
 int bench_quiet; /* tune: candidates the device refuses are expected, not reported */
+const char *bench_command = "clattn bench",
+           *bench_shapes_grammar = "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]["
+                                   ",half][,varlen|padded][,dropP][,winL]]]]";
 
 int bench_fail(const char *fmt, ...)
 {
@@ -163,7 +166,7 @@ int bench_fail(const char *fmt, ...)
         return 1;
     va_list ap;
     va_start(ap, fmt);
-    fputs("clattn bench: ", stderr);
+    fprintf(stderr, "%s: ", bench_command);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -340,6 +343,34 @@ static int backward_setup(clattn_context *ctx, const bench_case *c,
                             clattn_status_string(st), clattn_last_error_message(ctx));
 }
 
+/* Whether the case's operands fit the device's global memory (CL_DEVICE_GLOBAL_MEM_SIZE;
+ * on a CPU device that is the host's memory): q_rows rows of Q and O, kv_rows of K and V
+ * (and their int8 scales), the backward pass's dO, dQ, dK, dV and LSE; each is also staged
+ * in host memory once. 0, or bench_fail's 1 with the sizes: a case far too large is refused
+ * here instead of allocating until the system stops the process. */
+static int operands_fit(clattn_context *ctx, const bench_case *c, int64_t q_rows, int64_t kv_rows,
+                        clattn_dtype kv_dtype)
+{
+    const double es = (double)clattn_dtype_size(c->dtype),
+                 kes = (double)clattn_dtype_size(kv_dtype);
+    const double q = (double)q_rows * (double)(c->d_k + c->d_v) * es,
+                 kv = (double)kv_rows * ((double)(c->d_k + c->d_v) * kes + (c->int8_kv ? 8 : 0));
+    const double need = (q + kv) * (c->backward ? 2 : 1) + (c->backward ? (double)q_rows * 4 : 0);
+    cl_device_id dev;
+    clattn_context_get_cl(ctx, NULL, &dev, NULL);
+    cl_ulong global = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL) !=
+            CL_SUCCESS ||
+        global == 0 || need <= (double)global)
+        return 0;
+    char alg[24];
+    return bench_fail("the operands of b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld (%s) need "
+                      "%.3g GiB, more than the device's %.3g GiB of global memory",
+                      (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
+                      (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, alg_name(c, alg),
+                      need / 1073741824.0, (double)global / 1073741824.0);
+}
+
 int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, result *res,
               char *plan_reason, size_t reason_len)
 {
@@ -363,13 +394,15 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     cu[c->b < 64 ? c->b : 64] = (int32_t)total;
     const bool packed = c->ragged == 1;
     const int64_t qb = packed ? 1 : c->b, qn = packed ? total : c->n_q; /* Q's batch, rows */
-    cl_mem mq = random_buffer(cl_ctx, queue, qb * c->h_q * qn * c->d_k, 1, c->dtype);
     /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
     const int64_t pages = c->b * max_pages, kv_rows = ps       ? pages * ps
                                                       : packed ? total
                                                                : c->b * c->n_kv;
     const clattn_dtype kv_dtype = c->int8_kv ? CLATTN_INT8 : c->dtype;
+    if (operands_fit(ctx, c, qb * c->h_q * qn, c->h_kv * kv_rows, kv_dtype) != 0)
+        return 1;
+    cl_mem mq = random_buffer(cl_ctx, queue, qb * c->h_q * qn * c->d_k, 1, c->dtype);
     cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, kv_dtype);
     cl_mem mv = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_v, 3, kv_dtype);
     /* int8: a float32 scale per key row and head, K's and V's (1/127: values in [-1, 1]),

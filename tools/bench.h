@@ -50,7 +50,11 @@ extern int bench_huge_pages;
 /* "f32", "f16" or "bf16": a case's storage as --shapes names it. */
 const char *bench_dtype_name(clattn_dtype dtype);
 
-/* Prints "clattn bench: MESSAGE" to stderr unless bench_quiet; returns 1. */
+/* The command bench_fail() names and the --shapes grammar parse_shapes() quotes: bench's
+ * by default; tune sets its own (its cases take no pageN, int8 and the other tokens). */
+extern const char *bench_command, *bench_shapes_grammar;
+
+/* Prints "<bench_command>: MESSAGE" to stderr unless bench_quiet; returns 1. */
 int bench_fail(const char *fmt, ...);
 
 /* Parses LIST (`bench --shapes`) into at most `max` cases (an algorithm "both" gives

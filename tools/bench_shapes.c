@@ -155,14 +155,11 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             why = "algorithm fused, unfused, both or backward";
         }
         if (bad || n + 1 + both > max) {
-            bench_fail("bad --shapes entry '%s': %s "
-                       "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8][,half]"
-                       "[,varlen|padded][,dropP][,winL]]]], at most %d cases)",
-                       spec,
+            bench_fail("bad --shapes entry '%s': %s (%s, at most %d cases)", spec,
                        bad && why ? why
                        : bad      ? "malformed"
                                   : "too many cases",
-                       max);
+                       bench_shapes_grammar, max);
             free(copy);
             return -1;
         }

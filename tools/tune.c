@@ -151,6 +151,8 @@ int cmd_tune(int argc, char **argv)
         (tile_text && (n_tile = parse_list("--tile", tile_text, 16, 512, 16, tiles, 8)) < 0))
         return 2;
     bench_case cases[32];
+    bench_command = "clattn tune";
+    bench_shapes_grammar = "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]]";
     const int n_cases = parse_shapes(shapes, cases, 32);
     if (n_cases < 0)
         return 2;
@@ -200,9 +202,11 @@ int cmd_tune(int argc, char **argv)
         const bench_case *c = &cases[i];
         const int fused = c->algorithm == CLATTN_ALGORITHM_FUSED;
         char name[80], what[128], blk[32] = "built-in";
-        snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld%s%s", (long long)c->b,
+        snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld%s%s%s%s", (long long)c->b,
                  (long long)c->h_q, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
-                 (long long)c->d_v, c->dtype == CLATTN_FLOAT32 ? "" : " ",
+                 (long long)c->d_v, c->mask == CLATTN_MASK_NONE ? "" : " ",
+                 c->mask == CLATTN_MASK_NONE ? "" : cli_mask_names[c->mask],
+                 c->dtype == CLATTN_FLOAT32 ? "" : " ",
                  c->dtype == CLATTN_FLOAT32 ? "" : bench_dtype_name(c->dtype));
         snprintf(what, sizeof what, "case %d/%d (%s %s)", i + 1, n_cases, name,
                  fused ? "fused" : "unfused");
@@ -264,8 +268,9 @@ int cmd_tune(int argc, char **argv)
         const int better = brq && best < 0.97 * base;
         if (better)
             snprintf(blk, sizeof blk, "%u,%u,%u", brq, bwg, btile);
-        printf("%-28s %8s %12.3f %-12s %10.3f %7.2fx  (%d candidates ran)\n", name,
-               fused ? "fused" : "unfused", base, blk, best, base / best, tried);
+        printf("%-28s %8s %12.3f %-12s %10.3f %7.2fx  (%d candidate%s ran)\n", name,
+               fused ? "fused" : "unfused", base, blk, best, base / best, tried,
+               tried == 1 ? "" : "s");
         if (!better)
             continue;
         if (!dry && store(ctx, c, win, best, base, &n_stored) != 0)
