@@ -246,10 +246,11 @@ float16 hsum16(const float16 *d)
  * vector, the copy 18 % of a GQA decode's samples on a Zen 3; PoCL's LLVM moves the copy
  * in 16-byte pieces). Without prefetching, reading in place was 1.2-1.5x slower. One row
  * per work-item (multi-head decoding) reads in place too since 2026-12-04 (PoCL, 15-30
- * rounds: 0.83-0.95x the copy's time; Intel's runtime 1.01x; an earlier measurement had
- * 1.05-1.09x the other way). int8/FP8 V keeps the copy (it applies the row's scale once).
- * docs/BENCHMARKS.md. */
-#define V_IN_PLACE (CAN_PREFETCH && !V_SCALED)
+ * rounds: 0.83-0.99x the copy's time; Intel's runtime 1.01x; an earlier measurement had
+ * 1.05-1.09x the other way). int8/FP8 V keeps the copy (it applies the row's scale once),
+ * and so do kernels without plain steps (PLAIN_STEPS 0: d_k above 128 or a head dim not
+ * whole vectors), which never read in place and keep V's prefetch ahead. docs/BENCHMARKS.md. */
+#define V_IN_PLACE (CAN_PREFETCH && PLAIN_STEPS && !V_SCALED)
 
 /* The weighted sum's keys t0 … t1 − 1 for AP column blocks of SB rows (o_[r][c]), V vector
  * (t, column block col) from the step's copy (V_COPY) or in place (V_GLOBAL); TESTED:

@@ -1506,13 +1506,17 @@ expect_rc "bench --json --quiet" 0
 if [ -s "$tmp/err" ]; then fail "bench --quiet: standard error is not empty"; else pass; fi
 if head -1 "$tmp/out" | grep -q '^\[$' && tail -1 "$tmp/out" | grep -q '^\]$'; then pass; else
     fail "bench --json: standard output is not one JSON array"; fi
-# --peak: the probes' line names the form kept and gives positive rates (the value
-# itself is the machine's: benchmarks, not tests)
 # operands beyond the device's global memory: refused before anything is allocated (they
-# used to be allocated until the system killed the process)
-run_clattn bench --shapes "2147483648,1,1,1,1,1,1,none,fused" --reps 1 --warmup 0 --quiet
+# used to be allocated until the system killed the process); 2^40 batch entries, 16 TiB
+# and more, beyond any device's memory, and a case whose size products pass 2^63
+run_clattn bench --shapes "1099511627776,1,1,1,1,1,1,none,fused" --reps 1 --warmup 0 --quiet
 expect_rc "bench, operands beyond global memory" 1
 expect_text "bench, operands beyond global memory" "$tmp/err" "GiB of global memory"
+run_clattn bench --shapes "4294967296,4294967296,1,1,1,1,1,none,fused" --reps 1 --warmup 0 --quiet
+expect_rc "bench, sizes whose product passes 2^63" 1
+expect_text "bench, sizes whose product passes 2^63" "$tmp/err" "GiB of global memory"
+# --peak: the probes' line names the form kept and gives positive rates (the value
+# itself is the machine's: benchmarks, not tests)
 run_clattn bench --shapes "1,1,1,1,16,8,8,none,fused" --reps 1 --quiet --peak
 expect_rc "bench --peak" 0
 if grep -Eq '^f32 FMA peak \(float(2|4|8|16)? x (8|12) accumulators\): [0-9]*[1-9][0-9]*\.[0-9] GFLOP/s; streaming read: [0-9.]*[1-9][0-9.]* GB/s$' "$tmp/out"; then

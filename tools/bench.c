@@ -344,17 +344,23 @@ static int backward_setup(clattn_context *ctx, const bench_case *c,
 }
 
 /* Whether the case's operands fit the device's global memory (CL_DEVICE_GLOBAL_MEM_SIZE;
- * on a CPU device that is the host's memory): q_rows rows of Q and O, kv_rows of K and V
- * (and their int8 scales), the backward pass's dO, dQ, dK, dV and LSE; each is also staged
- * in host memory once. 0, or bench_fail's 1 with the sizes: a case far too large is refused
- * here instead of allocating until the system stops the process. */
-static int operands_fit(clattn_context *ctx, const bench_case *c, int64_t q_rows, int64_t kv_rows,
-                        clattn_dtype kv_dtype)
+ * on a CPU device that is the host's memory): the rows of Q and O, of K and V (a paged
+ * pool's whole pages; and their int8 scales), the backward pass's dO, dQ, dK, dV and LSE.
+ * (Each buffer is also staged in host memory while it is filled: not counted.) `packed`:
+ * a varlen batch's total rows, else 0. Counted in double, before time_case forms any
+ * product of the sizes (each may be up to 2^63 - 1). 0, or bench_fail's 1 with the sizes:
+ * a case far too large is refused here instead of allocating until the system stops the
+ * process. */
+static int operands_fit(clattn_context *ctx, const bench_case *c, int64_t packed)
 {
-    const double es = (double)clattn_dtype_size(c->dtype),
-                 kes = (double)clattn_dtype_size(kv_dtype);
-    const double q = (double)q_rows * (double)(c->d_k + c->d_v) * es,
-                 kv = (double)kv_rows * ((double)(c->d_k + c->d_v) * kes + (c->int8_kv ? 8 : 0));
+    const double es = (double)clattn_dtype_size(c->dtype), kes = c->int8_kv ? 1.0 : es,
+                 b = (double)c->b, ps = (double)c->page_size;
+    const double q_rows = (packed ? (double)packed : b * (double)c->n_q) * (double)c->h_q;
+    const double kv_rows = (double)c->h_kv * (ps > 0   ? b * ceil((double)c->n_kv / ps) * ps
+                                              : packed ? (double)packed
+                                                       : b * (double)c->n_kv);
+    const double dims = (double)c->d_k + (double)c->d_v;
+    const double q = q_rows * dims * es, kv = kv_rows * (dims * kes + (c->int8_kv ? 8 : 0));
     const double need = (q + kv) * (c->backward ? 2 : 1) + (c->backward ? (double)q_rows * 4 : 0);
     cl_device_id dev;
     clattn_context_get_cl(ctx, NULL, &dev, NULL);
@@ -394,14 +400,14 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     cu[c->b < 64 ? c->b : 64] = (int32_t)total;
     const bool packed = c->ragged == 1;
     const int64_t qb = packed ? 1 : c->b, qn = packed ? total : c->n_q; /* Q's batch, rows */
+    if (operands_fit(ctx, c, packed ? total : 0) != 0)
+        return 1;
     /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
     const int64_t pages = c->b * max_pages, kv_rows = ps       ? pages * ps
                                                       : packed ? total
                                                                : c->b * c->n_kv;
     const clattn_dtype kv_dtype = c->int8_kv ? CLATTN_INT8 : c->dtype;
-    if (operands_fit(ctx, c, qb * c->h_q * qn, c->h_kv * kv_rows, kv_dtype) != 0)
-        return 1;
     cl_mem mq = random_buffer(cl_ctx, queue, qb * c->h_q * qn * c->d_k, 1, c->dtype);
     cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, kv_dtype);
     cl_mem mv = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_v, 3, kv_dtype);

@@ -151,7 +151,7 @@ static const char run_usage_2[] =
     "                    scores is within 1e-5 + 1e-5*|reference|; a float16 or bfloat16 O is\n"
     "                    compared with the reference rounded to its dtype, within one\n"
     "                    unit in the last place of that dtype (plus the same 1e-5 +\n"
-    "                    1e-5*|reference|, which matters only near zero); scores beyond\n"
+    "                    1e-5*|reference|, which matters only near zero); scores above\n"
     "                    float32's range (NaN rows on the device) fail it\n"
     "  --device SPEC     \"P:D\" (see `clattn devices`) or a device-name substring;\n"
     "                    default: CLATTN_DEVICE, else the first GPU, else the first device\n"

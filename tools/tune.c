@@ -161,9 +161,9 @@ int cmd_tune(int argc, char **argv)
             cases[i].half || cases[i].dropout > 0.0f)
             return usage_error("clattn tune",
                                "--shapes case %d: tune times the forward kernels on plain K/V "
-                               "(b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]]); backward, "
-                               "pageN, int8, half, varlen, padded and dropP are bench's",
-                               i + 1);
+                               "(%s); backward, pageN, int8, half, varlen, padded and dropP are "
+                               "bench's",
+                               i + 1, bench_shapes_grammar);
     clattn_context_options opt = {0};
     opt.device = device;
     clattn_context *ctx;
@@ -205,7 +205,9 @@ int cmd_tune(int argc, char **argv)
         snprintf(name, sizeof name, "%lldx%lldx%lldx%lld d=%lld,%lld%s%s%s%s", (long long)c->b,
                  (long long)c->h_q, (long long)c->n_q, (long long)c->n_kv, (long long)c->d_k,
                  (long long)c->d_v, c->mask == CLATTN_MASK_NONE ? "" : " ",
-                 c->mask == CLATTN_MASK_NONE ? "" : cli_mask_names[c->mask],
+                 c->mask == CLATTN_MASK_NONE                  ? ""
+                 : c->mask == CLATTN_MASK_CAUSAL_BOTTOM_RIGHT ? "causal-br"
+                                                              : cli_mask_names[c->mask],
                  c->dtype == CLATTN_FLOAT32 ? "" : " ",
                  c->dtype == CLATTN_FLOAT32 ? "" : bench_dtype_name(c->dtype));
         snprintf(what, sizeof what, "case %d/%d (%s %s)", i + 1, n_cases, name,

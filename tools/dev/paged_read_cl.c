@@ -88,8 +88,8 @@ int main(int argc, char **argv)
 {
     const int ps = argc > 1 ? atoi(argv[1]) : 16;
     const int huge = argc > 2 && strcmp(argv[2], "huge") == 0;
-    if (ps < 1 || 32768 % ps != 0) {
-        fprintf(stderr, "paged_read_cl: the page size must divide 32768\n");
+    if (ps < 1 || 1024 % ps != 0) { /* whole pages in every split (32 splits of 1024) */
+        fprintf(stderr, "paged_read_cl: the page size must divide 1024\n");
         return 2;
     }
     cl_platform_id platform;
