@@ -321,6 +321,12 @@ expect_rc "run --window 0,0" 0
 expect_values "run --window 0,0" "$tmp/ow.npy" "$X_DEC" 1e-6
 expect_values "run --window 0,0 (LSE)" "$tmp/lw.npy" "$X_NORM2" 1e-6
 expect_text "run --window 0,0" "$tmp/out" "check LSE: max abs error"
+# leading zeros, more than a 64-bit integer has digits, are still the integer (not "out
+# of range")
+run_6x3 x.npy --window 0000000000000000000000000000000000000,-000000000000000000000000000000000000 \
+    --out "$tmp/ow0.npy"
+expect_rc "run --window with 37 leading zeros" 0
+expect_values "run --window with 37 leading zeros" "$tmp/ow0.npy" "$X_DEC" 1e-6
 run_6x3 x4.npy --alibi 1000 --out "$tmp/oa.npy" --lse "$tmp/la.npy" --check
 expect_rc "run --alibi" 0
 expect_values "run --alibi 1000" "$tmp/oa.npy" "$X_DEC" 1e-6

@@ -225,15 +225,25 @@ static int lookup(const char *text, const char *const *names)
     return -1;
 }
 
-/* The decimal integer that is exactly text[0..len) (optional sign, no spaces). */
+/* The decimal integer that is exactly text[0..len) (optional sign, no spaces; leading
+ * zeros, however many, are dropped before the length check). */
 static int parse_integer(const char *text, size_t len, long long *out)
 {
     char buf[32];
-    if (len == 0 || len >= sizeof buf ||
-        !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
+    if (len == 0 || !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
         return 0;
     }
-    memcpy(buf, text, len);
+    const size_t sign = text[0] == '-' || text[0] == '+' ? 1 : 0;
+    size_t z = sign;
+    while (z + 1 < len && text[z] == '0') {
+        z++;
+    }
+    if (sign + (len - z) >= sizeof buf) {
+        return 0;
+    }
+    memcpy(buf, text, sign);
+    memcpy(buf + sign, text + z, len - z);
+    len = sign + (len - z);
     buf[len] = '\0';
     char *end;
     errno = 0;
