@@ -343,6 +343,17 @@ static int backward_setup(clattn_context *ctx, const bench_case *c,
                             clattn_status_string(st), clattn_last_error_message(ctx));
 }
 
+/* The K/V rows per KV head time_case allocates: a paged pool's whole pages
+ * (b·⌈n_kv / page_size⌉·page_size), a varlen batch's `packed` rows, else b·n_kv; in
+ * double, so that sizes up to 2^63 - 1 do not overflow (exact below 2^53). */
+static double kv_rows_of(const bench_case *c, int64_t packed)
+{
+    const double b = (double)c->b, ps = (double)c->page_size;
+    return ps > 0   ? b * ceil((double)c->n_kv / ps) * ps
+           : packed ? (double)packed
+                    : b * (double)c->n_kv;
+}
+
 /* Whether the case's operands fit the device's global memory (CL_DEVICE_GLOBAL_MEM_SIZE;
  * on a CPU device that is the host's memory): the rows of Q and O, of K and V (a paged
  * pool's whole pages; and their int8 scales), the backward pass's dO, dQ, dK, dV and LSE.
@@ -353,12 +364,10 @@ static int backward_setup(clattn_context *ctx, const bench_case *c,
  * process. */
 static int operands_fit(clattn_context *ctx, const bench_case *c, int64_t packed)
 {
-    const double es = (double)clattn_dtype_size(c->dtype), kes = c->int8_kv ? 1.0 : es,
-                 b = (double)c->b, ps = (double)c->page_size;
-    const double q_rows = (packed ? (double)packed : b * (double)c->n_q) * (double)c->h_q;
-    const double kv_rows = (double)c->h_kv * (ps > 0   ? b * ceil((double)c->n_kv / ps) * ps
-                                              : packed ? (double)packed
-                                                       : b * (double)c->n_kv);
+    const double es = (double)clattn_dtype_size(c->dtype), kes = c->int8_kv ? 1.0 : es;
+    const double q_rows =
+        (packed ? (double)packed : (double)c->b * (double)c->n_q) * (double)c->h_q;
+    const double kv_rows = (double)c->h_kv * kv_rows_of(c, packed);
     const double dims = (double)c->d_k + (double)c->d_v;
     const double q = q_rows * dims * es, kv = kv_rows * (dims * kes + (c->int8_kv ? 8 : 0));
     const double need = (q + kv) * (c->backward ? 2 : 1) + (c->backward ? (double)q_rows * 4 : 0);
@@ -404,9 +413,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         return 1;
     /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
-    const int64_t pages = c->b * max_pages, kv_rows = ps       ? pages * ps
-                                                      : packed ? total
-                                                               : c->b * c->n_kv;
+    const int64_t pages = c->b * max_pages; /* (operands_fit: the sizes below fit) */
+    const int64_t kv_rows = (int64_t)kv_rows_of(c, packed ? total : 0);
     const clattn_dtype kv_dtype = c->int8_kv ? CLATTN_INT8 : c->dtype;
     cl_mem mq = random_buffer(cl_ctx, queue, qb * c->h_q * qn * c->d_k, 1, c->dtype);
     cl_mem mk = random_buffer(cl_ctx, queue, c->h_kv * kv_rows * c->d_k, 2, kv_dtype);

@@ -2,6 +2,7 @@
  * run_args.h. */
 #include "run_args.h"
 #include "cli.h"
+#include "parse_text.h"
 
 #include <errno.h>
 #include <float.h>
@@ -225,97 +226,6 @@ static int lookup(const char *text, const char *const *names)
     return -1;
 }
 
-/* The decimal integer that is exactly text[0..len) (optional sign, no spaces; leading
- * zeros, however many, are dropped before the length check). */
-static int parse_integer(const char *text, size_t len, long long *out)
-{
-    char buf[32];
-    if (len == 0 || !(text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9'))) {
-        return 0;
-    }
-    const size_t sign = text[0] == '-' || text[0] == '+' ? 1 : 0;
-    size_t z = sign;
-    while (z + 1 < len && text[z] == '0') {
-        z++;
-    }
-    if (sign + (len - z) >= sizeof buf) {
-        return 0;
-    }
-    memcpy(buf, text, sign);
-    memcpy(buf + sign, text + z, len - z);
-    len = sign + (len - z);
-    buf[len] = '\0';
-    char *end;
-    errno = 0;
-    long long value = strtoll(buf, &end, 10);
-    if (end == buf || *end != '\0' || errno == ERANGE) {
-        return 0;
-    }
-    *out = value;
-    return 1;
-}
-
-/* Whether text[0..len) is written as a decimal integer (optional sign, digits only) but
- * lies outside long long's range, so that parse_integer refused it for its size. */
-static int integer_out_of_range(const char *text, size_t len)
-{
-    size_t i = len > 0 && (text[0] == '-' || text[0] == '+') ? 1 : 0;
-    if (i == len) {
-        return 0;
-    }
-    for (; i < len; i++) {
-        if (text[i] < '0' || text[i] > '9') {
-            return 0;
-        }
-    }
-    long long value;
-    return !parse_integer(text, len, &value);
-}
-
-/* The finite float32 number that is exactly text[0..len). */
-static int parse_float(const char *text, size_t len, float *out)
-{
-    char buf[64];
-    if (len == 0 || len >= sizeof buf || text[0] == ' ' || text[0] == '\t') {
-        return 0;
-    }
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    char *end;
-    double value = strtod(buf, &end);
-    if (end == buf || *end != '\0' || !isfinite(value) || fabs(value) > FLT_MAX) {
-        return 0;
-    }
-    *out = (float)value;
-    return 1;
-}
-
-/* The comma-separated items of `text`: calls item(start, len, index, arg) for each,
- * stopping at the first non-zero return, which it returns. */
-static int for_each_item(const char *text, int (*item)(const char *, size_t, size_t, void *),
-                         void *arg)
-{
-    size_t index = 0;
-    for (const char *p = text;; ++index) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        int rc = item(p, len, index, arg);
-        if (rc != 0 || comma == NULL) {
-            return rc;
-        }
-        p = comma + 1;
-    }
-}
-
-static size_t count_items(const char *text)
-{
-    size_t n = 1;
-    for (const char *p = text; (p = strchr(p, ',')) != NULL; ++p) {
-        ++n;
-    }
-    return n;
-}
-
 typedef struct list_parse {
     const char *option, *text;
     int32_t *ints;
@@ -460,23 +370,6 @@ static int parse_rotary(const char *text, run_args *a)
     a->rotary_dim = dim;
     a->rotary_interleaved = (int)interleaved;
     return -1;
-}
-
-/* The unsigned decimal integer that is exactly `text` (digits only: no sign, no
- * spaces), at most `max`; 0 if it is not one (or is larger). */
-static int parse_unsigned(const char *text, uint64_t max, uint64_t *out)
-{
-    if (text[0] == '\0' || strspn(text, "0123456789") != strlen(text)) {
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long value = strtoull(text, &end, 10);
-    if (*end != '\0' || errno == ERANGE || value > max) {
-        return 0;
-    }
-    *out = (uint64_t)value;
-    return 1;
 }
 
 /* --dropout P, --dropout-seed N, --dropout-offset N: the desc's dropout fields, checked
