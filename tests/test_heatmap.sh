@@ -120,6 +120,32 @@ expect_text "escaped b&c" "$tmp/w.svg" ">b&amp;c</text>"
 expect_text "escaped quotes" "$tmp/w.svg" ">&quot;d&apos;</text>"
 expect_text "from-weights value" "$tmp/w.svg" ">0.25</text>"
 
+# --max-side: blocks of cells, each the block's largest visible weight. 5x7 weights
+# (i*7 + j)/64 with a NaN at (3, 5); --max-side 2: blocks of 3x4, a 2x2 grid whose maxima
+# are (2,3) 17/64, (2,6) 20/64, (4,3) 31/64 and NaN (a NaN is never hidden)
+npy "$tmp/w57.npy" '(5, 7)' 00000000 3c800000 3d000000 3d400000 3d800000 3da00000 3dc00000 \
+    3de00000 3e000000 3e100000 3e200000 3e300000 3e400000 3e500000 3e600000 3e700000 \
+    3e800000 3e880000 3e900000 3e980000 3ea00000 3ea80000 3eb00000 3eb80000 3ec00000 \
+    3ec80000 7fc00000 3ed80000 3ee00000 3ee80000 3ef00000 3ef80000 3f000000 3f040000 3f080000
+run_clattn heatmap --from-weights "$tmp/w57.npy" --max-side 2 --out "$tmp/w57.svg"
+expect_rc "max-side 2" 0
+expect_wellformed "max-side 2" "$tmp/w57.svg"
+expect_count "max-side 2 cells" "$tmp/w57.svg" 'class="cell"' 4
+expect_text "max-side 2 block (0,0)" "$tmp/w57.svg" "0$(printf '\342\200\223')2 $(printf '\342\206\222') 0$(printf '\342\200\223')3: 0.265625</title>"
+expect_text "max-side 2 block (0,1)" "$tmp/w57.svg" "4$(printf '\342\200\223')6: 0.3125</title>"
+expect_text "max-side 2 block (1,0)" "$tmp/w57.svg" "3$(printf '\342\200\223')4 $(printf '\342\206\222') 0$(printf '\342\200\223')3: 0.484375</title>"
+expect_text "max-side 2 NaN block" "$tmp/w57.svg" ": nan</title>"
+expect_text "max-side 2 subtitle" "$tmp/w57.svg" "the largest weight of 3$(printf '\303\227')4"
+run_clattn heatmap --from-weights "$tmp/w57.npy" --out "$tmp/w57all.svg"
+expect_rc "max-side default" 0
+expect_count "max-side default cells" "$tmp/w57all.svg" 'class="cell"' 35
+# causal 6x6 in blocks of 2x2: the three blocks above the diagonal are wholly masked
+run_clattn heatmap --q "$tmp/x.npy" --k "$tmp/x.npy" --mask causal --max-side 3 \
+    --out "$tmp/x3.svg"
+expect_rc "max-side 3, causal" 0
+expect_count "max-side 3 cells" "$tmp/x3.svg" 'class="cell"' 9
+expect_count "max-side 3 masked blocks" "$tmp/x3.svg" ': masked</title>' 3
+
 # ---- bad inputs: non-zero, no output file ----------------------------------------------
 
 bad() { # bad NAME STATUS ARGS...: exits STATUS and creates no $tmp/bad.svg
@@ -141,6 +167,8 @@ bad "unknown mask" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --mask diagonal
 bad "zero scale" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --scale 0
 bad "no K" 2 --q "$tmp/x.npy"
 bad "weights with --q" 2 --from-weights "$tmp/w.npy" --q "$tmp/x.npy"
+bad "max-side 0" 2 --from-weights "$tmp/w.npy" --max-side 0
+bad "max-side not a number" 2 --from-weights "$tmp/w.npy" --max-side 2x
 run_clattn heatmap --q "$tmp/x.npy" --k "$tmp/x.npy" --out "$tmp/x.npy"
 expect_rc "output is an input" 2
 

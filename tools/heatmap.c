@@ -49,6 +49,11 @@ static const char heatmap_usage[] =
     "  --head H            query head to draw (default 0)\n"
     "  --batch B           batch entry to draw (default 0)\n"
     "  --title TEXT        the title line (default: \"Attention weights\")\n"
+    "  --max-side N        at most N cells per side (default 256): a larger matrix is\n"
+    "                      drawn in blocks of queries x keys, each cell the largest\n"
+    "                      visible weight of its block (NaN if any is NaN; grey only\n"
+    "                      when all are masked), labelled by its first and last\n"
+    "                      query or key; the subtitle gives the block size\n"
     "  --device SPEC       \"P:D\" or a device-name substring (default: CLATTN_DEVICE,\n"
     "                      else the first GPU, else the first device)\n"
     "  -h, --help          show this help\n";
@@ -74,11 +79,16 @@ static int fail(const char *fmt, ...)
 
 typedef struct heatmap_args {
     const char *q, *k, *weights, *out, *scale_text, *mask_text, *tokens, *q_tokens, *head_text,
-        *batch_text, *title, *device;
+        *batch_text, *title, *device, *max_side_text;
     float scale; /* 0: 1/sqrt(d_k) */
     clattn_mask mask;
-    int64_t head, batch;
+    int64_t head, batch, max_side;
 } heatmap_args;
+
+/* Cells per side drawn by default (--max-side): 256 cells of the 4 px minimum are
+ * 1024 px, and 256² cells about 10 MB of SVG (a 3000² matrix cell by cell was 1.1 GB,
+ * more than a browser opens). */
+enum { DEFAULT_MAX_SIDE = 256 };
 
 static int parse_index(const char *name, const char *text, int64_t *out)
 {
@@ -108,6 +118,7 @@ static int parse_args(int argc, char **argv, heatmap_args *a)
         {"--batch", &a->batch_text, NULL},
         {"--title", &a->title, NULL},
         {"--device", &a->device, NULL},
+        {"--max-side", &a->max_side_text, NULL},
     };
     const int rc = parse_command_line("clattn heatmap", heatmap_usage, argc, argv, options,
                                       sizeof options / sizeof options[0]);
@@ -150,11 +161,17 @@ static int parse_args(int argc, char **argv, heatmap_args *a)
         }
         a->mask = (clattn_mask)m;
     }
-    int index_rc;
+    int index_rc = -1;
     if ((a->head_text != NULL && (index_rc = parse_index("--head", a->head_text, &a->head)) >= 0) ||
         (a->batch_text != NULL &&
          (index_rc = parse_index("--batch", a->batch_text, &a->batch)) >= 0)) {
         return index_rc;
+    }
+    a->max_side = DEFAULT_MAX_SIDE;
+    if (a->max_side_text != NULL &&
+        ((index_rc = parse_index("--max-side", a->max_side_text, &a->max_side)) >= 0 ||
+         a->max_side < 1)) {
+        return index_rc >= 0 ? index_rc : usage("--max-side must be at least 1");
     }
     const char *const ins[] = {a->q, a->k, a->weights};
     for (int i = 0; i < 3; ++i) {
@@ -474,6 +491,84 @@ static int read_weights(const heatmap_args *a, float **w, int64_t *n_q_out, int6
     return rc;
 }
 
+/* ---- blocks of cells (--max-side) ---------------------------------------------------- */
+
+/* Pools w [n_q, n_kv] (and masked, if any) into blocks of bq queries × bk keys, in place
+ * of the caller's arrays: a block's cell is the largest visible weight of the block (NaN
+ * if any visible weight is NaN, so no NaN is hidden; infinities order as numbers) and is
+ * masked only when every cell of the block is. Returns 0, or an exit status. */
+static int pool_weights(float **w, unsigned char **masked, int64_t n_q, int64_t n_kv, int64_t bq,
+                        int64_t bk)
+{
+    const int64_t pq = (n_q + bq - 1) / bq, pk = (n_kv + bk - 1) / bk;
+    float *pw = malloc((size_t)(pq * pk) * sizeof *pw);
+    unsigned char *pm = *masked != NULL ? malloc((size_t)(pq * pk)) : NULL;
+    if (pw == NULL || (*masked != NULL && pm == NULL)) {
+        free(pw);
+        free(pm);
+        return fail("out of memory");
+    }
+    for (int64_t r = 0; r < pq; ++r) {
+        for (int64_t c = 0; c < pk; ++c) {
+            float best = -INFINITY;
+            int seen = 0, nan = 0;
+            for (int64_t i = r * bq; i < n_q && i < (r + 1) * bq; ++i) {
+                for (int64_t j = c * bk; j < n_kv && j < (c + 1) * bk; ++j) {
+                    if (*masked != NULL && (*masked)[i * n_kv + j]) {
+                        continue;
+                    }
+                    const float v = (*w)[i * n_kv + j];
+                    nan |= isnan(v);
+                    best = seen++ == 0 || v > best ? v : best;
+                }
+            }
+            pw[r * pk + c] = nan ? NAN : seen ? best : 0.0f;
+            if (pm != NULL) {
+                pm[r * pk + c] = !seen;
+            }
+        }
+    }
+    free(*w);
+    free(*masked);
+    *w = pw;
+    *masked = pm;
+    return 0;
+}
+
+/* Labels of blocks of `block` rows or columns: "first–last" of the members' labels (the
+ * one label for a block of one). Returns 0, or an exit status (l is then freed). */
+static int pool_labels(labels *l, int64_t block)
+{
+    const int64_t count = (l->count + block - 1) / block;
+    labels pooled = {calloc((size_t)count, sizeof(char *)), count, 0};
+    if (pooled.text == NULL) {
+        labels_free(l);
+        return fail("out of memory");
+    }
+    for (int64_t b = 0; b < count; ++b) {
+        const char *first = l->text[b * block];
+        const int64_t last_i = (b + 1) * block - 1 < l->count ? (b + 1) * block - 1 : l->count - 1;
+        const char *last = l->text[last_i];
+        const size_t len = strlen(first) + strlen(last) + 4;
+        pooled.text[b] = malloc(len);
+        if (pooled.text[b] == NULL) {
+            labels_free(&pooled);
+            labels_free(l);
+            return fail("out of memory");
+        }
+        if (last_i == b * block) {
+            snprintf(pooled.text[b], len, "%s", first);
+        } else {
+            snprintf(pooled.text[b], len, "%s\xE2\x80\x93%s", first, last); /* – */
+        }
+        const size_t chars = utf8_chars(pooled.text[b]);
+        pooled.max_chars = chars > pooled.max_chars ? chars : pooled.max_chars;
+    }
+    labels_free(l);
+    *l = pooled;
+    return 0;
+}
+
 int cmd_heatmap(int argc, char **argv)
 {
     heatmap_args a = {0};
@@ -501,10 +596,23 @@ int cmd_heatmap(int argc, char **argv)
         0) {
         goto done;
     }
+    /* beyond --max-side cells per side: blocks of bq queries × bk keys */
+    const int64_t bq = (n_q + a.max_side - 1) / a.max_side,
+                  bk = (n_kv + a.max_side - 1) / a.max_side;
+    if (bq > 1 || bk > 1) {
+        if ((rc = pool_weights(&w, &masked, n_q, n_kv, bq, bk)) != 0 ||
+            (rc = pool_labels(&rows, bq)) != 0 || (rc = pool_labels(&cols, bk)) != 0) {
+            goto done;
+        }
+        const size_t used = strlen(h.subtitle);
+        snprintf(h.subtitle + used, sizeof h.subtitle - used,
+                 " \xC2\xB7 each cell the largest weight of %lld\xC3\x97%lld (queries\xC3\x97keys)",
+                 (long long)bq, (long long)bk);
+    }
     h.w = w;
     h.masked = masked;
-    h.n_q = n_q;
-    h.n_kv = n_kv;
+    h.n_q = (n_q + bq - 1) / bq;
+    h.n_kv = (n_kv + bk - 1) / bk;
     h.rows = &rows;
     h.cols = &cols;
     h.title = a.title != NULL ? a.title : "Attention weights";
@@ -515,7 +623,13 @@ int cmd_heatmap(int argc, char **argv)
     }
     rc = write_atomically(a.out, &svg);
     if (rc == 0) {
-        printf("wrote %s: %lld x %lld heatmap\n", a.out, (long long)n_q, (long long)n_kv);
+        if (bq > 1 || bk > 1) {
+            printf("wrote %s: %lld x %lld heatmap in %lld x %lld cells (blocks of %lld x %lld)\n",
+                   a.out, (long long)n_q, (long long)n_kv, (long long)h.n_q, (long long)h.n_kv,
+                   (long long)bq, (long long)bk);
+        } else {
+            printf("wrote %s: %lld x %lld heatmap\n", a.out, (long long)n_q, (long long)n_kv);
+        }
     }
 done:
     labels_free(&rows);
