@@ -872,6 +872,8 @@ expect_failure "fortran order" 1 "$tmp/fortran.npy" "fortran_order" --q "$tmp/fo
 expect_failure "bad magic" 1 "$tmp/zip.npy" "bad magic" --q "$x" --k "$tmp/zip.npy" --v "$x"
 expect_failure "trailing data" 1 "$tmp/long.npy" "trailing bytes" --q "$x" --k "$x" --v "$tmp/long.npy"
 expect_failure "missing file" 1 "$tmp/nonexistent.npy" "cannot open" --q "$x" --k "$x" --v "$tmp/nonexistent.npy"
+# a failure names its command, as usage errors do ("clattn run: ", not "clattn: ")
+expect_text "missing file: command named" "$tmp/err" "clattn run: $tmp/nonexistent.npy: cannot open"
 expect_failure "K/V rows differ" 1 "$tmp/v5.npy" "n_kv" --q "$x" --k "$x" --v "$tmp/v5.npy"
 expect_failure "d_k differs" 1 "$tmp/k4.npy" "d_k" --q "$x" --k "$tmp/k4.npy" --v "$tmp/k4.npy"
 expect_failure "rank differs" 1 "$tmp/x3.npy" "rank" --q "$x" --k "$tmp/x3.npy" --v "$tmp/x3.npy"

@@ -19,11 +19,19 @@ int usage_error(const char *command, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* "clattn COMMAND" of the running subcommand (cli_set_command), or "clattn" */
+static char command_name[32] = "clattn";
+
+void cli_set_command(const char *command)
+{
+    snprintf(command_name, sizeof command_name, "clattn %s", command);
+}
+
 CLI_PRINTF(1, 2)
 int cli_error(const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "clattn: ");
+    fprintf(stderr, "%s: ", command_name);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

@@ -25,7 +25,12 @@ extern const char *const cli_mask_names[];
 CLI_PRINTF(2, 3)
 int usage_error(const char *command, const char *fmt, ...);
 
-/* Prints "clattn: MESSAGE" to stderr; returns EXIT_FAILURE. */
+/* Names the running subcommand ("run": cli_error then prints "clattn run: MESSAGE", as
+ * usage_error does with its command); main() calls it before dispatching. */
+void cli_set_command(const char *command);
+
+/* Prints "clattn COMMAND: MESSAGE" (the command of cli_set_command; "clattn: MESSAGE"
+ * before any) to stderr; returns EXIT_FAILURE. */
 CLI_PRINTF(1, 2)
 int cli_error(const char *fmt, ...);
 

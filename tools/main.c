@@ -74,6 +74,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; ++i) {
         if (strcmp(command, commands[i].name) == 0) {
+            cli_set_command(commands[i].name);
             return commands[i].run(argc - 2, argv + 2);
         }
     }
