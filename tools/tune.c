@@ -14,6 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* tune's --shapes entries: bench's without its timing-only tokens (help and messages) */
+#define TUNE_SHAPES_GRAMMAR "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]]"
+
 static const char tune_usage[] =
     "Usage: clattn tune [--shapes LIST] [--reps N] [--rq LIST] [--wg LIST]\n"
     "                   [--tile LIST] [--dry-run] [--quiet] [--device SPEC]\n"
@@ -32,7 +35,7 @@ static const char tune_usage[] =
     "\n"
     "Options:\n"
     "  --shapes LIST   as for `clattn bench`, forward only:\n"
-    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]] (the blocking is\n"
+    "                  " TUNE_SHAPES_GRAMMAR " (the blocking is\n"
     "                  stored per kernel and head dims, for every dtype; a fused case with\n"
     "                  n_q <= 16 runs the decode kernel, which has none: reported, not\n"
     "                  tuned); default 1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128\n"
@@ -152,7 +155,7 @@ int cmd_tune(int argc, char **argv)
         return 2;
     bench_case cases[32];
     bench_command = "clattn tune";
-    bench_shapes_grammar = "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]]";
+    bench_shapes_grammar = TUNE_SHAPES_GRAMMAR;
     const int n_cases = parse_shapes(shapes, cases, 32);
     if (n_cases < 0)
         return 2;
