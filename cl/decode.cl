@@ -193,12 +193,13 @@ float16 hsum16(const float16 *d)
 
 /* Software prefetch on CPUs: the K rows PF_STEPS steps ahead are prefetched (one K row per
  * key read, every cache line of the row), and so are the V rows unless they follow the
- * current step's in memory and are read in place (V_IN_PLACE below prefetches those next
- * to their K rows). GQA decoding does enough arithmetic per byte that the hardware
- * prefetchers fall behind even on contiguous K (0.84-0.89x the time with K prefetched,
- * 2026-12-02), and with pages they restart at every jump to a page elsewhere in the pool,
- * each time after a few misses (pages of 16 keys: 1.2-1.5x the contiguous time without
- * prefetching; docs/BENCHMARKS.md). A hint: prefetches neither fault nor change results.
+ * current step's in memory and are read next to their K rows (V_FOLLOWS below; V_IN_PLACE
+ * prefetches them next to their K rows). GQA decoding does enough arithmetic per byte
+ * that the hardware prefetchers fall behind even on contiguous K (0.84-0.89x the time
+ * with K prefetched, 2026-12-02), and with pages they restart at every jump to a page
+ * elsewhere in the pool, each time after a few misses (pages of 16 keys: 1.2-1.5x the
+ * contiguous time without prefetching; docs/BENCHMARKS.md). A hint: prefetches neither
+ * fault nor change results.
  * The host (context.c) passes -DCPU_PREFETCH=1 for PoCL and Intel's CPU runtime: clang's
  * __builtin_prefetch, since PoCL's OpenCL prefetch() is an empty
  * function (the address cast to a generic pointer: CPUs have one address space); and
@@ -249,8 +250,17 @@ float16 hsum16(const float16 *d)
  * rounds: 0.83-0.99x the copy's time; Intel's runtime 1.01x; an earlier measurement had
  * 1.05-1.09x the other way). int8/FP8 V keeps the copy (it applies the row's scale once),
  * and so do kernels without plain steps (PLAIN_STEPS 0: d_k above 128 or a head dim not
- * whole vectors), which never read in place and keep V's prefetch ahead. docs/BENCHMARKS.md. */
+ * whole vectors), which never read in place (the first of them leave V's prefetch to
+ * the hardware too: V_FOLLOWS). docs/BENCHMARKS.md. */
 #define V_IN_PLACE (CAN_PREFETCH && PLAIN_STEPS && !V_SCALED)
+/* V rows read in step with their K rows — in place (V_IN_PLACE) or by the copy of whole
+ * float16 vectors next to the K reads (UNIT_ROWS: d_k above 128 here) — are not
+ * prefetched a step ahead when they follow the current step's in memory: the two
+ * sequential streams are left to the hardware's prefetchers, as V_IN_PLACE kernels
+ * always did. At d 192 and 256 that took 0.92-0.96x the time (PoCL, 30-40 rounds, MHA and
+ * GQA, f32 and f16); rows that are not whole vectors keep the prefetch (d 72: 1.04-1.07x
+ * without it), and so does int8/FP8 V. docs/BENCHMARKS.md. */
+#define V_FOLLOWS (CAN_PREFETCH && UNIT_ROWS && !V_SCALED)
 
 /* The weighted sum's keys t0 … t1 − 1 for AP column blocks of SB rows (o_[r][c]), V vector
  * (t, column block col) from the step's copy (V_COPY) or in place (V_GLOBAL); TESTED:
@@ -343,8 +353,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
             if (jp + 16 <= khi && unit && rows_contiguous(jp, 16 KV_PAGES)) {
                 pfk = kv_row(k_off, k_st, b, hp, jp KV_PAGES);
                 pfv = kv_row(v_off, v_st, b, hp, jp KV_PAGES);
-                if (V_IN_PLACE && pfv == vb0 + 16 * PF_STEPS * v_st.s2)
-                    pfv = -1; /* V follows on: prefetched next to its K rows in its step */
+                if (V_FOLLOWS && pfv == vb0 + 16 * PF_STEPS * v_st.s2)
+                    pfv = -1; /* V follows on: read next to its K rows in its step */
 #if K_SCALED /* int8 / FP8: the step's scales (one line per head and page) */
                 if (pfk >= 0)
                     PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hp,
