@@ -134,11 +134,15 @@ expect_count "max-side 2 cells" "$tmp/w57.svg" 'class="cell"' 4
 expect_text "max-side 2 block (0,0)" "$tmp/w57.svg" "0$(printf '\342\200\223')2 $(printf '\342\206\222') 0$(printf '\342\200\223')3: 0.265625</title>"
 expect_text "max-side 2 block (0,1)" "$tmp/w57.svg" "4$(printf '\342\200\223')6: 0.3125</title>"
 expect_text "max-side 2 block (1,0)" "$tmp/w57.svg" "3$(printf '\342\200\223')4 $(printf '\342\206\222') 0$(printf '\342\200\223')3: 0.484375</title>"
-expect_text "max-side 2 NaN block" "$tmp/w57.svg" ": nan</title>"
+expect_text "max-side 2 NaN block" "$tmp/w57.svg" ": NaN</title>"
 expect_text "max-side 2 subtitle" "$tmp/w57.svg" "the largest weight of 3$(printf '\303\227')4"
 run_clattn heatmap --from-weights "$tmp/w57.npy" --out "$tmp/w57all.svg"
 expect_rc "max-side default" 0
 expect_count "max-side default cells" "$tmp/w57all.svg" 'class="cell"' 35
+# the largest --max-side: every cell (the block size once overflowed to 0 or -1)
+run_clattn heatmap --from-weights "$tmp/w57.npy" --max-side 9223372036854775807 --out "$tmp/w57max.svg"
+expect_rc "max-side 2^63-1" 0
+expect_count "max-side 2^63-1 cells" "$tmp/w57max.svg" 'class="cell"' 35
 # causal 6x6 in blocks of 2x2: the three blocks above the diagonal are wholly masked
 run_clattn heatmap --q "$tmp/x.npy" --k "$tmp/x.npy" --mask causal --max-side 3 \
     --out "$tmp/x3.svg"
@@ -169,6 +173,10 @@ bad "no K" 2 --q "$tmp/x.npy"
 bad "weights with --q" 2 --from-weights "$tmp/w.npy" --q "$tmp/x.npy"
 bad "max-side 0" 2 --from-weights "$tmp/w.npy" --max-side 0
 bad "max-side not a number" 2 --from-weights "$tmp/w.npy" --max-side 2x
+bad "max-side with a sign" 2 --from-weights "$tmp/w.npy" --max-side +5
+bad "max-side with a space" 2 --from-weights "$tmp/w.npy" --max-side " 5"
+bad "max-side beyond 2^63-1" 2 --from-weights "$tmp/w.npy" --max-side 99999999999999999999
+expect_text "max-side beyond 2^63-1 message" "$tmp/err" "is out of range"
 run_clattn heatmap --q "$tmp/x.npy" --k "$tmp/x.npy" --out "$tmp/x.npy"
 expect_rc "output is an input" 2
 

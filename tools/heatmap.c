@@ -8,12 +8,15 @@
 #include "commands.h"
 #include "npy.h"
 #include "outfile.h"
+#include "parse_text.h"
 #include "svg.h"
 
 #include <clattn.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -90,12 +93,15 @@ typedef struct heatmap_args {
  * more than a browser opens). */
 enum { DEFAULT_MAX_SIDE = 256 };
 
+/* A non-negative decimal integer written with digits only (no sign, no spaces). */
 static int parse_index(const char *name, const char *text, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (end == text || *end != '\0' || errno != 0 || v < 0) {
+    const size_t len = strlen(text);
+    long long v = 0;
+    if (len > 0 && isdigit((unsigned char)text[0]) && integer_out_of_range(text, len)) {
+        return usage("%s '%s' is out of range (at most %lld)", name, text, LLONG_MAX);
+    }
+    if (len == 0 || !isdigit((unsigned char)text[0]) || !parse_integer(text, len, &v)) {
         return usage("%s '%s' is not a non-negative integer", name, text);
     }
     *out = v;
@@ -242,8 +248,9 @@ static int labels_make(labels *l, const char *text, int64_t count, const char *o
     }
     if (n != count) {
         labels_free(l);
-        return usage("%s has %lld words but %lld are needed (one per %s)", option, (long long)n,
-                     (long long)count, strcmp(option, "--q-tokens") == 0 ? "query" : "key");
+        return usage("%s has %lld word%s but %lld are needed (one per %s)", option, (long long)n,
+                     n == 1 ? "" : "s", (long long)count,
+                     strcmp(option, "--q-tokens") == 0 ? "query" : "key");
     }
     return 0;
 }
@@ -597,8 +604,7 @@ int cmd_heatmap(int argc, char **argv)
         goto done;
     }
     /* beyond --max-side cells per side: blocks of bq queries × bk keys */
-    const int64_t bq = (n_q + a.max_side - 1) / a.max_side,
-                  bk = (n_kv + a.max_side - 1) / a.max_side;
+    const int64_t bq = 1 + (n_q - 1) / a.max_side, bk = 1 + (n_kv - 1) / a.max_side; /* n ≥ 1 */
     if (bq > 1 || bk > 1) {
         if ((rc = pool_weights(&w, &masked, n_q, n_kv, bq, bk)) != 0 ||
             (rc = pool_labels(&rows, bq)) != 0 || (rc = pool_labels(&cols, bk)) != 0) {

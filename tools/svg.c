@@ -270,8 +270,10 @@ void render(const heatmap *h, text *t)
             put_escaped(t, h->cols->text[j]);
             if (masked) {
                 put(t, ": masked</title></rect>\n");
-            } else {
+            } else if (isfinite(v)) {
                 put(t, ": %.6g</title></rect>\n", v);
+            } else { /* as the cells write them: NaN (whatever its sign), inf, -inf */
+                put(t, ": %s</title></rect>\n", isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf");
             }
             if (show_values) {
                 const char *ink = luminance(rgb) > 0.18 ? "#000000" : "#ffffff";

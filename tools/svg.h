@@ -26,7 +26,8 @@ typedef struct heatmap {
     int64_t n_q, n_kv;
     const labels *rows, *cols;
     const char *title;
-    char subtitle[512]; /* plain text, escaped when written */
+    char subtitle[1024]; /* plain text, escaped when written (two file names of up to
+                          * 255 bytes, the sizes and the block note fit) */
 } heatmap;
 
 /* Characters (UTF-8 code points) of a string. */
