@@ -82,10 +82,11 @@ npy "$tmp/r.npy" '<f4' '(3, 4)' $R
 
 # ---- reading .npy files back ---------------------------------------------------
 
-# npy_values FILE: the float32 values of a .npy file (version 1.0), one per line.
+# npy_values FILE [TYPE]: the float32 (od TYPE, e.g. f8: float64) values of a .npy file
+# (version 1.0), one per line.
 npy_values() {
     hlen=$(od -An -v -t u2 -j 8 -N 2 "$1" | tr -d ' ')
-    od -An -v -t f4 -j $((10 + hlen)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
+    od -An -v -t "${2:-f4}" -j $((10 + hlen)) "$1" | tr -s ' ' '\n' | sed '/^$/d'
 }
 
 # expect_values NAME FILE EXPECTED [TOL]: FILE (float32) holds exactly the values of the
@@ -331,6 +332,22 @@ run_6x3 x4.npy --alibi 1000 --out "$tmp/oa.npy" --lse "$tmp/la.npy" --check
 expect_rc "run --alibi" 0
 expect_values "run --alibi 1000" "$tmp/oa.npy" "$X_DEC" 1e-6
 expect_shape "run --alibi (LSE rank 4)" "$tmp/la.npy" "(1, 1, 6)"
+# --lse-dtype f64: the same LSE in float64 ('<f8'), checked against the reference
+run_6x3 x4.npy --alibi 1000 --out "$tmp/oa64.npy" --lse "$tmp/la64.npy" --lse-dtype f64 --check
+expect_rc "run --lse-dtype f64" 0
+expect_text "run --lse-dtype f64" "$tmp/out" "check LSE: max abs error"
+expect_descr "run --lse-dtype f64" "$tmp/la64.npy" "<f8"
+expect_shape "run --lse-dtype f64" "$tmp/la64.npy" "(1, 1, 6)"
+if [ "$(npy_values "$tmp/la64.npy" f8 | wc -l)" -eq 6 ] &&
+    npy_values "$tmp/la.npy" | paste - "$(npy_values "$tmp/la64.npy" f8 >"$tmp/la64.txt" && echo "$tmp/la64.txt")" |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-6) bad = 1 } END { exit bad }'
+then pass; else fail "run --lse-dtype f64: the LSE differs from the float32 one"; fi
+run_6x3 x.npy --out "$tmp/never.npy" --lse-dtype f64
+expect_rc "run --lse-dtype without --lse" 2
+expect_text "run --lse-dtype without --lse" "$tmp/err" "--lse-dtype needs --lse FILE"
+run_6x3 x.npy --out "$tmp/never.npy" --lse "$tmp/never2.npy" --lse-dtype f16
+expect_rc "run --lse-dtype f16" 2
+expect_text "run --lse-dtype f16" "$tmp/err" "unknown --lse-dtype 'f16' (f32, f64)"
 # one slope per query head (GQA: two query heads share one key/value head)
 run_clattn run --q "$tmp/x2h.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --alibi 0.5,0.25 \
     --out "$tmp/o2h.npy" --check
@@ -1283,6 +1300,17 @@ for g in gq gk gv; do
     if cmp -s "$tmp/$g.npy" "$tmp/$g-recomputed.npy"; then pass; else
         fail "run --backward --o --lse: $g.npy differs from the recomputed forward's"; fi
 done
+
+# the LSE in float64 (--lse-dtype f64) as the backward's input: the same gradients
+run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --out "$tmp/og.npy" --lse "$tmp/lg64.npy" --lse-dtype f64
+expect_rc "run (the forward of --backward, a float64 LSE)" 0
+bwd --o "$tmp/og.npy" --lse "$tmp/lg64.npy" --check
+expect_rc "run --backward --lse (float64) --check" 0
+expect_values "run --backward --lse (float64) (dQ)" "$tmp/gq.npy" "$B_DQ" 1e-5
+bwd --o "$tmp/og.npy" --lse "$tmp/lg64.npy" --lse-dtype f64
+expect_rc "run --backward --lse-dtype" 2
+expect_text "run --backward --lse-dtype" "$tmp/err" "reads --lse in its file's dtype"
 
 # --sinks: d_sinks too (--dsinks, float32 (h_q,)); head 1 has no sink (-inf): 0
 bwd --sinks "$tmp/sinks2.npy" --dsinks "$tmp/gs.npy" --check

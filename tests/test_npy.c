@@ -464,7 +464,7 @@ END_TEST
 /* ---- dtypes other than float32 ------------------------------------------------------ */
 
 static const npy_dtype all_dtypes[] = {NPY_F32, NPY_F16, NPY_BOOL, NPY_U8,
-                                       NPY_U16, NPY_I32, NPY_I8};
+                                       NPY_U16, NPY_I32, NPY_I8,   NPY_F64};
 
 /* Every dtype through npy_write() and npy_read(), every round-trip shape: the values
  * (bit patterns) survive, the header names the dtype, the data is little-endian. */
@@ -516,16 +516,18 @@ START_TEST(test_dtype_round_trip)
         snprintf(descr, sizeof descr, "{'descr': '%s', ", npy_dtype_descr(dtype));
         ck_assert_int_eq(memcmp(bytes + 10, descr, strlen(descr)), 0);
         for (size_t i = 0; i < count; ++i) {
-            uint32_t host = 0, disk = 0;
+            uint64_t host = 0, disk = 0;
             for (size_t b = 0; b < esize; ++b) {
-                disk |= (uint32_t)bytes[data_offset + i * esize + b] << (8 * b);
+                disk |= (uint64_t)bytes[data_offset + i * esize + b] << (8 * b);
             }
             if (esize == 1) {
                 host = ((const uint8_t *)a.data)[i];
             } else if (esize == 2) {
                 host = ((const uint16_t *)a.data)[i];
-            } else {
+            } else if (esize == 4) {
                 host = ((const uint32_t *)a.data)[i];
+            } else {
+                host = ((const uint64_t *)a.data)[i];
             }
             ck_assert_uint_eq(host, disk);
         }
@@ -548,10 +550,10 @@ END_TEST
 
 START_TEST(test_dtype_names)
 {
-    static const char *const descrs[] = {"<f4", "<f2", "|b1", "|u1", "<u2", "<i4", "|i1"};
+    static const char *const descrs[] = {"<f4", "<f2", "|b1", "|u1", "<u2", "<i4", "|i1", "<f8"};
     static const char *const names[] = {"float32", "float16", "bool", "uint8",
-                                        "uint16",  "int32",   "int8"};
-    static const size_t sizes[] = {4, 2, 1, 1, 2, 4, 1};
+                                        "uint16",  "int32",   "int8", "float64"};
+    static const size_t sizes[] = {4, 2, 1, 1, 2, 4, 1, 8};
     for (int d = 0; d < NPY_DTYPE_COUNT; ++d) {
         ck_assert_str_eq(npy_dtype_descr((npy_dtype)d), descrs[d]);
         ck_assert_str_eq(npy_dtype_name((npy_dtype)d), names[d]);
@@ -583,6 +585,7 @@ static const struct {
     {1, STD_DICT("<i4", "False", "(3,)"), NPY_I32, 12, 1, {3}},
     {1, "{\"shape\": (2,), \"fortran_order\": False, \"descr\": \"<i4\"}", NPY_I32, 8, 1, {2}},
     {1, STD_DICT("|i1", "False", "(2, 3)"), NPY_I8, 6, 2, {2, 3}},
+    {1, STD_DICT("<f8", "False", "(2, 2)"), NPY_F64, 32, 2, {2, 2}},
 };
 
 START_TEST(test_typed_files)

@@ -42,6 +42,9 @@ static double load_value(clattn_dtype dtype, const void *data, size_t i)
     if (dtype == CLATTN_FLOAT32) {
         return ((const float *)data)[i];
     }
+    if (dtype == CLATTN_FLOAT64) {
+        return ((const double *)data)[i];
+    }
     uint16_t bits = ((const uint16_t *)data)[i];
     return dtype == CLATTN_FLOAT16 ? clattn_f16_to_f32(bits) : clattn_bf16_to_f32(bits);
 }
@@ -50,7 +53,7 @@ static double load_value(clattn_dtype dtype, const void *data, size_t i)
  * float32, whose outputs are compared with CHECK_ATOL and CHECK_RTOL alone). */
 static double ulp16(clattn_dtype dtype, double x)
 {
-    if (dtype == CLATTN_FLOAT32 || !isfinite(x)) {
+    if (dtype == CLATTN_FLOAT32 || dtype == CLATTN_FLOAT64 || !isfinite(x)) {
         return 0.0;
     }
     const int mantissa = dtype == CLATTN_FLOAT16 ? 10 : 7;

@@ -184,11 +184,6 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
 
 /* ---- dtypes ---------------------------------------------------------------------- */
 
-size_t dtype_size(clattn_dtype dtype)
-{
-    return dtype == CLATTN_FLOAT32 ? 4 : dtype == CLATTN_BOOL ? 1 : 2;
-}
-
 /* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
 npy_dtype npy_of(clattn_dtype dtype)
 {
@@ -280,14 +275,16 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
                                    const clattn_tensor *o, size_t o_count, size_t w_count,
                                    size_t lse_count)
 {
-    const size_t o_bytes = (o_count * dtype_size(o->dtype) + 15) / 16 * 16;
+    const size_t o_bytes = (o_count * clattn_dtype_size(o->dtype) + 15) / 16 * 16;
     /* zeroed like the outputs: rows outside every --cu-seqlens sequence are written by
      * neither */
-    unsigned char *ref = calloc(1, o_bytes + (w_count + lse_count) * sizeof(float) + 1);
+    const size_t lse_size = desc->lse != NULL ? clattn_dtype_size(desc->lse->dtype) : sizeof(float);
+    unsigned char *ref = calloc(1, o_bytes + w_count * sizeof(float) + lse_count * lse_size + 1);
     if (ref == NULL) {
         return cli_error("out of memory for the reference result");
     }
-    float *ref_w_data = (float *)(void *)(ref + o_bytes), *ref_lse_data = ref_w_data + w_count;
+    float *ref_w_data = (float *)(void *)(ref + o_bytes);
+    void *ref_lse_data = ref_w_data + w_count; /* (float32 or float64: 8-byte aligned) */
     clattn_tensor ref_o = *o, ref_w, ref_lse;
     ref_o.host = ref;
     clattn_attention_desc ref_desc = *desc;
@@ -311,7 +308,7 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
             ok &= report_check("W", CLATTN_FLOAT32, desc->weights->host, ref_w_data, w_count);
         }
         if (desc->lse != NULL) {
-            ok &= report_check("LSE", CLATTN_FLOAT32, desc->lse->host, ref_lse_data, lse_count);
+            ok &= report_check("LSE", desc->lse->dtype, desc->lse->host, ref_lse_data, lse_count);
         }
         rc = ok ? 0
                 : cli_error("--check failed: the result is not within tolerance; nothing "
@@ -401,7 +398,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     }
     if (a->lse != NULL) {
         lse_file = &files[n_files++];
-        *lse_file = (output_file){a->lse, NPY_F32, NULL, {0}, ndim - 1};
+        *lse_file = (output_file){a->lse, a->lse_f64 ? NPY_F64 : NPY_F32, NULL, {0}, ndim - 1};
         memcpy(lse_file->shape, b_h_n, sizeof(int64_t) * (size_t)(ndim - 1));
     }
     if (a->weights != NULL) {
@@ -418,17 +415,18 @@ static int run_attention(const run_args *a, run_inputs *in)
     memcpy(o_file->shape, b_h_n, sizeof(int64_t) * (size_t)ndim);
     o_file->shape[ndim - 1] = d_v;
 
-    size_t o_count = count_of(o_file->shape, ndim, dtype_size(o_dtype), &fits);
+    size_t o_count = count_of(o_file->shape, ndim, clattn_dtype_size(o_dtype), &fits);
     size_t w_count = w_file ? count_of(w_file->shape, ndim, sizeof(float), &fits) : 0;
-    size_t lse_count = lse_file ? count_of(lse_file->shape, ndim - 1, sizeof(float), &fits) : 0;
+    const size_t lse_size = a->lse_f64 ? sizeof(double) : sizeof(float);
+    size_t lse_count = lse_file ? count_of(lse_file->shape, ndim - 1, lse_size, &fits) : 0;
     size_t s_count = s_file ? count_of(s_file->shape, ndim, sizeof(float), &fits) : 0;
     if (!fits) {
         return cli_error("the output would be too large for this machine's size_t");
     }
-    void *o = calloc(o_count > 0 ? o_count : 1, dtype_size(o_dtype));
+    void *o = calloc(o_count > 0 ? o_count : 1, clattn_dtype_size(o_dtype));
     void *ref_k = NULL, *ref_v = NULL; /* --check with --k-new */
     float *w = w_file ? calloc(w_count > 0 ? w_count : 1, sizeof *w) : NULL;
-    float *lse = lse_file ? calloc(lse_count > 0 ? lse_count : 1, sizeof *lse) : NULL;
+    void *lse = lse_file ? calloc(lse_count > 0 ? lse_count : 1, lse_size) : NULL;
     float *sc = s_file ? calloc(s_count > 0 ? s_count : 1, sizeof *sc) : NULL;
     clattn_context *ctx = NULL;
     run_desc rd;
@@ -447,6 +445,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     clattn_tensor tw =
         clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
     clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
+    tl.dtype = a->lse_f64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
     int lrc = run_make_desc(a, in, &rd);
     if (lrc >= 0) {
         rc = lrc;

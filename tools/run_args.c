@@ -135,9 +135,13 @@ static const char run_usage_2[] =
     "                    n_kv) for rank 4, (1, n_q, n_kv) for rank 3 (PyTorch drops it:\n"
     "                    w[:, 0] in NumPy)\n"
     "  --lse FILE        also write each query row's log-sum-exp of its visible scores\n"
-    "                    and its sink (float32, natural log; -inf for a row with no\n"
-    "                    visible key and no sink), shaped like O without its last\n"
-    "                    dimension (with --backward: the forward's LSE, an input)\n"
+    "                    and its sink (float32 unless --lse-dtype f64; natural log; -inf\n"
+    "                    for a row with no visible key and no sink), shaped like O\n"
+    "                    without its last dimension (with --backward: the forward's\n"
+    "                    LSE, an input, '<f4' or '<f8')\n"
+    "  --lse-dtype T     f32 (default) or f64 ('<f8'): the LSE's dtype. A float64 LSE\n"
+    "                    keeps the digits a far ALiBi position or an exact merge of\n"
+    "                    parts computed apart needs (the device needs cl_khr_fp64)\n"
     "  --scores FILE     also write the score matrix (float32, shaped like the weights),\n"
     "                    whichever algorithm runs, at the stage --scores-stage names:\n"
     "  --scores-stage S  raw (scale*Q*K^T), softcap (after the softcap) or masked (the\n"
@@ -181,7 +185,8 @@ static const char run_usage_bwd[] =
     "                    like O: Q's shape with the last dimension d_v; a float dtype\n"
     "  --o FILE          the forward's O, as its --out wrote it (PyTorch's out), with\n"
     "  --lse FILE        the forward's LSE, as its --lse wrote it (PyTorch's logsumexp,\n"
-    "                    FlashAttention's softmax_lse): float32, Q's shape without the\n"
+    "                    FlashAttention's softmax_lse): float32 or float64 (as\n"
+    "                    --lse-dtype wrote it), Q's shape without the\n"
     "                    last dimension. Both or neither: without them the forward is\n"
     "                    run first (O in float32, the LSE) with the same options\n"
     "  --dq FILE         dQ, in Q's shape and dtype\n"
@@ -514,6 +519,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--scores-stage", &a->scores_stage_text, NULL},
         {"--dtype", &a->dtype_text, NULL},
         {"--out-dtype", &a->out_dtype_text, NULL},
+        {"--lse-dtype", &a->lse_dtype_text, NULL},
         {"--check", NULL, &a->check},
         {"--device", &a->device, NULL},
     };
@@ -627,6 +633,21 @@ int parse_run_args(int argc, char **argv, run_args *a)
             return usage_error(command, "unknown --out-dtype '%s' (f32, f16, bf16)",
                                a->out_dtype_text);
         }
+    }
+    if (a->lse_dtype_text != NULL) {
+        static const char *const lse_dtypes[] = {"f32", "f64", NULL};
+        const int t = lookup(a->lse_dtype_text, lse_dtypes);
+        if (t < 0) {
+            return usage_error(command, "unknown --lse-dtype '%s' (f32, f64)", a->lse_dtype_text);
+        }
+        if (a->backward) {
+            return usage_error(command, "--lse-dtype is the forward pass's: --backward reads "
+                                        "--lse in its file's dtype ('<f4' or '<f8')");
+        }
+        if (a->lse == NULL) {
+            return usage_error(command, "--lse-dtype needs --lse FILE");
+        }
+        a->lse_f64 = t == 1;
     }
     if (a->head_mean && a->weights == NULL) {
         return usage_error(command, "--weights-head-mean needs --weights FILE");

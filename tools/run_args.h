@@ -19,7 +19,7 @@ typedef struct run_args {
     int scores_stage; /* RUN_SCORES_* */
     const char *scale_text, *mask_text, *algorithm_text, *kv_lens_text, *q_lens_text;
     const char *window_text, *alibi_text, *softcap_text, *masked_rows_text;
-    const char *q_start_text, *kv_start_text, *dtype_text, *out_dtype_text;
+    const char *q_start_text, *kv_start_text, *dtype_text, *out_dtype_text, *lse_dtype_text;
     int check, head_mean, batch_invariant;
     float scale, softcap;
     clattn_mask mask;
@@ -29,6 +29,7 @@ typedef struct run_args {
     int64_t window_left, window_right, q_start, kv_start;
     int bf16;      /* --dtype bf16: '<u2' inputs are bfloat16 */
     int out_dtype; /* a clattn_dtype, or -1: Q's */
+    int lse_f64;   /* --lse-dtype f64: the forward's --lse in float64 */
     /* --kv-lens / --q-lens given as lists (malloc'd), or as int32 .npy files */
     int32_t *kv_lens, *q_lens;
     size_t n_kv_lens, n_q_lens;
@@ -94,8 +95,6 @@ typedef struct run_inputs {
     npy_data mod_bufs[CLATTN_RUN_MAX_MOD_BUFFERS];
 } run_inputs;
 
-/* Bytes per element of a library dtype (float32 4, bool 1, others 2). */
-size_t dtype_size(clattn_dtype dtype);
 /* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
 npy_dtype npy_of(clattn_dtype dtype);
 /* A host view on packed data of a shape of rank 1..4 (leading 1s). */

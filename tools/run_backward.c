@@ -173,7 +173,7 @@ static int alloc_gradients(const run_inputs *in, gradients *g)
         const clattn_dtype dtype = grad_dtype(dtypes[i]);
         g->count[i] = inputs[i]->count;
         g->t[i] = host_view(NULL, inputs[i]->shape, inputs[i]->ndim, dtype);
-        g->t[i].host = calloc(g->count[i] > 0 ? g->count[i] : 1, dtype_size(dtype));
+        g->t[i].host = calloc(g->count[i] > 0 ? g->count[i] : 1, clattn_dtype_size(dtype));
     }
     g->count[3] = (size_t)in->qs[1];
     g->t[3] = clattn_tensor_host(calloc(g->count[3], sizeof(float)), 1, in->qs[1], 1, 1);
@@ -215,8 +215,10 @@ int run_backward(const run_args *a, run_inputs *in)
     if (rc < 0 && a->o_in != NULL) {
         rc = read_shaped(a, "--o", a->o_in, floats, o_shape, ndim, o_what, &o_in, &o_dtype);
         if (rc < 0) {
-            rc = read_shaped(a, "--lse", a->lse, NPY_ACCEPT(NPY_F32), in->q.shape, ndim - 1,
-                             "the forward's LSE, float32: Q's shape without its last dimension",
+            rc = read_shaped(a, "--lse", a->lse, NPY_ACCEPT(NPY_F32) | NPY_ACCEPT(NPY_F64),
+                             in->q.shape, ndim - 1,
+                             "the forward's LSE, float32 or float64: Q's shape without its last "
+                             "dimension",
                              &lse_in, NULL);
         }
     }
@@ -251,8 +253,11 @@ int run_backward(const run_args *a, run_inputs *in)
     const clattn_tensor tv = host_view(in->v.data, in->v.shape, ndim, in->dv);
     const clattn_tensor tdo = host_view(d_o.data, o_shape, ndim, do_dtype);
     const clattn_tensor to = host_view(a->o_in != NULL ? o_in.data : o32, o_shape, ndim, o_dtype);
-    const clattn_tensor tl = clattn_tensor_host(a->o_in != NULL ? lse_in.data : lse32, in->qs[0],
-                                                in->qs[1], in->qs[2], 1);
+    clattn_tensor tl = clattn_tensor_host(a->o_in != NULL ? lse_in.data : lse32, in->qs[0],
+                                          in->qs[1], in->qs[2], 1);
+    if (a->o_in != NULL && lse_in.dtype == NPY_F64) {
+        tl.dtype = CLATTN_FLOAT64; /* --lse-dtype f64's output */
+    }
     if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
         goto done;
     }

@@ -47,7 +47,7 @@ static const struct {
     size_t size;
 } npy_dtypes[NPY_DTYPE_COUNT] = {
     {"<f4", "float32", 4}, {"<f2", "float16", 2}, {"|b1", "bool", 1}, {"|u1", "uint8", 1},
-    {"<u2", "uint16", 2},  {"<i4", "int32", 4},   {"|i1", "int8", 1},
+    {"<u2", "uint16", 2},  {"<i4", "int32", 4},   {"|i1", "int8", 1}, {"<f8", "float64", 8},
 };
 
 size_t npy_dtype_size(npy_dtype dtype)
@@ -508,10 +508,16 @@ static void decode(void *dst, const unsigned char *src, size_t count, size_t esi
         if (esize == 2) {
             uint16_t v = (uint16_t)(b[0] | b[1] << 8);
             memcpy(out + 2 * i, &v, sizeof v);
-        } else {
+        } else if (esize == 4) {
             uint32_t v =
                 (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
             memcpy(out + 4 * i, &v, sizeof v);
+        } else { /* 8 */
+            uint64_t v = 0;
+            for (int k = 7; k >= 0; --k) {
+                v = v << 8 | b[k];
+            }
+            memcpy(out + 8 * i, &v, sizeof v);
         }
     }
 }
@@ -528,13 +534,19 @@ static void encode(unsigned char *dst, const void *src, size_t count, size_t esi
             memcpy(&v, in + 2 * i, sizeof v);
             dst[2 * i] = (unsigned char)v;
             dst[2 * i + 1] = (unsigned char)(v >> 8);
-        } else {
+        } else if (esize == 4) {
             uint32_t v;
             memcpy(&v, in + 4 * i, sizeof v);
             dst[4 * i] = (unsigned char)v;
             dst[4 * i + 1] = (unsigned char)(v >> 8);
             dst[4 * i + 2] = (unsigned char)(v >> 16);
             dst[4 * i + 3] = (unsigned char)(v >> 24);
+        } else { /* 8 */
+            uint64_t v;
+            memcpy(&v, in + 8 * i, sizeof v);
+            for (int k = 0; k < 8; ++k) {
+                dst[8 * i + (size_t)k] = (unsigned char)(v >> (8 * k));
+            }
         }
     }
 }

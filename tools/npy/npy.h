@@ -33,6 +33,7 @@ typedef enum npy_dtype {
     NPY_U16 = 4,  /**< '<u2', uint16_t (bfloat16 bit patterns, for instance) */
     NPY_I32 = 5,  /**< '<i4', int32_t */
     NPY_I8 = 6,   /**< '|i1', int8_t (a quantized K/V cache, for instance) */
+    NPY_F64 = 7,  /**< '<f8', double (a float64 LSE, for instance) */
     NPY_DTYPE_COUNT
 } npy_dtype;
 
@@ -40,7 +41,7 @@ typedef enum npy_dtype {
 #define NPY_ACCEPT(dtype) (1u << (unsigned)(dtype))
 #define NPY_ACCEPT_ALL ((1u << NPY_DTYPE_COUNT) - 1u)
 
-/** Bytes per element (4, 2, 1, 1, 2, 4, 1); 0 for an unknown value. */
+/** Bytes per element (4, 2, 1, 1, 2, 4, 1, 8); 0 for an unknown value. */
 size_t npy_dtype_size(npy_dtype dtype);
 /** The header's descr string ("<f4") and a name for messages ("float32"); "?" for an
  *  unknown value. */
