@@ -342,6 +342,29 @@ if [ "$(npy_values "$tmp/la64.npy" f8 | wc -l)" -eq 6 ] &&
     npy_values "$tmp/la.npy" | paste - "$(npy_values "$tmp/la64.npy" f8 >"$tmp/la64.txt" && echo "$tmp/la64.txt")" |
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * ($1 < 0 ? -$1 : $1) + 1e-6) bad = 1 } END { exit bad }'
 then pass; else fail "run --lse-dtype f64: the LSE differs from the float32 one"; fi
+# case R17 through the CLI: keys [0, 2) and [2, 4) of a query at position 1e8 under ALiBi
+# in two calls (--kv-start), merged here in double precision by their float64 LSEs,
+# equal the one call's O (0.2816077, 0.0386145); float32 LSEs (spacing 4 at -5e7) merge
+# the parts 50/50 (0.3558, 0.1442)
+npy "$tmp/r17q.npy" '<f4' '(1, 2)' 3f000000 be800000
+npy "$tmp/r17k0.npy" '<f4' '(2, 2)' 3f800000 00000000 00000000 3f800000
+npy "$tmp/r17k2.npy" '<f4' '(2, 2)' bf800000 3f000000 3e800000 3e800000
+npy "$tmp/r17v0.npy" '<f4' '(2, 2)' 3f800000 00000000 00000000 3f800000
+npy "$tmp/r17v2.npy" '<f4' '(2, 2)' bf800000 3f800000 3f000000 bf000000
+for part in 0 2; do
+    run_clattn run --q "$tmp/r17q.npy" --k "$tmp/r17k$part.npy" --v "$tmp/r17v$part.npy" \
+        --scale 1 --alibi 0.5 --q-start 100000000 --kv-start $part --out "$tmp/r17o$part.npy" \
+        --lse "$tmp/r17l$part.npy" --lse-dtype f64 --check
+    expect_rc "run R17 part $part (float64 LSE)" 0
+done
+if { npy_values "$tmp/r17l0.npy" f8; npy_values "$tmp/r17l2.npy" f8; npy_values "$tmp/r17o0.npy"
+    npy_values "$tmp/r17o2.npy"; } | awk '{ x[NR] = $1 } END {
+        m = x[1] > x[2] ? x[1] : x[2]; w0 = exp(x[1] - m); w2 = exp(x[2] - m); s = w0 + w2
+        o0 = (w0 * x[3] + w2 * x[5]) / s; o1 = (w0 * x[4] + w2 * x[6]) / s
+        d0 = o0 - 0.28160774512432724; d1 = o1 - 0.03861454923607072
+        printf "  merged O %.7f %.7f\n", o0, o1
+        exit !(d0 * d0 < 1e-10 && d1 * d1 < 1e-10) }' >"$tmp/r17merge"
+then pass; else fail "run R17: the parts merged by their float64 LSEs are not one call's O: $(cat "$tmp/r17merge")"; fi
 run_6x3 x.npy --out "$tmp/never.npy" --lse-dtype f64
 expect_rc "run --lse-dtype without --lse" 2
 expect_text "run --lse-dtype without --lse" "$tmp/err" "--lse-dtype needs --lse FILE"
