@@ -279,12 +279,13 @@ static int check_against_reference(const clattn_attention_desc *desc, const clat
     /* zeroed like the outputs: rows outside every --cu-seqlens sequence are written by
      * neither */
     const size_t lse_size = desc->lse != NULL ? clattn_dtype_size(desc->lse->dtype) : sizeof(float);
-    unsigned char *ref = calloc(1, o_bytes + w_count * sizeof(float) + lse_count * lse_size + 1);
+    const size_t w_bytes = (w_count * sizeof(float) + 15) / 16 * 16; /* (the LSE's alignment) */
+    unsigned char *ref = calloc(1, o_bytes + w_bytes + lse_count * lse_size + 1);
     if (ref == NULL) {
         return cli_error("out of memory for the reference result");
     }
     float *ref_w_data = (float *)(void *)(ref + o_bytes);
-    void *ref_lse_data = ref_w_data + w_count; /* (float32 or float64: 8-byte aligned) */
+    void *ref_lse_data = ref + o_bytes + w_bytes; /* float32 or float64 */
     clattn_tensor ref_o = *o, ref_w, ref_lse;
     ref_o.host = ref;
     clattn_attention_desc ref_desc = *desc;
