@@ -365,6 +365,12 @@ if { npy_values "$tmp/r17l0.npy" f8; npy_values "$tmp/r17l2.npy" f8; npy_values 
         printf "  merged O %.7f %.7f\n", o0, o1
         exit !(d0 * d0 < 1e-10 && d1 * d1 < 1e-10) }' >"$tmp/r17merge"
 then pass; else fail "run R17: the parts merged by their float64 LSEs are not one call's O: $(cat "$tmp/r17merge")"; fi
+# --check with 3 weights before a float64 LSE (the reference's LSE stays aligned)
+npy "$tmp/r17k3.npy" '<f4' '(3, 2)' 3f800000 00000000 00000000 3f800000 bf800000 3f000000
+run_clattn run --q "$tmp/r17q.npy" --k "$tmp/r17k3.npy" --v "$tmp/r17k3.npy" \
+    --out "$tmp/o3w.npy" --weights "$tmp/w3w.npy" --lse "$tmp/l3w.npy" --lse-dtype f64 --check
+expect_rc "run --weights --lse-dtype f64 --check" 0
+expect_text "run --weights --lse-dtype f64 --check" "$tmp/out" "check LSE: max abs error"
 run_6x3 x.npy --out "$tmp/never.npy" --lse-dtype f64
 expect_rc "run --lse-dtype without --lse" 2
 expect_text "run --lse-dtype without --lse" "$tmp/err" "--lse-dtype needs --lse FILE"
