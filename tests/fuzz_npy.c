@@ -66,15 +66,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
            little-endian bytes at the end of the file */
         const uint8_t *src = data + size - esize * arr.count;
         for (size_t i = 0; i < arr.count; i++) {
-            uint32_t bits = 0, got = 0;
+            uint64_t bits = 0, got = 0;
             for (size_t b = 0; b < esize; b++)
-                bits |= (uint32_t)src[esize * i + b] << (8 * b);
+                bits |= (uint64_t)src[esize * i + b] << (8 * b);
             if (esize == 1) {
                 got = ((const uint8_t *)arr.data)[i];
             } else if (esize == 2) {
                 got = ((const uint16_t *)arr.data)[i];
-            } else {
+            } else if (esize == 4) {
                 got = ((const uint32_t *)arr.data)[i];
+            } else {
+                got = ((const uint64_t *)arr.data)[i];
             }
             check(got == bits, "data equals the input's last esize*count bytes");
         }
