@@ -96,16 +96,15 @@ enum { DEFAULT_MAX_SIDE = 256 };
 /* A non-negative decimal integer written with digits only (no sign, no spaces). */
 static int parse_index(const char *name, const char *text, int64_t *out)
 {
-    const size_t len = strlen(text);
-    long long v = 0;
-    if (len > 0 && isdigit((unsigned char)text[0]) && integer_out_of_range(text, len)) {
+    uint64_t v = 0;
+    if (parse_unsigned(text, INT64_MAX, &v)) {
+        *out = (int64_t)v;
+        return -1;
+    }
+    if (isdigit((unsigned char)text[0]) && integer_out_of_range(text, strlen(text))) {
         return usage("%s '%s' is out of range (at most %lld)", name, text, LLONG_MAX);
     }
-    if (len == 0 || !isdigit((unsigned char)text[0]) || !parse_integer(text, len, &v)) {
-        return usage("%s '%s' is not a non-negative integer", name, text);
-    }
-    *out = v;
-    return -1;
+    return usage("%s '%s' is not a non-negative integer", name, text);
 }
 
 /* -1 to go on, or an exit status. */
@@ -617,8 +616,8 @@ int cmd_heatmap(int argc, char **argv)
     }
     h.w = w;
     h.masked = masked;
-    h.n_q = (n_q + bq - 1) / bq;
-    h.n_kv = (n_kv + bk - 1) / bk;
+    h.n_q = rows.count; /* the pooled blocks' count, or n_q */
+    h.n_kv = cols.count;
     h.rows = &rows;
     h.cols = &cols;
     h.title = a.title != NULL ? a.title : "Attention weights";

@@ -187,7 +187,10 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
 /* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
 npy_dtype npy_of(clattn_dtype dtype)
 {
-    return dtype == CLATTN_FLOAT16 ? NPY_F16 : dtype == CLATTN_BFLOAT16 ? NPY_U16 : NPY_F32;
+    return dtype == CLATTN_FLOAT16    ? NPY_F16
+           : dtype == CLATTN_BFLOAT16 ? NPY_U16
+           : dtype == CLATTN_FLOAT64  ? NPY_F64
+                                      : NPY_F32;
 }
 
 /* ---- running ------------------------------------------------------------------------ */
@@ -222,7 +225,8 @@ int input_dtype(const run_args *a, const char *path, const npy_data *d, clattn_d
     switch (d->dtype) {
     case NPY_F32: *out = CLATTN_FLOAT32; return 1;
     case NPY_F16: *out = CLATTN_FLOAT16; return 1;
-    case NPY_I8: *out = CLATTN_INT8; return 1; /* K and V only: Q's reader refuses it */
+    case NPY_I8: *out = CLATTN_INT8; return 1;     /* K and V only: Q's reader refuses it */
+    case NPY_F64: *out = CLATTN_FLOAT64; return 1; /* an LSE only: the others refuse it */
     case NPY_U16:
         if (a->bf16) {
             *out = CLATTN_BFLOAT16;
@@ -375,6 +379,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     const int ndim = in->q.ndim;
     const int64_t n_kv = in->n_kv, d_v = in->vs[3];
     const clattn_dtype o_dtype = a->out_dtype >= 0 ? (clattn_dtype)a->out_dtype : in->dq;
+    const clattn_dtype lse_dtype = a->lse_f64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
     const int64_t *const b_h_n = in->q.shape; /* Q's shape but its last dimension */
     output_file files[MAX_OUTPUTS];
     int n_files = 0, fits = 1;
@@ -399,7 +404,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     }
     if (a->lse != NULL) {
         lse_file = &files[n_files++];
-        *lse_file = (output_file){a->lse, a->lse_f64 ? NPY_F64 : NPY_F32, NULL, {0}, ndim - 1};
+        *lse_file = (output_file){a->lse, npy_of(lse_dtype), NULL, {0}, ndim - 1};
         memcpy(lse_file->shape, b_h_n, sizeof(int64_t) * (size_t)(ndim - 1));
     }
     if (a->weights != NULL) {
@@ -418,7 +423,7 @@ static int run_attention(const run_args *a, run_inputs *in)
 
     size_t o_count = count_of(o_file->shape, ndim, clattn_dtype_size(o_dtype), &fits);
     size_t w_count = w_file ? count_of(w_file->shape, ndim, sizeof(float), &fits) : 0;
-    const size_t lse_size = a->lse_f64 ? sizeof(double) : sizeof(float);
+    const size_t lse_size = clattn_dtype_size(lse_dtype);
     size_t lse_count = lse_file ? count_of(lse_file->shape, ndim - 1, lse_size, &fits) : 0;
     size_t s_count = s_file ? count_of(s_file->shape, ndim, sizeof(float), &fits) : 0;
     if (!fits) {
@@ -446,7 +451,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     clattn_tensor tw =
         clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
     clattn_tensor tl = clattn_tensor_host(lse, in->qs[0], in->qs[1], in->qs[2], 1);
-    tl.dtype = a->lse_f64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
+    tl.dtype = lse_dtype;
     int lrc = run_make_desc(a, in, &rd);
     if (lrc >= 0) {
         rc = lrc;

@@ -204,7 +204,7 @@ int run_backward(const run_args *a, run_inputs *in)
     memset(&d_o, 0, sizeof d_o);
     memset(&o_in, 0, sizeof o_in);
     memset(&lse_in, 0, sizeof lse_in);
-    clattn_dtype do_dtype = CLATTN_FLOAT32, o_dtype = CLATTN_FLOAT32;
+    clattn_dtype do_dtype = CLATTN_FLOAT32, o_dtype = CLATTN_FLOAT32, lse_dtype = CLATTN_FLOAT32;
     gradients g, ref;
     memset(&g, 0, sizeof g);
     memset(&ref, 0, sizeof ref);
@@ -219,7 +219,7 @@ int run_backward(const run_args *a, run_inputs *in)
                              in->q.shape, ndim - 1,
                              "the forward's LSE, float32 or float64: Q's shape without its last "
                              "dimension",
-                             &lse_in, NULL);
+                             &lse_in, &lse_dtype);
         }
     }
     if (rc >= 0) {
@@ -255,9 +255,7 @@ int run_backward(const run_args *a, run_inputs *in)
     const clattn_tensor to = host_view(a->o_in != NULL ? o_in.data : o32, o_shape, ndim, o_dtype);
     clattn_tensor tl = clattn_tensor_host(a->o_in != NULL ? lse_in.data : lse32, in->qs[0],
                                           in->qs[1], in->qs[2], 1);
-    if (a->o_in != NULL && lse_in.dtype == NPY_F64) {
-        tl.dtype = CLATTN_FLOAT64; /* --lse-dtype f64's output */
-    }
+    tl.dtype = lse_dtype; /* --lse's, float32 or float64; the recomputed one float32 */
     if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
         goto done;
     }
