@@ -198,6 +198,11 @@ def test_argument_types():
         sdpa(Q, Q, Q, is_causal="no")
     with pytest.raises(TypeError, match="return_lse must be True or False"):
         sdpa(Q, Q, Q, return_lse=1)
+    for bad in ("float16", "int32", np.float16, True, 8, "f64"):
+        with pytest.raises(ValueError, match="lse_dtype must be float32 or float64"):
+            sdpa(Q, Q, Q, return_lse=True, lse_dtype=bad)
+    with pytest.raises(ValueError, match="lse_dtype needs return_lse=True"):
+        sdpa(Q, Q, Q, lse_dtype="float64")
 
 
 @pytest.mark.parametrize("shape", [(0, 4), (1, 0, 3, 4), (2, 3, 0, 4)],

@@ -168,6 +168,32 @@ def test_sinks_of_minus_inf_change_nothing(ctx):
     assert_close(slse, lse, atol=0, rtol=0, what="LSE")
 
 
+@pytest.mark.parametrize("lse_dtype", ["float64", np.float64])
+def test_float64_lse_merges_a_split_exactly(ctx, lse_dtype):
+    """Case R17 (tests/cases): keys far from the query under ALiBi (q_start 1e8) give
+    LSEs near -5e7, where float32's spacing is 4, so float32 LSEs of the two key blocks
+    round to one value and a merge weights them 50/50 (O 0.3558, 0.1442). lse_dtype
+    float64 returns them exactly: the two parts, merged in NumPy, equal one call's O
+    (0.28160775, 0.03861455) within 1e-5 (absolute), and each part's LSE equals the case's
+    within 1e-6 relative."""
+    case = json.loads((CASES.parent / "R17.json").read_text())
+    q, k, v = (np.array(case["inputs"][n], np.float32) for n in ("q", "k", "v"))
+    kw = dict(scale=1.0, alibi_slopes=[0.5], q_start=100_000_000, return_lse=True)
+    parts = [clattn.scaled_dot_product_attention(q, k[a:a + 2], v[a:a + 2], kv_start=a,
+                                                 lse_dtype=lse_dtype, **kw) for a in (0, 2)]
+    exp = case["expected"]["parts"]
+    for (o, lse), key in zip(parts, ("keys_0_1", "keys_2_3")):
+        assert o.dtype == np.float32 and lse.dtype == np.float64 and lse.shape == (1,)
+        assert_close(lse, [exp[key]["lse"]], atol=0, rtol=1e-6, what=f"LSE {key}")
+    (o1, l1), (o2, l2) = parts
+    top = np.logaddexp(l1, l2)[:, None]
+    merged = np.exp(l1[:, None] - top) * o1 + np.exp(l2[:, None] - top) * o2
+    assert_close(merged, case["expected"]["O"], atol=1e-5, rtol=0, what="merged O")
+    o32, l32 = clattn.scaled_dot_product_attention(q, k, v, **kw)  # the default: float32
+    assert l32.dtype == np.float32
+    assert_close(o32, case["expected"]["O"], atol=1e-5, rtol=0, what="one call's O")
+
+
 def _quantize(x, axis=-1):
     """Symmetric int8 quantization per row (the last axis): scale = max|x| / 127, integers
     round(x / scale) within ±127. Returns (int8 array, float32 scales with that axis 1)."""

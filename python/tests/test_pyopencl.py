@@ -33,6 +33,12 @@ def test_device_arrays_in_and_out(queue):
     eo, else_, _ = oracle(q, k, v, causal="top_left")
     assert_close(out.get(), eo, **F32_TOL, what="O")
     assert_close(lse.get(), else_, **F32_TOL, what="LSE")
+    if queue.device.double_fp_config:  # a float64 LSE needs cl_khr_fp64
+        _, lse64 = clattn.scaled_dot_product_attention(dq, dk, dv, enable_gqa=True,
+                                                       is_causal=True, return_lse=True,
+                                                       lse_dtype="float64")
+        assert isinstance(lse64, cl_array.Array) and lse64.dtype == np.float64
+        assert_close(lse64.get(), else_, **F32_TOL, what="LSE float64")
 
 
 def test_events_and_device_mask(queue):

@@ -48,7 +48,7 @@ def _empty(like: Any, shape: Sequence[int], dtype_code: int, kind: str,
         import torch
 
         tdt = {_lib.FLOAT32: torch.float32, _lib.FLOAT16: torch.float16,
-               _lib.BFLOAT16: torch.bfloat16}[dtype_code]
+               _lib.BFLOAT16: torch.bfloat16, _lib.FLOAT64: torch.float64}[dtype_code]
         return torch.empty(tuple(shape), dtype=tdt)
     if kind == DEVICE:
         import pyopencl.array as cl_array
@@ -62,6 +62,8 @@ def _np_dtype(like: Any, code: int) -> np.dtype:
         return np.dtype(np.float32)
     if code == _lib.FLOAT16:
         return np.dtype(np.float16)
+    if code == _lib.FLOAT64:
+        return np.dtype(np.float64)
     if code == _lib.BFLOAT16 and not _arrays.is_torch(like):
         dt: np.dtype = np.dtype(like.dtype)  # ml_dtypes.bfloat16
         return dt
@@ -245,8 +247,10 @@ class _Call:
         self.weights_obj: Any = None
         self.lse = self.weights = None
         if o["return_lse"]:
-            self.lse_obj = _empty(self.like, self.lead + (1,), _lib.FLOAT32, self.kind, np_only)
-            self.lse = _arrays.view4(self.lse_obj, "lse", output=True, batch_dims=nb)
+            lse_code = _lse_dtype(o["lse_dtype"])
+            self.lse_obj = _empty(self.like, self.lead + (1,), lse_code, self.kind, np_only)
+            self.lse = _arrays.view4(self.lse_obj, "lse", output=True, batch_dims=nb,
+                                     code=lse_code)
             d.lse = ctypes.pointer(self.lse.tensor)
         if o["return_weights"]:
             wshape = (self.lead[:-2] + (1, n_q, n_kv) if o["weights_head_mean"] and q.ndim >= 3
@@ -258,6 +262,9 @@ class _Call:
             d.weights_head_mean = 1 if o["weights_head_mean"] else 0
         elif o["weights_head_mean"]:
             raise ValueError("weights_head_mean needs return_weights=True")
+        _lse_dtype(o["lse_dtype"])  # a bad value is an error even when unused
+        if o["lse_dtype"] is not None and not o["return_lse"]:
+            raise ValueError("lse_dtype needs return_lse=True")
         self.return_lse, self.return_weights = o["return_lse"], o["return_weights"]
         # each key's total weight over the query rows, per query head or per KV head
         self.ksum_obj: Any = None
@@ -383,6 +390,23 @@ class _Call:
         return tuple(res)
 
 
+def _lse_dtype(x: Any) -> int:
+    """The clattn dtype code of the ``lse_dtype`` option: float32 (None, the default) or
+    float64, given as a string, a NumPy dtype or a PyTorch dtype."""
+    if x is None:
+        return _lib.FLOAT32
+    name = str(x)  # PyTorch's dtypes print as "torch.float64"
+    try:
+        dt = np.dtype(name[len("torch."):] if name.startswith("torch.") else x)
+    except (TypeError, ValueError):
+        dt = None
+    if dt == np.float32:
+        return _lib.FLOAT32
+    if dt == np.float64:
+        return _lib.FLOAT64
+    raise ValueError(f"lse_dtype must be float32 or float64, not {x!r}")
+
+
 def _is_float_mask(m: Any) -> bool:
     if _arrays.is_torch(m):
         return bool(m.dtype.is_floating_point)
@@ -488,8 +512,8 @@ def _check_no_grad(*xs: Any) -> None:
 _OPTION_DEFAULTS: Dict[str, Any] = dict(
     causal_alignment="top_left", no_self=False, window=None, alibi_slopes=None, sinks=None,
     softcap=None, kv_lens=None, q_lens=None, q_start=0, kv_start=0, return_lse=False,
-    return_weights=False, weights_head_mean=False, masked_rows="zero", algorithm="auto",
-    out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
+    lse_dtype=None, return_weights=False, weights_head_mean=False, masked_rows="zero",
+    algorithm="auto", out=None, k_scale=None, v_scale=None, dropout_seed=0, dropout_offset=0,
     batch_invariant=False, return_key_weight_sums=False, score_mod=None, mask_mod=None,
     mod_buffers=(), block_mask=None, return_max_logits=False, half_arithmetic=False)
 _OPTION_NAMES = set(_OPTION_DEFAULTS)
@@ -563,7 +587,9 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       batch entry, batch = the leading dims flattened); ``no_self`` (no query
       sees its own position); ``q_start`` / ``kv_start`` (absolute positions of the first
       query and key); ``return_lse`` (also return the log-sum-exp, float32
-      ``(..., H_q, L)``, natural log, FlashAttention's ``softmax_lse``);
+      ``(..., H_q, L)``, natural log, FlashAttention's ``softmax_lse``; ``lse_dtype``
+      "float64" (or ``np.float64`` / ``torch.float64``) returns it as float64, on devices
+      with cl_khr_fp64, e.g. to merge split-KV parts exactly; default float32);
       ``return_weights`` (also return the attention weights, float32
       ``(..., H_q, L, S)``; with ``weights_head_mean=True`` averaged over heads,
       ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused");
