@@ -198,11 +198,16 @@ def test_argument_types():
         sdpa(Q, Q, Q, is_causal="no")
     with pytest.raises(TypeError, match="return_lse must be True or False"):
         sdpa(Q, Q, Q, return_lse=1)
-    for bad in ("float16", "int32", np.float16, True, 8, "f64"):
+    for bad in ("float16", "int32", np.float16, True, 8, "f64", np.longdouble):
         with pytest.raises(ValueError, match="lse_dtype must be float32 or float64"):
             sdpa(Q, Q, Q, return_lse=True, lse_dtype=bad)
-    with pytest.raises(ValueError, match="lse_dtype needs return_lse=True"):
+    with pytest.raises(ValueError, match="lse_dtype float64 needs return_lse=True"):
         sdpa(Q, Q, Q, lse_dtype="float64")
+    assert sdpa(Q, Q, Q, lse_dtype="float32").shape == Q.shape  # the default, unused
+    if clattn.default_context().device.fp64:  # any byte order names float64
+        assert sdpa(Q, Q, Q, return_lse=True, lse_dtype=">f8")[1].dtype == np.float64
+    with pytest.raises(TypeError, match="lse_dtype"):
+        clattn.reference_attention_backward(Q, Q, Q, Q, lse_dtype="float64")
 
 
 @pytest.mark.parametrize("shape", [(0, 4), (1, 0, 3, 4), (2, 3, 0, 4)],

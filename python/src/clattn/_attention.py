@@ -246,8 +246,10 @@ class _Call:
         self.lse_obj: Any = None
         self.weights_obj: Any = None
         self.lse = self.weights = None
+        lse_code = _lse_dtype(o["lse_dtype"])  # a bad value is an error even when unused
+        if lse_code != _lib.FLOAT32 and not o["return_lse"]:
+            raise ValueError("lse_dtype float64 needs return_lse=True")
         if o["return_lse"]:
-            lse_code = _lse_dtype(o["lse_dtype"])
             self.lse_obj = _empty(self.like, self.lead + (1,), lse_code, self.kind, np_only)
             self.lse = _arrays.view4(self.lse_obj, "lse", output=True, batch_dims=nb,
                                      code=lse_code)
@@ -262,9 +264,7 @@ class _Call:
             d.weights_head_mean = 1 if o["weights_head_mean"] else 0
         elif o["weights_head_mean"]:
             raise ValueError("weights_head_mean needs return_weights=True")
-        _lse_dtype(o["lse_dtype"])  # a bad value is an error even when unused
-        if o["lse_dtype"] is not None and not o["return_lse"]:
-            raise ValueError("lse_dtype needs return_lse=True")
+
         self.return_lse, self.return_weights = o["return_lse"], o["return_weights"]
         # each key's total weight over the query rows, per query head or per KV head
         self.ksum_obj: Any = None
@@ -400,6 +400,7 @@ def _lse_dtype(x: Any) -> int:
         dt = np.dtype(name[len("torch."):] if name.startswith("torch.") else x)
     except (TypeError, ValueError):
         dt = None
+    dt = dt.newbyteorder("=") if dt is not None else None  # (">f8" is float64 too)
     if dt == np.float32:
         return _lib.FLOAT32
     if dt == np.float64:
@@ -588,8 +589,12 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
       sees its own position); ``q_start`` / ``kv_start`` (absolute positions of the first
       query and key); ``return_lse`` (also return the log-sum-exp, float32
       ``(..., H_q, L)``, natural log, FlashAttention's ``softmax_lse``; ``lse_dtype``
-      "float64" (or ``np.float64`` / ``torch.float64``) returns it as float64, on devices
-      with cl_khr_fp64, e.g. to merge split-KV parts exactly; default float32);
+      "float64" (or ``np.float64`` / ``torch.float64``; NumPy's names, so "float" is
+      float64) returns it as float64: the arithmetic stays float32, but ALiBi's row
+      constant at far positions (``q_start`` ~1e8) stays whole, so split-KV parts merge
+      as one call (case R17), except with sinks there, whose sum is float32; needs
+      cl_khr_fp64 (``Context().device.fp64``), else :class:`UnsupportedError`; default
+      float32);
       ``return_weights`` (also return the attention weights, float32
       ``(..., H_q, L, S)``; with ``weights_head_mean=True`` averaged over heads,
       ``(..., 1, L, S)``); ``algorithm`` ("auto", "fused", "unfused");
@@ -727,10 +732,11 @@ def reference_attention_backward(query: Any, key: Any, value: Any, grad_out: Any
     gradients of ``O = (softmax(S)·Z/(1 - p))·V`` (no gradient into the mask). Host
     arrays only; no device."""
     if (options.get("return_lse") or options.get("return_weights") or "out" in options or
-            options.get("return_key_weight_sums") or options.get("return_max_logits")):
+            options.get("return_key_weight_sums") or options.get("return_max_logits") or
+            options.get("lse_dtype") is not None):
         raise TypeError("reference_attention_backward returns the three gradients only "
-                        "(no out, return_lse, return_weights, return_key_weight_sums or "
-                        "return_max_logits)")
+                        "(no out, return_lse, lse_dtype, return_weights, "
+                        "return_key_weight_sums or return_max_logits)")
     call = _Call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, options,
                  check_grad=False)
     if call.kind != HOST:
