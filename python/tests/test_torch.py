@@ -136,8 +136,19 @@ def test_requires_grad_refused(ctx):
 def test_grad_through_mask_or_out_refused(ctx):
     q = torch.ones(1, 1, 2, 4)
     m = torch.zeros(2, 2, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="attn_mask or out"):
+    with pytest.raises(NotImplementedError, match="attn_mask requires grad"):
         clattn.scaled_dot_product_attention(q, q, q, attn_mask=m)
+    # the tensor options too (a trainer might learn only the sinks)
+    for name, val in (("sinks", torch.zeros(1, requires_grad=True)),
+                      ("alibi_slopes", torch.ones(1, requires_grad=True))):
+        with pytest.raises(NotImplementedError, match=f"{name} requires grad"):
+            clattn.scaled_dot_product_attention(q, q, q, **{name: val})
+        with torch.no_grad():
+            assert clattn.scaled_dot_product_attention(q, q, q, **{name: val}).shape == q.shape
+    q8 = torch.ones(1, 1, 2, 4, dtype=torch.int8)
+    with pytest.raises(NotImplementedError, match="k_scale requires grad"):
+        clattn.scaled_dot_product_attention(q, q8, q8, k_scale=torch.ones(1, requires_grad=True),
+                                            v_scale=torch.ones(1))
     with pytest.raises(NotImplementedError, match="no backward pass"):
         clattn.scaled_dot_product_attention(q, q, q, out=torch.zeros(1, 1, 2, 4,
                                                                       requires_grad=True))

@@ -134,7 +134,12 @@ class _Call:
                  for x, n in ((q, "query"), (k, "key"), (v, "value"))]
         self.like = query if _arrays.is_torch(query) else q
         if check_grad:
-            _check_no_grad(q, k, v, attn_mask, o["out"])
+            mb = o["mod_buffers"]
+            _check_no_grad(query=q, key=k, value=v, attn_mask=attn_mask, out=o["out"],
+                           scale=scale, sinks=o["sinks"], alibi_slopes=o["alibi_slopes"],
+                           softcap=o["softcap"], k_scale=o["k_scale"], v_scale=o["v_scale"],
+                           **{f"mod_buffers[{i}]": b for i, b in
+                              enumerate(mb if isinstance(mb, (list, tuple)) else ())})
         self.inputs = (q, k, v)
         kinds = {_arrays.kind_of(x) for x in (q, k, v)}
         if len(kinds) != 1:
@@ -496,18 +501,21 @@ def _window(w: Any) -> Tuple[int, int]:
     return left, right
 
 
-def _check_no_grad(*xs: Any) -> None:
-    """No tensor that requires grad: the inputs would get no gradient, and an `out` leaf
-    would be overwritten in place (PyTorch refuses both)."""
-    if not any(_arrays.is_torch(x) for x in xs):
+def _check_no_grad(**xs: Any) -> None:
+    """No tensor argument that requires grad: the inputs and the tensor options (sinks,
+    ALiBi slopes, scales, ...) would get no gradient, and an `out` leaf would be
+    overwritten in place (PyTorch refuses both)."""
+    grads = [n for n, x in xs.items() if _arrays.is_torch(x) and x.requires_grad]
+    if not grads:
         return
     import torch
 
-    if torch.is_grad_enabled() and any(x.requires_grad for x in xs if _arrays.is_torch(x)):
+    if torch.is_grad_enabled():
         raise NotImplementedError(
-            "clattn has no backward pass yet: a tensor that requires grad (query, key, value, "
-            "attn_mask or out) would silently get no gradient. Call under torch.no_grad() or "
-            "pass detached tensors")
+            f"clattn has no backward pass yet: {grads[0]} requires grad and would silently "
+            "get no gradient (no tensor argument may: query, key, value, attn_mask, out, "
+            "scale, sinks, alibi_slopes, softcap, k_scale, v_scale, mod_buffers). Call under "
+            "torch.no_grad() or pass detached tensors")
 
 
 _OPTION_DEFAULTS: Dict[str, Any] = dict(
@@ -565,7 +573,8 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     [0, 1), or a seed / offset out of range, raises ``ValueError``; a non-number
     ``TypeError``.
 
-    A query row that sees no key outputs zeros (PyTorch's math backend gives NaN);
+    A query row that sees no key outputs zeros (as PyTorch does from 2.5; its math backend
+    gave NaN before);
     ``masked_rows="nan"`` gives NaN.
 
     Keyword options (clattn's additions; docs/SEMANTICS.md states each):
