@@ -269,7 +269,6 @@ class _Call:
             d.weights_head_mean = 1 if o["weights_head_mean"] else 0
         elif o["weights_head_mean"]:
             raise ValueError("weights_head_mean needs return_weights=True")
-
         self.return_lse, self.return_weights = o["return_lse"], o["return_weights"]
         # each key's total weight over the query rows, per query head or per KV head
         self.ksum_obj: Any = None
