@@ -379,7 +379,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     const int ndim = in->q.ndim;
     const int64_t n_kv = in->n_kv, d_v = in->vs[3];
     const clattn_dtype o_dtype = a->out_dtype >= 0 ? (clattn_dtype)a->out_dtype : in->dq;
-    const clattn_dtype lse_dtype = a->lse_f64 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
+    const clattn_dtype lse_dtype = (clattn_dtype)a->lse_dtype;
     const int64_t *const b_h_n = in->q.shape; /* Q's shape but its last dimension */
     output_file files[MAX_OUTPUTS];
     int n_files = 0, fits = 1;

@@ -553,6 +553,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
         return rc;
     }
     a->out_dtype = -1;
+    a->lse_dtype = CLATTN_FLOAT32;
     char **rest = malloc((size_t)(argc + 1) * 2 * sizeof *rest);
     if (rest == NULL) {
         return cli_error("out of memory");
@@ -647,7 +648,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
         if (a->lse == NULL) {
             return usage_error(command, "--lse-dtype needs --lse FILE");
         }
-        a->lse_f64 = t == 1;
+        a->lse_dtype = t == 1 ? CLATTN_FLOAT64 : CLATTN_FLOAT32;
     }
     if (a->head_mean && a->weights == NULL) {
         return usage_error(command, "--weights-head-mean needs --weights FILE");

@@ -29,7 +29,7 @@ typedef struct run_args {
     int64_t window_left, window_right, q_start, kv_start;
     int bf16;      /* --dtype bf16: '<u2' inputs are bfloat16 */
     int out_dtype; /* a clattn_dtype, or -1: Q's */
-    int lse_f64;   /* --lse-dtype f64: the forward's --lse in float64 */
+    int lse_dtype; /* a clattn_dtype: the forward's --lse, float32 (0) or float64 */
     /* --kv-lens / --q-lens given as lists (malloc'd), or as int32 .npy files */
     int32_t *kv_lens, *q_lens;
     size_t n_kv_lens, n_q_lens;

@@ -152,6 +152,13 @@ static double maxd(double a, double b)
     return a > b ? a : b;
 }
 
+/* A value that is not finite as the cells and tooltips write it: NaN (whatever its sign),
+ * inf, -inf. */
+static const char *nonfinite_text(double v)
+{
+    return isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
+}
+
 void render(const heatmap *h, text *t)
 {
     const int64_t n_max = h->n_q > h->n_kv ? h->n_q : h->n_kv;
@@ -272,8 +279,8 @@ void render(const heatmap *h, text *t)
                 put(t, ": masked</title></rect>\n");
             } else if (isfinite(v)) {
                 put(t, ": %.6g</title></rect>\n", v);
-            } else { /* as the cells write them: NaN (whatever its sign), inf, -inf */
-                put(t, ": %s</title></rect>\n", isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf");
+            } else {
+                put(t, ": %s</title></rect>\n", nonfinite_text(v));
             }
             if (show_values) {
                 const char *ink = luminance(rgb) > 0.18 ? "#000000" : "#ffffff";
@@ -285,7 +292,7 @@ void render(const heatmap *h, text *t)
                 } else if (isfinite(v)) {
                     put(t, "%.2f", shown);
                 } else {
-                    put(t, "%s", isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf");
+                    put(t, "%s", nonfinite_text(v));
                 }
                 put(t, "</text>\n");
             }
