@@ -8,7 +8,7 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-gpu -j2 >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
 cp build-gpu/clattn .gpu/bin/
-for t in test_seeds test_cases test_api test_random test_features; do cp build-gpu/tests/$t .gpu/bin/; done
+for t in test_seeds test_cases test_api test_random test_features test_paged test_varlen; do cp build-gpu/tests/$t .gpu/bin/; done
 cp -L /lib/x86_64-linux-gnu/libOpenCL.so.1 /lib/x86_64-linux-gnu/libcjson.so.1 \
       /lib/x86_64-linux-gnu/libsubunit.so.0 .gpu/lib/
 for f in .gpu/bin/*; do ldd "$f" | grep -q "not found" && { echo "$f: missing libraries"; ldd "$f" | grep "not found"; }; done

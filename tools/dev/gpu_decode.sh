@@ -1,0 +1,84 @@
+#!/bin/bash
+# The prepared GPU run for decoding (issues 14 and 18): the GPU family's decode_gpu.cl on
+# the issues' shapes — float16/float32 GQA, MHA, paged (page 16/256), int8 against float32 —
+# each with the read bandwidth measured around it, PyTorch SDPA on the same shapes, the
+# split counts, and kernel variants that time the decode kernel's stages (a variant leaves a
+# stage out: its numbers are wrong on purpose and only its time counts). Then the decode
+# tests. Prepare here (Debian 12), run there with .gpu carried:
+#   sh tools/dev/gpu_prepare.sh          (builds build-gpu and fills .gpu/)
+#   (on the GPU machine) bash tools/dev/gpu_decode.sh
+# Results go to $OUT (default /tmp/out); a summary to stdout.
+set -u
+R=$(cd "$(dirname "$0")/../.." && pwd); O=${OUT:-/tmp/out}; mkdir -p "$O"; B=$R/.gpu/bin
+export LD_LIBRARY_PATH=$R/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CLATTN_CACHE_DIR=/tmp/clattn-cache
+lib=$(ls /usr/local/nvidia/lib64/libnvidia-opencl.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 /usr/lib64/libnvidia-opencl.so.1 2>/dev/null | head -1)
+[ -n "$lib" ] || lib=$(timeout 60 find / -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
+echo "NVIDIA OpenCL: ${lib:-not found}"
+mkdir -p /tmp/icd && echo "$lib" > /tmp/icd/nvidia.icd && export OCL_ICD_VENDORS=/tmp/icd
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$O/gpu.txt"
+date -u | tee -a "$O/gpu.txt"
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s]"; }
+row() { grep -E '^[0-9]+ ' "$1" | awk '{printf "%s,%s,%s,%s,%s %s %s: %s ms %s GB/s %s of bw (%s GB/s)\n", $1,$2,$3,$4,$5, $9, $10, $11, $15, $18, $19}'; }
+
+# 1. the issues' decode shapes, GPU family (the default on a GPU), bandwidth probe around each
+G="1,32,8,1,32768,128,128,none,fused"
+S="$G,f16;8,32,8,1,8192,128,128,none,fused,f16;8,32,8,1,32768,128,128,none,fused,f16;$G;1,32,32,1,8192,128,128,none,fused;1,32,32,1,8192,128,128,none,fused,f16"
+timeout 120 "$B/clattn" bench --peak --quiet --reps 10 --shapes "$S" > "$O/decode.txt" 2>&1; echo "decode rc=$?"
+grep -E "peak|device" "$O/decode.txt" | head -3; row "$O/decode.txt"
+el
+# paged and int8 (issue 14): page 16 and 256 against contiguous; int8 against float32
+P="$G,f16;$G,f16,page16;$G,f16,page256;8,32,8,1,8192,128,128,none,fused,f16;8,32,8,1,8192,128,128,none,fused,f16,page16;8,32,8,1,8192,128,128,none,fused,f16,page256;8,32,8,1,8192,128,128,none,fused;8,32,8,1,8192,128,128,none,fused,f32,int8;$G;$G,f32,int8"
+timeout 120 "$B/clattn" bench --peak --quiet --reps 10 --shapes "$P" > "$O/paged.txt" 2>&1; echo "paged/int8 rc=$?"
+row "$O/paged.txt"
+el
+# split counts (0: the choice)
+SD="8,32,8,1,32768,128,128,none,fused,f16;$G,f16"
+for ns in 0 16 64 128 256; do
+  CLATTN_DECODE_SPLITS=$ns timeout 30 "$B/clattn" bench --quiet --reps 10 --shapes "$SD" > /tmp/split.txt 2>&1
+  echo "splits $ns rc=$?: $(grep -E '^[18] ' /tmp/split.txt | awk '{printf "b=%s %s ms %s GB/s; ", $1, $11, $15}')"
+done
+el
+# 2. kernel variants (CLATTN_KERNEL_DIR): staging width KB, and stages left out
+mk() { rm -rf "/tmp/kv/$1"; mkdir -p /tmp/kv; cp -r "$R/cl" "/tmp/kv/$1"; }
+mk kb16; sed -i '1i #undef KB\n#define KB 16' /tmp/kv/kb16/decode_gpu.cl
+mk kb64; sed -i '1i #undef KB\n#define KB 64' /tmp/kv/kb64/decode_gpu.cl
+mk noscore; python3 - /tmp/kv/noscore/decode_gpu.cl <<'EOF'
+import sys; p = sys.argv[1]; s = open(p).read()
+a = s.index("        for (int sb = 0; sb < WG; sb += KB) {"); b = s.index("        /* 2. the rule")
+s = s[:a] + "        for (int r = 0; r < RB; r++) s_s[r * WG + t] = j0 + t < k_hi ? 0.0f : -INFINITY;\n        barrier(CLK_LOCAL_MEM_FENCE);\n" + s[b:]
+open(p, "w").write(s)
+EOF
+mk nopv; python3 - /tmp/kv/nopv/decode_gpu.cl <<'EOF'
+import sys; p = sys.argv[1]; s = open(p).read()
+a = s.index("        for (int sb = 0; sb < WG && j0 + sb < k_hi; sb += KB) {"); b = s.index("        barrier(CLK_LOCAL_MEM_FENCE); /* all reads of P done")
+s = s[:a] + "        for (int r = 0; r < RB; r++) l[r] += s_s[r * WG + t];\n" + s[b:]
+open(p, "w").write(s)
+EOF
+mk stageonly; python3 - /tmp/kv/stageonly/decode_gpu.cl <<'EOF'
+import sys; p = sys.argv[1]; s = open(p).read()
+# the loads alone: K and V staged, no arithmetic beyond one sum (kept so they are not removed)
+a = s.index("            const int kk = t % KB;"); b = s.index("            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */\n        }\n        /* 2.")
+s = s[:a] + "            l[0] += k_s[t % KB * K_STRIDE + t / KB];\n" + s[b:]
+a = s.index("        /* 2. the rule"); b = s.index("        /* 4. O += P")
+s = s[:a] + s[b:]
+a = s.index("            for (int jj = kh; jj < KB; jj += KS) {"); b = s.index("            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */\n        }\n        barrier")
+s = s[:a] + "            acc[0][0] += k_s[t % KB * DVW + t / KB];\n" + s[b:]
+open(p, "w").write(s)
+EOF
+for vdir in base kb16 kb64 noscore nopv stageonly; do
+  kd=$R/cl; [ "$vdir" = base ] || kd=/tmp/kv/$vdir
+  CLATTN_KERNEL_DIR=$kd timeout 40 "$B/clattn" bench --quiet --reps 10 --shapes "$SD;8,32,8,1,8192,128,128,none,fused" > /tmp/var.txt 2>&1
+  echo "variant $vdir rc=$?: $(grep -E '^[18] ' /tmp/var.txt | awk '{printf "b=%s %s %s ms %s GB/s; ", $1, $10, $11, $15}') $(grep -iE 'error|fail' /tmp/var.txt | head -1 | cut -c1-200)"
+done
+el
+# 3. PyTorch SDPA on the decode shapes
+PS="decode,1,32,8,1,32768,128,f16;decode,8,32,8,1,8192,128,f16;decode,8,32,8,1,32768,128,f16;decode,1,32,8,1,32768,128,f32;decode,1,32,32,1,8192,128,f32;decode,1,32,32,1,8192,128,f16;decode,8,32,8,1,8192,128,f32"
+timeout 90 python3 "$R/tools/dev/gpu_sdpa_bench.py" "$PS" > "$O/sdpa.jsonl" 2>&1; echo "sdpa rc=$?"; cat "$O/sdpa.jsonl"
+el
+# 4. the decode tests on the GPU (GPU family)
+export CLATTN_CASES_DIR=$R/tests/cases
+for t in test_paged test_varlen test_seeds; do
+  timeout 60 "$B/$t" > "$O/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^[0-9]+%' "$O/$t.log" | tail -1) $(grep -m3 -E ':[EF]:' "$O/$t.log" | cut -c1-200)"
+done
+el
