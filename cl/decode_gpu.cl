@@ -8,18 +8,22 @@
  * block, batch entry × KV head) takes RB of the rows of a KV head — rows
  * ρ = g·n_q + i for query head h = hk·group + g and query i, as decode.cl numbers them —
  * and streams its chunk of K and V once for all of them (grouped-query heads share
- * each K/V read), in steps of WG keys:
- *   1. scores: the group stages KB K rows at a time in local memory (coalesced), and
- *      work-item t forms the dot products of key t % KB with rows t / KB, … (the
- *      queries staged in local memory too);
+ * each K/V read), in steps of WG keys, straight from global memory into registers (no
+ * staging: a staged copy between barriers kept 8 KiB in flight per group and reached 42 %
+ * of an H200's read bandwidth with no arithmetic at all; docs/BENCHMARKS.md):
+ *   1. scores: LK = ⌈D_K/16⌉ work-items share a key, each loading 16 of its columns and
+ *      forming its partial dot products with the rows' q (registers); KPR = WG/LK keys a
+ *      round, the rounds' loads independent; the LK partials of each (row, key) go through
+ *      local memory (psum) and work-item t sums those of key t;
  *   2. steps that are not fully visible to every row, or have score terms, pass through
  *      score_terms16 (common.cl) 16 keys of a row at a time, as in fused_gpu.cl;
  *   3. the row maxima of the step (16 partial maxima per row), the online-softmax
  *      rescale, P = exp(S − m) in local memory;
- *   4. O += P·V, KB keys at a time staged in local memory like K: work-item t owns
- *      column t % CW (and t % CW + CW, …) of every row and the keys of one residue mod
- *      KS = WG/CW. Keys of weight 0 add nothing (inf/NaN values).
- * Local memory (plan.c's decode_gpu_local must agree): q_s, k_s, s_s, red, comb, comb_l.
+ *   4. O += P·V: LV = ⌈D_V/8⌉ work-items share a value row, each owning 8 columns of every
+ *      row of the block, over the keys of one residue mod VR = WG/LV (loads coalesced
+ *      along the row); the VR residues' sums are added at the end. Keys of weight 0 add
+ *      nothing (inf/NaN values).
+ * Local memory (plan.c's decode_gpu_local must agree): q_s, s_s, red, psum, comb_l.
  * Output: per row and split, O_s = acc/l (float32) and the LSE of the split relative to
  * the row's ALiBi reference, m + log l (−∞ where the split has no visible key), at
  * part_o[(row·n_splits + s)·D_V + c] and part_lse[row·n_splits + s], row =
@@ -37,21 +41,48 @@
 #ifndef RB
 #define RB 4 /* rows per work-group, 1..WG/16 */
 #endif
-#define DK8 ((D_K + 7) / 8 * 8)
-#if D_V <= WG && WG % D_V == 0
-#define CW D_V /* columns one pass of the group covers */
-#else
-#define CW WG
-#endif
-#define KS (WG / CW)                  /* key residues: work-items sharing a column */
-#define NCOL ((D_V + CW - 1) / CW)     /* columns per work-item */
-#define NSV (WG / 16)                  /* 16-key vectors per step */
-#ifndef KB
-#define KB 32 /* keys per K / V staging (a divisor of WG) */
-#endif
-#define K_STRIDE (DK8 + 4)             /* local row stride of the staged K rows */
-#define DVW ((NCOL * CW + 3) / 4 * 4)  /* … and of the staged V rows (whole float4s) */
-#define KV_FLOATS (KB * (K_STRIDE > DVW ? K_STRIDE : DVW))
+#define LK ((D_K + 15) / 16)     /* work-items sharing a key in the scores */
+#define DK16 (LK * 16)
+#define KPR (WG / LK)              /* keys a round of the scores (WG ≥ LK: plan.c) */
+#define LV ((D_V + 7) / 8)         /* work-items sharing a value row in O += P·V */
+#define VR (WG / LV)               /* key residues of O += P·V (WG ≥ LV: plan.c) */
+#define NSV (WG / 16)              /* 16-key vectors per step */
+/* psum: the scores' partial sums, [RB·LK][PART_RS] (a row stride that spreads a round's
+ * writes over the banks), then the residues' O sums [VR·RB][LV·8] */
+#define PART_RS (WG + (LK >= 32 ? 1 : 32 / LK))
+#define PART_FLOATS (RB * LK * PART_RS > VR * RB * LV * 8 ? RB * LK * PART_RS : VR * RB * LV * 8)
+
+/* columns [c, c + 16) of row j of a K view (zeros past D_K or past the split's end) */
+float16 k_cols16(__global const ELEM_T(K_DT) *k, long k_off, long4 k_st, long b, long hk, long j,
+                 long k_hi, int c PG_PARAMS)
+{
+    float16 x = 0.0f;
+    if (j >= k_hi)
+        return x;
+    const long base = kv_row(k_off, k_st, b, hk, j PG_ARGS);
+    if (k_st.s3 == 1 && c + 16 <= D_K)
+        return LD16(K_DT, k, base + c);
+    float t[16];
+    for (int u = 0; u < 16; u++)
+        t[u] = c + u < D_K ? LD(K_DT, k, base + (c + u) * k_st.s3) : 0.0f;
+    return vload16(0, t);
+}
+
+/* columns [c, c + 8) of row j of a V view (zeros past D_V or past the split's end) */
+float8 v_cols8(__global const ELEM_T(V_DT) *v, long v_off, long4 v_st, long b, long hk, long j,
+               long k_hi, int c PG_PARAMS)
+{
+    float8 x = 0.0f;
+    if (j >= k_hi)
+        return x;
+    const long base = kv_row(v_off, v_st, b, hk, j PG_ARGS);
+    if (v_st.s3 == 1 && c + 8 <= D_V)
+        return TYPED(LD8, V_DT)(v, base + c);
+    float t[8];
+    for (int u = 0; u < 8; u++)
+        t[u] = c + u < D_V ? LD(V_DT, v, base + (c + u) * v_st.s3) : 0.0f;
+    return vload8(0, t);
+}
 
 /* the rule of row r of the block (query head *h and query *i), none past the rows */
 row_rule block_row(RULE_PARAMS, long b, long hk, int group, long n_q, long n_kv, long rho, long *h,
@@ -74,12 +105,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     __global const float *k_sc, long ks_off, long4 ks_st, __global const float *v_sc, long vs_off,
     long4 vs_st, ROW0_PARAMS)
 {
-    __local float q_s[RB * DK8];
-    __local float k_s[KV_FLOATS]; /* K rows, then V rows, of the step, KB at a time */
-    __local float s_s[RB * WG];   /* s_s[r·WG + t]: scores, then weights, of the step */
-    __local float red[RB * 16];   /* partial maxima */
-    __local float comb[RB * WG];  /* the KS key residues' sums at the end */
-    __local float comb_l[RB * KS];
+    __local float q_s[RB * DK16];
+    __local float s_s[RB * WG]; /* s_s[r·WG + t]: scores, then weights, of the step */
+    __local float red[RB * 16]; /* partial maxima */
+    __local float psum[PART_FLOATS];
+    __local float comb_l[RB * VR];
     const int t = get_local_id(0);
     const int split = get_group_id(0);
     const long rb0 = get_global_id(1) * RB; /* first row of the block */
@@ -95,8 +125,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const bool terms = SCORE_TERMS || mask == MASK_NO_SELF;
 
-    for (int e = t; e < RB * DK8; e += WG) {
-        const int r = e / DK8, c = e % DK8;
+    for (int e = t; e < RB * DK16; e += WG) {
+        const int r = e / DK16, c = e % DK16;
         long h, i;
         const row_rule rr = block_row(RULE_ARGS, b, hk, group, n_q, n_kv, rb0 + r, &h, &i);
         (void)rr;
@@ -121,42 +151,49 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     const long2 part = split_range(lo_all, hi_all, split, n_splits, chunk, WG);
     const long k_lo = part.x, k_hi = part.y;
 
-    float m[RB], l[RB], acc[RB][NCOL];
+    float m[RB], l[RB];
+    float8 acc[RB];
     for (int r = 0; r < RB; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
-        for (int n = 0; n < NCOL; n++)
-            acc[r][n] = 0.0f;
+        acc[r] = 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE); /* the queries staged */
-    const int kh = t / CW, col = t % CW;
+    const int kl = t % LK, ks = t / LK; /* scores: columns 16·kl.., keys ks, ks + KPR, … */
+    const int vl = t % LV, vs = t / LV; /* O += P·V: columns 8·vl.., keys vs, vs + VR, … */
+    float16 qr[RB];
+    for (int r = 0; r < RB; r++)
+        qr[r] = vload16(0, q_s + r * DK16 + 16 * kl);
     for (long j0 = k_lo; j0 < k_hi; j0 += WG) {
-        /* 1. scores, KB keys at a time: the group stages their K rows in local memory
-         * (coalesced float4 loads), then work-item t forms the dot products of key
-         * t % KB with rows t / KB, t / KB + WG/KB, … */
-        for (int sb = 0; sb < WG; sb += KB) {
-            (void)TYPED(stage4, K_DT)(k, k_off, k_st, b, hk, j0 + sb, k_hi, KB, D_K, DK8, K_STRIDE,
-                                      k_s KV_PAGES);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            const int kk = t % KB;
-            for (int r = t / KB; r < RB; r += WG / KB) {
-                float x = 0.0f;
-                for (int c = 0; c < DK8; c += 4) {
-                    const float4 qv = vload4(0, q_s + r * DK8 + c);
-                    const float4 kv = vload4(0, k_s + kk * K_STRIDE + c);
-                    x = fma(qv.x, kv.x, x);
-                    x = fma(qv.y, kv.y, x);
-                    x = fma(qv.z, kv.z, x);
-                    x = fma(qv.w, kv.w, x);
+        /* 1. scores: each round's K loads are independent (in flight together) */
+        if (ks < KPR) {
+            #pragma unroll
+            for (int u = 0; u < (WG + KPR - 1) / KPR; u++) {
+                const int kk = u * KPR + ks;
+                if (kk < WG) {
+                    const float16 kx =
+                        k_cols16(k, k_off, k_st, b, hk, j0 + kk, k_hi, 16 * kl KV_PAGES);
+                    for (int r = 0; r < RB; r++) {
+                        const float16 pr = qr[r] * kx;
+                        const float8 h8 = pr.lo + pr.hi;
+                        const float4 h4 = h8.lo + h8.hi;
+                        psum[(r * LK + kl) * PART_RS + kk] = (h4.x + h4.y) + (h4.z + h4.w);
+                    }
                 }
-#if K_SCALED /* a quantized key: its scale (common.cl kv_scale) */
-                if (j0 + sb + kk < k_hi)
-                    x *= kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + sb + kk KV_PAGES);
-#endif
-                s_s[r * WG + sb + kk] = j0 + sb + kk < k_hi ? x * scale : -INFINITY;
             }
-            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */
         }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int r = 0; r < RB; r++) { /* work-item t: key j0 + t */
+            float x = 0.0f;
+            for (int c = 0; c < LK; c++)
+                x += psum[(r * LK + c) * PART_RS + t];
+#if K_SCALED /* a quantized key: its scale (common.cl kv_scale) */
+            if (j0 + t < k_hi)
+                x *= kv_scale(k_sc, ks_off, ks_st, b, hk, j0 + t KV_PAGES);
+#endif
+            s_s[r * WG + t] = j0 + t < k_hi ? x * scale : -INFINITY;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the scores in s_s; psum free */
         /* 2. the rule and score terms (uniform: the same for the whole group) */
         if (terms || lo_max > j0 || hi_min < j0 + WG || j0 + WG > k_hi) {
             for (int ch = t; ch < RB * NSV; ch += WG) {
@@ -200,64 +237,56 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
             if (m_new[r] != -INFINITY && m_new[r] != m[r]) {
                 const float alpha = exp(m[r] - m_new[r]);
                 l[r] *= alpha;
-                for (int n = 0; n < NCOL; n++)
-                    acc[r][n] *= alpha;
+                acc[r] *= alpha;
                 m[r] = m_new[r];
             }
         barrier(CLK_LOCAL_MEM_FENCE); /* P in place */
-        /* 4. O += P·V over this work-item's key residue, KB keys at a time: the group
-         * stages their V rows in local memory (coalesced float4 loads, all in flight at
-         * once) in K's buffer; staged keys past the split weigh 0 */
-        for (int sb = 0; sb < WG && j0 + sb < k_hi; sb += KB) {
-            (void)TYPED(stage4, V_DT)(v, v_off, v_st, b, hk, j0 + sb, k_hi, KB, D_V, DVW, DVW,
-                                      k_s KV_PAGES);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (int jj = kh; jj < KB; jj += KS) {
-                float vv[NCOL];
+        /* 4. O += P·V: work-item t takes columns 8·vl.. of keys vs, vs + VR, … of the
+         * step (each round's V loads coalesced along the rows); keys past the split
+         * weigh 0 */
+        if (vs < VR) {
+            for (int u = 0; u < (WG + VR - 1) / VR; u++) {
+                const int kk = u * VR + vs;
+                if (kk >= WG || j0 + kk >= k_hi)
+                    break;
+                const float8 vx = v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 * vl KV_PAGES);
 #if V_SCALED /* a quantized value row: its scale on the weight (not in l) */
-                const float vsc = j0 + sb + jj < k_hi
-                                      ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + sb + jj KV_PAGES)
-                                      : 0.0f;
+                const float vsc = kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + kk KV_PAGES);
 #else
                 const float vsc = 1.0f;
 #endif
-                #pragma unroll
-                for (int n = 0; n < NCOL; n++)
-                    vv[n] = k_s[jj * DVW + col + CW * n];
-                #pragma unroll
                 for (int r = 0; r < RB; r++) {
-                    const float p = s_s[r * WG + sb + jj];
+                    const float p = s_s[r * WG + kk];
                     l[r] += p;
                     if (p != 0.0f) /* weight 0 adds nothing, even inf or NaN values */
-                        for (int n = 0; n < NCOL; n++)
-                            acc[r][n] = fma(p * vsc, vv[n], acc[r][n]);
+                        acc[r] = fma((float8)(p * vsc), vx, acc[r]);
                 }
             }
-            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* all reads of P done before the next step */
     }
-    /* the KS residues' sums into residue 0, then the split's O and LSE */
-    if (KS > 1) {
+    /* the VR residues' sums into residue 0 (psum holds them: no scores are left), then
+     * the split's O and LSE */
+    if (vs < VR) {
         for (int r = 0; r < RB; r++) {
-            comb[r * WG + t] = acc[r][0];
-            if (col == 0)
-                comb_l[r * KS + kh] = l[r];
+            vstore8(acc[r], 0, psum + (vs * RB + r) * LV * 8 + 8 * vl);
+            if (vl == 0)
+                comb_l[r * VR + vs] = l[r];
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (kh == 0)
-            for (int r = 0; r < RB; r++) {
-                float a = 0.0f, ls = 0.0f;
-                for (int u = 0; u < KS; u++) {
-                    a += comb[r * WG + u * CW + col];
-                    ls += comb_l[r * KS + u];
-                }
-                acc[r][0] = a;
-                l[r] = ls;
-            }
     }
-    if (kh != 0)
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (vs != 0)
         return; /* no barrier follows */
+    for (int r = 0; r < RB; r++) {
+        float8 a = 0.0f;
+        float ls = 0.0f;
+        for (int w = 0; w < VR; w++) {
+            a += vload8(0, psum + (w * RB + r) * LV * 8 + 8 * vl);
+            ls += comb_l[r * VR + w];
+        }
+        acc[r] = a;
+        l[r] = ls;
+    }
     for (int r = 0; r < RB; r++) {
         const long rho = rb0 + r;
         if (rho >= group * n_q)
@@ -266,11 +295,12 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
         (void)block_row(RULE_ARGS, b, hk, group, n_q, n_kv, rho, &h, &i);
         const long row = (b * h_q + h) * n_q + i;
         const bool empty = m[r] == -INFINITY;
-        for (int n = 0; n < NCOL; n++)
-            if (col + CW * n < D_V)
-                part_o[(row * n_splits + split) * D_V + col + CW * n] =
-                    empty ? 0.0f : acc[r][n] / l[r];
-        if (col == 0)
+        float o[8];
+        vstore8(empty ? (float8)0.0f : acc[r] / l[r], 0, o);
+        for (int u = 0; u < 8; u++)
+            if (8 * vl + u < D_V)
+                part_o[(row * n_splits + split) * D_V + 8 * vl + u] = o[u];
+        if (vl == 0)
             part_lse[row * n_splits + split] = empty ? -INFINITY : m[r] + log(l[r]);
     }
 }

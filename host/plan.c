@@ -378,17 +378,21 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
  * splits of (1, 32, 8, 32768) 4.7x faster than 16, 256 no faster; docs/BENCHMARKS.md),
  * unless CLATTN_DECODE_SPLITS or clattn_context_set_decode_splits() sets the count. */
 #define GPU_DECODE_WG 128
-#define GPU_DECODE_KB 32 /* keys per K / V staging */
 
-/* decode_gpu.cl's local memory in bytes for rb rows per group (its local arrays) */
+/* decode_gpu.cl's local memory in bytes for rb rows per group (its local arrays: q_s,
+ * s_s, red, psum, comb_l), or -1 where its work-items cannot share a key (16 columns
+ * each) or a value row (8 each): d_k above 16·WG or d_v above 8·WG */
 static int64_t decode_gpu_local(int64_t d_k, int64_t d_v, size_t rb)
 {
-    const int64_t wg = GPU_DECODE_WG, r = (int64_t)rb, dk8 = clattn_ceil_div(d_k, 8) * 8;
-    const int64_t cw = d_v <= wg && wg % (d_v > 0 ? d_v : 1) == 0 ? d_v : wg;
-    const int64_t dvw = clattn_ceil_div(clattn_ceil_div(d_v, cw > 0 ? cw : 1) * cw, 4) * 4;
-    const int64_t ks = wg / (cw > 0 ? cw : 1);
-    const int64_t kv = GPU_DECODE_KB * (dk8 + 4 > dvw ? dk8 + 4 : dvw);
-    return (r * dk8 + kv + 2 * r * wg + r * 16 + r * ks) * (int64_t)sizeof(float) + 16;
+    const int64_t wg = GPU_DECODE_WG, r = (int64_t)rb;
+    const int64_t lk = clattn_ceil_div(d_k, 16), lv = clattn_ceil_div(d_v, 8);
+    if (lk > wg || lv > wg || lk < 1 || lv < 1)
+        return -1;
+    const int64_t part_rs = wg + (lk >= 32 ? 1 : 32 / lk), vr = wg / lv;
+    const int64_t sums = r * lk * part_rs, comb = vr * r * lv * 8;
+    return (r * lk * 16 + r * wg + r * 16 + (sums > comb ? sums : comb) + r * vr) *
+               (int64_t)sizeof(float) +
+           16;
 }
 static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem *pr, int64_t group,
                                        const features *f, clattn_blocked *out)
@@ -396,9 +400,10 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     const int64_t n_q = pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3];
     const int64_t span = clattn_rule_span(pr->desc, n_q, pr->k.n[2]), rows = group * n_q;
     size_t rb = rows < 1 ? 1 : rows < 8 ? (size_t)rows : 8;
-    while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
+    const int64_t budget = (int64_t)clattn_local_tile_budget(ctx);
+    while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > budget)
         rb--;
-    if (decode_gpu_local(d_k, d_v, rb) > (int64_t)clattn_local_tile_budget(ctx))
+    if (decode_gpu_local(d_k, d_v, rb) < 0 || decode_gpu_local(d_k, d_v, rb) > budget)
         /* head dims too big: decode.cl unsplit (its split counts are sized for CPUs) */
         return decode_kernel(ctx, pr, group, f, false, out);
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
@@ -407,8 +412,8 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
         split_chunk(ctx, span, blocks, 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
                     4 * GPU_DECODE_WG, GPU_DECODE_WG, 1);
     char opts[512];
-    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu -DKB=%d %s",
-             (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, GPU_DECODE_KB, f->opts);
+    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu %s",
+             (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, f->opts);
     clattn_status st = clattn_get_kernel(ctx, "decode_gpu.cl", opts, &out->entry);
     if (st != CLATTN_SUCCESS)
         return st;

@@ -34,39 +34,19 @@ row "$O/paged.txt"
 el
 # split counts (0: the choice)
 SD="8,32,8,1,32768,128,128,none,fused,f16;$G,f16"
-for ns in 0 16 64 128 256; do
+for ns in 0 16 64 256; do
   CLATTN_DECODE_SPLITS=$ns timeout 30 "$B/clattn" bench --quiet --reps 10 --shapes "$SD" > /tmp/split.txt 2>&1
   echo "splits $ns rc=$?: $(grep -E '^[18] ' /tmp/split.txt | awk '{printf "b=%s %s ms %s GB/s; ", $1, $11, $15}')"
 done
 el
-# 2. kernel variants (CLATTN_KERNEL_DIR): staging width KB, and stages left out
+# 2. kernel variants (CLATTN_KERNEL_DIR): stages left out (K or V not read), and the
+# previous decode_gpu.cl where gpu_prepare.sh saved one (.gpu/prev: PREV=<git ref>)
 mk() { rm -rf "/tmp/kv/$1"; mkdir -p /tmp/kv; cp -r "$R/cl" "/tmp/kv/$1"; }
-mk kb16; sed -i '1i #undef KB\n#define KB 16' /tmp/kv/kb16/decode_gpu.cl
-mk kb64; sed -i '1i #undef KB\n#define KB 64' /tmp/kv/kb64/decode_gpu.cl
-mk noscore; python3 - /tmp/kv/noscore/decode_gpu.cl <<'EOF'
-import sys; p = sys.argv[1]; s = open(p).read()
-a = s.index("        for (int sb = 0; sb < WG; sb += KB) {"); b = s.index("        /* 2. the rule")
-s = s[:a] + "        for (int r = 0; r < RB; r++) s_s[r * WG + t] = j0 + t < k_hi ? 0.0f : -INFINITY;\n        barrier(CLK_LOCAL_MEM_FENCE);\n" + s[b:]
-open(p, "w").write(s)
-EOF
-mk nopv; python3 - /tmp/kv/nopv/decode_gpu.cl <<'EOF'
-import sys; p = sys.argv[1]; s = open(p).read()
-a = s.index("        for (int sb = 0; sb < WG && j0 + sb < k_hi; sb += KB) {"); b = s.index("        barrier(CLK_LOCAL_MEM_FENCE); /* all reads of P done")
-s = s[:a] + "        for (int r = 0; r < RB; r++) l[r] += s_s[r * WG + t];\n" + s[b:]
-open(p, "w").write(s)
-EOF
-mk stageonly; python3 - /tmp/kv/stageonly/decode_gpu.cl <<'EOF'
-import sys; p = sys.argv[1]; s = open(p).read()
-# the loads alone: K and V staged, no arithmetic beyond one sum (kept so they are not removed)
-a = s.index("            const int kk = t % KB;"); b = s.index("            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */\n        }\n        /* 2.")
-s = s[:a] + "            l[0] += k_s[t % KB * K_STRIDE + t / KB];\n" + s[b:]
-a = s.index("        /* 2. the rule"); b = s.index("        /* 4. O += P")
-s = s[:a] + s[b:]
-a = s.index("            for (int jj = kh; jj < KB; jj += KS) {"); b = s.index("            barrier(CLK_LOCAL_MEM_FENCE); /* k_s free for the next keys */\n        }\n        barrier")
-s = s[:a] + "            acc[0][0] += k_s[t % KB * DVW + t / KB];\n" + s[b:]
-open(p, "w").write(s)
-EOF
-for vdir in base kb16 kb64 noscore nopv stageonly; do
+mk noscore; sed -i 's/k_cols16(k, k_off, k_st, b, hk, j0 + kk, k_hi, 16 \* kl KV_PAGES)/(float16)(1.0f)/' /tmp/kv/noscore/decode_gpu.cl
+mk nopv; sed -i 's/v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 \* vl KV_PAGES)/(float8)(1.0f)/' /tmp/kv/nopv/decode_gpu.cl
+variants="base noscore nopv"
+[ -f "$R/.gpu/prev/decode_gpu.cl" ] && { mk prev; cp "$R/.gpu/prev/decode_gpu.cl" /tmp/kv/prev/; variants="$variants prev"; }
+for vdir in $variants; do
   kd=$R/cl; [ "$vdir" = base ] || kd=/tmp/kv/$vdir
   CLATTN_KERNEL_DIR=$kd timeout 40 "$B/clattn" bench --quiet --reps 10 --shapes "$SD;8,32,8,1,8192,128,128,none,fused" > /tmp/var.txt 2>&1
   echo "variant $vdir rc=$?: $(grep -E '^[18] ' /tmp/var.txt | awk '{printf "b=%s %s %s ms %s GB/s; ", $1, $10, $11, $15}') $(grep -iE 'error|fail' /tmp/var.txt | head -1 | cut -c1-200)"
@@ -78,7 +58,7 @@ timeout 90 python3 "$R/tools/dev/gpu_sdpa_bench.py" "$PS" > "$O/sdpa.jsonl" 2>&1
 el
 # 4. the decode tests on the GPU (GPU family)
 export CLATTN_CASES_DIR=$R/tests/cases
-for t in test_paged test_varlen test_seeds; do
-  timeout 60 "$B/$t" > "$O/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^[0-9]+%' "$O/$t.log" | tail -1) $(grep -m3 -E ':[EF]:' "$O/$t.log" | cut -c1-200)"
+for t in test_varlen test_seeds test_paged; do
+  timeout 120 "$B/$t" > "$O/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^[0-9]+%' "$O/$t.log" | tail -1) $(grep -m3 -E ':[EF]:' "$O/$t.log" | cut -c1-200)"
 done
 el

@@ -12,4 +12,6 @@ for t in test_seeds test_cases test_api test_random test_features test_paged tes
 cp -L /lib/x86_64-linux-gnu/libOpenCL.so.1 /lib/x86_64-linux-gnu/libcjson.so.1 \
       /lib/x86_64-linux-gnu/libsubunit.so.0 .gpu/lib/
 for f in .gpu/bin/*; do ldd "$f" | grep -q "not found" && { echo "$f: missing libraries"; ldd "$f" | grep "not found"; }; done
+# PREV=<git ref>: that revision's decode_gpu.cl beside, for gpu_decode.sh's comparison
+if [ -n "${PREV:-}" ]; then mkdir -p .gpu/prev && git show "$PREV:cl/decode_gpu.cl" > .gpu/prev/decode_gpu.cl; fi
 du -sh .gpu
