@@ -47,6 +47,14 @@
 #define LV ((D_V + 7) / 8)         /* work-items sharing a value row in O += P·V */
 #define VR (WG / LV)               /* key residues of O += P·V (WG ≥ LV: plan.c) */
 #define NSV (WG / 16)              /* 16-key vectors per step */
+#define NRK ((WG + KPR - 1) / KPR) /* rounds of the scores per step */
+#define NRV ((WG + VR - 1) / VR)   /* rounds of O += P·V per step */
+#ifndef KBATCH
+#define KBATCH 2 /* rounds of K loads issued before their arithmetic (in flight together) */
+#endif
+#ifndef VBATCH
+#define VBATCH 4 /* … of V loads */
+#endif
 /* psum: the scores' partial sums, [RB·LK][PART_RS] (a row stride that spreads a round's
  * writes over the banks), then the residues' O sums [VR·RB][LV·8] */
 #define PART_RS (WG + (LK >= 32 ? 1 : 32 / LK))
@@ -165,20 +173,27 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
     for (int r = 0; r < RB; r++)
         qr[r] = vload16(0, q_s + r * DK16 + 16 * kl);
     for (long j0 = k_lo; j0 < k_hi; j0 += WG) {
-        /* 1. scores: each round's K loads are independent (in flight together) */
+        /* 1. scores: KBATCH rounds' K loads issued together, then their products */
         if (ks < KPR) {
-            #pragma unroll
-            for (int u = 0; u < (WG + KPR - 1) / KPR; u++) {
-                const int kk = u * KPR + ks;
-                if (kk < WG) {
-                    const float16 kx =
-                        k_cols16(k, k_off, k_st, b, hk, j0 + kk, k_hi, 16 * kl KV_PAGES);
-                    for (int r = 0; r < RB; r++) {
-                        const float16 pr = qr[r] * kx;
-                        const float8 h8 = pr.lo + pr.hi;
-                        const float4 h4 = h8.lo + h8.hi;
-                        psum[(r * LK + kl) * PART_RS + kk] = (h4.x + h4.y) + (h4.z + h4.w);
-                    }
+            for (int u0 = 0; u0 < NRK; u0 += KBATCH) {
+                float16 kx[KBATCH];
+                #pragma unroll
+                for (int w = 0; w < KBATCH; w++) {
+                    const int kk = (u0 + w) * KPR + ks;
+                    kx[w] = u0 + w < NRK && kk < WG ? k_cols16(k, k_off, k_st, b, hk, j0 + kk, k_hi,
+                                                               16 * kl KV_PAGES)
+                                                    : (float16)0.0f;
+                }
+                #pragma unroll
+                for (int w = 0; w < KBATCH; w++) {
+                    const int kk = (u0 + w) * KPR + ks;
+                    if (u0 + w < NRK && kk < WG)
+                        for (int r = 0; r < RB; r++) {
+                            const float16 pr = qr[r] * kx[w];
+                            const float8 h8 = pr.lo + pr.hi;
+                            const float4 h4 = h8.lo + h8.hi;
+                            psum[(r * LK + kl) * PART_RS + kk] = (h4.x + h4.y) + (h4.z + h4.w);
+                        }
                 }
             }
         }
@@ -245,21 +260,31 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
          * step (each round's V loads coalesced along the rows); keys past the split
          * weigh 0 */
         if (vs < VR) {
-            for (int u = 0; u < (WG + VR - 1) / VR; u++) {
-                const int kk = u * VR + vs;
-                if (kk >= WG || j0 + kk >= k_hi)
-                    break;
-                const float8 vx = v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 * vl KV_PAGES);
+            for (int u0 = 0; u0 < NRV && j0 + u0 * VR < k_hi; u0 += VBATCH) {
+                float8 vx[VBATCH];
+                float vsc[VBATCH];
+                #pragma unroll
+                for (int w = 0; w < VBATCH; w++) { /* VBATCH rounds' loads together */
+                    const int kk = (u0 + w) * VR + vs;
+                    const bool in = u0 + w < NRV && kk < WG && j0 + kk < k_hi;
+                    vx[w] = in ? v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 * vl KV_PAGES)
+                               : (float8)0.0f;
 #if V_SCALED /* a quantized value row: its scale on the weight (not in l) */
-                const float vsc = kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + kk KV_PAGES);
+                    vsc[w] = in ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + kk KV_PAGES) : 0.0f;
 #else
-                const float vsc = 1.0f;
+                    vsc[w] = 1.0f;
 #endif
-                for (int r = 0; r < RB; r++) {
-                    const float p = s_s[r * WG + kk];
-                    l[r] += p;
-                    if (p != 0.0f) /* weight 0 adds nothing, even inf or NaN values */
-                        acc[r] = fma((float8)(p * vsc), vx, acc[r]);
+                }
+                #pragma unroll
+                for (int w = 0; w < VBATCH; w++) {
+                    const int kk = (u0 + w) * VR + vs;
+                    if (u0 + w < NRV && kk < WG)
+                        for (int r = 0; r < RB; r++) {
+                            const float p = s_s[r * WG + kk];
+                            l[r] += p;
+                            if (p != 0.0f) /* weight 0 adds nothing, even inf or NaN values */
+                                acc[r] = fma((float8)(p * vsc[w]), vx[w], acc[r]);
+                        }
                 }
             }
         }

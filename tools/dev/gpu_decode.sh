@@ -32,6 +32,7 @@ P="$G,f16;$G,f16,page16;$G,f16,page256;8,32,8,1,8192,128,128,none,fused,f16;8,32
 timeout 120 "$B/clattn" bench --peak --quiet --reps 10 --shapes "$P" > "$O/paged.txt" 2>&1; echo "paged/int8 rc=$?"
 row "$O/paged.txt"
 el
+if [ -n "${QUICK:-}" ]; then SD="8,32,8,1,32768,128,128,none,fused,f16;$G,f16"; else
 # split counts (0: the choice)
 SD="8,32,8,1,32768,128,128,none,fused,f16;$G,f16"
 for ns in 0 16 64 256; do
@@ -39,12 +40,19 @@ for ns in 0 16 64 256; do
   echo "splits $ns rc=$?: $(grep -E '^[18] ' /tmp/split.txt | awk '{printf "b=%s %s ms %s GB/s; ", $1, $11, $15}')"
 done
 el
+fi
 # 2. kernel variants (CLATTN_KERNEL_DIR): stages left out (K or V not read), and the
 # previous decode_gpu.cl where gpu_prepare.sh saved one (.gpu/prev: PREV=<git ref>)
 mk() { rm -rf "/tmp/kv/$1"; mkdir -p /tmp/kv; cp -r "$R/cl" "/tmp/kv/$1"; }
 mk noscore; sed -i 's/k_cols16(k, k_off, k_st, b, hk, j0 + kk, k_hi, 16 \* kl KV_PAGES)/(float16)(1.0f)/' /tmp/kv/noscore/decode_gpu.cl
 mk nopv; sed -i 's/v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 \* vl KV_PAGES)/(float8)(1.0f)/' /tmp/kv/nopv/decode_gpu.cl
 variants="base noscore nopv"
+# DEFINES="name:MACRO=V,MACRO=V name2:…": more variants, decode_gpu.cl's #ifndef tunables set
+for spec in ${DEFINES:-}; do
+  name=${spec%%:*}; mk "$name"
+  for d in $(echo "${spec#*:}" | tr ',' ' '); do sed -i "1i #define ${d%%=*} ${d#*=}" "/tmp/kv/$name/decode_gpu.cl"; done
+  variants="$variants $name"
+done
 [ -f "$R/.gpu/prev/decode_gpu.cl" ] && { mk prev; cp "$R/.gpu/prev/decode_gpu.cl" /tmp/kv/prev/; variants="$variants prev"; }
 for vdir in $variants; do
   kd=$R/cl; [ "$vdir" = base ] || kd=/tmp/kv/$vdir
@@ -52,6 +60,7 @@ for vdir in $variants; do
   echo "variant $vdir rc=$?: $(grep -E '^[18] ' /tmp/var.txt | awk '{printf "b=%s %s %s ms %s GB/s; ", $1, $10, $11, $15}') $(grep -iE 'error|fail' /tmp/var.txt | head -1 | cut -c1-200)"
 done
 el
+[ -n "${QUICK:-}" ] && exit 0 # QUICK=1: sections 1 and 2 only
 # 3. PyTorch SDPA on the decode shapes
 PS="decode,1,32,8,1,32768,128,f16;decode,8,32,8,1,8192,128,f16;decode,8,32,8,1,32768,128,f16;decode,1,32,8,1,32768,128,f32;decode,1,32,32,1,8192,128,f32;decode,1,32,32,1,8192,128,f16;decode,8,32,8,1,8192,128,f32"
 timeout 90 python3 "$R/tools/dev/gpu_sdpa_bench.py" "$PS" > "$O/sdpa.jsonl" 2>&1; echo "sdpa rc=$?"; cat "$O/sdpa.jsonl"
