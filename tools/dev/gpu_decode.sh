@@ -44,7 +44,10 @@ fi
 # 2. kernel variants (CLATTN_KERNEL_DIR): stages left out (K or V not read), and the
 # previous decode_gpu.cl where gpu_prepare.sh saved one (.gpu/prev: PREV=<git ref>)
 mk() { rm -rf "/tmp/kv/$1"; mkdir -p /tmp/kv; cp -r "$R/cl" "/tmp/kv/$1"; }
-mk noscore; sed -i 's/k_cols16(k, k_off, k_st, b, hk, j0 + kk, k_hi, 16 \* kl KV_PAGES)/(float16)(1.0f)/' /tmp/kv/noscore/decode_gpu.cl
+mk noscore; python3 - /tmp/kv/noscore/decode_gpu.cl <<'PYEOF'
+import sys; p = sys.argv[1]; s = open(p).read(); a = s.index("? k_cols16("); b = s.index(":", a)
+open(p, "w").write(s[:a] + "? (float16)(1.0f)\n" + s[b:])
+PYEOF
 mk nopv; sed -i 's/v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 \* vl KV_PAGES)/(float8)(1.0f)/' /tmp/kv/nopv/decode_gpu.cl
 variants="base noscore nopv"
 # DEFINES="name:MACRO=V,MACRO=V name2:…": more variants, decode_gpu.cl's #ifndef tunables set
