@@ -125,10 +125,13 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * step together (16 keys of one head, then of the next). With a paged cache laid out
  * [num_pages, h_kv, page_size, d] (or [num_pages, page_size, h_kv, d]) a page's heads lie
  * next to each other, so the reads of a step become one stretch instead of `heads`
- * scattered pieces. 0 (the default) chooses: 1, except for a paged cache on a CPU device
- * whose pages hold less than 32 KiB of a head's K rows, where enough heads for about 32
- * KiB with at most 16 rows per work-item in all (heads × query rows of each: more would
- * overflow the L1 cache), while at least one work-item per compute unit remains. N > 0
+ * scattered pieces. 0 (the default) chooses: 1, except on a CPU device: for a paged cache
+ * whose pages hold less than 32 KiB of a head's K rows, enough heads for about 32 KiB, and
+ * for any other cache 2 where the device has 16 float lanes (AVX-512: two streams per
+ * work-item took 0.87-0.95x the time of one on a 2-core Xeon, 1.09x on an AVX2 Zen 3;
+ * docs/BENCHMARKS.md); either with at most 16 rows per work-item in all (heads × query
+ * rows of each: more would overflow the L1 cache), while at least one work-item per
+ * compute unit remains. N > 0
  * takes the largest divisor of h_kv up to N (h_kv itself for N ≥ h_kv) whose private
  * arrays fit (320 KiB per work-item), past the 16 rows of the choice if need be. The
  * results are the same bits whatever the count (the same arithmetic per row; test_paged
