@@ -8,13 +8,7 @@
 # each family and PyTorch SDPA on the same GPU, then the test executables (GPU family:
 # the default on a GPU). Results go to $OUT (default /tmp/out); a summary to stdout.
 set -u
-R=$(cd "$(dirname "$0")/../.." && pwd); O=${OUT:-/tmp/out}; mkdir -p "$O"; B=$R/.gpu/bin
-export LD_LIBRARY_PATH=$R/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export CLATTN_CACHE_DIR=/tmp/clattn-cache
-lib=$(ls /usr/local/nvidia/lib64/libnvidia-opencl.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 /usr/lib64/libnvidia-opencl.so.1 2>/dev/null | head -1)
-[ -n "$lib" ] || lib=$(timeout 60 find / -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
-echo "NVIDIA OpenCL: ${lib:-not found}"
-mkdir -p /tmp/icd && echo "$lib" > /tmp/icd/nvidia.icd && export OCL_ICD_VENDORS=/tmp/icd
+. "$(dirname "$0")/gpu_env.sh" # R, O, B, the libraries and NVIDIA's ICD
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee "$O/gpu.txt"
 "$B/clattn" devices 2>&1 | tee "$O/devices.txt"
 date -u | tee -a "$O/gpu.txt"
