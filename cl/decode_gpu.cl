@@ -60,37 +60,26 @@
 #define PART_RS (WG + (LK >= 32 ? 1 : 32 / LK))
 #define PART_FLOATS (RB * LK * PART_RS > VR * RB * LV * 8 ? RB * LK * PART_RS : VR * RB * LV * 8)
 
-/* columns [c, c + 16) of row j of a K view (zeros past D_K or past the split's end) */
-float16 k_cols16(__global const ELEM_T(K_DT) *k, long k_off, long4 k_st, long b, long hk, long j,
-                 long k_hi, int c PG_PARAMS)
-{
-    float16 x = 0.0f;
-    if (j >= k_hi)
-        return x;
-    const long base = kv_row(k_off, k_st, b, hk, j PG_ARGS);
-    if (k_st.s3 == 1 && c + 16 <= D_K)
-        return LD16(K_DT, k, base + c);
-    float t[16];
-    for (int u = 0; u < 16; u++)
-        t[u] = c + u < D_K ? LD(K_DT, k, base + (c + u) * k_st.s3) : 0.0f;
-    return vload16(0, t);
-}
-
-/* columns [c, c + 8) of row j of a V view (zeros past D_V or past the split's end) */
-float8 v_cols8(__global const ELEM_T(V_DT) *v, long v_off, long4 v_st, long b, long hk, long j,
-               long k_hi, int c PG_PARAMS)
-{
-    float8 x = 0.0f;
-    if (j >= k_hi)
-        return x;
-    const long base = kv_row(v_off, v_st, b, hk, j PG_ARGS);
-    if (v_st.s3 == 1 && c + 8 <= D_V)
-        return TYPED(LD8, V_DT)(v, base + c);
-    float t[8];
-    for (int u = 0; u < 8; u++)
-        t[u] = c + u < D_V ? LD(V_DT, v, base + (c + u) * v_st.s3) : 0.0f;
-    return vload8(0, t);
-}
+/* Columns [c, c + N) of row j of a K or V view as a floatN: zeros past the row's DIM
+ * columns or past the split's end (k_hi); read through the block table when paged.
+ * k_cols16 (K: 16 columns per work-item) and v_cols8 (V: 8). */
+#define DEFINE_COLS(name, n, dt, dim)                                                       \
+    float##n name(__global const ELEM_T(dt) *src, long off, long4 st, long b, long hk,     \
+                  long j, long k_hi, int c PG_PARAMS)                                      \
+    {                                                                                       \
+        float##n x = 0.0f;                                                                  \
+        if (j >= k_hi)                                                                      \
+            return x;                                                                       \
+        const long base = kv_row(off, st, b, hk, j PG_ARGS);                                \
+        if (st.s3 == 1 && c + n <= dim)                                                     \
+            return TYPED(LD##n, dt)(src, base + c);                                         \
+        float t[n];                                                                         \
+        for (int u = 0; u < n; u++)                                                         \
+            t[u] = c + u < dim ? LD(dt, src, base + (c + u) * st.s3) : 0.0f;                \
+        return vload##n(0, t);                                                              \
+    }
+DEFINE_COLS(k_cols16, 16, K_DT, D_K)
+DEFINE_COLS(v_cols8, 8, V_DT, D_V)
 
 /* the rule of row r of the block (query head *h and query *i), none past the rows */
 row_rule block_row(RULE_PARAMS, long b, long hk, int group, long n_q, long n_kv, long rho, long *h,

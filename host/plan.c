@@ -374,8 +374,9 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
 }
 /* decode_gpu.cl + split_merge.cl (the GPU family's decoding): RB rows of a KV head per
  * work-group of WG keys per step; the keys cut into splits so that batch x KV heads x row
- * blocks x splits work-groups are ≥ 16 per compute unit, ≥ 4 steps per split (an H200: 64
- * splits of (1, 32, 8, 32768) 4.7x faster than 16, 256 no faster; docs/BENCHMARKS.md),
+ * blocks x splits work-groups are ≥ 16 per compute unit, ≥ 4 steps per split (an H200,
+ * (1, 32, 8, 32768) f16: 64 splits 4.7x faster than 16 with the staged kernel of
+ * 2026-12-01, 1.45x with the direct loads of 2026-12-04; 256 slower; docs/BENCHMARKS.md),
  * unless CLATTN_DECODE_SPLITS or clattn_context_set_decode_splits() sets the count. */
 #define GPU_DECODE_WG 128
 

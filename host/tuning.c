@@ -288,9 +288,11 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
     if (want <= 0) /* choose: small pages on CPUs only, at least a work-item per unit */
         want = is_cpu(ctx) && piece > 0 && piece < CPU_DECODE_STRETCH_BYTES
                    ? clattn_ceil_div(CPU_DECODE_STRETCH_BYTES, piece)
-                   /* 16-lane CPUs (AVX-512): 2 KV heads' streams per work-item, 0.87-0.95x
-                    * the time of 1 on a 2-core Xeon's decode shapes, f32 and f16, GQA and
-                    * MHA; 8-lane ones (AVX2, a Zen 3) took 1.09x (docs/BENCHMARKS.md) */
+                   /* other caches (contiguous, or pages of >= 32 KiB of a head's K rows) on
+                    * 16-lane CPUs (AVX-512): 2 KV heads' streams per work-item, 0.87-0.95x
+                    * the time of 1 on a 2-core Xeon (GQA f32 and f16, MHA f16; MHA f32
+                    * level, 1.01); 8-lane ones (AVX2, a Zen 3) took 1.09x
+                    * (docs/BENCHMARKS.md) */
                    : lanes16(ctx) ? 2
                                   : 1;
     size_t nh = 1;

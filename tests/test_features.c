@@ -292,9 +292,10 @@ START_TEST(decode_grouped_all_terms)
 {
     fproblem f;
     memset(&f, 0, sizeof f);
-    /* d_k 72, d_v 60: the GPU family's last K and V chunks part-filled (16 and 8 columns per
-     * work-item), 5 work-items per key (128 not a multiple of them) */
-    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 5, n_kv = 77, d_k = 72, d_v = 60;
+    /* d_k 72, d_v 70: the GPU family's last K and V chunks part-filled (16 and 8 columns per
+     * work-item), 5 work-items per key and 9 per value row (128 a multiple of neither: idle
+     * work-items in both stages) */
+    const int64_t b = 2, h_kv = 2, h_q = 8, n_q = 5, n_kv = 77, d_k = 72, d_v = 70;
     tu_problem_init(&f.p, b, h_q, h_kv, n_q, n_kv, d_k, d_v, 71, 72, 73, 8);
     clattn_attention_desc *ds = &f.desc;
     *ds = clattn_attention_desc_default();
@@ -325,7 +326,7 @@ START_TEST(decode_grouped_all_terms)
     f.mt.dtype = CLATTN_BOOL;
     ds->mask_tensor = &f.mt;
     snprintf(f.text, sizeof f.text,
-             "decode b 2 h_q 8 h_kv 2 n_q 5 n_kv 77 d 72/60, causal-bottom-right window(30,2) "
+             "decode b 2 h_q 8 h_kv 2 n_q 5 n_kv 77 d 72/70, causal-bottom-right window(30,2) "
              "softcap 2.5 alibi bool-mask kv_lens {40,77} q_lens {5,3} masked_rows nan");
     clattn_plan plan;
     float *o = tu_alloc((size_t)(b * h_q * n_q * d_v), 0.0f);
