@@ -413,8 +413,8 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
         split_chunk(ctx, span, blocks, 16 * (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
                     4 * GPU_DECODE_WG, GPU_DECODE_WG, 1);
     char opts[512];
-    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu %s",
-             (long long)d_k, (long long)d_v, GPU_DECODE_WG, rb, f->opts);
+    snprintf(opts, sizeof opts, CL_STD " -DD_K=%lld -DD_V=%lld -DWG=%d -DRB=%zu %s", (long long)d_k,
+             (long long)d_v, GPU_DECODE_WG, rb, f->opts);
     clattn_status st = clattn_get_kernel(ctx, "decode_gpu.cl", opts, &out->entry);
     if (st != CLATTN_SUCCESS)
         return st;

@@ -129,14 +129,14 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * whose pages hold less than 32 KiB of a head's K rows, enough heads for about 32 KiB, and
  * for any other cache 2 where the device has 16 float lanes (AVX-512: two streams per
  * work-item took 0.87-0.95x the time of one on a 2-core Xeon for GQA in f32 and f16 and
- * MHA in f16, MHA in f32 level; 1.09x on an AVX2 Zen 3; docs/BENCHMARKS.md); either with at most 16 rows per work-item in all (heads × query
- * rows of each: more would overflow the L1 cache), while at least one work-item per
- * compute unit remains. N > 0
- * takes the largest divisor of h_kv up to N (h_kv itself for N ≥ h_kv) whose private
- * arrays fit (320 KiB per work-item), past the 16 rows of the choice if need be. The
- * results are the same bits whatever the count (the same arithmetic per row; test_paged
- * checks it). clattn_attention_plan()'s reason ends its decode.cl part in ", N KV heads
- * in turn" when the count N is above 1 (whether chosen or forced; nothing for 1). The
+ * MHA in f16, MHA in f32 level; 1.09x on an AVX2 Zen 3; docs/BENCHMARKS.md); either with
+ * at most 16 rows per work-item in all (heads × query rows of each: more would overflow
+ * the L1 cache), while at least one work-item per compute unit remains. N > 0 takes the
+ * largest divisor of h_kv up to N (h_kv itself for N ≥ h_kv) whose private arrays fit
+ * (320 KiB per work-item), past the 16 rows of the choice if need be. The results are the
+ * same bits whatever the count (the same arithmetic per row; test_paged checks it).
+ * clattn_attention_plan()'s reason ends its decode.cl part in ", N KV heads in turn" when
+ * the count N is above 1 (whether chosen or forced; nothing for 1). The
  * CLATTN_DECODE_HEADS environment variable, read once when a context is created, does the
  * same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, heads outside
