@@ -503,17 +503,19 @@ bool rows_contiguous(long j, int n PG_PARAMS)
     return true;
 }
 
-/* Elements c0 … c0+15 of a row starting at src[base] with stride st3 along d, zeros
- * past d; one function per storage type: load_row16_0 (float), _1 (half), _2 (bf16). */
-#define DEFINE_LOAD_ROW16(dt)                                                               \
-    float16 load_row16_##dt(__global const ELEM_T_##dt *src, long base, long st3, int c0, int d) \
+/* Elements c0 … c0+n-1 of a row starting at src[base] with stride st3 along d, zeros
+ * past d; one function per width and storage type: load_row16_0 (16, float), load_row8_1
+ * (8, half), …; TYPED(load_row16, dt) picks one. */
+#define DEFINE_LOAD_ROW(n, dt)                                                              \
+    float##n load_row##n##_##dt(__global const ELEM_T_##dt *src, long base, long st3, int c0, \
+                                int d)                                                      \
     {                                                                                       \
-        if (st3 == 1 && c0 + 16 <= d)                                                       \
-            return LD16_##dt(src, base + c0);                                               \
-        float t[16];                                                                        \
-        for (int c = 0; c < 16; c++)                                                        \
+        if (st3 == 1 && c0 + n <= d)                                                        \
+            return LD##n##_##dt(src, base + c0);                                            \
+        float t[n];                                                                         \
+        for (int c = 0; c < n; c++)                                                         \
             t[c] = c0 + c < d ? LD_##dt(src, base + (c0 + c) * st3) : 0.0f;                 \
-        return vload16(0, t);                                                               \
+        return vload##n(0, t);                                                              \
     }
 /* only the storage types this program reads (smaller programs compile faster) */
 #ifdef BWD /* the backward pass also stages dO */
@@ -522,19 +524,24 @@ bool rows_contiguous(long j, int n PG_PARAMS)
 #define READS_DT(dt) (Q_DT == (dt) || K_DT == (dt) || V_DT == (dt))
 #endif
 #if READS_DT(0)
-DEFINE_LOAD_ROW16(0)
+DEFINE_LOAD_ROW(16, 0)
+DEFINE_LOAD_ROW(8, 0)
 #endif
 #if READS_DT(1)
-DEFINE_LOAD_ROW16(1)
+DEFINE_LOAD_ROW(16, 1)
+DEFINE_LOAD_ROW(8, 1)
 #endif
 #if READS_DT(2)
-DEFINE_LOAD_ROW16(2)
+DEFINE_LOAD_ROW(16, 2)
+DEFINE_LOAD_ROW(8, 2)
 #endif
 #if READS_DT(5)
-DEFINE_LOAD_ROW16(5)
+DEFINE_LOAD_ROW(16, 5)
+DEFINE_LOAD_ROW(8, 5)
 #endif
 #if READS_DT(6)
-DEFINE_LOAD_ROW16(6)
+DEFINE_LOAD_ROW(16, 6)
+DEFINE_LOAD_ROW(8, 6)
 #endif
 
 #ifndef NV

@@ -11,10 +11,11 @@
  * each K/V read), in steps of WG keys, straight from global memory into registers (no
  * staging: a staged copy between barriers kept 8 KiB in flight per group and reached 42 %
  * of an H200's read bandwidth with no arithmetic at all; docs/BENCHMARKS.md):
- *   1. scores: LK = ⌈D_K/16⌉ work-items share a key, each loading 16 of its columns and
- *      forming its partial dot products with the rows' q (registers); KPR = WG/LK keys a
- *      round, the rounds' loads independent; the LK partials of each (row, key) go through
- *      local memory (psum) and work-item t sums those of key t;
+ *   1. scores: LK = ⌈D_K/16⌉ work-items share a key, each loading 16 of its columns
+ *      (common.cl load_row16; V's 8 columns by load_row8) and forming its partial dot
+ *      products with the rows' q (registers); KPR = WG/LK keys a round, the rounds' loads
+ *      independent; the LK partials of each (row, key) go through local memory (psum) and
+ *      work-item t sums those of key t;
  *   2. steps that are not fully visible to every row, or have score terms, pass through
  *      score_terms16 (common.cl) 16 keys of a row at a time, as in fused_gpu.cl;
  *   3. the row maxima of the step (16 partial maxima per row), the online-softmax
@@ -59,27 +60,6 @@
  * writes over the banks), then the residues' O sums [VR·RB][LV·8] */
 #define PART_RS (WG + (LK >= 32 ? 1 : 32 / LK))
 #define PART_FLOATS (RB * LK * PART_RS > VR * RB * LV * 8 ? RB * LK * PART_RS : VR * RB * LV * 8)
-
-/* Columns [c, c + N) of row j of a K or V view as a floatN: zeros past the row's DIM
- * columns or past the split's end (k_hi); read through the block table when paged.
- * k_cols16 (K: 16 columns per work-item) and v_cols8 (V: 8). */
-#define DEFINE_COLS(name, n, dt, dim)                                                       \
-    float##n name(__global const ELEM_T(dt) *src, long off, long4 st, long b, long hk,     \
-                  long j, long k_hi, int c PG_PARAMS)                                      \
-    {                                                                                       \
-        float##n x = 0.0f;                                                                  \
-        if (j >= k_hi)                                                                      \
-            return x;                                                                       \
-        const long base = kv_row(off, st, b, hk, j PG_ARGS);                                \
-        if (st.s3 == 1 && c + n <= dim)                                                     \
-            return TYPED(LD##n, dt)(src, base + c);                                         \
-        float t[n];                                                                         \
-        for (int u = 0; u < n; u++)                                                         \
-            t[u] = c + u < dim ? LD(dt, src, base + (c + u) * st.s3) : 0.0f;                \
-        return vload##n(0, t);                                                              \
-    }
-DEFINE_COLS(k_cols16, 16, K_DT, D_K)
-DEFINE_COLS(v_cols8, 8, V_DT, D_V)
 
 /* the rule of row r of the block (query head *h and query *i), none past the rows */
 row_rule block_row(RULE_PARAMS, long b, long hk, int group, long n_q, long n_kv, long rho, long *h,
@@ -169,9 +149,11 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
                 #pragma unroll
                 for (int w = 0; w < KBATCH; w++) {
                     const int kk = (u0 + w) * KPR + ks;
-                    kx[w] = u0 + w < NRK && kk < WG ? k_cols16(k, k_off, k_st, b, hk, j0 + kk, k_hi,
-                                                               16 * kl KV_PAGES)
-                                                    : (float16)0.0f;
+                    kx[w] = u0 + w < NRK && kk < WG && j0 + kk < k_hi
+                                ? TYPED(load_row16, K_DT)(
+                                      k, kv_row(k_off, k_st, b, hk, j0 + kk KV_PAGES), k_st.s3,
+                                      16 * kl, D_K)
+                                : (float16)0.0f;
                 }
                 #pragma unroll
                 for (int w = 0; w < KBATCH; w++) {
@@ -256,7 +238,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode_gpu(
                 for (int w = 0; w < VBATCH; w++) { /* VBATCH rounds' loads together */
                     const int kk = (u0 + w) * VR + vs;
                     const bool in = u0 + w < NRV && kk < WG && j0 + kk < k_hi;
-                    vx[w] = in ? v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 * vl KV_PAGES)
+                    vx[w] = in ? TYPED(load_row8, V_DT)(
+                                         v, kv_row(v_off, v_st, b, hk, j0 + kk KV_PAGES),
+                                         v_st.s3, 8 * vl, D_V)
                                : (float8)0.0f;
 #if V_SCALED /* a quantized value row: its scale on the weight (not in l) */
                     vsc[w] = in ? kv_scale(v_sc, vs_off, vs_st, b, hk, j0 + kk KV_PAGES) : 0.0f;

@@ -402,9 +402,10 @@ static clattn_status decode_gpu_kernel(clattn_context *ctx, const clattn_problem
     const int64_t span = clattn_rule_span(pr->desc, n_q, pr->k.n[2]), rows = group * n_q;
     size_t rb = rows < 1 ? 1 : rows < 8 ? (size_t)rows : 8;
     const int64_t budget = (int64_t)clattn_local_tile_budget(ctx);
-    while (rb > 1 && decode_gpu_local(d_k, d_v, rb) > budget)
-        rb--;
-    if (decode_gpu_local(d_k, d_v, rb) < 0 || decode_gpu_local(d_k, d_v, rb) > budget)
+    int64_t need = decode_gpu_local(d_k, d_v, rb);
+    while (rb > 1 && need > budget)
+        need = decode_gpu_local(d_k, d_v, --rb);
+    if (need < 0 || need > budget)
         /* head dims too big: decode.cl unsplit (its split counts are sized for CPUs) */
         return decode_kernel(ctx, pr, group, f, false, out);
     const int64_t blocks = pr->q.n[0] * pr->k.n[1] * clattn_ceil_div(rows, (int64_t)rb);
