@@ -357,7 +357,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                     pfv = -1; /* V follows on: read next to its K rows in its step */
                 /* K rows ahead that directly follow the step's (the next head's, in a page
                  * of 16 keys) are left to the hardware's prefetcher, which continues into
-                 * them: 0.78-0.96x the time at 2 heads per work-item, pages of 16 (2026-12-04,
+                 * them: 0.89-1.01x the time at 2 heads per work-item, pages of 16 (2026-12-04,
                  * docs/BENCHMARKS.md). A step ahead of one head (PF_STEPS 2) keeps its
                  * prefetch (contiguous K: 0.84-0.89x with it). */
                 if (PF_STEPS == 1 && pfk == kb0 + 16 * k_st.s2)

@@ -55,6 +55,11 @@
  * 8 heads on a Zen 3: head by head 1.16-1.34x the contiguous time, the 8 heads of a page
  * together 1.01-1.03x; docs/BENCHMARKS.md) */
 #define CPU_DECODE_STRETCH_BYTES (32 * 1024)
+/* The same on 16-lane CPUs (AVX-512), where 2 heads of 4 KiB pieces (pages of 16 keys,
+ * d 128, float16) took 0.85-0.93x the time of the 4 or 8 heads that 32 KiB gives, and 4
+ * heads of 2 KiB pieces (pages of 8) 0.93x the time of 2, 1 KiB (pages of 4) 0.79x
+ * (a 2-core Xeon, 2026-12-04, with decode.cl's K follow-on rule; docs/BENCHMARKS.md) */
+#define CPU_DECODE_STRETCH_BYTES_16LANE (8 * 1024)
 
 #define MAX_TUNE_ENTRIES 256
 #define ANY_KERNEL ((clattn_kernel)-1) /* CLATTN_BLOCKING: every kernel */
@@ -285,19 +290,19 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
     const int64_t items = k->n[0] * h_kv * clattn_ceil_div(rows, (int64_t)nr); /* at 1 */
     const int64_t piece = k->paged ? k->page_size * d_k * k->esize : 0; /* a head's K in a page */
     int64_t want = ctx->decode_heads;
-    /* choose (at most 16 rows, at least a work-item per compute unit: below): on 16-lane
-     * CPUs (AVX-512), 2 KV heads per work-item for every cache: contiguous, 0.87-0.95x the
-     * time of 1 on a 2-core Xeon (GQA f32 and f16, MHA f16; MHA f32 level, 1.01), and
-     * pages of 16 keys, 0.71-0.96x the time of the stretch rule's 4 or 8 heads there
-     * (2026-12-04); on other CPUs, for small pages, heads for a stretch of about
-     * CPU_DECODE_STRETCH_BYTES, else 1 (8-lane ones, AVX2, a Zen 3, took 1.09x with 2
-     * on a contiguous cache; docs/BENCHMARKS.md) */
-    if (want <= 0 && lanes16(ctx))
-        want = 2;
-    else if (want <= 0 && is_cpu(ctx) && piece > 0 && piece < CPU_DECODE_STRETCH_BYTES)
-        want = clattn_ceil_div(CPU_DECODE_STRETCH_BYTES, piece);
-    else if (want <= 0)
-        want = 1;
+    /* choose (at most 16 rows, at least a work-item per compute unit: below): on CPUs,
+     * for small pages, heads for a stretch of about CPU_DECODE_STRETCH_BYTES (16-lane ones:
+     * CPU_DECODE_STRETCH_BYTES_16LANE); and at least 2 on 16-lane CPUs (AVX-512) for every
+     * cache: contiguous, 0.87-0.95x the time of 1 on a 2-core Xeon (GQA f32 and f16, MHA
+     * f16; MHA f32 level, 1.01), where 8-lane ones (AVX2, a Zen 3) took 1.09x
+     * (docs/BENCHMARKS.md) */
+    const int64_t stretch =
+        lanes16(ctx) ? CPU_DECODE_STRETCH_BYTES_16LANE : CPU_DECODE_STRETCH_BYTES;
+    if (want <= 0) {
+        want = lanes16(ctx) ? 2 : 1;
+        if (is_cpu(ctx) && piece > 0 && piece < stretch)
+            want = clattn_ceil_div(stretch, piece) > want ? clattn_ceil_div(stretch, piece) : want;
+    }
     size_t nh = 1;
     for (int64_t c = 2; c <= want && c <= h_kv; c++) {
         if (decode_fixed_bytes(d_v) + c * (int64_t)nr * decode_row_bytes(d_k, d_v) >

@@ -126,10 +126,12 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * [num_pages, h_kv, page_size, d] (or [num_pages, page_size, h_kv, d]) a page's heads lie
  * next to each other, so the reads of a step become one stretch instead of `heads`
  * scattered pieces. 0 (the default) chooses: 1, except on a CPU device: for a paged cache
- * whose pages hold less than 32 KiB of a head's K rows, enough heads for about 32 KiB, and
- * for any other cache 2 where the device has 16 float lanes (AVX-512: two streams per
- * work-item took 0.87-0.95x the time of one on a 2-core Xeon for GQA in f32 and f16 and
- * MHA in f16, MHA in f32 level; 1.09x on an AVX2 Zen 3; docs/BENCHMARKS.md); either with
+ * whose pages hold less than 32 KiB of a head's K rows, enough heads for about 32 KiB, or
+ * 8 KiB where the device has 16 float lanes (AVX-512), which takes at least 2 for every
+ * cache (on a 2-core Xeon, contiguous: 0.87-0.95x the time of one for GQA in f32 and f16
+ * and MHA in f16, MHA in f32 level; pages of 16 keys at d 128: 0.85-0.93x the time of the
+ * 4 or 8 heads of 32 KiB; two streams on a contiguous cache took 1.09x on an AVX2 Zen 3;
+ * docs/BENCHMARKS.md); either with
  * at most 16 rows per work-item in all (heads × query rows of each: more would overflow
  * the L1 cache), while at least one work-item per compute unit remains. N > 0 takes the
  * largest divisor of h_kv up to N (h_kv itself for N ≥ h_kv) whose private arrays fit
