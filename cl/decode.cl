@@ -14,8 +14,9 @@
  * ρ = g·n_q + i for query head h = hk·group + g and query i; work-item x of NDRange
  * (⌈group·n_q / NR⌉ rounded up to WG, batch·h_kv / NH) takes rows x·NR … x·NR + NR − 1
  * of NH KV heads hk0 … hk0 + NH − 1, and runs each step of 16 keys for one head after the
- * other. NH is 1 but for paged caches with small pages on CPUs (tuning.c
- * clattn_decode_heads): a page's heads lie next to each other in the pool ([pages, h_kv,
+ * other. NH is 1 but on CPUs for paged caches with small pages, and for every cache on
+ * 16-lane ones (2 at least; tuning.c clattn_decode_heads): a page's heads lie next to
+ * each other in the pool ([pages, h_kv,
  * page_size, d] or [pages, page_size, h_kv, d]), so a step's reads for NH heads are one
  * stretch of memory instead of NH pieces scattered over the pool, which the CPU's stream
  * prefetchers follow (pages of 16 keys: docs/BENCHMARKS.md).
@@ -192,9 +193,10 @@ float16 hsum16(const float16 *d)
 #define PLAIN_STEPS (UNIT_ROWS && N_QV <= 8)
 
 /* Software prefetch on CPUs: the K rows PF_STEPS steps ahead are prefetched (one K row per
- * key read, every cache line of the row), and so are the V rows unless they follow the
- * current step's in memory and are read next to their K rows (V_FOLLOWS below; V_IN_PLACE
- * prefetches them next to their K rows). GQA decoding does enough arithmetic per byte
+ * key read, every cache line of the row) unless they are the next head's rows right after
+ * the current step's on a 16-lane CPU (K_FOLLOWS below), and so are the V rows unless they
+ * follow the current step's in memory and are read next to their K rows (V_FOLLOWS below;
+ * V_IN_PLACE prefetches them next to their K rows). GQA decoding does enough arithmetic per byte
  * that the hardware prefetchers fall behind even on contiguous K (0.84-0.89x the time
  * with K prefetched, 2026-12-02), and with pages they restart at every jump to a page
  * elsewhere in the pool, each time after a few misses (pages of 16 keys: 1.2-1.5x the
@@ -225,8 +227,9 @@ float16 hsum16(const float16 *d)
 #endif
 #if CAN_PREFETCH
 /* head-steps ahead: 2 with one head per work-item (1, 2 and 4 measured alike), 1 with
- * several (the next head's rows; 2 kept twice as much in flight as the L1 cache holds
- * next to NH heads' rows: 1.05-1.4x the time on pages of 16, docs/BENCHMARKS.md) */
+ * several (the next head's rows, or the next step's first head's after the last head; 2
+ * kept twice as much in flight as the L1 cache holds next to NH heads' rows: 1.05-1.4x the
+ * time on pages of 16, docs/BENCHMARKS.md) */
 #define PF_STEPS (NH > 1 ? 1 : 2)
 #define PREFETCH_ROWS(t)                                                                      \
     do {                                                                                    \
@@ -261,6 +264,15 @@ float16 hsum16(const float16 *d)
  * GQA, f32 and f16); rows that are not whole vectors keep the prefetch (d 72: 1.04-1.07x
  * without it), and so does int8/FP8 V. docs/BENCHMARKS.md. */
 #define V_FOLLOWS (CAN_PREFETCH && UNIT_ROWS && !V_SCALED)
+/* K rows a head-step ahead (PF_STEPS 1) that directly follow the step's — the next head's
+ * rows in a page of 16 keys of a [pages, h_kv, page_size, d] pool — are left to the
+ * hardware's prefetcher, which continues into them, on 16-lane CPUs (NV > 1) for rows of
+ * whole vectors: on a 2-core AVX-512 Xeon (PoCL, 12 rounds, 2026-12-04) 0.89-1.01x the
+ * time at 2 heads per work-item, 0.91-1.04x at 4 or 8; unmeasured on 8-lane ones (AVX2),
+ * whose hardware prefetchers fell behind on contiguous K (the 0.84-0.89x above, a Zen 3),
+ * and for other head dims (V's rule keeps their prefetch). The K scales (int8 / FP8)
+ * keep theirs. docs/BENCHMARKS.md. */
+#define K_FOLLOWS (CAN_PREFETCH && UNIT_ROWS && NV > 1)
 
 /* The weighted sum's keys t0 … t1 − 1 for AP column blocks of SB rows (o_[r][c]), V vector
  * (t, column block col) from the step's copy (V_COPY) or in place (V_GLOBAL); TESTED:
@@ -355,13 +367,6 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                 pfv = kv_row(v_off, v_st, b, hp, jp KV_PAGES);
                 if (V_FOLLOWS && pfv == vb0 + 16 * PF_STEPS * v_st.s2)
                     pfv = -1; /* V follows on: read next to its K rows in its step */
-                /* K rows ahead that directly follow the step's (the next head's, in a page
-                 * of 16 keys) are left to the hardware's prefetcher, which continues into
-                 * them: 0.89-1.01x the time at 2 heads per work-item, pages of 16 (2026-12-04,
-                 * docs/BENCHMARKS.md). A step ahead of one head (PF_STEPS 2) keeps its
-                 * prefetch (contiguous K: 0.84-0.89x with it). */
-                if (PF_STEPS == 1 && pfk == kb0 + 16 * k_st.s2)
-                    pfk = -1;
 #if K_SCALED /* int8 / FP8: the step's scales (one line per head and page) */
                 if (pfk >= 0)
                     PREFETCH_LINE((__global const char *)(k_sc + kv_row(ks_off, ks_st, b, hp,
@@ -372,6 +377,8 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void clattn_decode(FUSE
                     PREFETCH_LINE((__global const char *)(v_sc + kv_row(vs_off, vs_st, b, hp,
                                                                           jp KV_PAGES)));
 #endif
+                if (K_FOLLOWS && PF_STEPS == 1 && pfk == kb0 + 16 * k_st.s2)
+                    pfk = -1; /* K follows on (after its scales' prefetch) */
             }
 #endif
             bool in_place = false; /* this step's V read in place (V_IN_PLACE, whole steps) */

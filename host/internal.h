@@ -478,9 +478,10 @@ size_t clattn_group_limit_private(const clattn_context *ctx, int64_t private_byt
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v);
 /* decode.cl's KV heads per work-item (NH) for K's view, `rows` rows per KV head and nr of
  * them per work-item: ctx->decode_heads where set (at most it; a divisor of h_kv), else 1
- * but for paged caches on CPUs whose pages hold less than CPU_DECODE_STRETCH_BYTES of a
- * head, with NH·nr at most 16 rows, while a work-item per compute unit remains; the private
- * arrays within budget either way. */
+ * but on CPUs for paged caches whose pages hold less than CPU_DECODE_STRETCH_BYTES of a
+ * head (CPU_DECODE_STRETCH_BYTES_16LANE on 16-lane CPUs, which take at least 2 for every
+ * cache), with NH·nr at most 16 rows, while a work-item per compute unit remains; the
+ * private arrays within budget either way. */
 size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,
                            int64_t d_v);
 /* fused_gpu.cl's CT for a work-group of wg: the work-items sharing a row block (a power

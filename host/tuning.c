@@ -55,10 +55,12 @@
  * 8 heads on a Zen 3: head by head 1.16-1.34x the contiguous time, the 8 heads of a page
  * together 1.01-1.03x; docs/BENCHMARKS.md) */
 #define CPU_DECODE_STRETCH_BYTES (32 * 1024)
-/* The same on 16-lane CPUs (AVX-512), where 2 heads of 4 KiB pieces (pages of 16 keys,
- * d 128, float16) took 0.85-0.93x the time of the 4 or 8 heads that 32 KiB gives, and 4
- * heads of 2 KiB pieces (pages of 8) 0.93x the time of 2, 1 KiB (pages of 4) 0.79x
- * (a 2-core Xeon, 2026-12-04, with decode.cl's K follow-on rule; docs/BENCHMARKS.md) */
+/* The same on 16-lane CPUs (AVX-512), where 2 heads of 4 and 8 KiB pieces (pages of 16
+ * keys, d 128, float16 and float32) took 0.85-0.93x the time of the 4 or 8 heads that 32
+ * KiB gives, and 4 heads of 2 KiB pieces (pages of 8, GQA) 0.93x the time of 2, 1 KiB
+ * (pages of 4) 0.79x; for MHA 8 heads at pages of 4 0.95x the time of 16, 4 at pages of 8
+ * 1.04x the time of 8, int8 pages of 16 at 4 heads 0.84x the time of 16 (a 2-core Xeon,
+ * 2026-12-04, with decode.cl's K_FOLLOWS; docs/BENCHMARKS.md) */
 #define CPU_DECODE_STRETCH_BYTES_16LANE (8 * 1024)
 
 #define MAX_TUNE_ENTRIES 256
@@ -300,8 +302,9 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
         lanes16(ctx) ? CPU_DECODE_STRETCH_BYTES_16LANE : CPU_DECODE_STRETCH_BYTES;
     if (want <= 0) {
         want = lanes16(ctx) ? 2 : 1;
-        if (is_cpu(ctx) && piece > 0 && piece < stretch)
-            want = clattn_ceil_div(stretch, piece) > want ? clattn_ceil_div(stretch, piece) : want;
+        const int64_t heads = piece > 0 ? clattn_ceil_div(stretch, piece) : 1;
+        if (is_cpu(ctx) && piece < stretch && heads > want)
+            want = heads;
     }
     size_t nh = 1;
     for (int64_t c = 2; c <= want && c <= h_kv; c++) {
