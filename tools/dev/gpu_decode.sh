@@ -9,7 +9,8 @@
 #   (on the GPU machine) bash tools/dev/gpu_decode.sh
 # Results go to $OUT (default /tmp/out); a summary to stdout. A full run took 219-272 s on
 # an H200 (its steps' timeouts add up to more than the device tool's 600 s per command);
-# QUICK=1 (the decode shapes, paged/int8 and the variants) took 118 s.
+# QUICK=1 (the decode shapes, paged/int8 and the variants) took 118 s (before the halfbits
+# variant and the group-8 shape were added, 2026-12-04, twentieth: unrun on a GPU).
 set -u
 . "$(dirname "$0")/gpu_env.sh" # R, O, B, the libraries and NVIDIA's ICD
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader | tee "$O/gpu.txt"
@@ -17,9 +18,10 @@ date -u | tee -a "$O/gpu.txt"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 row() { grep -E '^[0-9]+ ' "$1" | awk '{printf "%s,%s,%s,%s,%s %s %s: %s ms %s GB/s %s of bw (%s GB/s)\n", $1,$2,$3,$4,$5, $9, $10, $11, $15, $18, $19}'; }
 
-# 1. the issues' decode shapes, GPU family (the default on a GPU), bandwidth probe around each
+# 1. the issues' decode shapes, GPU family (the default on a GPU), bandwidth probe around each;
+# and a group of 8 query heads per KV head (blocks of 8 rows: do their registers spill?)
 G="1,32,8,1,32768,128,128,none,fused"
-S="$G,f16;8,32,8,1,8192,128,128,none,fused,f16;8,32,8,1,32768,128,128,none,fused,f16;$G;1,32,32,1,8192,128,128,none,fused;1,32,32,1,8192,128,128,none,fused,f16"
+S="$G,f16;1,64,8,1,32768,128,128,none,fused,f16;8,32,8,1,8192,128,128,none,fused,f16;8,32,8,1,32768,128,128,none,fused,f16;$G;1,32,32,1,8192,128,128,none,fused;1,32,32,1,8192,128,128,none,fused,f16"
 timeout 120 "$B/clattn" bench --peak --quiet --reps 10 --shapes "$S" > "$O/decode.txt" 2>&1; echo "decode rc=$?"
 grep -E "peak|device" "$O/decode.txt" | head -3; row "$O/decode.txt"
 el
@@ -45,7 +47,10 @@ import sys; p = sys.argv[1]; s = open(p).read(); a = s.index("? k_cols16("); b =
 open(p, "w").write(s[:a] + "? (float16)(1.0f)\n" + s[b:])
 PYEOF
 mk nopv; sed -i 's/v_cols8(v, v_off, v_st, b, hk, j0 + kk, k_hi, 8 \* vl KV_PAGES)/(float8)(1.0f)/' /tmp/kv/nopv/decode_gpu.cl
-variants="base noscore nopv"
+# float16 rows as ushort vectors converted in registers (a lead: vload_half16 may be 16
+# two-byte loads on NVIDIA; exact, checked on PoCL: tools/dev/gpu_variant_halfbits.py)
+mk halfbits; python3 "$R/tools/dev/gpu_variant_halfbits.py" /tmp/kv/halfbits
+variants="base noscore nopv halfbits"
 # DEFINES="name:MACRO=V,MACRO=V name2:…": more variants, decode_gpu.cl's #ifndef tunables set
 for spec in ${DEFINES:-}; do
   name=${spec%%:*}; mk "$name"
