@@ -135,8 +135,13 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * at most 16 rows per work-item in all (heads × query rows of each: more would overflow
  * the L1 cache), while at least one work-item per compute unit remains. N > 0 takes the
  * largest divisor of h_kv up to N (h_kv itself for N ≥ h_kv) whose private arrays fit
- * (320 KiB per work-item), past the 16 rows of the choice if need be. The results are the
- * same bits whatever the count (the same arithmetic per row; test_paged checks it).
+ * (320 KiB per work-item), past the 16 rows of the choice if need be. For a given count of
+ * key splits the results are the same bits whatever the count of heads (the same
+ * arithmetic per row; test_paged checks it). The split count chosen by default
+ * (clattn_context_set_decode_splits 0) follows the work-items, which the heads divide, so
+ * with it unset another count of heads may split the keys differently: results within
+ * float32 rounding of each other (merged partial sums), not the same bits; fix the splits
+ * too where bits must match.
  * clattn_attention_plan()'s reason ends its decode.cl part in ", N KV heads in turn" when
  * the count N is above 1 (whether chosen or forced; nothing for 1). The
  * CLATTN_DECODE_HEADS environment variable, read once when a context is created, does the

@@ -360,7 +360,9 @@ START_TEST(paged_equals_contiguous)
     }
     /* decode.cl's split-KV (the CPU family; its automatic count splits only long caches on
      * few work-items): 3 splits asked, with one and with all KV heads per work-item, paged
-     * and contiguous against the reference */
+     * and contiguous against the reference, and the same bits with either count of heads
+     * (the split count fixed: a chosen one follows the work-items, which the heads divide) */
+    result split_one = {0};
     for (int64_t nh = 1; c->n_q <= 16 && nh <= c->h_kv; nh = nh < c->h_kv ? c->h_kv : nh + 1) {
         TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, CLATTN_KERNEL_FAMILY_CPU), "family");
         TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, (int)nh), "heads");
@@ -383,9 +385,21 @@ START_TEST(paged_equals_contiguous)
                           sscanf(at, "split_merge.cl): %zu splits", &splits) == 1 && splits == want,
                       "%s: %s: %zu splits expected: kernels \"%s\", reason \"%s\"", p.text, label,
                       want, plan.kernels, plan.reason);
+        result r;
+        TU_ASSERT_OK(run(&p, &d, true, false, &r), "%s: %s", p.text, label);
+        if (nh == 1) {
+            split_one = r;
+        } else {
+            tu_assert_same_bits(r.o, split_one.o, (size_t)(p.b * p.h_q * p.n_q * p.d_v),
+                                "%s: O, %s (expected: one head's)", p.text, label);
+            tu_assert_same_bits(r.lse, split_one.lse, (size_t)(p.b * p.h_q * p.n_q),
+                                "%s: LSE, %s (expected: one head's)", p.text, label);
+            result_free(&r);
+        }
         TU_ASSERT_OK(clattn_context_set_decode_splits(ctx, 0), "splits 0");
         TU_ASSERT_OK(clattn_context_set_decode_heads(ctx, 0), "heads 0");
     }
+    result_free(&split_one);
     TU_ASSERT_OK(clattn_context_set_kernel_family(ctx, family), "restore family");
     paged_free(&p);
 }
