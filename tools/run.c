@@ -169,7 +169,8 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
         return 0;
     }
     if (!same_dim("the number of heads", a->v, vs[1], a->k, ks[1]) ||
-        !same_dim("n_kv (rows)", a->v, vs[2], a->k, ks[2]) ||
+        !same_dim(a->block_table_file != NULL ? "the page size" : "n_kv (rows)", a->v, vs[2], a->k,
+                  ks[2]) ||
         !same_dim("d_k (last dimension)", a->k, ks[3], a->q, qs[3])) {
         return 0;
     }
