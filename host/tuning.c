@@ -298,12 +298,12 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
      * cache: contiguous, 0.87-0.95x the time of 1 on a 2-core Xeon (GQA f32 and f16, MHA
      * f16; MHA f32 level, 1.01), where 8-lane ones (AVX2, a Zen 3) took 1.09x
      * (docs/BENCHMARKS.md) */
-    const int64_t stretch =
-        lanes16(ctx) ? CPU_DECODE_STRETCH_BYTES_16LANE : CPU_DECODE_STRETCH_BYTES;
     if (want <= 0) {
+        const int64_t stretch =
+            lanes16(ctx) ? CPU_DECODE_STRETCH_BYTES_16LANE : CPU_DECODE_STRETCH_BYTES;
+        const int64_t heads = is_cpu(ctx) && piece > 0 ? clattn_ceil_div(stretch, piece) : 1;
         want = lanes16(ctx) ? 2 : 1;
-        const int64_t heads = piece > 0 ? clattn_ceil_div(stretch, piece) : 1;
-        if (is_cpu(ctx) && piece < stretch && heads > want)
+        if (heads > want)
             want = heads;
     }
     size_t nh = 1;
