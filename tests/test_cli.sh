@@ -966,6 +966,14 @@ expect_failure "repeated --q" 2 "--q" "option '--q' is given more than once" \
     --q "$x" --k "$x" --v "$x" --q "$x"
 expect_failure "repeated --check" 2 "--check" "option '--check' is given more than once" \
     --q "$x" --k "$x" --v "$x" --check --check
+# a value forgotten: the next option is not taken for it (a new user's finding: the
+# block table's value became '--out', and 'o.npy' an unexpected argument)
+expect_failure "--block-table without its value" 2 "--block-table" \
+    "option '--block-table' needs a value" --q "$x" --k "$x" --v "$x" --block-table --out \
+    "$tmp/keep.npy"
+expect_failure "--kv-lens before another KV option" 2 "--kv-lens" \
+    "option '--kv-lens' needs a value before the next option" --q "$x" --k "$x" \
+    --v "$x" --kv-lens --block-table "$x"
 
 # bad values of the desc's options: usage errors (2) for the option's text and for
 # lists that do not fit the inputs, failures (1) for files; never an output

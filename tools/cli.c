@@ -63,6 +63,21 @@ const char *const cli_mask_names[] = {"none", "causal", "causal-bottom-right", "
 
 enum { PARSE_OK, PARSE_HELP, PARSE_ERROR };
 
+const option *cli_find_option(const char *arg, const option *options, size_t n)
+{
+    if (strncmp(arg, "--", 2) != 0) {
+        return NULL;
+    }
+    const char *eq = strchr(arg, '=');
+    const size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+    for (size_t i = 0; i < n; ++i) {
+        if (strlen(options[i].name) == len && strncmp(options[i].name, arg, len) == 0) {
+            return &options[i];
+        }
+    }
+    return NULL;
+}
+
 /* Accepts "--name VALUE", "--name=VALUE" and flags; -h/--help prints `usage`. An
  * option given twice, or with an empty value, is a usage error. At most 32 options. */
 static int parse_options(const char *command, const char *usage, int argc, char **argv,
@@ -76,18 +91,13 @@ static int parse_options(const char *command, const char *usage, int argc, char 
             return PARSE_HELP;
         }
         const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        size_t name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        size_t j = 0;
-        while (j < n_options && !(strlen(options[j].name) == name_len &&
-                                  strncmp(options[j].name, arg, name_len) == 0)) {
-            ++j;
-        }
-        if (j == n_options) {
+        const option *opt = cli_find_option(arg, options, n_options);
+        if (opt == NULL) {
             usage_error(command, arg[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'",
                         arg);
             return PARSE_ERROR;
         }
-        const option *opt = &options[j];
+        const size_t j = (size_t)(opt - options);
         if (seen & 1ul << j) {
             usage_error(command, "option '%s' is given more than once", opt->name);
             return PARSE_ERROR;
@@ -108,6 +118,14 @@ static int parse_options(const char *command, const char *usage, int argc, char 
         }
         if (value[0] == '\0') {
             usage_error(command, "option '%s' needs a non-empty value", opt->name);
+            return PARSE_ERROR;
+        }
+        if (eq == NULL && cli_find_option(value, options, n_options) != NULL) {
+            /* "--block-table --out o.npy": the value forgotten, the next option taken */
+            usage_error(command,
+                        "option '%s' needs a value before the next option (%s=VALUE passes a "
+                        "value that looks like an option)",
+                        opt->name, opt->name);
             return PARSE_ERROR;
         }
         *opt->value = value;

@@ -49,6 +49,9 @@ typedef struct option {
     int *flag;          /* set to 1 for a flag */
 } option;
 
+/* The option of `options` that `arg` ("--name" or "--name=VALUE") names, or NULL. */
+const option *cli_find_option(const char *arg, const option *options, size_t n);
+
 /* Parses argv (after the subcommand) against `options`: "--name VALUE",
  * "--name=VALUE" and flags; -h/--help prints `usage`. An option given twice, or with
  * an empty value, is a usage error (messages start with `command`). At most 32

@@ -61,7 +61,9 @@ static const char run_usage_1[] =
     "                    dimension 1, its b and n_kv each as in K or 1 (broadcast):\n"
     "                    (b|1, h_kv, n_kv|1, 1), (h_kv, n_kv|1, 1) or (n_kv|1, 1); key j\n"
     "                    of head h of batch entry b is scale[b, h, j] * K[b, h, j, :]\n"
-    "                    (per token and head; (1, h_kv, 1, 1): one scale per head)\n"
+    "                    (per token and head; (1, h_kv, 1, 1): one scale per head);\n"
+    "                    with --block-table shaped like the pool, read through the same\n"
+    "                    table: (num_pages|1, h_kv, page_size|1, 1)\n"
     "  --v-scale FILE    the same for an int8 V (value rows); int8 K/V run with the\n"
     "                    fused algorithm only, without --weights or --scores\n"
     "  --softcap C       logit softcap (Gemma 2): scaled scores s -> C*tanh(s/C), before\n"
@@ -306,22 +308,6 @@ static int window_item(const char *item, size_t len, size_t index, void *arg)
     return 0;
 }
 
-/* The option of `options` that `arg` ("--name" or "--name=VALUE") names, or NULL. */
-static const option *find_option(const char *arg, const option *options, size_t n)
-{
-    if (strncmp(arg, "--", 2) != 0) {
-        return NULL;
-    }
-    const char *eq = strchr(arg, '=');
-    size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-    for (size_t i = 0; i < n; ++i) {
-        if (strlen(options[i].name) == len && strncmp(options[i].name, arg, len) == 0) {
-            return &options[i];
-        }
-    }
-    return NULL;
-}
-
 /* parse_command_line() takes at most 32 options: the KV-cache options and those of
  * --backward and dropout go through a second call. Splits argv into the arguments of
  * `kv` options (with their values) and the others, in order; `main` tells which of the
@@ -332,15 +318,17 @@ static void split_kv_arguments(int argc, char **argv, const option *main, size_t
 {
     *n_rest = *n_kv_args = 0;
     for (int i = 0; i < argc; ++i) {
-        const option *o = find_option(argv[i], kv, n_kv);
+        const option *o = cli_find_option(argv[i], kv, n_kv);
         char **to = o != NULL ? kv_args : rest;
         int *n = o != NULL ? n_kv_args : n_rest;
         if (o == NULL) {
-            o = find_option(argv[i], main, n_main);
+            o = cli_find_option(argv[i], main, n_main);
         }
         to[(*n)++] = argv[i];
-        if (o != NULL && o->value != NULL && strchr(argv[i], '=') == NULL && i + 1 < argc) {
-            to[(*n)++] = argv[++i]; /* its value */
+        if (o != NULL && o->value != NULL && strchr(argv[i], '=') == NULL && i + 1 < argc &&
+            cli_find_option(argv[i + 1], kv, n_kv) == NULL &&
+            cli_find_option(argv[i + 1], main, n_main) == NULL) {
+            to[(*n)++] = argv[++i]; /* its value (an option next: none, which parsing says) */
         }
     }
 }
