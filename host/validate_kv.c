@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* Paged K/V (desc->paged): the pool views K and V ([num_pages, h_kv, page_size, d])
  * become logical views [batch, h_kv, max_pages·page_size, d] that index through the
@@ -305,6 +306,53 @@ clattn_status clattn_check_append(clattn_context *ctx, const clattn_attention_de
 #undef LL
 }
 
+/* One row an append writes: its element offset in the pool (head 0's row: each slot of
+ * each page has its own, the pool being a writable view), key j of batch entry b. */
+typedef struct {
+    int64_t at, b, j;
+} append_row;
+
+static int by_offset(const void *x, const void *y)
+{
+    const int64_t a = ((const append_row *)x)->at, c = ((const append_row *)y)->at;
+    return (a > c) - (a < c);
+}
+
+/* An append into a paged pool (host table and lengths): no two appended rows may go to
+ * one slot of the pool (two batch entries' rows, or one entry's through a page twice in
+ * its table), since the append kernel's work-items write them in no set order: the
+ * slot's value would depend on the device (a write-write race). Rows appended into a
+ * page other keys read are allowed: the append runs before the attention reads (the
+ * other sequence then sees the new rows; copy-on-write of shared pages is the caller's). */
+static clattn_status check_append_slots(clattn_context *ctx, const clattn_attention_desc *desc,
+                                        const clattn_view *k, int64_t n_new)
+{
+    const int64_t batch = k->n[0], ps = k->page_size, n = batch * n_new;
+    if (n == 0)
+        return CLATTN_SUCCESS;
+    append_row *w = malloc(sizeof *w * (size_t)n);
+    if (!w)
+        return clattn_fail(ctx, CLATTN_ERROR_OUT_OF_HOST_MEMORY, "paged append: %lld rows to check",
+                           (long long)n);
+    for (int64_t b = 0, i = 0; b < batch; b++)
+        for (int64_t j = desc->kv_lens[b]; j < desc->kv_lens[b] + n_new; j++, i++)
+            w[i] = (append_row){clattn_view_index(k, b, 0, j, 0), b, j};
+    qsort(w, (size_t)n, sizeof *w, by_offset);
+    clattn_status st = CLATTN_SUCCESS;
+    for (int64_t i = 1; i < n && st == CLATTN_SUCCESS; i++)
+        if (w[i].at == w[i - 1].at)
+            st = clattn_fail(
+                ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                "paged append: batch entry %lld (key %lld) and batch entry %lld (key "
+                "%lld) both append into slot %lld of one page (block_table[%lld][%lld] "
+                "and [%lld][%lld]); appended rows need slots of their own",
+                (long long)w[i - 1].b, (long long)w[i - 1].j, (long long)w[i].b, (long long)w[i].j,
+                (long long)(w[i].j % ps), (long long)w[i - 1].b, (long long)(w[i - 1].j / ps),
+                (long long)w[i].b, (long long)(w[i].j / ps));
+    free(w);
+    return st;
+}
+
 /* The host block table's entries that the call reads: those of the pages holding keys
  * j < kv_lens[b] (after check_extras validated the lengths; plus the appended rows). */
 clattn_status clattn_check_block_table(clattn_context *ctx, const clattn_attention_desc *desc,
@@ -327,5 +375,5 @@ clattn_status clattn_check_block_table(clattn_context *ctx, const clattn_attenti
                                    (long long)b, (long long)pages, (long long)len);
         }
     }
-    return CLATTN_SUCCESS;
+    return n_new > 0 && desc->kv_lens ? check_append_slots(ctx, desc, k, n_new) : CLATTN_SUCCESS;
 }

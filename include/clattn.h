@@ -452,7 +452,10 @@ typedef struct clattn_attention_desc {
      *  broadcast, no self-overlap); the blocking call copies them back to the host.
      *  Updating the lengths stays the caller's. Host lengths need kv_lens[b] + n_new ≤
      *  n_kv (CLATTN_ERROR_INVALID_SHAPE); lengths in a cl_mem are clamped, and rows
-     *  that would land past n_kv are not written. Both or neither. Added in 0.3. */
+     *  that would land past n_kv are not written. Paged: two appended rows in one slot
+     *  of the pool (tables naming one page there) are CLATTN_ERROR_INVALID_ARGUMENT with
+     *  a host table and host lengths, unspecified otherwise (docs/SEMANTICS.md). Both
+     *  or neither. Added in 0.3. */
     const clattn_tensor *k_new;
     const clattn_tensor *v_new; /**< see k_new */
     /** Optional: rotary embeddings of Q and of the appended K rows (needs k_new; see

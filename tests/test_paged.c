@@ -263,8 +263,9 @@ static const config configs[] = {
     {2, 4, 2, 37, 32, 48, 5, 20, {100, 71, 0}, true, true},
     {1, 2, 1, 20, 16, 16, 1, 50, {-1, 0, 0}, false, false},
     /* decode.cl's steps of 16 keys over pages of 8 with one KV head, the pool's last page
-     * among the sequence's: a step ahead that crosses pages must not be prefetched (its
-     * rows would leave the pool, which oclgrind reports) */
+     * among the sequence's: a step ahead that crosses pages must be prefetched row by row
+     * through the table, not as one stretch (its rows would leave the pool, which oclgrind
+     * reports: mutant PF02) */
     {1, 2, 1, 1, 16, 16, 8, 24, {-1, 0, 0}, false, false},
     {1, 4, 1, 2, 16, 16, 8, 24, {-1, 0, 0}, false, false},
 };
@@ -958,6 +959,32 @@ START_TEST(paged_validation)
     d.kv_lens = long_lens;
     EXPECT(CLATTN_ERROR_INVALID_SHAPE, "kv_lens beyond max_pages x page_size");
     d.kv_lens = p.lens;
+    /* an append (2 rows per sequence) into slots of its own; into a page the other
+     * sequence reads (allowed: the append runs first, the reader sees the new rows); and
+     * into slots the other sequence appends into: refused (the append kernel's work-items
+     * write them in no set order) */
+    {
+        float kn[2 * 1 * 2 * 8], vn[2 * 1 * 2 * 8];
+        tu_fill_gen(kn, 32, tu_seed() + 5u, 1.0f);
+        tu_fill_gen(vn, 32, tu_seed() + 6u, 1.0f);
+        clattn_tensor tkn = clattn_tensor_host(kn, 2, 1, 2, 8),
+                      tvn = clattn_tensor_host(vn, 2, 1, 2, 8);
+        int32_t app_lens[2] = {26, 9}; /* keys 26, 27: page 6, slots 2, 3; 9, 10: page 2 */
+        d.kv_lens = app_lens;
+        d.k_new = &tkn;
+        d.v_new = &tvn;
+        EXPECT(CLATTN_SUCCESS, "an append into slots of its own");
+        const int32_t own = p.table[8 + 2];
+        p.table[8 + 2] = p.table[3]; /* sequence 0 reads its keys 13, 14 there */
+        EXPECT(CLATTN_SUCCESS, "an append into a page another sequence reads");
+        p.table[8 + 2] = p.table[6]; /* slot 2: key 10 of sequence 1, key 26 of sequence 0 */
+        EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "two appends into one slot");
+        ck_assert_msg(strstr(clattn_last_error_message(ctx), "both append into"),
+                      "the message names both: %s", clattn_last_error_message(ctx));
+        p.table[8 + 2] = own;
+        d.kv_lens = p.lens;
+        d.k_new = d.v_new = NULL;
+    }
     /* pools that disagree */
     clattn_tensor vp = p.tvp;
     vp.shape[2] = 2;
