@@ -438,13 +438,32 @@ long view_at(long off, long4 st, long b, long h, long s, long d)
 #define NO_PAGES
 #endif
 
+#if PAGED
+/* (j / size, j % size): the page (table column) and slot of key row j in pages of `size`
+ * keys, by a shift and a mask where size is a power of two (16, 256) and j ≥ 0, else by
+ * division. Each decode step takes several: with 64-bit divisions, batch-8 GQA float16
+ * decoding at page 256 took 1.15x the contiguous time on a 2-core AVX-512 Xeon (PoCL),
+ * with the shift 0.99x (docs/BENCHMARKS.md, 2026-12-05). */
+long2 page_slot(long j, long size)
+{
+    /* ⌊log2(size)⌋ or one more (size ≥ 1): the exponent of (float)size; a power of two
+     * where 2^shift is size. (Not (size & (size − 1)) == 0, which LLVM turns into a
+     * 64-bit llvm.ctpop that oclgrind cannot run.) */
+    const int shift = (as_int((float)size) >> 23) - 127;
+    if (size > 0 && j >= 0 && shift >= 0 && shift < 63 && (1L << shift) == size)
+        return (long2)(j >> shift, j & (size - 1));
+    return (long2)(j / size, j % size);
+}
+#endif
+
 /* Element offset of element 0 of key row j of head h, batch entry b. */
 long kv_row(long off, long4 st, long b, long h, long j PG_PARAMS)
 {
 #if PAGED
     if (pg_table) {
-        const long e = clamp((long)pg_table[b * pg_stride + j / pg_size], 0L, pg_count - 1);
-        return off + e * st.s0 + h * st.s1 + (j % pg_size) * st.s2;
+        const long2 ps = page_slot(j, pg_size);
+        const long e = clamp((long)pg_table[b * pg_stride + ps.x], 0L, pg_count - 1);
+        return off + e * st.s0 + h * st.s1 + ps.y * st.s2;
     }
 #endif
     return view_at(off, st, b, h, j, 0);
@@ -498,7 +517,7 @@ bool rows_contiguous(long j, int n PG_PARAMS)
 {
 #if PAGED
     if (pg_table)
-        return j / pg_size == (j + n - 1) / pg_size;
+        return page_slot(j, pg_size).x == page_slot(j + n - 1, pg_size).x;
 #endif
     return true;
 }

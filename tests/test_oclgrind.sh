@@ -145,7 +145,8 @@ if [ -n "${CLATTN_PAGED_BIN:-}" ]; then
     CK_RUN_CASE=device check "paged, device table" "$CLATTN_PAGED_BIN"
     # the CPU family's decode.cl too (oclgrind's device is a GPU: the default family),
     # with the clamped entries and lengths (its prefetches, checked reads on oclgrind,
-    # run in test_oclgrind_paged's pages of 16; pages of 7 never hold a whole step)
+    # run in test_oclgrind_paged's pages of 16 and 8; with pages of 7 a whole step ahead is
+    # read row by row through the clamped table)
     CLATTN_KERNEL_FAMILY=cpu CK_RUN_CASE=device check "paged, device table, CPU family" \
         "$CLATTN_PAGED_BIN"
     # append.cl and rope_q.cl: rows appended into the cache, rotary, device lengths past it
