@@ -36,7 +36,7 @@ clattn_status clattn_check_desc(clattn_context *ctx, const clattn_attention_desc
     if (desc->q_start <= -pos_max || desc->q_start >= pos_max || desc->kv_start <= -pos_max ||
         desc->kv_start >= pos_max)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                           "q_start %lld / kv_start %lld must be within ±2^53",
+                           "q_start %lld / kv_start %lld must be within ±(2^53 − 1)",
                            (long long)desc->q_start, (long long)desc->kv_start);
     clattn_status st = clattn_mods_check(ctx, desc);
     if (st == CLATTN_SUCCESS)

@@ -812,7 +812,37 @@ run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod 
     --mod-buffer "$tmp/doc.npy" --out "$tmp/never.npy"
 expect_rc "run --mod-buffer without NAME=" 2
 expect_text "run --mod-buffer without NAME=" "$tmp/err" "is not NAME=FILE.npy"
+# the snippet options read their values as every other option does: a forgotten value is
+# not the next option (a new user's finding: --score-mod --check read a file "--check"),
+# --name=VALUE works, --block-mask takes no value and is given once
+for opt in --score-mod --mask-mod --mod-buffer; do
+    run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" $opt --check \
+        --out "$tmp/never.npy"
+    expect_rc "run $opt --check" 2
+    expect_text "run $opt --check" "$tmp/err" "option '$opt' needs a value before the next option"
+done
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --out "$tmp/never.npy" \
+    --mask-mod
+expect_rc "run --mask-mod (last, no value)" 2
+expect_text "run --mask-mod (last, no value)" "$tmp/err" "option '--mask-mod' needs a value"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/causal.cl" \
+    --mask-mod="$tmp/causal.cl" --out "$tmp/never.npy"
+expect_rc "run --mask-mod twice" 2
+expect_text "run --mask-mod twice" "$tmp/err" "option '--mask-mod' is given more than once"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/causal.cl" \
+    --block-mask --block-mask --out "$tmp/never.npy"
+expect_rc "run --block-mask twice" 2
+expect_text "run --block-mask twice" "$tmp/err" "option '--block-mask' is given more than once"
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask-mod "$tmp/causal.cl" \
+    --block-mask=1 --out "$tmp/never.npy"
+expect_rc "run --block-mask=1" 2
+expect_text "run --block-mask=1" "$tmp/err" "option '--block-mask' takes no value"
 if [ -e "$tmp/never.npy" ]; then fail "run --mask-mod errors: wrote an output"; else pass; fi
+run_clattn run --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" \
+    --mask-mod="$tmp/causal.cl" --algorithm fused --out "$tmp/oc_eq.npy"
+expect_rc "run --mask-mod=FILE" 0
+if ! cmp -s "$tmp/oc_eq.npy" "$tmp/oc_bm.npy"; then
+    fail "run --mask-mod=FILE: not the bits of --mask-mod FILE"; else pass; fi
 # one sequence, rows 2-5 only: rows 0-1 are written as zeros, and --check compares them
 # as zeros too (its reference once read them from uninitialised memory)
 rm -f "$tmp/ovar.npy"
@@ -1011,7 +1041,7 @@ for spec in "--kv-lens|1,2|--kv-lens has 2 values but the batch size of Q is 1" 
     "--softcap|1e-50|--softcap '1e-50' is not a finite float32 number above 0" \
     "--masked-rows|maybe|unknown --masked-rows 'maybe' (zero, nan)" \
     "--q-start|1.5|--q-start '1.5' is not an integer" \
-    "--kv-start|9007199254740992|within +-2^53" \
+    "--kv-start|9007199254740992|within +-(2^53 - 1)" \
     "--dtype|f16|unknown --dtype 'f16'" \
     "--out-dtype|f64|unknown --out-dtype 'f64'"; do
     option=${spec%%|*} rest=${spec#*|}

@@ -697,8 +697,8 @@ int parse_run_args(int argc, char **argv, run_args *a)
         }
         if (!parse_integer(start_texts[i], strlen(start_texts[i]), &value) ||
             value <= -(1ll << 53) || value >= 1ll << 53) {
-            return usage_error(command, "%s '%s' is not an integer within +-2^53", start_names[i],
-                               start_texts[i]);
+            return usage_error(command, "%s '%s' is not an integer within +-(2^53 - 1)",
+                               start_names[i], start_texts[i]);
         }
         *starts[i] = (int64_t)value;
     }

@@ -31,40 +31,60 @@ const char run_usage_mods[] =
     "                    masks entirely (the same result, faster for causal or document\n"
     "                    masks)\n";
 
-/* The value after option argv[i], or NULL (a usage error is printed). */
-static const char *value_of(int argc, char **argv, int i)
+/* Whether argv[i] is option `name`, alone ("--name": *value NULL) or as "--name=VALUE"
+ * (*value the text after '='). */
+static bool is_option(const char *arg, const char *name, const char **value)
 {
-    if (i + 1 >= argc || argv[i + 1][0] == '\0') {
-        usage_error("clattn run", "%s needs a value", argv[i]);
-        return NULL;
+    const size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0 || (arg[n] != '\0' && arg[n] != '=')) {
+        return false;
     }
-    return argv[i + 1];
+    *value = arg[n] == '=' ? arg + n + 1 : NULL;
+    return true;
 }
 
 int run_take_mod_args(int *argc, char **argv, run_args *a)
 {
     int out = 0;
     for (int i = 0; i < *argc; i++) {
-        const char *opt = argv[i];
-        const bool score = strcmp(opt, "--score-mod") == 0, mask = strcmp(opt, "--mask-mod") == 0,
-                   buf = strcmp(opt, "--mod-buffer") == 0;
-        if (strcmp(opt, "--block-mask") == 0) {
+        const char *opt = argv[i], *v = NULL;
+        if (is_option(opt, "--block-mask", &v)) {
+            if (v != NULL) {
+                return usage_error("clattn run", "option '--block-mask' takes no value");
+            }
+            if (a->block_mask) {
+                return usage_error("clattn run", "option '--block-mask' is given more than once");
+            }
             a->block_mask = 1;
             continue;
         }
+        const bool score = is_option(opt, "--score-mod", &v),
+                   mask = !score && is_option(opt, "--mask-mod", &v),
+                   buf = !score && !mask && is_option(opt, "--mod-buffer", &v);
         if (!score && !mask && !buf) {
             argv[out++] = argv[i];
             continue;
         }
-        const char *v = value_of(*argc, argv, i);
-        if (v == NULL) {
-            return EXIT_USAGE;
+        const char *name = score ? "--score-mod" : mask ? "--mask-mod" : "--mod-buffer";
+        if (v == NULL) { /* "--name VALUE": the next argument, unless it is an option */
+            if (i + 1 >= *argc) {
+                return usage_error("clattn run", "option '%s' needs a value", name);
+            }
+            v = argv[++i];
+            if (strncmp(v, "--", 2) == 0) {
+                return usage_error("clattn run",
+                                   "option '%s' needs a value before the next option (%s=VALUE "
+                                   "passes a value that looks like an option)",
+                                   name, name);
+            }
         }
-        i++;
+        if (v[0] == '\0') {
+            return usage_error("clattn run", "option '%s' needs a non-empty value", name);
+        }
         if (score || mask) {
             const char **slot = score ? &a->score_mod_file : &a->mask_mod_file;
             if (*slot != NULL) {
-                return usage_error("clattn run", "%s given twice", opt);
+                return usage_error("clattn run", "option '%s' is given more than once", name);
             }
             *slot = v;
             continue;
