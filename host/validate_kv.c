@@ -341,14 +341,15 @@ static clattn_status check_append_slots(clattn_context *ctx, const clattn_attent
     clattn_status st = CLATTN_SUCCESS;
     for (int64_t i = 1; i < n && st == CLATTN_SUCCESS; i++)
         if (w[i].at == w[i - 1].at)
-            st = clattn_fail(
-                ctx, CLATTN_ERROR_INVALID_ARGUMENT,
-                "paged append: batch entry %lld (key %lld) and batch entry %lld (key "
-                "%lld) both append into slot %lld of one page (block_table[%lld][%lld] "
-                "and [%lld][%lld]); appended rows need slots of their own",
-                (long long)w[i - 1].b, (long long)w[i - 1].j, (long long)w[i].b, (long long)w[i].j,
-                (long long)(w[i].j % ps), (long long)w[i - 1].b, (long long)(w[i - 1].j / ps),
-                (long long)w[i].b, (long long)(w[i].j / ps));
+            st = clattn_fail(ctx, CLATTN_ERROR_INVALID_ARGUMENT,
+                             "paged append: batch entry %lld (key %lld) and batch entry %lld (key "
+                             "%lld) both append into slot %lld of page %d (block_table[%lld][%lld] "
+                             "and [%lld][%lld]); appended rows need slots of their own",
+                             (long long)w[i - 1].b, (long long)w[i - 1].j, (long long)w[i].b,
+                             (long long)w[i].j, (long long)(w[i].j % ps),
+                             (int)k->page_table[w[i].b * k->page_stride + w[i].j / ps],
+                             (long long)w[i - 1].b, (long long)(w[i - 1].j / ps), (long long)w[i].b,
+                             (long long)(w[i].j / ps));
     free(w);
     return st;
 }

@@ -979,8 +979,12 @@ START_TEST(paged_validation)
         EXPECT(CLATTN_SUCCESS, "an append into a page another sequence reads");
         p.table[8 + 2] = p.table[6]; /* slot 2: key 10 of sequence 1, key 26 of sequence 0 */
         EXPECT(CLATTN_ERROR_INVALID_ARGUMENT, "two appends into one slot");
-        ck_assert_msg(strstr(clattn_last_error_message(ctx), "both append into"),
-                      "the message names both: %s", clattn_last_error_message(ctx));
+        char page_named[64];
+        snprintf(page_named, sizeof page_named, "both append into slot 2 of page %d",
+                 (int)p.table[6]);
+        ck_assert_msg(strstr(clattn_last_error_message(ctx), page_named),
+                      "the message names both and the page (%s): %s", page_named,
+                      clattn_last_error_message(ctx));
         p.table[8 + 2] = own;
         d.kv_lens = p.lens;
         d.k_new = d.v_new = NULL;
