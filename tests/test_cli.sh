@@ -134,6 +134,19 @@ options_block "$readme" >"$tmp/readme_block"
 if [ -s "$tmp/help_block" ] && cmp -s "$tmp/help_block" "$tmp/readme_block"; then pass; else
     fail "README.md's options block differs from run --help: $(diff "$tmp/help_block" "$tmp/readme_block" | head -4 | tr '\n' ' ')"
 fi
+# README.md's paged decode step, as written there (from "P=tests/data/paged" to the end of
+# its block), run from the source tree's root with the outputs in $tmp
+awk '/^P=tests\/data\/paged$/{f=1} /^```$/{f=0} f{print}' "$readme" |
+    sed -e "s|^P=tests/data/paged|P=\"$(cd "$(dirname "$0")/.." && pwd)/tests/data/paged\"|" \
+        -e "s|\./build/clattn|\"\$bin\"|" -e "s| \([KVO]2*\)\.npy| \"\$tmp/\\1.npy\"|g" >"$tmp/paged_step.sh"
+if grep -q -- "--block-table" "$tmp/paged_step.sh"; then pass; else
+    fail "README.md's paged decode step not found"; fi
+rc=0
+(. "$tmp/paged_step.sh") >"$tmp/out" 2>"$tmp/err" || rc=$?
+expect_rc "README's paged decode step" 0
+expect_text "README's paged decode step" "$tmp/out" "check K cache: max abs error"
+if [ -s "$tmp/O.npy" ] && [ -s "$tmp/K2.npy" ] && [ -s "$tmp/V2.npy" ]; then pass; else
+    fail "README's paged decode step: O.npy, K2.npy or V2.npy not written"; fi
 run_clattn -h
 expect_rc "-h" 0
 run_clattn frobnicate
