@@ -31,24 +31,28 @@ const char run_usage_mods[] =
     "                    masks entirely (the same result, faster for causal or document\n"
     "                    masks)\n";
 
-/* Whether argv[i] is option `name`, alone ("--name": *value NULL) or as "--name=VALUE"
- * (*value the text after '='). */
-static bool is_option(const char *arg, const char *name, const char **value)
-{
-    const size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0 || (arg[n] != '\0' && arg[n] != '=')) {
-        return false;
-    }
-    *value = arg[n] == '=' ? arg + n + 1 : NULL;
-    return true;
-}
+/* The snippet options, matched as every option is (cli_find_option: "--name" or
+ * "--name=VALUE"); only their names are used here. */
+enum { MOD_SCORE, MOD_MASK, MOD_BUFFER, MOD_BLOCK_MASK, N_MOD_OPTIONS };
+static const option mod_options[N_MOD_OPTIONS] = {
+    {"--score-mod", NULL, NULL},
+    {"--mask-mod", NULL, NULL},
+    {"--mod-buffer", NULL, NULL},
+    {"--block-mask", NULL, NULL},
+};
 
 int run_take_mod_args(int *argc, char **argv, run_args *a)
 {
     int out = 0;
     for (int i = 0; i < *argc; i++) {
-        const char *opt = argv[i], *v = NULL;
-        if (is_option(opt, "--block-mask", &v)) {
+        const option *o = cli_find_option(argv[i], mod_options, N_MOD_OPTIONS);
+        if (o == NULL) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        const char *eq = strchr(argv[i], '=');
+        const char *v = eq != NULL ? eq + 1 : NULL;
+        if (o == &mod_options[MOD_BLOCK_MASK]) {
             if (v != NULL) {
                 return usage_error("clattn run", "option '--block-mask' takes no value");
             }
@@ -58,14 +62,8 @@ int run_take_mod_args(int *argc, char **argv, run_args *a)
             a->block_mask = 1;
             continue;
         }
-        const bool score = is_option(opt, "--score-mod", &v),
-                   mask = !score && is_option(opt, "--mask-mod", &v),
-                   buf = !score && !mask && is_option(opt, "--mod-buffer", &v);
-        if (!score && !mask && !buf) {
-            argv[out++] = argv[i];
-            continue;
-        }
-        const char *name = score ? "--score-mod" : mask ? "--mask-mod" : "--mod-buffer";
+        const bool score = o == &mod_options[MOD_SCORE], mask = o == &mod_options[MOD_MASK];
+        const char *name = o->name;
         if (v == NULL) { /* "--name VALUE": the next argument, unless it is an option */
             if (i + 1 >= *argc) {
                 return usage_error("clattn run", "option '%s' needs a value", name);
@@ -89,8 +87,8 @@ int run_take_mod_args(int *argc, char **argv, run_args *a)
             *slot = v;
             continue;
         }
-        const char *eq = strchr(v, '=');
-        if (eq == NULL || eq == v || eq[1] == '\0') {
+        const char *sep = strchr(v, '=');
+        if (sep == NULL || sep == v || sep[1] == '\0') {
             return usage_error("clattn run", "--mod-buffer '%s' is not NAME=FILE.npy", v);
         }
         if (a->n_mod_bufs == CLATTN_RUN_MAX_MOD_BUFFERS) {
