@@ -476,14 +476,21 @@ size_t clattn_group_limit_private(const clattn_context *ctx, int64_t private_byt
  * CPUs (private arrays), in blocks as even as possible; 1 on other devices; an
  * override of the fused kernel's blocking sets it (its RQ, at most the rows). */
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v);
+/* Whether K's (or V's) heads interleave within its rows: a head's stride below a row's, as
+ * in FlashAttention's [batch, seq, h_kv, d] cache and [num_pages, page_size, h_kv, d] pool
+ * (several heads and rows). */
+bool clattn_kv_heads_interleave(const clattn_view *k);
 /* decode.cl's KV heads per work-item (NH) for K's view, `rows` rows per KV head and nr of
  * them per work-item: ctx->decode_heads where set (at most it; a divisor of h_kv), else 1
  * but on CPUs for paged caches whose pages hold less than CPU_DECODE_STRETCH_BYTES of a
  * head (CPU_DECODE_STRETCH_BYTES_16LANE on 16-lane CPUs, which take at least 2 for every
- * cache), with NH·nr at most 16 rows, while a work-item per compute unit remains; the
- * private arrays within budget either way. */
+ * cache), with NH·nr at most 16 rows, while a work-item per compute unit remains; and on
+ * CPUs every head for K rows whose heads interleave, with NH·nr at most
+ * CPU_DECODE_ROWS_INTERLEAVED rows (where may_split, split-KV decoding then makes the
+ * work-items; else while a work-item per compute unit remains); the private arrays within
+ * budget either way. */
 size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,
-                           int64_t d_v);
+                           int64_t d_v, bool may_split);
 /* fused_gpu.cl's CT for a work-group of wg: the work-items sharing a row block (a power
  * of two up to 16 dividing wg; with sub-group reductions, a cluster of one sub-group). */
 size_t clattn_gpu_ct(size_t wg);

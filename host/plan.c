@@ -340,7 +340,7 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
     const int64_t rows = group * pr->q.n[2], d_k = pr->q.n[3], d_v = pr->v.n[3];
     const int64_t span = clattn_rule_span(pr->desc, pr->q.n[2], pr->k.n[2]);
     const size_t nr = clattn_decode_rows(ctx, rows, d_k, d_v),
-                 nh = clattn_decode_heads(ctx, &pr->k, rows, nr, d_v);
+                 nh = clattn_decode_heads(ctx, &pr->k, rows, nr, d_v, may_split);
     const int64_t blocks =
         pr->q.n[0] * (pr->k.n[1] / (int64_t)nh) * clattn_ceil_div(rows, (int64_t)nr);
     const int64_t chunk =
@@ -659,7 +659,10 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                        p->fused.rq, (long long)(group * n_q), PLURAL(group * n_q), (long long)group,
                        PLURAL(group), (long long)n_q, n_q == 1 ? "query" : "queries");
             if (p->fused.heads > 1)
-                add_reason(p, ", %zu KV heads in turn", p->fused.heads);
+                add_reason(p, ", %zu KV heads in turn%s", p->fused.heads,
+                           clattn_kv_heads_interleave(&pr->k)
+                               ? " (K's heads interleave in its rows: whole rows read)"
+                               : "");
             if (p->fused.n_splits) /* (CPU family: too few work-items to keep every thread busy) */
                 add_reason(p,
                            "; split-KV (split_merge.cl): %zu splits of the visible keys (<= %lld)",

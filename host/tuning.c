@@ -62,6 +62,14 @@
  * 1.04x the time of 8, int8 pages of 16 at 4 heads 0.84x the time of 16 (a 2-core Xeon,
  * 2026-12-04, with decode.cl's K_FOLLOWS; docs/BENCHMARKS.md) */
 #define CPU_DECODE_STRETCH_BYTES_16LANE (8 * 1024)
+/* decode.cl on CPUs: K rows whose heads interleave (a head's stride below the row's:
+ * FlashAttention's [batch, seq, h_kv, d] cache and its [num_pages, page_size, h_kv, d]
+ * pool) are read every KV head per work-item, up to this many rows in all, so that a
+ * work-item reads whole rows: with 2 heads per work-item each reads a quarter of every
+ * row and the stream prefetchers fetch the rest for nothing. GQA (b, 32, 8, 1, n_kv, 128)
+ * took 0.64-0.92x the time of the 2 heads (f32 b1 0.64, f16 b1 0.92, f16 b8 0.74), MHA
+ * f16 16 or 32 heads 0.72-0.76x (a 2-core AVX-512 Xeon, 2026-12-05; docs/BENCHMARKS.md) */
+#define CPU_DECODE_ROWS_INTERLEAVED 32
 
 #define MAX_TUNE_ENTRIES 256
 #define ANY_KERNEL ((clattn_kernel)-1) /* CLATTN_BLOCKING: every kernel */
@@ -285,8 +293,13 @@ size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, 
     return (size_t)clattn_ceil_div(rows, clattn_ceil_div(rows, nr)); /* 20 rows: 10 + 10 */
 }
 
+bool clattn_kv_heads_interleave(const clattn_view *k)
+{
+    return k->n[1] > 1 && k->n[2] > 1 && k->s[1] > 0 && k->s[1] < k->s[2];
+}
+
 size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,
-                           int64_t d_v)
+                           int64_t d_v, bool may_split)
 {
     const int64_t h_kv = k->n[1], d_k = k->n[3];
     const int64_t items = k->n[0] * h_kv * clattn_ceil_div(rows, (int64_t)nr); /* at 1 */
@@ -297,12 +310,14 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
      * CPU_DECODE_STRETCH_BYTES_16LANE); and at least 2 on 16-lane CPUs (AVX-512) for every
      * cache: contiguous, 0.87-0.95x the time of 1 on a 2-core Xeon (GQA f32 and f16, MHA
      * f16; MHA f32 level, 1.01), where 8-lane ones (AVX2, a Zen 3) took 1.09x
-     * (docs/BENCHMARKS.md) */
+     * (docs/BENCHMARKS.md); every head, up to CPU_DECODE_ROWS_INTERLEAVED rows, where the
+     * heads interleave within K's rows */
+    const bool interleaved = is_cpu(ctx) && clattn_kv_heads_interleave(k);
     if (want <= 0) {
         const int64_t stretch =
             lanes16(ctx) ? CPU_DECODE_STRETCH_BYTES_16LANE : CPU_DECODE_STRETCH_BYTES;
         const int64_t heads = is_cpu(ctx) && piece > 0 ? clattn_ceil_div(stretch, piece) : 1;
-        want = lanes16(ctx) ? 2 : 1;
+        want = interleaved ? h_kv : lanes16(ctx) ? 2 : 1;
         if (heads > want)
             want = heads;
     }
@@ -314,8 +329,9 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
         /* chosen: at most 16 rows in all (8 heads' 32 rows in f16 took 1.2x the time, their
          * q rows and accumulators beyond the L1 cache), a work-item per compute unit */
         if (ctx->decode_heads <= 0 &&
-            (c * (int64_t)nr > CPU_DECODE_ROWS || items / c < (int64_t)ctx->compute_units))
-            break;
+            (c * (int64_t)nr > (interleaved ? CPU_DECODE_ROWS_INTERLEAVED : CPU_DECODE_ROWS) ||
+             (!(interleaved && may_split) && items / c < (int64_t)ctx->compute_units)))
+            break; /* (interleaved heads where may_split: split-KV decoding makes the items) */
         if (h_kv % c == 0)
             nh = (size_t)c;
     }

@@ -1720,6 +1720,22 @@ for bad in "1,2,1,1,64,8,8,none,fused,f32,win" "1,2,1,1,64,8,8,none,fused,f32,wi
     expect_rc "bench $bad" 2
     expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
 done
+# bshd: K and V [b, n_kv, h_kv, d] (FlashAttention's cache and pool); the plan says the
+# decode kernel reads whole rows (every KV head per work-item) where the device is a CPU
+run_clattn bench --shapes "1,4,2,1,64,16,16,none,fused,f32,bshd;2,4,2,1,40,16,16,none,fused,f16,page8,bshd;1,2,2,8,8,8,8,none,unfused,f32,bshd" --reps 1 --quiet --json
+expect_rc "bench bshd" 0
+expect_text "bench bshd" "$tmp/out" '"algorithm": "fused/bshd"'
+expect_text "bench bshd (paged)" "$tmp/out" '"algorithm": "paged8/bshd"'
+expect_text "bench bshd (unfused)" "$tmp/out" '"algorithm": "unfused/bshd"'
+if grep -q '"device": "pthread' "$tmp/out"; then
+    expect_text "bench bshd (plan)" "$tmp/out" "2 KV heads in turn (K's heads interleave in its rows"
+fi
+for bad in "1,4,2,1,64,16,16,none,backward,f32,bshd" "1,4,2,1,64,16,16,none,fused,f32,bshd,bshd" \
+    "3,2,1,12,12,8,8,none,fused,f32,varlen,bshd" "1,4,2,1,64,16,16,none,fused,f32,bshdx"; do
+    run_clattn bench --shapes "$bad" --reps 1 --quiet
+    expect_rc "bench $bad" 2
+    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
+done
 # varlen / padded prefill shapes: packed sequences with cu_seqlens, or the padded batch
 # with the same lengths; bad combinations are usage errors
 run_clattn bench --shapes "3,2,1,12,12,8,8,causal,fused,f32,varlen;3,2,1,12,12,8,8,causal,unfused,f32,padded" --reps 1 --quiet

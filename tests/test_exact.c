@@ -472,6 +472,66 @@ START_TEST(strided_k_transposed_staging)
 }
 END_TEST
 
+/* K and V laid out [b, n_kv, h_kv, d] (FlashAttention's cache: each row holds every KV
+ * head) with GQA decoding: against the float64 reference on the same views, with the
+ * plan's heads. On a CPU device the decode kernel then takes every KV head per work-item
+ * (whole rows read, tuning.c CPU_DECODE_ROWS_INTERLEAVED) and says so, where the same
+ * problem in [b, h_kv, n_kv, d] does not take all 4. */
+START_TEST(bshd_decode_reads_whole_rows)
+{
+    const int64_t b = 2, h_q = 8, h_kv = 4, n_q = 1, n_kv = 53, d = 32;
+    tu_problem p;
+    tu_problem_init(&p, b, h_q, h_kv, n_q, n_kv, d, d, 91, 92, 93, 0);
+    const size_t n = (size_t)(b * h_kv * n_kv * d);
+    float *k2 = tu_alloc(n, NAN), *v2 = tu_alloc(n, NAN);
+    for (int64_t e = 0; e < b; e++)
+        for (int64_t h = 0; h < h_kv; h++)
+            for (int64_t j = 0; j < n_kv; j++)
+                for (int64_t c = 0; c < d; c++) {
+                    const int64_t from = ((e * h_kv + h) * n_kv + j) * d + c,
+                                  to = ((e * n_kv + j) * h_kv + h) * d + c;
+                    k2[to] = p.k[from];
+                    v2[to] = p.v[from];
+                }
+    tu_problem q = p;
+    q.tk.host = k2;
+    q.tv.host = v2;
+    const int64_t st[4] = {n_kv * h_kv * d, d, h_kv * d, 1};
+    memcpy(q.tk.strides, st, sizeof st);
+    memcpy(q.tv.strides, st, sizeof st);
+    clattn_attention_desc desc = clattn_attention_desc_default();
+    against_reference("K and V [b, n_kv, h_kv, d], GQA decode", &q, &desc, false);
+    cl_device_id dev;
+    cl_device_type type = 0;
+    TU_ASSERT_OK(clattn_context_get_cl(tu_ctx(), NULL, &dev, NULL), "get cl");
+    ck_assert_int_eq(clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL), CL_SUCCESS);
+    if ((type & CL_DEVICE_TYPE_CPU) &&
+        clattn_context_kernel_family(tu_ctx()) == CLATTN_KERNEL_FAMILY_CPU) {
+        float *o = tu_alloc((size_t)(b * h_q * n_q * d), 0.0f);
+        clattn_tensor to = tu_problem_o(&p, o);
+        desc.algorithm = CLATTN_ALGORITHM_FUSED;
+        for (int layout = 0; layout < 2; layout++) {
+            const tu_problem *x = layout ? &q : &p;
+            clattn_plan plan;
+            TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &desc, &x->tq, &x->tk, &x->tv, &to, &plan),
+                         "plan");
+            const bool all =
+                strstr(plan.reason, ", 4 KV heads in turn (K's heads interleave") != NULL;
+            ck_assert_msg(strcmp(plan.kernels, "decode") == 0 ||
+                              strncmp(plan.kernels, "decode,", 7) == 0,
+                          "kernels \"%s\"", plan.kernels);
+            ck_assert_msg(all == (layout == 1), "%s: reason \"%s\" (expected %s)",
+                          layout ? "[b, n_kv, h_kv, d]" : "[b, h_kv, n_kv, d]", plan.reason,
+                          layout ? "every KV head per work-item" : "not all 4 KV heads");
+        }
+        free(o);
+    }
+    free(k2);
+    free(v2);
+    tu_problem_free(&p);
+}
+END_TEST
+
 /* A NaN score poisons its own row only: a NaN query row, and a float mask with NaN at one
  * key of a row whose other keys are −∞ (a max that drops NaN would call that row empty),
  * in one row a NaN with the sign bit set (x86's default NaN; a max over ordered bits
@@ -1057,6 +1117,7 @@ int main(void)
     tcase_add_test(tc, nan_scores_poison_their_row);
     tcase_add_test(tc, masked_v_one_nonfinite_kind);
     tcase_add_test(tc, strided_k_transposed_staging);
+    tcase_add_test(tc, bshd_decode_reads_whole_rows);
     tcase_add_test(tc, decode_register_blocks_every_vector_width);
     tcase_add_test(tc, masked_rows_policies);
     tcase_add_test(tc, online_softmax_rescale);

@@ -93,7 +93,7 @@ static const char bench_usage[] =
 static const char bench_usage_options[] =
     "  --shapes LIST   cases separated by ';', each\n"
     "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]\n"
-    "                  [,half][,varlen|padded][,dropP][,winL]]]]\n"
+    "                  [,half][,varlen|padded][,dropP][,winL][,bshd]]]]\n"
     "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
     "                  fused|unfused|both (default both) or backward (the backward pass\n"
     "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
@@ -116,7 +116,11 @@ static const char bench_usage_options[] =
     "                  sliding window of L keys before each row's diagonal and none\n"
     "                  after (decoding at the end of the cache: mask\n"
     "                  causal-bottom-right), shown as f32/w4096 (K/V bytes: the\n"
-    "                  keys the rows see); default: the CPU set\n"
+    "                  keys the rows see); bshd (not with varlen, padded or\n"
+    "                  backward): K and V laid out [b, n_kv, h_kv, d] as\n"
+    "                  FlashAttention's cache (pages [num_pages, page_size, h_kv,\n"
+    "                  d]) instead of [b, h_kv, n_kv, d], shown as fused/bshd or\n"
+    "                  paged16/bshd; default: the CPU set\n"
     "                  1,8,8,1024,1024,64,64; 1,8,8,4096,4096,64,64;\n"
     "                  1,1,1,4096,4096,128,128; 1,8,8,4096,4096,64,64,causal;\n"
     "                  1,32,32,1,8192,128,128 (decode);\n"
@@ -158,7 +162,7 @@ static const char default_shapes[] = "1,8,8,1024,1024,64,64;1,8,8,4096,4096,64,6
 int bench_quiet; /* tune: candidates the device refuses are expected, not reported */
 const char *bench_command = "clattn bench",
            *bench_shapes_grammar = "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]["
-                                   ",half][,varlen|padded][,dropP][,winL]]]]";
+                                   ",half][,varlen|padded][,dropP][,winL][,bshd]]]]";
 
 int bench_fail(const char *fmt, ...)
 {
@@ -174,7 +178,8 @@ int bench_fail(const char *fmt, ...)
 }
 
 /* A case's algorithm as the table and --json show it: "fused", "unfused", "backward",
- * "pagedN", "fused/varlen", "unfused/padded"; buf (24 bytes) holds the built ones */
+ * "pagedN", "fused/varlen", "unfused/padded", "fused/bshd", "pagedN/bshd"; buf (24 bytes)
+ * holds the built ones */
 static const char *alg_name(const bench_case *c, char buf[24])
 {
     if (c->backward)
@@ -183,8 +188,10 @@ static const char *alg_name(const bench_case *c, char buf[24])
     if (c->ragged)
         snprintf(buf, 24, "%s/%s", alg, c->ragged == 1 ? "varlen" : "padded");
     else if (c->page_size)
-        snprintf(buf, 24, "paged%lld", (long long)c->page_size);
-    return c->ragged || c->page_size ? buf : alg;
+        snprintf(buf, 24, "paged%lld%s", (long long)c->page_size, c->bshd ? "/bshd" : "");
+    else if (c->bshd)
+        snprintf(buf, 24, "%s/bshd", alg);
+    return c->ragged || c->page_size || c->bshd ? buf : alg;
 }
 
 const char *bench_dtype_name(clattn_dtype dtype)
@@ -492,6 +499,16 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
                                            : packed ? total
                                                     : c->n_kv,
                                            c->d_v);
+    if (c->bshd) { /* [b, n_kv, h_kv, d] (a pool's pages [num_pages, page_size, h_kv, d]) */
+        k.strides[0] = k.shape[2] * c->h_kv * c->d_k;
+        k.strides[1] = c->d_k;
+        k.strides[2] = c->h_kv * c->d_k;
+        k.strides[3] = 1;
+        v.strides[0] = v.shape[2] * c->h_kv * c->d_v;
+        v.strides[1] = c->d_v;
+        v.strides[2] = c->h_kv * c->d_v;
+        v.strides[3] = 1;
+    }
     const clattn_paged_kv pg = {NULL, mt, max_pages};
     const clattn_varlen vl = {cu, cu, c->b, NULL, NULL, 0, 0};
     clattn_tensor o = clattn_tensor_buffer(mo, qb, c->h_q, qn, c->d_v);

@@ -25,6 +25,9 @@ typedef struct bench_case {
      * (desc.window; any algorithm, not varlen or padded); -1: none. K/V bytes then count
      * the rows of the keys the rows see */
     int64_t window_left;
+    /* bshd: K and V laid out [b, n_kv, h_kv, d] (FlashAttention's cache; a pool's pages
+     * [num_pages, page_size, h_kv, d]) instead of [b, h_kv, n_kv, d] */
+    int bshd;
 } bench_case;
 
 typedef struct stats {

@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 /* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
- * [,pageN][,int8][,half][,varlen|padded][,dropP][,winL]]]] into bench cases (bench.h; the grammar
- * is in `clattn bench --help`). */
+ * [,pageN][,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]] into bench cases (bench.h;
+ * the grammar is in `clattn bench --help`). */
 #include "bench.h"
 #include "cli.h"
 
@@ -96,6 +96,11 @@ int parse_shapes(const char *list, bench_case *cases, int max)
                       *end != '\0';
                 why = bad ? "winL takes a window of 0 to 2^53 - 1 keys" : why;
                 continue; /* (any algorithm) */
+            } else if (strcmp(tok, "bshd") == 0 && !c.bshd) {
+                c.bshd = 1; /* K/V [b, n_kv, h_kv, d] */
+                bad = strcmp(alg, "backward") == 0;
+                why = bad ? "bshd times the forward call (not backward)" : why;
+                continue; /* (either algorithm) */
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = isdigit((unsigned char)tok[4]) ? strtoll(tok + 4, &end, 10) : 0;
                 bad = c.page_size < 1 || c.page_size > ((int64_t)1 << 31) || !end || *end != '\0';
@@ -103,7 +108,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             } else {
                 bad = 1;
                 why = "an unknown or repeated token (pageN, int8, half, varlen, padded, dropP, "
-                      "winL: each once)";
+                      "winL, bshd: each once)";
             }
             if (!bad && strcmp(alg, "fused") != 0) {
                 bad = 1;
@@ -111,14 +116,16 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             }
         }
         if (!bad && got >= 11 && !c.int8_kv && !c.half && !c.page_size && !c.ragged &&
-            c.dropout == 0.0f && c.window_left < 0) {
+            c.dropout == 0.0f && c.window_left < 0 && !c.bshd) {
             bad = 1; /* an empty 11th field */
             why = "an empty field after the dtype";
         }
         if (!bad && c.ragged &&
-            (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv || c.window_left >= 0)) {
+            (v[3] != v[4] || v[0] > 64 || c.page_size || c.int8_kv || c.window_left >= 0 ||
+             c.bshd)) {
             bad = 1;
-            why = "varlen and padded need n_q = n_kv, at most 64 sequences, no pageN, int8 or winL";
+            why = "varlen and padded need n_q = n_kv, at most 64 sequences, no pageN, int8, winL "
+                  "or bshd";
         }
         for (int i = 0; i < 7 && !bad; i++) {
             bad = v[i] < (i == 3 || i == 4 ? 0 : 1);

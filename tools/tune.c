@@ -161,12 +161,13 @@ int cmd_tune(int argc, char **argv)
         return 2;
     for (int i = 0; i < n_cases; i++) /* the blocking tuned is the forward kernels' */
         if (cases[i].backward || cases[i].page_size || cases[i].int8_kv || cases[i].ragged ||
-            cases[i].half || cases[i].dropout > 0.0f)
-            return usage_error("clattn tune",
-                               "--shapes case %d: tune times the forward kernels on plain K/V "
-                               "(%s); backward, pageN, int8, half, varlen, padded and dropP are "
-                               "bench's",
-                               i + 1, bench_shapes_grammar);
+            cases[i].half || cases[i].dropout > 0.0f || cases[i].bshd)
+            return usage_error(
+                "clattn tune",
+                "--shapes case %d: tune times the forward kernels on plain K/V "
+                "(%s); backward, pageN, int8, half, varlen, padded, dropP and bshd are "
+                "bench's",
+                i + 1, bench_shapes_grammar);
     clattn_context_options opt = {0};
     opt.device = device;
     clattn_context *ctx;
