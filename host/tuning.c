@@ -64,12 +64,15 @@
 #define CPU_DECODE_STRETCH_BYTES_16LANE (8 * 1024)
 /* decode.cl on CPUs: K rows whose heads interleave (a head's stride below the row's:
  * FlashAttention's [batch, seq, h_kv, d] cache and its [num_pages, page_size, h_kv, d]
- * pool) are read every KV head per work-item, up to this many rows in all, so that a
- * work-item reads whole rows: with 2 heads per work-item each reads a quarter of every
- * row and the stream prefetchers fetch the rest for nothing. GQA (b, 32, 8, 1, n_kv, 128)
- * took 0.64-0.92x the time of the 2 heads (f32 b1 0.64, f16 b1 0.92, f16 b8 0.74), MHA
- * f16 16 or 32 heads 0.72-0.76x (a 2-core AVX-512 Xeon, 2026-12-05; docs/BENCHMARKS.md) */
+ * pool) are read every KV head per work-item, up to this many rows in all where a head's
+ * part of a row is at least CPU_DECODE_PART_BYTES (else up to CPU_DECODE_ROWS), so that a
+ * work-item reads whole rows or large parts of them: with 2 heads per work-item each
+ * reads a quarter of every row. GQA (b, 32, 8, 1, n_kv, 128) took 0.67-0.85x the time of
+ * the 2 heads (f32 b1 0.67, f16 b1 0.85, f16 b8 0.73), MHA f16 16 or 32 heads 0.64x, f32
+ * d 64 at 8 heads 0.83x; but f16 d 64 (128-byte parts) 1.15x at 8 heads, 0.97x at 4 (a
+ * 2-core AVX-512 Xeon, 2026-12-05; docs/BENCHMARKS.md) */
 #define CPU_DECODE_ROWS_INTERLEAVED 32
+#define CPU_DECODE_PART_BYTES 256
 
 #define MAX_TUNE_ENTRIES 256
 #define ANY_KERNEL ((clattn_kernel)-1) /* CLATTN_BLOCKING: every kernel */
@@ -310,8 +313,8 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
      * CPU_DECODE_STRETCH_BYTES_16LANE); and at least 2 on 16-lane CPUs (AVX-512) for every
      * cache: contiguous, 0.87-0.95x the time of 1 on a 2-core Xeon (GQA f32 and f16, MHA
      * f16; MHA f32 level, 1.01), where 8-lane ones (AVX2, a Zen 3) took 1.09x
-     * (docs/BENCHMARKS.md); every head, up to CPU_DECODE_ROWS_INTERLEAVED rows, where the
-     * heads interleave within K's rows */
+     * (docs/BENCHMARKS.md); every head where the heads interleave within K's rows, up to
+     * CPU_DECODE_ROWS_INTERLEAVED rows for parts of CPU_DECODE_PART_BYTES or more */
     const bool interleaved = is_cpu(ctx) && clattn_kv_heads_interleave(k);
     if (want <= 0) {
         const int64_t stretch =
@@ -329,7 +332,9 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
         /* chosen: at most 16 rows in all (8 heads' 32 rows in f16 took 1.2x the time, their
          * q rows and accumulators beyond the L1 cache), a work-item per compute unit */
         if (ctx->decode_heads <= 0 &&
-            (c * (int64_t)nr > (interleaved ? CPU_DECODE_ROWS_INTERLEAVED : CPU_DECODE_ROWS) ||
+            (c * (int64_t)nr > (interleaved && d_k * k->esize >= CPU_DECODE_PART_BYTES
+                                    ? CPU_DECODE_ROWS_INTERLEAVED
+                                    : CPU_DECODE_ROWS) ||
              (!(interleaved && may_split) && items / c < (int64_t)ctx->compute_units)))
             break; /* (interleaved heads where may_split: split-KV decoding makes the items) */
         if (h_kv % c == 0)

@@ -475,11 +475,12 @@ END_TEST
 /* K and V laid out [b, n_kv, h_kv, d] (FlashAttention's cache: each row holds every KV
  * head) with GQA decoding: against the float64 reference on the same views, with the
  * plan's heads. On a CPU device the decode kernel then takes every KV head per work-item
- * (whole rows read, tuning.c CPU_DECODE_ROWS_INTERLEAVED) and says so, where the same
- * problem in [b, h_kv, n_kv, d] does not take all 4. */
+ * (whole rows read; 4 heads x 8 rows, within tuning.c's CPU_DECODE_ROWS_INTERLEAVED for
+ * 256-byte parts) and says so, where the same problem in [b, h_kv, n_kv, d] does not
+ * take all 4. */
 START_TEST(bshd_decode_reads_whole_rows)
 {
-    const int64_t b = 2, h_q = 8, h_kv = 4, n_q = 1, n_kv = 53, d = 32;
+    const int64_t b = 2, h_q = 32, h_kv = 4, n_q = 1, n_kv = 53, d = 64;
     tu_problem p;
     tu_problem_init(&p, b, h_q, h_kv, n_q, n_kv, d, d, 91, 92, 93, 0);
     const size_t n = (size_t)(b * h_kv * n_kv * d);
