@@ -9,10 +9,13 @@ MiB, run just before and just after the case: bw_gbytes_per_s is their mean). Fo
   torch-sdpa  torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)
               on the CPU, in the case's dtype (float32 or float16)
 torch's output is checked against a float64 numpy reference first, and clattn's
-(`clattn run`, float32 cases) too. K/V GB/s count each K and V byte once.
+(`clattn run`, float32 cases) too. K/V GB/s count each K and V byte once. A shape's
+`bshd` token lays K and V out [b, n_kv, h_kv, d] (FlashAttention's cache) for both:
+clattn bench's bshd, and torch given the [b, h_kv, n_kv, d] views (transpose(1, 2)) of
+that memory, as an engine with such a cache would call SDPA.
 
 Usage: python3 tools/dev/bench_decode.py [--build build] [--rounds 3]
-           [--shapes "b,h_q,h_kv,n_q,n_kv,d[,f16]; ..."]
+           [--shapes "b,h_q,h_kv,n_q,n_kv,d[,f16][,bshd]; ..."]
 Needs numpy and torch: pip install numpy torch
 """
 import os
@@ -35,9 +38,12 @@ def parse_shapes(text):
         parts = [p.strip() for p in spec.split(",") if p.strip()]
         if not parts:
             continue
-        dtype = parts[6] if len(parts) > 6 else "f32"
+        bshd = "bshd" in parts[6:]
+        rest = [p for p in parts[6:] if p != "bshd"]
+        dtype = rest[0] if rest else "f32"
         b, h_q, h_kv, n_q, n_kv, d = (int(x) for x in parts[:6])
-        shapes.append(dict(b=b, h_q=h_q, h_kv=h_kv, n_q=n_q, n_kv=n_kv, d=d, dtype=dtype))
+        shapes.append(dict(b=b, h_q=h_q, h_kv=h_kv, n_q=n_q, n_kv=n_kv, d=d, dtype=dtype,
+                           bshd=bshd))
     return shapes
 
 
@@ -73,6 +79,9 @@ def main():
         ref = reference(q, k, v)
         tol = 2e-3 if dt == "f16" else 1e-4
         tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+        if s["bshd"]:  # [b, n_kv, h_kv, d] memory, passed as [b, h_kv, n_kv, d] views
+            tk, tv = (torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1, 3)))
+                      .transpose(1, 2) for x in (k, v))
 
         def sdpa():
             with torch.no_grad():
@@ -92,7 +101,8 @@ def main():
             err = float(np.max(np.abs(np.load(out) - ref)))
             if not err <= tol:
                 sys.exit(f"clattn disagrees with the reference on {s}: max abs diff {err}")
-        shape_arg = f"{b},{h_q},{h_kv},{n_q},{n_kv},{d},{d},none,fused,{dt}"
+        shape_arg = f"{b},{h_q},{h_kv},{n_q},{n_kv},{d},{d},none,fused,{dt}" + (
+            ",bshd" if s["bshd"] else "")
         times = {"clattn": [], "torch": [], "bw": []}
         for _ in range(args.rounds):
             case = run_json([clattn, "bench", "--json", "--peak", "--reps", "5", "--shapes",
@@ -122,7 +132,7 @@ def main():
     for s, med, kv in rows:
         c_gbs, t_gbs = kv / med["clattn"] / 1e6, kv / med["torch"] / 1e6
         print(f"| {s['b']}, {s['h_q']}, {s['h_kv']}, {s['n_q']}, {s['n_kv']}, {s['d']} | "
-              f"{s['dtype']} | {med['clattn']:.1f} | {c_gbs:.1f} | "
+              f"{s['dtype']}{', bshd' if s['bshd'] else ''} | {med['clattn']:.1f} | {c_gbs:.1f} | "
               f"{100 * c_gbs / med['bw']:.0f} % ({med['bw']:.1f}) | {med['torch']:.1f} | "
               f"{t_gbs:.1f} | {med['torch'] / med['clattn']:.2f}x |")
 
