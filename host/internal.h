@@ -476,9 +476,10 @@ size_t clattn_group_limit_private(const clattn_context *ctx, int64_t private_byt
  * CPUs (private arrays), in blocks as even as possible; 1 on other devices; an
  * override of the fused kernel's blocking sets it (its RQ, at most the rows). */
 size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, int64_t d_v);
-/* Whether K's (or V's) heads interleave within its rows: a head's stride below a row's, as
- * in FlashAttention's [batch, seq, h_kv, d] cache and [num_pages, page_size, h_kv, d] pool
- * (several heads and rows). */
+/* Whether K's (or V's) heads interleave within its rows: each head's part of a row d
+ * contiguous elements (unit column stride, a head stride of d or more) and a head's
+ * stride below a row's, as in FlashAttention's [batch, seq, h_kv, d] cache and
+ * [num_pages, page_size, h_kv, d] pool (several heads and rows). */
 bool clattn_kv_heads_interleave(const clattn_view *k);
 /* decode.cl's KV heads per work-item (NH) for K's view, `rows` rows per KV head and nr of
  * them per work-item: ctx->decode_heads where set (at most it; a divisor of h_kv), else 1

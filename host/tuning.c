@@ -298,7 +298,7 @@ size_t clattn_decode_rows(const clattn_context *ctx, int64_t rows, int64_t d_k, 
 
 bool clattn_kv_heads_interleave(const clattn_view *k)
 {
-    return k->n[1] > 1 && k->n[2] > 1 && k->s[1] > 0 && k->s[1] < k->s[2];
+    return k->n[1] > 1 && k->n[2] > 1 && k->s[3] == 1 && k->s[1] >= k->n[3] && k->s[1] < k->s[2];
 }
 
 size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int64_t rows, size_t nr,

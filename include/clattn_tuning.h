@@ -134,7 +134,8 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * docs/BENCHMARKS.md); either with
  * at most 16 rows per work-item in all (heads × query rows of each: more would overflow
  * the L1 cache), while at least one work-item per compute unit remains. On CPU devices,
- * where K's heads interleave within its rows (a head's stride below the row's:
+ * where K's heads interleave within its rows (each head's part of a row d contiguous
+ * elements, and a head's stride below the row's:
  * FlashAttention's [b, n_kv, h_kv, d] cache and [num_pages, page_size, h_kv, d] pool),
  * every KV head, so that a work-item reads whole rows: up to 32 rows in all where a
  * head's part of a row is 256 bytes or more, else 16, and with split-KV decoding allowed
@@ -149,8 +150,9 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * float32 rounding of each other (merged partial sums), not the same bits; fix the splits
  * too where bits must match.
  * clattn_attention_plan()'s reason ends its decode.cl part in ", N KV heads in turn" when
- * the count N is above 1 (whether chosen or forced; nothing for 1), followed by " (K's
- * heads interleave in its rows: whole rows read)" for such K. The
+ * the count N is above 1 (whether chosen or forced; nothing for 1), followed for such K by
+ * " (K's heads interleave in its rows: whole rows read)" when N is h_kv, else by " (K's
+ * heads interleave in its rows: N of its h_kv heads read together)". The
  * CLATTN_DECODE_HEADS environment variable, read once when a context is created, does the
  * same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, heads outside

@@ -1769,7 +1769,7 @@ expect_text "tune (table names the mask)" "$tmp/out" "1x1x32x32 d=8,8 causal"
 expect_text "tune (one candidate)" "$tmp/out" "(1 candidate ran)"
 run_clattn tune --dry-run --quiet --shapes "1,1,1,32,32,8,8,none,fused,f64" --reps 1 --rq 2 --wg 4 --tile 32
 expect_rc "tune, a bad dtype" 2
-expect_text "tune, a bad dtype (its own name and grammar)" "$tmp/err" "clattn tune: bad --shapes entry '1,1,1,32,32,8,8,none,fused,f64': dtype f32, f16 or bf16 (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]], at most 32 cases)"
+expect_text "tune, a bad dtype (its own name and grammar)" "$tmp/err" "clattn tune: bad --shapes entry '1,1,1,32,32,8,8,none,fused,f64': dtype f32, f16 or bf16 (b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,winL]]]], at most 32 cases)"
 # tune times the forward kernels on plain K/V: bench's other cases are usage errors (their
 # winner would be stored as the forward kernel's); a decode case is reported, not tuned
 for bad in "1,2,2,64,64,8,8,none,backward" "1,2,2,1,64,8,8,none,fused,f32,page16" \
@@ -1779,6 +1779,10 @@ for bad in "1,2,2,64,64,8,8,none,backward" "1,2,2,1,64,8,8,none,fused,f32,page16
     expect_rc "tune $bad" 2
     expect_text "tune $bad" "$tmp/err" "tune times the forward kernels on plain K/V"
 done
+# the refusal names the --shapes entry (an algorithm "both" makes two cases of one)
+run_clattn tune --dry-run --quiet --shapes "1,4,2,1,64,64,64;1,4,2,1,64,64,64,none,fused,f32,bshd" --reps 1
+expect_rc "tune bshd (second entry)" 2
+expect_text "tune bshd (second entry)" "$tmp/err" "--shapes entry 2: tune times the forward kernels"
 run_clattn tune --dry-run --quiet --shapes "1,4,2,2,64,8,8,none,fused,f16" --reps 1 --rq 2 --wg 4 --tile 32
 expect_rc "tune (decode)" 0
 expect_text "tune (decode)" "$tmp/out" "1x4x2x64 d=8,8 f16 -"

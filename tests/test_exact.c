@@ -511,9 +511,9 @@ START_TEST(bshd_decode_reads_whole_rows)
         float *o = tu_alloc((size_t)(b * h_q * n_q * d), 0.0f);
         clattn_tensor to = tu_problem_o(&p, o);
         desc.algorithm = CLATTN_ALGORITHM_FUSED;
+        clattn_plan plan;
         for (int layout = 0; layout < 2; layout++) {
             const tu_problem *x = layout ? &q : &p;
-            clattn_plan plan;
             TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &desc, &x->tq, &x->tk, &x->tv, &to, &plan),
                          "plan");
             const bool all =
@@ -525,6 +525,26 @@ START_TEST(bshd_decode_reads_whole_rows)
                           layout ? "[b, n_kv, h_kv, d]" : "[b, h_kv, n_kv, d]", plan.reason,
                           layout ? "every KV head per work-item" : "not all 4 KV heads");
         }
+        /* 2 heads forced: the reason says how much of each row a work-item reads */
+        TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 2), "decode heads 2");
+        TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &desc, &q.tq, &q.tk, &q.tv, &to, &plan),
+                     "plan");
+        TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 0), "decode heads 0");
+        ck_assert_msg(strstr(plan.reason, ", 2 KV heads in turn (K's heads interleave in its "
+                                          "rows: 2 of its 4 heads read together)") != NULL,
+                      "2 heads forced: reason \"%s\"", plan.reason);
+        /* heads interleaved, but each head's part of a row not contiguous (a column stride
+         * of 2): not such a layout */
+        tu_problem r = q;
+        const int64_t st2[4] = {2 * n_kv * h_kv * d, 2 * d, 2 * h_kv * d, 2};
+        memcpy(r.tk.strides, st2, sizeof st2);
+        float *k3 = tu_alloc(2 * n, 0.0f);
+        r.tk.host = k3;
+        TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &desc, &r.tq, &r.tk, &r.tv, &to, &plan),
+                     "plan");
+        ck_assert_msg(strstr(plan.reason, "interleave") == NULL,
+                      "K with a column stride of 2: reason \"%s\"", plan.reason);
+        free(k3);
         free(o);
     }
     free(k2);

@@ -31,7 +31,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
     if (!copy)
         return bench_fail("out of memory"), -1;
     strcpy(copy, list);
-    int n = 0;
+    int n = 0, entries = 0;
     char *save = NULL;
     for (char *spec = strtok_r(copy, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
         while (*spec == ' ')
@@ -42,6 +42,7 @@ int parse_shapes(const char *list, bench_case *cases, int max)
             continue;
         bench_case c = {0};
         c.window_left = -1;
+        c.entry = ++entries;
         char mask[32] = "none", alg[16] = "both", dtype[16] = "f32", extra[48] = "";
         long long v[7];
         int sizes_end = -1, used = -1; /* where d_v and the tokens after the dtype end */

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 /* tune's --shapes entries: bench's without its timing-only tokens (help and messages) */
-#define TUNE_SHAPES_GRAMMAR "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype]]]"
+#define TUNE_SHAPES_GRAMMAR "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,winL]]]]"
 
 static const char tune_usage[] =
     "Usage: clattn tune [--shapes LIST] [--reps N] [--rq LIST] [--wg LIST]\n"
@@ -35,8 +35,9 @@ static const char tune_usage[] =
     "\n"
     "Options:\n"
     "  --shapes LIST   as for `clattn bench`, forward only:\n"
-    "                  " TUNE_SHAPES_GRAMMAR " (the blocking is\n"
-    "                  stored per kernel and head dims, for every dtype; a fused case with\n"
+    "                  " TUNE_SHAPES_GRAMMAR "\n"
+    "                  (winL: a sliding window, as for bench; the blocking is stored\n"
+    "                  per kernel and head dims, for every dtype; a fused case with\n"
     "                  n_q <= 16 runs the decode kernel, which has none: reported, not\n"
     "                  tuned); default 1,8,8,2048,2048,64,64;1,8,8,2048,2048,128,128\n"
     "  --reps N        timed runs per candidate (default 3, after one warm-up)\n"
@@ -164,10 +165,10 @@ int cmd_tune(int argc, char **argv)
             cases[i].half || cases[i].dropout > 0.0f || cases[i].bshd)
             return usage_error(
                 "clattn tune",
-                "--shapes case %d: tune times the forward kernels on plain K/V "
+                "--shapes entry %d: tune times the forward kernels on plain K/V "
                 "(%s); backward, pageN, int8, half, varlen, padded, dropP and bshd are "
                 "bench's",
-                i + 1, bench_shapes_grammar);
+                cases[i].entry, bench_shapes_grammar);
     clattn_context_options opt = {0};
     opt.device = device;
     clattn_context *ctx;
