@@ -23,6 +23,16 @@ expect_text() {
     if tr -s ' ' <"$2" | grep -F -q -e "$3"; then pass; else fail "$1: no '$3' in $(basename "$2")"; fi
 }
 
+# bench_refuses SHAPES...: each --shapes entry is a usage error of clattn bench (exit 2,
+# "bad --shapes entry")
+bench_refuses() {
+    for bad in "$@"; do
+        run_clattn bench --shapes "$bad" --reps 1 --quiet
+        expect_rc "bench $bad" 2
+        expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
+    done
+}
+
 # ---- writing .npy files --------------------------------------------------------
 
 # f16 HEX...: little-endian bytes of 16-bit words (float16, bfloat16, uint16).
@@ -1680,23 +1690,15 @@ run_clattn bench --shapes "1,2,1,1,32,8,8,none,fused,f32,int8;1,2,1,1,32,8,8,non
 expect_rc "bench int8" 0
 expect_text "bench int8" "$tmp/out" "fused f32/i8"
 expect_text "bench int8 (paged)" "$tmp/out" "paged8 f16/i8"
-for bad in "1,2,1,1,32,8,8,none,both,f32,int8" "1,2,1,1,32,8,8,none,fused,f32,int8,int8" "1,2,1,1,32,8,8,none,fused,f32,int4"; do
-    run_clattn bench --shapes "$bad" --reps 1 --quiet
-    expect_rc "bench $bad" 2
-    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
-done
+bench_refuses "1,2,1,1,32,8,8,none,both,f32,int8" "1,2,1,1,32,8,8,none,fused,f32,int8,int8" "1,2,1,1,32,8,8,none,fused,f32,int4"
 # half: desc.half_arithmetic on float16 operands (the plan says whether it ran: not on
 # PoCL's CPU device, the CPU family); fused only, f16 only, no int8
 run_clattn bench --shapes "1,2,1,32,32,8,8,none,fused,f16,half" --reps 1 --quiet --json
 expect_rc "bench half" 0
 expect_text "bench half" "$tmp/out" '"dtype": "f16/half"'
 expect_text "bench half (plan)" "$tmp/out" "; half arithmetic"
-for bad in "1,2,1,32,32,8,8,none,both,f16,half" "1,2,1,32,32,8,8,none,fused,f32,half" \
-    "1,2,1,32,32,8,8,none,fused,f16,int8,half" "1,2,1,32,32,8,8,none,fused,f16,half,half"; do
-    run_clattn bench --shapes "$bad" --reps 1 --quiet
-    expect_rc "bench $bad" 2
-    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
-done
+bench_refuses "1,2,1,32,32,8,8,none,both,f16,half" "1,2,1,32,32,8,8,none,fused,f32,half" \
+    "1,2,1,32,32,8,8,none,fused,f16,int8,half" "1,2,1,32,32,8,8,none,fused,f16,half,half"
 # winL: a sliding window (any algorithm); GFLOP/s and GB/s count the keys rows see, so a
 # decode with a window of 16 in a cache of 64 reads 17 keys' K/V rows of each KV head
 run_clattn bench --shapes "1,2,1,1,64,8,8,causal-bottom-right,fused,f32,win16;1,2,1,3,40,8,8,none,unfused,f16,win0" --reps 1 --quiet --json
@@ -1711,15 +1713,11 @@ if awk '/"f32\/w16"/ && match($0, /"device_ms": \{"median": [^,]*/) {
         ok = bytes > want * 0.9999 && bytes < want * 1.0001 }
     END { exit !ok }' "$tmp/out"; then
     pass; else fail "bench winL: GB/s does not count Q, O and the 17 visible keys' K/V once (got: $(cat "$tmp/out"))"; fi
-for bad in "1,2,1,1,64,8,8,none,fused,f32,win" "1,2,1,1,64,8,8,none,fused,f32,win-1" \
+bench_refuses "1,2,1,1,64,8,8,none,fused,f32,win" "1,2,1,1,64,8,8,none,fused,f32,win-1" \
     "1,2,1,1,64,8,8,none,fused,f32,win4,win4" "3,2,1,12,12,8,8,none,fused,f32,varlen,win4" \
     "3,2,1,12,12,8,8,none,fused,f32,win4,padded" "1,2,1,1,64,8,8,none,fused,f32,win4x" \
     "1,2,1,1,64,8,8 ,causal-bottom-right,fused,f32,win4" "1,2,1,1,64,8,8x" "1,2,1,1,64,8,8.5" \
-    "1,2,1,1,64,8,8,none,fused,f32,drop0.1000000000000000000000000000000000001,win1234567890"; do
-    run_clattn bench --shapes "$bad" --reps 1 --quiet
-    expect_rc "bench $bad" 2
-    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
-done
+    "1,2,1,1,64,8,8,none,fused,f32,drop0.1000000000000000000000000000000000001,win1234567890"
 # bshd: K and V [b, n_kv, h_kv, d] (FlashAttention's cache and pool); the plan says the
 # decode kernel reads whole rows (every KV head per work-item) where the device is a CPU
 run_clattn bench --shapes "1,4,2,1,64,16,16,none,fused,f32,bshd;2,4,2,1,40,16,16,none,fused,f16,page8,bshd;1,2,2,8,8,8,8,none,unfused,f32,bshd" --reps 1 --quiet --json
@@ -1730,26 +1728,18 @@ expect_text "bench bshd (unfused)" "$tmp/out" '"algorithm": "unfused/bshd"'
 if grep -q '"device": "pthread' "$tmp/out"; then
     expect_text "bench bshd (plan)" "$tmp/out" "2 KV heads in turn (K's heads interleave in its rows"
 fi
-for bad in "1,4,2,1,64,16,16,none,backward,f32,bshd" "1,4,2,1,64,16,16,none,fused,f32,bshd,bshd" \
-    "3,2,1,12,12,8,8,none,fused,f32,varlen,bshd" "1,4,2,1,64,16,16,none,fused,f32,bshdx"; do
-    run_clattn bench --shapes "$bad" --reps 1 --quiet
-    expect_rc "bench $bad" 2
-    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
-done
+bench_refuses "1,4,2,1,64,16,16,none,backward,f32,bshd" "1,4,2,1,64,16,16,none,fused,f32,bshd,bshd" \
+    "3,2,1,12,12,8,8,none,fused,f32,varlen,bshd" "1,4,2,1,64,16,16,none,fused,f32,bshdx"
 # varlen / padded prefill shapes: packed sequences with cu_seqlens, or the padded batch
 # with the same lengths; bad combinations are usage errors
 run_clattn bench --shapes "3,2,1,12,12,8,8,causal,fused,f32,varlen;3,2,1,12,12,8,8,causal,unfused,f32,padded" --reps 1 --quiet
 expect_rc "bench varlen" 0
 expect_text "bench varlen" "$tmp/out" "fused/varlen f32"
 expect_text "bench padded" "$tmp/out" "unfused/padded f32"
-for bad in "3,2,1,12,10,8,8,none,fused,f32,varlen" "3,2,1,12,12,8,8,none,fused,f32,varlen,varlen" \
+bench_refuses "3,2,1,12,10,8,8,none,fused,f32,varlen" "3,2,1,12,12,8,8,none,fused,f32,varlen,varlen" \
     "3,2,1,12,12,8,8,none,backward,f32,padded" "65,2,1,12,12,8,8,none,fused,f32,varlen" \
     "3,2,1,12,12,8,8,none,fused,f32,page4,varlen" "3,2,1,12,12,8,8,none,fused,f32,int8,padded" \
-    "1,4,3,4,4,4,4" "1,4,2,1,64,16,16,none,fused,f32,page+16" "1,4,2,1,64,16,16,none,fused,f32,page 16"; do
-    run_clattn bench --shapes "$bad" --reps 1 --quiet
-    expect_rc "bench $bad" 2
-    expect_text "bench $bad" "$tmp/err" "bad --shapes entry"
-done
+    "1,4,3,4,4,4,4" "1,4,2,1,64,16,16,none,fused,f32,page+16" "1,4,2,1,64,16,16,none,fused,f32,page 16"
 # two candidates, not the default 48 (each is a program build: minutes on PoCL); n_q 32:
 # the tiled kernel (16 queries would decode)
 run_clattn tune --dry-run --shapes "1,1,1,32,32,8,8,none,fused" --reps 1 --rq 2,6 --wg 4 --tile 32
