@@ -658,16 +658,13 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                        " per work-item share its K/V reads",
                        p->fused.rq, (long long)(group * n_q), PLURAL(group * n_q), (long long)group,
                        PLURAL(group), (long long)n_q, n_q == 1 ? "query" : "queries");
-            if (p->fused.heads > 1) {
+            if (p->fused.heads > 1)
                 add_reason(p, ", %zu KV heads in turn", p->fused.heads);
-                if (clattn_kv_heads_interleave(&pr->k) && (int64_t)p->fused.heads == pr->k.n[1])
-                    add_reason(p, " (K's heads interleave in its rows: whole rows read)");
-                else if (clattn_kv_heads_interleave(&pr->k))
-                    add_reason(p,
-                               " (K's heads interleave in its rows: %zu of its %lld heads read "
-                               "together)",
-                               p->fused.heads, (long long)pr->k.n[1]);
-            }
+            if (p->fused.heads > 1 && clattn_kv_heads_interleave(&pr->k)) /* (tuning.c) */
+                add_reason(p,
+                           " (K's heads interleave in its rows: %zu of its %lld read together%s)",
+                           p->fused.heads, (long long)pr->k.n[1],
+                           (int64_t)p->fused.heads == pr->k.n[1] ? ", whole rows" : "");
             if (p->fused.n_splits) /* (CPU family: too few work-items to keep every thread busy) */
                 add_reason(p,
                            "; split-KV (split_merge.cl): %zu splits of the visible keys (<= %lld)",

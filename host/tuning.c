@@ -316,6 +316,9 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
      * (docs/BENCHMARKS.md); every head where the heads interleave within K's rows, up to
      * CPU_DECODE_ROWS_INTERLEAVED rows for parts of CPU_DECODE_PART_BYTES or more */
     const bool interleaved = is_cpu(ctx) && clattn_kv_heads_interleave(k);
+    const int64_t max_rows = interleaved && d_k * k->esize >= CPU_DECODE_PART_BYTES
+                                 ? CPU_DECODE_ROWS_INTERLEAVED
+                                 : CPU_DECODE_ROWS;
     if (want <= 0) {
         const int64_t stretch =
             lanes16(ctx) ? CPU_DECODE_STRETCH_BYTES_16LANE : CPU_DECODE_STRETCH_BYTES;
@@ -332,9 +335,7 @@ size_t clattn_decode_heads(const clattn_context *ctx, const clattn_view *k, int6
         /* chosen: at most 16 rows in all (8 heads' 32 rows in f16 took 1.2x the time, their
          * q rows and accumulators beyond the L1 cache), a work-item per compute unit */
         if (ctx->decode_heads <= 0 &&
-            (c * (int64_t)nr > (interleaved && d_k * k->esize >= CPU_DECODE_PART_BYTES
-                                    ? CPU_DECODE_ROWS_INTERLEAVED
-                                    : CPU_DECODE_ROWS) ||
+            (c * (int64_t)nr > max_rows ||
              (!(interleaved && may_split) && items / c < (int64_t)ctx->compute_units)))
             break; /* (interleaved heads where may_split: split-KV decoding makes the items) */
         if (h_kv % c == 0)

@@ -151,8 +151,8 @@ clattn_status clattn_context_set_decode_splits(clattn_context *ctx, int splits);
  * too where bits must match.
  * clattn_attention_plan()'s reason ends its decode.cl part in ", N KV heads in turn" when
  * the count N is above 1 (whether chosen or forced; nothing for 1), followed for such K by
- * " (K's heads interleave in its rows: whole rows read)" when N is h_kv, else by " (K's
- * heads interleave in its rows: N of its h_kv heads read together)". The
+ * " (K's heads interleave in its rows: N of its h_kv read together)", with ", whole
+ * rows" before the ')' when N is h_kv. The
  * CLATTN_DECODE_HEADS environment variable, read once when a context is created, does the
  * same. Added in 0.3.
  * @return CLATTN_SUCCESS; CLATTN_ERROR_INVALID_ARGUMENT (NULL ctx, heads outside

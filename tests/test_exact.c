@@ -475,7 +475,7 @@ END_TEST
 /* K and V laid out [b, n_kv, h_kv, d] (FlashAttention's cache: each row holds every KV
  * head) with GQA decoding: against the float64 reference on the same views, with the
  * plan's heads. On a CPU device the decode kernel then takes every KV head per work-item
- * (whole rows read; 4 heads x 8 rows, within tuning.c's CPU_DECODE_ROWS_INTERLEAVED for
+ * (whole rows; 4 heads x 8 rows, within tuning.c's CPU_DECODE_ROWS_INTERLEAVED for
  * 256-byte parts) and says so, where the same problem in [b, h_kv, n_kv, d] does not
  * take all 4. */
 START_TEST(bshd_decode_reads_whole_rows)
@@ -517,7 +517,8 @@ START_TEST(bshd_decode_reads_whole_rows)
             TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &desc, &x->tq, &x->tk, &x->tv, &to, &plan),
                          "plan");
             const bool all =
-                strstr(plan.reason, ", 4 KV heads in turn (K's heads interleave") != NULL;
+                strstr(plan.reason, ", 4 KV heads in turn (K's heads interleave in "
+                                    "its rows: 4 of its 4 read together, whole rows)") != NULL;
             ck_assert_msg(strcmp(plan.kernels, "decode") == 0 ||
                               strncmp(plan.kernels, "decode,", 7) == 0,
                           "kernels \"%s\"", plan.kernels);
@@ -531,7 +532,7 @@ START_TEST(bshd_decode_reads_whole_rows)
                      "plan");
         TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 0), "decode heads 0");
         ck_assert_msg(strstr(plan.reason, ", 2 KV heads in turn (K's heads interleave in its "
-                                          "rows: 2 of its 4 heads read together)") != NULL,
+                                          "rows: 2 of its 4 read together)") != NULL,
                       "2 heads forced: reason \"%s\"", plan.reason);
         /* heads interleaved, but each head's part of a row not contiguous (a column stride
          * of 2): not such a layout */

@@ -499,15 +499,10 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
                                            : packed ? total
                                                     : c->n_kv,
                                            c->d_v);
-    if (c->bshd) { /* [b, n_kv, h_kv, d] (a pool's pages [num_pages, page_size, h_kv, d]) */
-        k.strides[0] = k.shape[2] * c->h_kv * c->d_k;
-        k.strides[1] = c->d_k;
-        k.strides[2] = c->h_kv * c->d_k;
-        k.strides[3] = 1;
-        v.strides[0] = v.shape[2] * c->h_kv * c->d_v;
-        v.strides[1] = c->d_v;
-        v.strides[2] = c->h_kv * c->d_v;
-        v.strides[3] = 1;
+    for (int i = 0; i < 2 && c->bshd; i++) { /* [b, n_kv, h_kv, d] (pages [.., page_size, ..]) */
+        clattn_tensor *t = i ? &v : &k;
+        const int64_t row = c->h_kv * t->shape[3], st[4] = {t->shape[2] * row, t->shape[3], row, 1};
+        memcpy(t->strides, st, sizeof st);
     }
     const clattn_paged_kv pg = {NULL, mt, max_pages};
     const clattn_varlen vl = {cu, cu, c->b, NULL, NULL, 0, 0};
