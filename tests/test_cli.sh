@@ -115,6 +115,17 @@ expect_values() {
     then pass; else fail "$name: values of $(basename "$file") differ (got/expected)"; fi
 }
 
+# swap_hn B H N D WORD...: the words, laid out (B, H, N, D), in (B, N, H, D) order (what
+# --layout bshd reads: FlashAttention's (b, n, h, d), or pools (num_pages, page_size, h, d))
+swap_hn() {
+    sb=$1 sh=$2 sn=$3 sd=$4
+    shift 4
+    echo "$@" | tr -s ' ' '\n' | sed '/^$/d' | awk -v B="$sb" -v H="$sh" -v N="$sn" -v D="$sd" '
+        { w[NR - 1] = $1 }
+        END { for (b = 0; b < B; b++) for (n = 0; n < N; n++) for (h = 0; h < H; h++)
+              for (d = 0; d < D; d++) printf "%s ", w[((b * H + h) * N + n) * D + d] }'
+}
+
 # expect_shape NAME FILE SHAPE: FILE's header says 'shape': SHAPE.
 expect_shape() {
     if head -c 128 "$2" | grep -a -F -q "'shape': $3"; then pass; else fail "$1: shape is not $3"; fi
@@ -148,7 +159,7 @@ fi
 # its block), run from the source tree's root with the outputs in $tmp
 awk '/^P=tests\/data\/paged$/{f=1} /^```$/{f=0} f{print}' "$readme" |
     sed -e "s|^P=tests/data/paged|P=\"$(cd "$(dirname "$0")/.." && pwd)/tests/data/paged\"|" \
-        -e "s|\./build/clattn|\"\$bin\"|" -e "s| \([KVO]2*\)\.npy| \"\$tmp/\\1.npy\"|g" >"$tmp/paged_step.sh"
+        -e "s|\./build/clattn|\"\$bin\"|" -e "s| \([KVO]2*[_a-z]*\)\.npy| \"\$tmp/\\1.npy\"|g" >"$tmp/paged_step.sh"
 if grep -q -- "--block-table" "$tmp/paged_step.sh"; then pass; else
     fail "README.md's paged decode step not found"; fi
 rc=0
@@ -157,6 +168,15 @@ expect_rc "README's paged decode step" 0
 expect_text "README's paged decode step" "$tmp/out" "check K cache: max abs error"
 if [ -s "$tmp/O.npy" ] && [ -s "$tmp/K2.npy" ] && [ -s "$tmp/V2.npy" ]; then pass; else
     fail "README's paged decode step: O.npy, K2.npy or V2.npy not written"; fi
+# its second command, in FlashAttention's layout: the same O (one query: the same order)
+# and caches (pools (8, 2, 4, 16) against (8, 4, 2, 16))
+if [ "$(grep -c -- "--layout bshd" "$tmp/paged_step.sh")" -eq 1 ]; then pass; else
+    fail "README.md's paged decode step in FlashAttention's layout not found"; fi
+expect_values "README's paged decode step, --layout bshd" "$tmp/O_bshd.npy" "$(npy_values "$tmp/O.npy" | tr '\n' ' ')" 1e-6
+for c in K2 V2; do
+    if [ "$(npy_values "$tmp/${c}_bshd.npy" | tr '\n' ' ')" = "$(swap_hn 8 2 4 16 $(npy_values "$tmp/$c.npy"))" ]
+    then pass; else fail "README's paged decode step, --layout bshd: ${c}_bshd.npy is not $c.npy in (8, 4, 2, 16)"; fi
+done
 run_clattn -h
 expect_rc "-h" 0
 run_clattn frobnicate
@@ -904,6 +924,98 @@ for bad in "--q $tmp/x2b.npy --k $tmp/x2b.npy --v $tmp/x2b.npy" \
 done
 if [ -e "$tmp/never.npy" ]; then fail "run --cu-seqlens errors: wrote an output"; else pass; fi
 
+# ---- run --layout bshd: FlashAttention's (b, n, h, d) ------------------------------
+# Q's two heads X and B_Q2 (also --backward's problem, below) over one KV head X,
+# causal: in (6, 2, 3) and (6, 1, 3) the results are those of (2, 6, 3) and (1, 6, 3)
+# with O's heads and queries swapped back; the LSE stays (h_q, n_q)
+B_Q2="3f6e147b bf7a1cac 3ef1a9fc bf2f1aa0 3f791687 bf774bc7 3f424dd3 3eb9db23 3f370a3d
+      3f800000 bf056042 bea5e354 3ed4fdf4 bee0c49c bef22d0e bf0b020c 3f374bc7 3f3fbe77"
+npy "$tmp/qg.npy" '<f4' '(2, 6, 3)' $X $B_Q2
+npy "$tmp/qg-bshd.npy" '<f4' '(6, 2, 3)' $(swap_hn 1 2 6 3 $X $B_Q2)
+npy "$tmp/x-bshd.npy" '<f4' '(6, 1, 3)' $X
+run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \
+    --out "$tmp/olay.npy" --lse "$tmp/llay.npy" --check
+expect_rc "run rank 3 GQA (bhsd, for --layout bshd)" 0
+# (the mask file (1, 6, 6) stays (h_q|1, n_q, n_kv): the causal mask of both heads)
+run_clattn run --layout bshd --q "$tmp/qg-bshd.npy" --k "$tmp/x-bshd.npy" --v "$tmp/x-bshd.npy" \
+    --mask-file "$tmp/tril3.npy" --out "$tmp/olay-b.npy" --lse "$tmp/llay-b.npy" --check
+expect_rc "run --layout bshd rank 3 GQA" 0
+expect_values "run --layout bshd rank 3 GQA" "$tmp/olay-b.npy" "$(swap_hn 1 2 6 3 $(values_of "$tmp/olay.npy"))" 1e-6
+expect_shape "run --layout bshd rank 3 GQA" "$tmp/olay-b.npy" "(6, 2, 3)"
+expect_values "run --layout bshd rank 3 GQA (LSE)" "$tmp/llay-b.npy" "$(values_of "$tmp/llay.npy")" 1e-6
+expect_shape "run --layout bshd rank 3 GQA (LSE)" "$tmp/llay-b.npy" "(2, 6)"
+# rank 4, two heads of X: O is X_Z in each head, laid out (1, 6, 2, 3); weights (b, h, n_q, n_kv)
+npy "$tmp/xx-bshd.npy" '<f4' '(1, 6, 2, 3)' $(swap_hn 1 2 6 3 $X $X)
+for algorithm in fused unfused; do
+    run_clattn run --layout bshd --q "$tmp/xx-bshd.npy" --k "$tmp/xx-bshd.npy" --v "$tmp/xx-bshd.npy" \
+        --scale 1 --algorithm $algorithm --out "$tmp/olay-b.npy" --weights "$tmp/wlay-b.npy" --check
+    expect_rc "run --layout bshd rank 4 $algorithm" 0
+    expect_values "run --layout bshd rank 4 $algorithm" "$tmp/olay-b.npy" "$(swap_hn 1 2 6 3 $X_Z $X_Z)"
+    expect_shape "run --layout bshd rank 4 $algorithm (weights)" "$tmp/wlay-b.npy" "(1, 2, 6, 6)"
+done
+# packed variable-length sequences: (total, h, d)
+run_clattn run --layout bshd --q "$tmp/qg-bshd.npy" --k "$tmp/x-bshd.npy" --v "$tmp/x-bshd.npy" \
+    --cu-seqlens-q 0,2,6 --cu-seqlens-k 0,2,6 --out "$tmp/olay-b.npy" --check
+expect_rc "run --layout bshd --cu-seqlens" 0
+run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --cu-seqlens-q 0,2,6 \
+    --cu-seqlens-k 0,2,6 --out "$tmp/olay.npy"
+expect_values "run --layout bshd --cu-seqlens" "$tmp/olay-b.npy" "$(swap_hn 1 2 6 3 $(values_of "$tmp/olay.npy"))" 1e-6
+# a paged cache of two KV heads (X's rows, then B_Q2's), pages of 2 keys, the table
+# (2, 0, 1); keys 0-3 cached, 4-5 appended: (3, 2, 2, 3) pools, (num_pages, h_kv,
+# page_size, d) or (num_pages, page_size, h_kv, d), give the same O and caches
+PL="$(xrows 2 3) $(echo $B_Q2 | cut -d ' ' -f 7-12) $Z3 $Z3 $Z3 $Z3 $(xrows 0 1) $(echo $B_Q2 | cut -d ' ' -f 1-6)"
+npy "$tmp/pl.npy" '<f4' '(3, 2, 2, 3)' $PL
+npy "$tmp/pl-bshd.npy" '<f4' '(3, 2, 2, 3)' $(swap_hn 3 2 2 3 $PL)
+NEW="$(xrows 4 5) $(echo $B_Q2 | cut -d ' ' -f 13-18)"
+npy "$tmp/nl.npy" '<f4' '(1, 2, 2, 3)' $NEW
+npy "$tmp/nl-bshd.npy" '<f4' '(1, 2, 2, 3)' $(swap_hn 1 2 2 3 $NEW)
+npy "$tmp/ql.npy" '<f4' '(1, 4, 1, 3)' $(xrows 0 3)
+npy "$tmp/ql-bshd.npy" '<f4' '(1, 1, 4, 3)' $(xrows 0 3)
+for layout in bhsd bshd; do
+    sfx=$([ $layout = bshd ] && echo -bshd || true)
+    run_clattn run --layout $layout --q "$tmp/ql$sfx.npy" --k "$tmp/pl$sfx.npy" --v "$tmp/pl$sfx.npy" \
+        --block-table "$tmp/bt.npy" --kv-lens 4 --k-new "$tmp/nl$sfx.npy" --v-new "$tmp/nl$sfx.npy" \
+        --out "$tmp/opl-$layout.npy" --k-cache-out "$tmp/kpl-$layout.npy" --check
+    expect_rc "run --layout $layout --block-table --k-new" 0
+    expect_text "run --layout $layout --block-table --k-new" "$tmp/out" "check K cache: max abs error"
+done
+expect_values "run --layout bshd --block-table --k-new" "$tmp/opl-bshd.npy" "$(values_of "$tmp/opl-bhsd.npy")" 1e-6
+expect_values "run --layout bshd --block-table --k-new (cache)" "$tmp/kpl-bshd.npy" \
+    "$(swap_hn 3 2 2 3 $(values_of "$tmp/kpl-bhsd.npy"))" 0
+# messages in the layout's order, and a layout it does not know; (1, 2, 1, 3) is 2 heads
+# of 1 row in bhsd, 2 rows of 1 head in bshd
+rm -f "$tmp/never.npy"
+npy "$tmp/nl1.npy" '<f4' '(1, 2, 1, 3)' $(xrows 4 5)
+run_clattn run --layout bshd --q "$tmp/ql-bshd.npy" --k "$tmp/pl-bshd.npy" --v "$tmp/pl-bshd.npy" \
+    --block-table "$tmp/bt.npy" --kv-lens 4 --k-new "$tmp/nl1.npy" --v-new "$tmp/nl1.npy" --out "$tmp/never.npy"
+expect_rc "run --layout bshd, --k-new in bhsd" 1
+expect_text "run --layout bshd, --k-new in bhsd" "$tmp/err" \
+    "--k-new needs rows shaped (b, n_new, h_kv, d_k) = (1, n_new, 2, 3) in Q's rank 4, not (1, 2, 1, 3)"
+npy_with u8 "$tmp/pl8.npy" '|i1' '(3, 2, 2, 3)' $X100 $X100
+npy "$tmp/s-pl.npy" '<f4' '(1, 1, 2, 1)' $S01 $S02 # a scale per KV head
+npy "$tmp/s-pl-bad.npy" '<f4' '(3, 2, 1, 2)' $S01 $S01 $S01 $S01 $S01 $S01 $S01 $S01 $S01 $S01 $S01 $S01
+run_clattn run --layout bshd --q "$tmp/ql-bshd.npy" --k "$tmp/pl8.npy" --v "$tmp/pl-bshd.npy" \
+    --block-table "$tmp/bt.npy" --k-scale "$tmp/s-pl.npy" --out "$tmp/opl8.npy" --check
+expect_rc "run --layout bshd, int8 pool" 0
+run_clattn run --layout bshd --q "$tmp/ql-bshd.npy" --k "$tmp/pl8.npy" --v "$tmp/pl-bshd.npy" \
+    --block-table "$tmp/bt.npy" --k-scale "$tmp/s-pl-bad.npy" --out "$tmp/never.npy"
+expect_rc "run --layout bshd, int8 pool, scales of the wrong shape" 1
+expect_text "run --layout bshd, int8 pool, scales of the wrong shape" "$tmp/err" \
+    "--k-scale needs float32 scales shaped (num_pages|1, page_size|1, h_kv, 1) = (3|1, 2|1, 2, 1)"
+run_clattn run --layout bshd --q "$tmp/x3.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" \
+    --block-table "$tmp/bt.npy" --out "$tmp/never.npy"
+expect_rc "run --layout bshd --block-table, rank 3" 1
+expect_text "run --layout bshd --block-table, rank 3" "$tmp/err" \
+    "(K and V page pools (num_pages, page_size, h_kv, d)), not rank 3"
+npy "$tmp/rank5.npy" '<f4' '(1, 1, 1, 6, 3)' $X
+run_clattn run --layout bshd --q "$tmp/rank5.npy" --k "$tmp/x.npy" --v "$tmp/x.npy" --out "$tmp/never.npy"
+expect_rc "run --layout bshd, rank 5" 1
+expect_text "run --layout bshd, rank 5" "$tmp/err" "rank 5 is not supported (need (n, d), (n, h, d) or (b, n, h, d))"
+run_clattn run --layout sbhd --q "$tmp/x.npy" --k "$tmp/x.npy" --v "$tmp/x.npy" --out "$tmp/never.npy"
+expect_rc "run --layout sbhd" 2
+expect_text "run --layout sbhd" "$tmp/err" "unknown --layout 'sbhd' (bhsd: (b, h, n, d), PyTorch's; bshd: (b, n, h, d), FlashAttention's)"
+if [ -e "$tmp/never.npy" ]; then fail "run --layout errors: wrote an output"; else pass; fi
+
 # ---- run: errors leave an existing output byte-identical ------------------------
 
 printf 'precious' >"$tmp/keep.npy"
@@ -1318,8 +1430,6 @@ if [ "${CLATTN_CLI_SKIP_TRAINING:-0}" != 1 ]; then
 # dV = P^T dO, dS = P*(dO V^T - rowsum(dO*O)), dQ = scale*dS K, dK = scale*dS^T Q, dK and
 # dV summed over the two query heads; with --sinks 0.5,-inf the sink takes a share of
 # head 0's rows and d_sinks_h = -sum_i P_sink,i * rowsum(dO*O)_i).
-B_Q2="3f6e147b bf7a1cac 3ef1a9fc bf2f1aa0 3f791687 bf774bc7 3f424dd3 3eb9db23 3f370a3d
-      3f800000 bf056042 bea5e354 3ed4fdf4 bee0c49c bef22d0e bf0b020c 3f374bc7 3f3fbe77"
 B_DO="3f1851ec bf0d9168 3f59999a 3cbc6a7f bf0978d5 bdb645a2 be23d70a bf578d50 3e041893
       be8f5c29 3e0e5604 3f5c28f6 3e94fdf4 be428f5c 3f3a1cac 3f7d70a4 bc9ba5e3 3f63d70a
       bf7645a2 bf381062 bf27ef9e 3f604189 3ec3126f 3ee04189 beda9fbe bc23d70a 3f4624dd
@@ -1348,7 +1458,6 @@ B_DV_SINK="-0.6174279 -1.288732 0.2404912 0.2697524 -0.3068138 0.6786058 -0.2862
            -0.3213673 0.4379785 -0.1102032 -0.05277221 0.07703605 0.1172776 0.1398757
            0.177438 0.1128213 -0.002120716 0.006952837"
 B_DS_SINK="-0.332811 0"
-npy "$tmp/qg.npy" '<f4' '(2, 6, 3)' $X $B_Q2
 npy "$tmp/dog.npy" '<f4' '(2, 6, 3)' $B_DO
 npy "$tmp/do6.npy" '<f4' '(6, 3)' 3f1851ec bf0d9168 3f59999a 3cbc6a7f bf0978d5 bdb645a2 be23d70a bf578d50 3e041893 be8f5c29 3e0e5604 3f5c28f6 3e94fdf4 be428f5c 3f3a1cac 3f7d70a4 bc9ba5e3 3f63d70a
 
@@ -1378,6 +1487,24 @@ expect_descr "run --backward (dV)" "$tmp/gv.npy" "<f4"
 if npy_values "$tmp/gq.npy" | awk '$1 != 0 { nonzero = 1 } END { exit !nonzero }'
 then pass; else fail "run --backward: dQ is all zeros"; fi
 for g in gq gk gv; do cp "$tmp/$g.npy" "$tmp/$g-recomputed.npy"; done
+# --layout bshd: the same problem in (n, h, d), Q (6, 2, 3) and K = V (6, 1, 3) (the
+# forward's files above): the same gradients in that layout, the forward's O and LSE
+# given or recomputed
+npy "$tmp/dog-bshd.npy" '<f4' '(6, 2, 3)' $(swap_hn 1 2 6 3 $B_DO)
+run_clattn run --layout bshd --q "$tmp/qg-bshd.npy" --k "$tmp/x-bshd.npy" --v "$tmp/x-bshd.npy" \
+    --mask causal --out "$tmp/og-bshd.npy" --lse "$tmp/lg-bshd.npy"
+for given in "" "--o $tmp/og-bshd.npy --lse $tmp/lg-bshd.npy"; do
+    rm -f "$tmp/gq.npy" "$tmp/gk.npy" "$tmp/gv.npy"
+    run_clattn run --backward --layout bshd --q "$tmp/qg-bshd.npy" --k "$tmp/x-bshd.npy" \
+        --v "$tmp/x-bshd.npy" --mask causal --do "$tmp/dog-bshd.npy" --dq "$tmp/gq.npy" \
+        --dk "$tmp/gk.npy" --dv "$tmp/gv.npy" --check $given
+    expect_rc "run --backward --layout bshd $given" 0
+    expect_values "run --backward --layout bshd $given (dQ)" "$tmp/gq.npy" "$(swap_hn 1 2 6 3 $B_DQ)" 1e-5
+    expect_values "run --backward --layout bshd $given (dK)" "$tmp/gk.npy" "$B_DK" 1e-5
+    expect_values "run --backward --layout bshd $given (dV)" "$tmp/gv.npy" "$B_DV" 1e-5
+    expect_shape "run --backward --layout bshd $given (dQ)" "$tmp/gq.npy" "(6, 2, 3)"
+    expect_shape "run --backward --layout bshd $given (dK)" "$tmp/gk.npy" "(6, 1, 3)"
+done
 
 # O and the LSE from the forward call (--out, --lse): the same gradients, bit for bit
 run_clattn run --q "$tmp/qg.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --mask causal \

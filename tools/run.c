@@ -102,15 +102,44 @@ static int check_output_paths(const run_args *a)
     return -1;
 }
 
-/* The input ranks `run` accepts, as messages describe them. */
-#define RUN_RANKS "(n, d), (h, n, d) or (b, h, n, d)"
+/* ---- --layout ---------------------------------------------------------------------- */
 
-/* The 4-D shape [b, h, n, d] of a shape of rank 1..4 (leading 1s). */
-void shape4(const int64_t *shape, int ndim, int64_t out[4])
+int layout_dim(int bshd, int ndim, int axis)
 {
-    int lead = 4 - ndim;
+    const int dim = 4 - ndim + axis; /* bhsd: the last ndim of (b, h, n, d) */
+    return bshd && ndim >= 3 && (dim == 1 || dim == 2) ? 3 - dim : dim;
+}
+
+const char *layout_text(int bshd, int ndim, const char *const names[4], char *buf, size_t size)
+{
+    snprintf(buf, size, "(");
+    for (int axis = 0; axis < ndim; ++axis) {
+        const size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "%s%s", names[layout_dim(bshd, ndim, axis)],
+                 axis + 1 < ndim ? ", " : ")");
+    }
+    return buf;
+}
+
+/* The input ranks `run` accepts, as messages describe them, into buf. */
+static const char *run_ranks(int bshd, char *buf, size_t size)
+{
+    static const char *const names[4] = {"b", "h", "n", "d"};
+    char r[3][32];
+    for (int i = 0; i < 3; ++i) {
+        layout_text(bshd, i + 2, names, r[i], sizeof r[i]);
+    }
+    snprintf(buf, size, "%s, %s or %s", r[0], r[1], r[2]);
+    return buf;
+}
+
+void shape4(const int64_t *shape, int ndim, int bshd, int64_t out[4])
+{
     for (int i = 0; i < 4; ++i) {
-        out[i] = i < lead ? 1 : shape[i - lead];
+        out[i] = 1;
+    }
+    for (int axis = 0; axis < ndim; ++axis) {
+        out[layout_dim(bshd, ndim, axis)] = shape[axis];
     }
 }
 
@@ -136,15 +165,16 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
     int64_t *const shapes[] = {qs, ks, vs};
     for (int i = 0; i < 3; ++i) {
         if (arrays[i]->ndim < 2) { /* the reader rejects it already */
-            cli_error("%s: rank %d is not supported (need " RUN_RANKS ")", paths[i],
-                      arrays[i]->ndim);
+            char ranks[128];
+            cli_error("%s: rank %d is not supported (need %s)", paths[i], arrays[i]->ndim,
+                      run_ranks(a->bshd, ranks, sizeof ranks));
             return 0;
         }
         if (i > 0 && !same_dim("the rank (Q, K and V must have the same rank)", paths[i],
                                arrays[i]->ndim, a->q, q->ndim)) {
             return 0;
         }
-        shape4(arrays[i]->shape, arrays[i]->ndim, shapes[i]);
+        shape4(arrays[i]->shape, arrays[i]->ndim, a->bshd, shapes[i]);
         if (shapes[i][1] < 1) {
             cli_error("%s: %s is 0; heads must be at least 1", paths[i], heads[i]);
             return 0;
@@ -156,9 +186,11 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
     }
     if (a->block_table_file != NULL) { /* page pools: (num_pages, h_kv, page_size, d) */
         if (q->ndim != 4) {
+            static const char *const names[4] = {"num_pages", "h_kv", "page_size", "d"};
+            char pool[64];
             cli_error("%s: --block-table needs Q, K and V of rank 4 (K and V page pools "
-                      "(num_pages, h_kv, page_size, d)), not rank %d",
-                      a->k, k->ndim);
+                      "%s), not rank %d",
+                      a->k, layout_text(a->bshd, 4, names, pool, sizeof pool), k->ndim);
             return 0;
         }
         if (!same_dim("the number of pages", a->v, vs[0], a->k, ks[0])) {
@@ -196,13 +228,20 @@ npy_dtype npy_of(clattn_dtype dtype)
 
 /* ---- running ------------------------------------------------------------------------ */
 
-/* A host view on packed data of a shape of rank 1..4 (leading 1s). */
-clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype)
+/* A host view [b, h, n, d] on packed data of a shape of rank 1..4 in the layout. */
+clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype, int bshd)
 {
     int64_t s[4];
-    shape4(shape, ndim, s);
+    shape4(shape, ndim, bshd, s);
     clattn_tensor t = clattn_tensor_host(data, s[0], s[1], s[2], s[3]);
     t.dtype = dtype;
+    if (bshd && ndim >= 3) { /* h and n swapped: each dimension's stride in the file (b */
+        int64_t step = 1;    /* at rank 3: 0, of extent 1; extents of 0 count as 1) */
+        for (int axis = ndim - 1; axis >= 0; --axis) {
+            t.strides[layout_dim(bshd, ndim, axis)] = step;
+            step *= shape[axis] > 1 ? shape[axis] : 1;
+        }
+    }
     return t;
 }
 
@@ -381,7 +420,9 @@ static int run_attention(const run_args *a, run_inputs *in)
     const int64_t n_kv = in->n_kv, d_v = in->vs[3];
     const clattn_dtype o_dtype = a->out_dtype >= 0 ? (clattn_dtype)a->out_dtype : in->dq;
     const clattn_dtype lse_dtype = (clattn_dtype)a->lse_dtype;
-    const int64_t *const b_h_n = in->q.shape; /* Q's shape but its last dimension */
+    /* Q's shape in [b, h, n] order (its rank; --layout keeps it for the LSE, weights and
+     * scores); O gets Q's file shape with the last dimension d_v */
+    const int64_t *const b_h_n = in->qs + (4 - ndim);
     output_file files[MAX_OUTPUTS];
     int n_files = 0, fits = 1;
     /* scores, LSE, weights, then O: O is renamed last */
@@ -419,7 +460,7 @@ static int run_attention(const run_args *a, run_inputs *in)
     }
     o_file = &files[n_files++];
     *o_file = (output_file){a->out, npy_of(o_dtype), NULL, {0}, ndim};
-    memcpy(o_file->shape, b_h_n, sizeof(int64_t) * (size_t)ndim);
+    memcpy(o_file->shape, in->q.shape, sizeof(int64_t) * (size_t)ndim);
     o_file->shape[ndim - 1] = d_v;
 
     size_t o_count = count_of(o_file->shape, ndim, clattn_dtype_size(o_dtype), &fits);
@@ -444,10 +485,10 @@ static int run_attention(const run_args *a, run_inputs *in)
                   w_count, lse_count, s_count);
         goto done;
     }
-    clattn_tensor tq = host_view(in->q.data, in->q.shape, ndim, in->dq);
-    clattn_tensor tk = host_view(in->k.data, in->k.shape, ndim, in->dk);
-    clattn_tensor tv = host_view(in->v.data, in->v.shape, ndim, in->dv);
-    clattn_tensor to = host_view(o, o_file->shape, ndim, o_dtype);
+    clattn_tensor tq = host_view(in->q.data, in->q.shape, ndim, in->dq, a->bshd);
+    clattn_tensor tk = host_view(in->k.data, in->k.shape, ndim, in->dk, a->bshd);
+    clattn_tensor tv = host_view(in->v.data, in->v.shape, ndim, in->dv, a->bshd);
+    clattn_tensor to = host_view(o, o_file->shape, ndim, o_dtype, a->bshd);
     /* [b, h_q or 1, n_q, n_kv] and [b, h_q, n_q, 1] */
     clattn_tensor tw =
         clattn_tensor_host(w, in->qs[0], a->head_mean ? 1 : in->qs[1], in->qs[2], n_kv);
@@ -544,11 +585,12 @@ static int read_inputs(const run_args *a, run_inputs *in)
     npy_data *const arrays[] = {&in->q, &in->k, &in->v};
     clattn_dtype *const dtypes[] = {&in->dq, &in->dk, &in->dv};
     const char *const paths[] = {a->q, a->k, a->v};
-    char message[512];
+    char message[512], ranks[128];
     for (int i = 0; i < 3; ++i) {
         /* K and V may be int8 (with --k-scale, --v-scale), Q not */
         const unsigned accept = i == 0 ? floats : floats | NPY_ACCEPT(NPY_I8);
-        if (npy_read(paths[i], accept, 2, RUN_RANKS, arrays[i], message, sizeof message) != 0) {
+        if (npy_read(paths[i], accept, 2, run_ranks(a->bshd, ranks, sizeof ranks), arrays[i],
+                     message, sizeof message) != 0) {
             return cli_error("%s", message);
         }
         if (!input_dtype(a, paths[i], arrays[i], dtypes[i])) {
@@ -558,9 +600,9 @@ static int read_inputs(const run_args *a, run_inputs *in)
     if (!check_shapes(a, &in->q, &in->k, &in->v)) {
         return EXIT_FAILURE;
     }
-    shape4(in->q.shape, in->q.ndim, in->qs);
-    shape4(in->k.shape, in->k.ndim, in->ks);
-    shape4(in->v.shape, in->v.ndim, in->vs);
+    shape4(in->q.shape, in->q.ndim, a->bshd, in->qs);
+    shape4(in->k.shape, in->k.ndim, a->bshd, in->ks);
+    shape4(in->v.shape, in->v.ndim, a->bshd, in->vs);
     const char *const scale_options[] = {"--k-scale", "--v-scale"};
     const char *const scale_paths[] = {a->k_scale_file, a->v_scale_file};
     npy_data *const scales[] = {&in->k_scale, &in->v_scale};
@@ -572,7 +614,7 @@ static int read_inputs(const run_args *a, run_inputs *in)
             return cli_error("%s %s", scale_options[i], message); /* "--k-scale FILE: ..." */
         }
         int rc = run_check_scale(scale_options[i], scale_paths[i], scales[i], paths[i + 1], kv,
-                                 a->block_table_file != NULL);
+                                 a->block_table_file != NULL, a->bshd);
         if (rc >= 0) {
             return rc;
         }

@@ -18,7 +18,8 @@ static const char run_usage_1[] =
     "                  --dk dK.npy --dv dV.npy [--o O.npy --lse LSE.npy] [options]\n"
     "\n"
     "Computes O = softmax(scale*Q*K^T + bias + mask)*V. Inputs are C-order little-endian\n"
-    ".npy files shaped (n, d), (h, n, d) or (b, h, n, d), all of the same rank:\n"
+    ".npy files shaped (n, d), (h, n, d) or (b, h, n, d) (with --layout bshd: (n, d),\n"
+    "(n, h, d) or (b, n, h, d)), all of the same rank:\n"
     "Q [b, h_q, n_q, d_k], K [b, h_kv, n_kv, d_k], V [b, h_kv, n_kv, d_v], with h_q a\n"
     "multiple of h_kv. Each of Q, K and V is float32 ('<f4'), float16 ('<f2') or, with\n"
     "--dtype bf16, bfloat16 stored as uint16 words ('<u2'); K and V may also be int8\n"
@@ -71,6 +72,13 @@ static const char run_usage_1[] =
     "  --q-start N       absolute position of the first query (default 0)\n"
     "  --kv-start N      absolute position of the first key (default 0)\n";
 static const char run_usage_kv[] =
+    "  --layout L        the order of the dimensions of Q, K, V and O, and of --k-new,\n"
+    "                    --v-new, --k-scale, --v-scale, --do, --o and the gradients:\n"
+    "                    bhsd (default; (b, h, n, d), PyTorch SDPA's) or bshd ((b, n, h,\n"
+    "                    d) or (n, h, d): FlashAttention's q, k, v and out, and its page\n"
+    "                    pools (num_pages, page_size, h_kv, d)). This help gives bhsd's\n"
+    "                    shapes; --lse, --weights and --scores stay (b, h_q, n_q[, n_kv])\n"
+    "                    (in Q's rank) and --mask-file broadcasts to (b, h_q, n_q, n_kv)\n"
     "  --block-table FILE  a paged K/V cache (vLLM; FlashAttention's block_table): an\n"
     "                    int32 ('<i4') .npy of shape (b, max_pages), b as in Q; K and V\n"
     "                    are then page pools (num_pages, h_kv, page_size, d), rank 4 only\n"
@@ -512,6 +520,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
         {"--device", &a->device, NULL},
     };
     const option kv_options[] = {
+        {"--layout", &a->layout_text, NULL},
         {"--cache-seqlens", &a->cache_seqlens_text, NULL},
         {"--block-table", &a->block_table_file, NULL},
         {"--k-new", &a->k_new_file, NULL},
@@ -616,6 +625,15 @@ int parse_run_args(int argc, char **argv, run_args *a)
                            a->dtype_text);
     }
     a->bf16 = dtype == 1;
+    static const char *const layouts[] = {"bhsd", "bshd", NULL};
+    const int layout = a->layout_text != NULL ? lookup(a->layout_text, layouts) : 0;
+    if (layout < 0) {
+        return usage_error(command,
+                           "unknown --layout '%s' (bhsd: (b, h, n, d), PyTorch's; bshd: (b, n, "
+                           "h, d), FlashAttention's)",
+                           a->layout_text);
+    }
+    a->bshd = layout == 1;
     if (a->out_dtype_text != NULL) {
         a->out_dtype = lookup(a->out_dtype_text, out_dtypes);
         if (a->out_dtype < 0) {

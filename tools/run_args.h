@@ -27,7 +27,11 @@ typedef struct run_args {
     int masked_rows;
     int window;
     int64_t window_left, window_right, q_start, kv_start;
-    int bf16;      /* --dtype bf16: '<u2' inputs are bfloat16 */
+    int bf16; /* --dtype bf16: '<u2' inputs are bfloat16 */
+    /* --layout: bshd 1 where Q, K, V, O and their kin are (b, n, h, d) (FlashAttention's
+     * order), 0 for (b, h, n, d); run.c layout_dim is the rule */
+    const char *layout_text;
+    int bshd;
     int out_dtype; /* a clattn_dtype, or -1: Q's */
     int lse_dtype; /* a clattn_dtype: the forward's --lse, float32 (0) or float64 */
     /* --kv-lens / --q-lens given as lists (malloc'd), or as int32 .npy files */
@@ -97,8 +101,16 @@ typedef struct run_inputs {
 
 /* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
 npy_dtype npy_of(clattn_dtype dtype);
-/* A host view on packed data of a shape of rank 1..4 (leading 1s). */
-clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype);
+/* --layout's rule, in one place: the dimension of [b, h, n, d] (0..3) that axis `axis`
+ * of an array of rank ndim holds. bhsd (bshd 0): the last ndim of (b, h, n, d); bshd:
+ * (b, n, h, d) and (n, h, d) at ranks 4 and 3, (n, d) at rank 2. */
+int layout_dim(int bshd, int ndim, int axis);
+/* "(x, y, …)": the last ndim of names[4] ([b, h, n, d] order) in the layout's order,
+ * into buf (its size `size`); returns buf. */
+const char *layout_text(int bshd, int ndim, const char *const names[4], char *buf, size_t size);
+/* A host view [b, h, n, d] on packed data of a shape of rank 1..4 (leading 1s) laid out
+ * as `bshd` says (layout_dim; strides where bshd). */
+clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype, int bshd);
 /* Element count of a shape; *ok becomes 0 if it (times esize bytes) overflows size_t. */
 size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok);
 /* The library dtype of input `path`, read as `d`; 0 if it has none (after a message). */
@@ -134,14 +146,15 @@ void run_free_mods(run_inputs *in);
 clattn_status run_block_mask(const run_args *a, const run_inputs *in, clattn_context *ctx,
                              run_desc *rd);
 
-/* The 4-D shape of an npy array of rank ndim (leading dimensions 1). */
-void shape4(const int64_t *shape, int ndim, int64_t out[4]);
+/* The 4-D shape [b, h, n, d] of an npy array of rank ndim laid out as `bshd` says
+ * (layout_dim; dimensions it lacks are 1). */
+void shape4(const int64_t *shape, int ndim, int bshd, int64_t out[4]);
 /* "(a, b, …)" of an array's shape into buf. */
 const char *shape_text(const npy_data *d, char *buf, size_t size);
 /* The KV-cache inputs' checks (run_kv.c): -1 to go on, or an exit status. */
 int run_check_sinks(const char *path, const npy_data *sinks, int64_t h_q);
 int run_check_scale(const char *option, const char *path, const npy_data *scale,
-                    const char *kv_path, const npy_data *kv, int paged);
+                    const char *kv_path, const npy_data *kv, int paged, int bshd);
 int run_check_block_table(const char *path, const npy_data *table, int64_t batch);
 int run_check_new_rows(const run_args *a, const run_inputs *in);
 int run_check_rotary_tables(const run_args *a, const run_inputs *in);

@@ -164,7 +164,7 @@ static int check_gradients(const clattn_attention_desc *desc, const clattn_tenso
 
 /* Allocates the gradients' storage (zeroed) of the shapes and dtypes of Q, K, V and the
  * sinks into g. 0, or -1 out of memory (what was allocated stays in g, to free). */
-static int alloc_gradients(const run_inputs *in, gradients *g)
+static int alloc_gradients(const run_inputs *in, int bshd, gradients *g)
 {
     const npy_data *const inputs[3] = {&in->q, &in->k, &in->v};
     const clattn_dtype dtypes[3] = {in->dq, in->dk, in->dv};
@@ -172,7 +172,7 @@ static int alloc_gradients(const run_inputs *in, gradients *g)
     for (int i = 0; i < 3; ++i) {
         const clattn_dtype dtype = grad_dtype(dtypes[i]);
         g->count[i] = inputs[i]->count;
-        g->t[i] = host_view(NULL, inputs[i]->shape, inputs[i]->ndim, dtype);
+        g->t[i] = host_view(NULL, inputs[i]->shape, inputs[i]->ndim, dtype, bshd);
         g->t[i].host = calloc(g->count[i] > 0 ? g->count[i] : 1, clattn_dtype_size(dtype));
     }
     g->count[3] = (size_t)in->qs[1];
@@ -216,9 +216,9 @@ int run_backward(const run_args *a, run_inputs *in)
         rc = read_shaped(a, "--o", a->o_in, floats, o_shape, ndim, o_what, &o_in, &o_dtype);
         if (rc < 0) {
             rc = read_shaped(a, "--lse", a->lse, NPY_ACCEPT(NPY_F32) | NPY_ACCEPT(NPY_F64),
-                             in->q.shape, ndim - 1,
-                             "the forward's LSE, float32 or float64: Q's shape without its last "
-                             "dimension",
+                             in->qs + (4 - ndim), ndim - 1,
+                             "the forward's LSE, float32 or float64: (b, h_q, n_q) in Q's rank "
+                             "less one",
                              &lse_in, &lse_dtype);
         }
     }
@@ -237,7 +237,8 @@ int run_backward(const run_args *a, run_inputs *in)
         o32 = calloc(o_count > 0 ? o_count : 1, sizeof *o32);
         lse32 = calloc(rows > 0 ? rows : 1, sizeof *lse32);
     }
-    if (alloc_gradients(in, &g) != 0 || (a->check && alloc_gradients(in, &ref) != 0) ||
+    if (alloc_gradients(in, a->bshd, &g) != 0 ||
+        (a->check && alloc_gradients(in, a->bshd, &ref) != 0) ||
         (a->o_in == NULL && (o32 == NULL || lse32 == NULL))) {
         cli_error("out of memory for the gradients");
         goto done;
@@ -248,11 +249,12 @@ int run_backward(const run_args *a, run_inputs *in)
         rc = lrc;
         goto done;
     }
-    const clattn_tensor tq = host_view(in->q.data, in->q.shape, ndim, in->dq);
-    const clattn_tensor tk = host_view(in->k.data, in->k.shape, ndim, in->dk);
-    const clattn_tensor tv = host_view(in->v.data, in->v.shape, ndim, in->dv);
-    const clattn_tensor tdo = host_view(d_o.data, o_shape, ndim, do_dtype);
-    const clattn_tensor to = host_view(a->o_in != NULL ? o_in.data : o32, o_shape, ndim, o_dtype);
+    const clattn_tensor tq = host_view(in->q.data, in->q.shape, ndim, in->dq, a->bshd);
+    const clattn_tensor tk = host_view(in->k.data, in->k.shape, ndim, in->dk, a->bshd);
+    const clattn_tensor tv = host_view(in->v.data, in->v.shape, ndim, in->dv, a->bshd);
+    const clattn_tensor tdo = host_view(d_o.data, o_shape, ndim, do_dtype, a->bshd);
+    const clattn_tensor to =
+        host_view(a->o_in != NULL ? o_in.data : o32, o_shape, ndim, o_dtype, a->bshd);
     clattn_tensor tl = clattn_tensor_host(a->o_in != NULL ? lse_in.data : lse32, in->qs[0],
                                           in->qs[1], in->qs[2], 1);
     tl.dtype = lse_dtype; /* --lse's, float32 or float64; the recomputed one float32 */

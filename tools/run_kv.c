@@ -40,7 +40,7 @@ int run_check_sinks(const char *path, const npy_data *sinks, int64_t h_q)
  * num_pages and page_size stand for b and n_kv). Returns -1 to go on, or an exit status
  * (1: a file's fault). */
 int run_check_scale(const char *option, const char *path, const npy_data *scale,
-                    const char *kv_path, const npy_data *kv, int paged)
+                    const char *kv_path, const npy_data *kv, int paged, int bshd)
 {
     const int r = kv->ndim;
     if (kv->dtype == NPY_I8 && path == NULL) {
@@ -57,7 +57,7 @@ int run_check_scale(const char *option, const char *path, const npy_data *scale,
     }
     int ok = scale->ndim == r && scale->shape[r - 1] == 1;
     for (int i = 0; ok && i < r - 1; ++i) {
-        const int heads = r >= 3 && i == r - 3; /* the heads must match: no broadcast */
+        const int heads = layout_dim(bshd, r, i) == 1; /* the heads must match: no broadcast */
         ok = scale->shape[i] == kv->shape[i] || (!heads && scale->shape[i] == 1);
     }
     if (!ok) {
@@ -67,7 +67,7 @@ int run_check_scale(const char *option, const char *path, const npy_data *scale,
         const char *const *names = paged ? pools : contiguous;
         char want[64] = "", values[128] = "", shape[128];
         for (int i = 0; i < r; ++i) {
-            const int d = 4 - r + i;
+            const int d = layout_dim(bshd, r, i);
             const char *sep = i + 1 < r ? ", " : "";
             size_t used = strlen(want);
             snprintf(want + used, sizeof want - used, "%s%s", names[d], sep);
@@ -98,26 +98,33 @@ int run_check_block_table(const char *path, const npy_data *table, int64_t batch
     return -1;
 }
 
-/* --k-new / --v-new: (b, h_kv, n_new, d_k) and (b, h_kv, n_new, d_v) in Q's rank, b as
- * in Q, h_kv and d as in K and V. Returns -1 to go on, or an exit status. */
+/* --k-new / --v-new: (b, h_kv, n_new, d_k) and (b, h_kv, n_new, d_v) in Q's rank and
+ * layout, b as in Q, h_kv and d as in K and V. Returns -1 to go on, or an exit status. */
 int run_check_new_rows(const run_args *a, const run_inputs *in)
 {
     const char *const options[2] = {"--k-new", "--v-new"};
     const char *const paths[2] = {a->k_new_file, a->v_new_file};
     const npy_data *const rows[2] = {&in->k_new, &in->v_new};
     const int64_t d[2] = {in->ks[3], in->vs[3]};
-    const int64_t n_new = in->k_new.shape[in->k_new.ndim - 2];
+    int64_t s[2][4];
     for (int i = 0; i < 2; ++i) {
-        int64_t s[4];
-        shape4(rows[i]->shape, rows[i]->ndim, s);
-        if (rows[i]->ndim != in->q.ndim || s[0] != in->qs[0] || s[1] != in->ks[1] ||
-            s[2] != n_new || s[3] != d[i]) {
-            char shape[128];
-            return cli_error("%s: %s needs rows shaped (b, h_kv, n_new, %s) = (%lld, %lld, %s, "
-                             "%lld) in Q's rank %d, not %s",
-                             paths[i], options[i], i == 0 ? "d_k" : "d_v", (long long)in->qs[0],
-                             (long long)in->ks[1], i == 0 ? "n_new" : "n_new of --k-new",
-                             (long long)d[i], in->q.ndim, shape_text(rows[i], shape, sizeof shape));
+        shape4(rows[i]->shape, rows[i]->ndim, a->bshd, s[i]);
+    }
+    const int64_t n_new = s[0][2];
+    for (int i = 0; i < 2; ++i) {
+        if (rows[i]->ndim != in->q.ndim || s[i][0] != in->qs[0] || s[i][1] != in->ks[1] ||
+            s[i][2] != n_new || s[i][3] != d[i]) {
+            char b[24], h[24], dim[24], names_text[64], values_text[96], shape[128];
+            snprintf(b, sizeof b, "%lld", (long long)in->qs[0]);
+            snprintf(h, sizeof h, "%lld", (long long)in->ks[1]);
+            snprintf(dim, sizeof dim, "%lld", (long long)d[i]);
+            const char *const names[4] = {"b", "h_kv", "n_new", i == 0 ? "d_k" : "d_v"};
+            const char *const values[4] = {b, h, i == 0 ? "n_new" : "n_new of --k-new", dim};
+            return cli_error("%s: %s needs rows shaped %s = %s in Q's rank %d, not %s", paths[i],
+                             options[i],
+                             layout_text(a->bshd, 4, names, names_text, sizeof names_text),
+                             layout_text(a->bshd, 4, values, values_text, sizeof values_text),
+                             in->q.ndim, shape_text(rows[i], shape, sizeof shape));
         }
     }
     return -1;
@@ -186,7 +193,7 @@ static int mask_view(const run_args *a, const run_inputs *in, clattn_tensor *out
     const npy_data *m = &in->mask;
     const int64_t target[4] = {in->qs[0], in->qs[1], in->qs[2], in->n_kv};
     int64_t fs[4], packed[4];
-    shape4(m->shape, m->ndim, fs);
+    shape4(m->shape, m->ndim, 0, fs); /* (b, h_q, n_q, n_kv) in either layout */
     static const char *const names[4] = {"b", "h_q", "n_q", "n_kv"};
     for (int i = 0; i < 4; ++i) {
         if (fs[i] != 1 && fs[i] != target[i]) {
@@ -269,11 +276,11 @@ int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd)
     desc->dropout_offset = a->dropout_offset;
     desc->batch_invariant = a->batch_invariant;
     if (a->k_scale_file != NULL) { /* [b|1, h_kv, n_kv|1, 1]: extents of 1 broadcast */
-        rd->k_scale = host_view(in->k_scale.data, in->k_scale.shape, ndim, CLATTN_FLOAT32);
+        rd->k_scale = host_view(in->k_scale.data, in->k_scale.shape, ndim, CLATTN_FLOAT32, a->bshd);
         desc->k_scale = &rd->k_scale;
     }
     if (a->v_scale_file != NULL) {
-        rd->v_scale = host_view(in->v_scale.data, in->v_scale.shape, ndim, CLATTN_FLOAT32);
+        rd->v_scale = host_view(in->v_scale.data, in->v_scale.shape, ndim, CLATTN_FLOAT32, a->bshd);
         desc->v_scale = &rd->v_scale;
     }
     if (a->mask_file != NULL) {
@@ -290,8 +297,8 @@ int run_make_desc(const run_args *a, const run_inputs *in, run_desc *rd)
     }
     if (lrc < 0 && a->k_new_file != NULL) {
         lrc = run_check_new_rows(a, in);
-        rd->k_new = host_view(in->k_new.data, in->k_new.shape, ndim, in->dk_new);
-        rd->v_new = host_view(in->v_new.data, in->v_new.shape, ndim, in->dv_new);
+        rd->k_new = host_view(in->k_new.data, in->k_new.shape, ndim, in->dk_new, a->bshd);
+        rd->v_new = host_view(in->v_new.data, in->v_new.shape, ndim, in->dv_new, a->bshd);
         desc->k_new = &rd->k_new;
         desc->v_new = &rd->v_new;
     }

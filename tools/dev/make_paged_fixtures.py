@@ -7,6 +7,8 @@ pool of 8 pages laid out [num_pages, h_kv, page_size, d]; the sequences hold 5 a
 before the step and each appends one. Their pages are scattered over the pool (table
 rows [6, 1, 3] and [2, 7, 0]; a table's entries past a sequence's pages are never read),
 and every slot no sequence uses holds NaN, so a read outside the sequences would show.
+The same arrays are also written in FlashAttention's layout, as *_bshd.npy (`clattn run
+--layout bshd`): Q and the new rows (b, n, h, d), the pools (num_pages, page_size, h_kv, d).
 
     /usr/bin/python3 tools/dev/make_paged_fixtures.py     # seed 20261205, printed
 """
@@ -39,6 +41,10 @@ def main():
         "k_new": rng.standard_normal((B, H_KV, 1, D)).astype("<f4"),
         "v_new": rng.standard_normal((B, H_KV, 1, D)).astype("<f4"),
     }
+    # the same arrays in FlashAttention's layout (`clattn run --layout bshd`): heads after
+    # tokens, (b, n, h, d), and pools (num_pages, page_size, h_kv, d); no new draws
+    for name in ["q", "k_pool", "v_pool", "k_new", "v_new"]:
+        arrays[name + "_bshd"] = np.ascontiguousarray(arrays[name].swapaxes(1, 2))
     for name, a in arrays.items():
         np.save(os.path.join(out, name + ".npy"), a)
         print(name, a.dtype.str, a.shape)
