@@ -40,7 +40,8 @@ clattn_status clattn_check_paged(clattn_context *ctx, const clattn_attention_des
                            "paged: max_pages is %lld (must be >= 0)", LL(pg->max_pages));
     if (page_size < 1 && pg->max_pages > 0)
         return clattn_fail(ctx, CLATTN_ERROR_INVALID_SHAPE,
-                           "paged: page_size (the pools' dimension 2) is 0");
+                           "paged: page_size (dimension 2 of the pools' views [num_pages, "
+                           "h_kv, page_size, d]) is 0");
     int64_t n_kv = 0;
     if (!clattn_mul_ok(pg->max_pages, page_size, &n_kv) || n_kv >= ((int64_t)1 << 53))
         return clattn_fail(ctx, CLATTN_ERROR_UNSUPPORTED,

@@ -1011,6 +1011,13 @@ npy "$tmp/rank5.npy" '<f4' '(1, 1, 1, 6, 3)' $X
 run_clattn run --layout bshd --q "$tmp/rank5.npy" --k "$tmp/x.npy" --v "$tmp/x.npy" --out "$tmp/never.npy"
 expect_rc "run --layout bshd, rank 5" 1
 expect_text "run --layout bshd, rank 5" "$tmp/err" "rank 5 is not supported (need (n, d), (n, h, d) or (b, n, h, d))"
+run_clattn run --layout bshd --q "$tmp/qg-bshd.npy" --k "$tmp/x3.npy" --v "$tmp/x3.npy" --out "$tmp/never.npy"
+expect_rc "run --layout bshd, K in bhsd" 1
+expect_text "run --layout bshd, K in bhsd" "$tmp/err" \
+    "2 heads is not a multiple of the 6 heads of $tmp/x3.npy (h_q must be a multiple of h_kv) (--layout bshd: heads are the last dimension but one"
+run_clattn run --layout bshd --q "$tmp/x-bshd.npy" --k "$tmp/qg-bshd.npy" --v "$tmp/qg-bshd.npy" --out "$tmp/never.npy"
+expect_rc "run --layout bshd, h_q 1 of h_kv 2" 1
+expect_text "run --layout bshd, h_q 1 of h_kv 2" "$tmp/err" "1 head is not a multiple of the 2 heads of"
 run_clattn run --layout sbhd --q "$tmp/x.npy" --k "$tmp/x.npy" --v "$tmp/x.npy" --out "$tmp/never.npy"
 expect_rc "run --layout sbhd" 2
 expect_text "run --layout sbhd" "$tmp/err" "unknown --layout 'sbhd' (bhsd: (b, h, n, d), PyTorch's; bshd: (b, n, h, d), FlashAttention's)"

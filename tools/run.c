@@ -143,12 +143,19 @@ void shape4(const int64_t *shape, int ndim, int bshd, int64_t out[4])
     }
 }
 
+/* The end of a shape message: how --layout bshd read the dimensions, or nothing. */
+static const char *layout_hint(int bshd)
+{
+    return bshd ? " (--layout bshd: heads are the last dimension but one, after the rows)" : "";
+}
+
 /* Checks that dimension `what` of file a equals that of file b. */
-static int same_dim(const char *what, const char *a_path, int64_t a, const char *b_path, int64_t b)
+static int same_dim(const char *what, const char *a_path, int64_t a, const char *b_path, int64_t b,
+                    int bshd)
 {
     if (a != b) {
-        cli_error("%s: %s is %lld but %s has %lld", a_path, what, (long long)a, b_path,
-                  (long long)b);
+        cli_error("%s: %s is %lld but %s has %lld%s", a_path, what, (long long)a, b_path,
+                  (long long)b, layout_hint(bshd));
         return 0;
     }
     return 1;
@@ -171,7 +178,7 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
             return 0;
         }
         if (i > 0 && !same_dim("the rank (Q, K and V must have the same rank)", paths[i],
-                               arrays[i]->ndim, a->q, q->ndim)) {
+                               arrays[i]->ndim, a->q, q->ndim, 0)) {
             return 0;
         }
         shape4(arrays[i]->shape, arrays[i]->ndim, a->bshd, shapes[i]);
@@ -193,23 +200,24 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
                       a->k, layout_text(a->bshd, 4, names, pool, sizeof pool), k->ndim);
             return 0;
         }
-        if (!same_dim("the number of pages", a->v, vs[0], a->k, ks[0])) {
+        if (!same_dim("the number of pages", a->v, vs[0], a->k, ks[0], 0)) {
             return 0;
         }
-    } else if (!same_dim("the batch size", a->k, ks[0], a->q, qs[0]) ||
-               !same_dim("the batch size", a->v, vs[0], a->q, qs[0])) {
+    } else if (!same_dim("the batch size", a->k, ks[0], a->q, qs[0], 0) ||
+               !same_dim("the batch size", a->v, vs[0], a->q, qs[0], 0)) {
         return 0;
     }
-    if (!same_dim("the number of heads", a->v, vs[1], a->k, ks[1]) ||
+    if (!same_dim("the number of heads", a->v, vs[1], a->k, ks[1], a->bshd) ||
         !same_dim(a->block_table_file != NULL ? "the page size" : "n_kv (rows)", a->v, vs[2], a->k,
-                  ks[2]) ||
-        !same_dim("d_k (last dimension)", a->k, ks[3], a->q, qs[3])) {
+                  ks[2], a->bshd) ||
+        !same_dim("d_k (last dimension)", a->k, ks[3], a->q, qs[3], 0)) {
         return 0;
     }
     if (qs[1] % ks[1] != 0) {
-        cli_error("%s: %lld heads is not a multiple of the %lld heads of %s (h_q must be a "
-                  "multiple of h_kv)",
-                  a->q, (long long)qs[1], (long long)ks[1], a->k);
+        cli_error("%s: %lld head%s not a multiple of the %lld head%s of %s (h_q must be a "
+                  "multiple of h_kv)%s",
+                  a->q, (long long)qs[1], qs[1] == 1 ? " is" : "s is", (long long)ks[1],
+                  ks[1] == 1 ? "" : "s", a->k, layout_hint(a->bshd));
         return 0;
     }
     return 1;
@@ -239,8 +247,9 @@ clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype
         int64_t step = 1;    /* at rank 3: 0, of extent 1; extents of 0 count as 1) */
         for (int axis = ndim - 1; axis >= 0; --axis) {
             t.strides[layout_dim(bshd, ndim, axis)] = step;
-            step *= shape[axis] > 1 ? shape[axis] : 1;
-        }
+            const int64_t extent = shape[axis] > 1 ? shape[axis] : 1;
+            step = step <= INT64_MAX / extent ? step * extent : INT64_MAX; /* (the library */
+        } /* refuses such extents: no overflow here first) */
     }
     return t;
 }

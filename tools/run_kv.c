@@ -120,11 +120,12 @@ int run_check_new_rows(const run_args *a, const run_inputs *in)
             snprintf(dim, sizeof dim, "%lld", (long long)d[i]);
             const char *const names[4] = {"b", "h_kv", "n_new", i == 0 ? "d_k" : "d_v"};
             const char *const values[4] = {b, h, i == 0 ? "n_new" : "n_new of --k-new", dim};
-            return cli_error("%s: %s needs rows shaped %s = %s in Q's rank %d, not %s", paths[i],
-                             options[i],
-                             layout_text(a->bshd, 4, names, names_text, sizeof names_text),
-                             layout_text(a->bshd, 4, values, values_text, sizeof values_text),
-                             in->q.ndim, shape_text(rows[i], shape, sizeof shape));
+            return cli_error(
+                "%s: %s needs rows shaped %s = %s in Q's rank %d, not %s (b is Q's, "
+                "h_kv and %s those of %s)",
+                paths[i], options[i], layout_text(a->bshd, 4, names, names_text, sizeof names_text),
+                layout_text(a->bshd, 4, values, values_text, sizeof values_text), in->q.ndim,
+                shape_text(rows[i], shape, sizeof shape), names[3], i == 0 ? a->k : a->v);
         }
     }
     return -1;
