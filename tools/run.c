@@ -243,13 +243,16 @@ clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype
     shape4(shape, ndim, bshd, s);
     clattn_tensor t = clattn_tensor_host(data, s[0], s[1], s[2], s[3]);
     t.dtype = dtype;
-    if (bshd && ndim >= 3) { /* h and n swapped: each dimension's stride in the file (b */
-        int64_t step = 1;    /* at rank 3: 0, of extent 1; extents of 0 count as 1) */
+    /* bshd: h and n swapped, so each dimension gets its stride in the file. At rank 3, b
+     * (extent 1) keeps stride 0. Extents of 0 count as 1, and the product saturates: the
+     * library refuses such extents, after this. */
+    if (bshd && ndim >= 3) {
+        int64_t step = 1;
         for (int axis = ndim - 1; axis >= 0; --axis) {
             t.strides[layout_dim(bshd, ndim, axis)] = step;
             const int64_t extent = shape[axis] > 1 ? shape[axis] : 1;
-            step = step <= INT64_MAX / extent ? step * extent : INT64_MAX; /* (the library */
-        } /* refuses such extents: no overflow here first) */
+            step = step <= INT64_MAX / extent ? step * extent : INT64_MAX;
+        }
     }
     return t;
 }
