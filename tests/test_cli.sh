@@ -13,6 +13,7 @@
 #
 # shellcheck disable=SC2059 # printf formats are built on purpose (byte escapes)
 # shellcheck disable=SC2086 # value lists such as $X are meant to split into words
+# shellcheck disable=SC2046 # so are the lists $(swap_hn ...) and $(npy_values ...) print
 set -eu
 
 bin=${CLATTN_BIN:?set CLATTN_BIN to the clattn program}
@@ -113,17 +114,6 @@ expect_values() {
         { ++i; d = $1 - w[i]; if (d < 0) d = -d; if (i > n || d > tol + 0) bad = bad " [" i - 1 "] " $1 "/" w[i] }
         END { if (i != n) bad = bad " count " i "/" n; if (bad != "") { print "  got/expected:" bad; exit 1 } }'
     then pass; else fail "$name: values of $(basename "$file") differ (got/expected)"; fi
-}
-
-# swap_hn B H N D WORD...: the words, laid out (B, H, N, D), in (B, N, H, D) order (what
-# --layout bshd reads: FlashAttention's (b, n, h, d), or pools (num_pages, page_size, h, d))
-swap_hn() {
-    sb=$1 sh=$2 sn=$3 sd=$4
-    shift 4
-    echo "$@" | tr -s ' ' '\n' | sed '/^$/d' | awk -v B="$sb" -v H="$sh" -v N="$sn" -v D="$sd" '
-        { w[NR - 1] = $1 }
-        END { for (b = 0; b < B; b++) for (n = 0; n < N; n++) for (h = 0; h < H; h++)
-              for (d = 0; d < D; d++) printf "%s ", w[((b * H + h) * N + n) * D + d] }'
 }
 
 # expect_shape NAME FILE SHAPE: FILE's header says 'shape': SHAPE.

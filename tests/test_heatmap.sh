@@ -11,6 +11,7 @@
 #
 # shellcheck disable=SC2059 # printf formats are built on purpose (byte escapes)
 # shellcheck disable=SC2086 # value lists such as $X are meant to split into words
+# shellcheck disable=SC2046 # so are the lists $(swap_hn ...) prints
 set -eu
 
 bin=${CLATTN_BIN:?set CLATTN_BIN to the clattn program}
@@ -108,6 +109,38 @@ expect_rc "head 1, GQA, causal" 0
 expect_wellformed "head 1" "$tmp/h1.svg"
 expect_count "head 1 masked cells" "$tmp/h1.svg" ': masked</title>' 15
 expect_count "head 1 number labels" "$tmp/h1.svg" ">5</text>" 2
+
+# --layout bshd: Q and K in (b, n, h, d), two heads each (X and X's rows reversed), give
+# the same SVG as in (b, h, n, d) (the files' base names, in the subtitle, are the same)
+XR=$(echo $X | awk '{ for (r = 5; r >= 0; r--) for (c = 1; c <= 3; c++) printf "%s ", $(r * 3 + c) }')
+mkdir "$tmp/bshd"
+npy "$tmp/q2.npy" '(1, 2, 6, 3)' $X $XR
+npy "$tmp/k2.npy" '(1, 2, 6, 3)' $XR $X
+npy "$tmp/bshd/q2.npy" '(1, 6, 2, 3)' $(swap_hn 1 2 6 3 $X $XR)
+npy "$tmp/bshd/k2.npy" '(1, 6, 2, 3)' $(swap_hn 1 2 6 3 $XR $X)
+for head in 0 1; do
+    run_clattn heatmap --q "$tmp/q2.npy" --k "$tmp/k2.npy" --head $head --out "$tmp/l-bhsd.svg"
+    expect_rc "--layout bhsd, head $head" 0
+    run_clattn heatmap --layout bshd --q "$tmp/bshd/q2.npy" --k "$tmp/bshd/k2.npy" --head $head \
+        --out "$tmp/l-bshd.svg"
+    expect_rc "--layout bshd, head $head" 0
+    if cmp -s "$tmp/l-bhsd.svg" "$tmp/l-bshd.svg"; then pass; else
+        fail "--layout bshd, head $head: the SVG differs from bhsd's"; fi
+    grep -o '>[0-9.]*</text>' "$tmp/l-bhsd.svg" >"$tmp/l-values-$head"
+done
+# the two heads differ: each head's own rows were read
+if cmp -s "$tmp/l-values-0" "$tmp/l-values-1"; then fail "--layout: heads 0 and 1 drew the same weights"; else pass; fi
+run_clattn heatmap --layout bshd --q "$tmp/bshd/q2.npy" --k "$tmp/k2.npy" --out "$tmp/never.svg"
+expect_rc "--layout bshd, K in bhsd" 1
+expect_text "--layout bshd, K in bhsd" "$tmp/err" "2 heads is not a multiple of the 6 heads of"
+expect_text "--layout bshd, K in bhsd" "$tmp/err" "(--layout bshd: heads are the last dimension but one"
+run_clattn heatmap --layout bshd --from-weights "$tmp/w.npy" --out "$tmp/never.svg"
+expect_rc "--layout with --from-weights" 2
+expect_text "--layout with --from-weights" "$tmp/err" "--layout does not go with --from-weights"
+run_clattn heatmap --layout thd --q "$tmp/x.npy" --k "$tmp/x.npy" --out "$tmp/never.svg"
+expect_rc "--layout thd" 2
+expect_text "--layout thd" "$tmp/err" "unknown --layout 'thd' (bhsd: (b, h, n, d), PyTorch's; bshd"
+expect_no_file "--layout errors" "$tmp/never.svg"
 
 # --from-weights, and tokens with XML characters
 run_clattn heatmap --from-weights "$tmp/w.npy" --tokens "<a> b&c \"d'" --q-tokens "x y" \

@@ -49,3 +49,14 @@ npy_header() {
     while [ "$i" -lt "$pad" ]; do printf ' '; i=$((i + 1)); done
     printf '\n'
 }
+
+# swap_hn B H N D WORD...: the words, laid out (B, H, N, D), in (B, N, H, D) order (what
+# --layout bshd reads: FlashAttention's (b, n, h, d), or pools (num_pages, page_size, h, d))
+swap_hn() {
+    sb=$1 sh=$2 sn=$3 sd=$4
+    shift 4
+    echo "$@" | tr -s ' ' '\n' | sed '/^$/d' | awk -v B="$sb" -v H="$sh" -v N="$sn" -v D="$sd" '
+        { w[NR - 1] = $1 }
+        END { for (b = 0; b < B; b++) for (n = 0; n < N; n++) for (h = 0; h < H; h++)
+              for (d = 0; d < D; d++) printf "%s ", w[((b * H + h) * N + n) * D + d] }'
+}

@@ -6,6 +6,7 @@
  * value of every cell when the matrix is small. */
 #include "cli.h" /* cli_mask_names */
 #include "commands.h"
+#include "layout.h"
 #include "npy.h"
 #include "outfile.h"
 #include "parse_text.h"
@@ -49,6 +50,8 @@ static const char heatmap_usage[] =
     "  --tokens \"A B ..\"   key labels, separated by spaces (n_kv of them); they label\n"
     "                      the queries too when n_q = n_kv (default: 0 .. n-1)\n"
     "  --q-tokens \"A ..\"   query labels (n_q of them)\n"
+    "  --layout L          bhsd (default) or bshd: Q and K in FlashAttention's order,\n"
+    "                      (b, n, h, d) or (n, h, d), as `clattn run --layout bshd`\n"
     "  --head H            query head to draw (default 0)\n"
     "  --batch B           batch entry to draw (default 0)\n"
     "  --title TEXT        the title line (default: \"Attention weights\")\n"
@@ -61,7 +64,6 @@ static const char heatmap_usage[] =
     "                      else the first GPU, else the first device)\n"
     "  -h, --help          show this help\n";
 
-#define HEATMAP_RANKS "(n, d), (h, n, d) or (b, h, n, d)"
 #define WEIGHTS_RANKS "(n_q, n_kv), (h, n_q, n_kv) or (b, h, n_q, n_kv)"
 
 static int fail(const char *fmt, ...)
@@ -82,7 +84,8 @@ static int fail(const char *fmt, ...)
 
 typedef struct heatmap_args {
     const char *q, *k, *weights, *out, *scale_text, *mask_text, *tokens, *q_tokens, *head_text,
-        *batch_text, *title, *device, *max_side_text;
+        *batch_text, *title, *device, *max_side_text, *layout_text;
+    int bshd;    /* --layout bshd (layout.h) */
     float scale; /* 0: 1/sqrt(d_k) */
     clattn_mask mask;
     int64_t head, batch, max_side;
@@ -124,6 +127,7 @@ static int parse_args(int argc, char **argv, heatmap_args *a)
         {"--title", &a->title, NULL},
         {"--device", &a->device, NULL},
         {"--max-side", &a->max_side_text, NULL},
+        {"--layout", &a->layout_text, NULL},
     };
     const int rc = parse_command_line("clattn heatmap", heatmap_usage, argc, argv, options,
                                       sizeof options / sizeof options[0]);
@@ -134,9 +138,10 @@ static int parse_args(int argc, char **argv, heatmap_args *a)
         return usage("missing --out FILE");
     }
     if (a->weights != NULL) {
-        const char *const conflicting[] = {a->q, a->k, a->scale_text, a->mask_text, a->device};
-        const char *const names[] = {"--q", "--k", "--scale", "--mask", "--device"};
-        for (int i = 0; i < 5; ++i) {
+        const char *const conflicting[] = {a->q,         a->k,      a->scale_text,
+                                           a->mask_text, a->device, a->layout_text};
+        const char *const names[] = {"--q", "--k", "--scale", "--mask", "--device", "--layout"};
+        for (int i = 0; i < 6; ++i) {
             if (conflicting[i] != NULL) {
                 return usage("%s does not go with --from-weights (the weights are already "
                              "computed)",
@@ -166,6 +171,11 @@ static int parse_args(int argc, char **argv, heatmap_args *a)
         }
         a->mask = (clattn_mask)m;
     }
+    const int layout = a->layout_text != NULL ? layout_parse(a->layout_text) : 0;
+    if (layout < 0) {
+        return usage("unknown --layout '%s' (" LAYOUT_CHOICES ")", a->layout_text);
+    }
+    a->bshd = layout == 1;
     int index_rc = -1;
     if ((a->head_text != NULL && (index_rc = parse_index("--head", a->head_text, &a->head)) >= 0) ||
         (a->batch_text != NULL &&
@@ -293,13 +303,6 @@ static int write_atomically(const char *path, const text *t)
 
 /* ---- computing or reading the weights ---------------------------------------------- */
 
-static void shape4(const npy_array *a, int64_t s[4])
-{
-    for (int i = 0; i < 4; ++i) {
-        s[i] = i < 4 - a->ndim ? 1 : a->shape[i - (4 - a->ndim)];
-    }
-}
-
 static const char *base_name(const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -335,20 +338,21 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
                            int64_t *n_q_out, int64_t *n_kv_out, char *subtitle, size_t cap)
 {
     npy_array q = {0}, k = {0};
-    char message[512];
+    char message[512], ranks[128];
     int rc = EXIT_FAILURE;
     float *zeros = NULL, *o = NULL;
     clattn_context *ctx = NULL;
     *w = NULL;
     *masked = NULL;
-    if (npy_read_f32_rank(a->q, 2, HEATMAP_RANKS, &q, message, sizeof message) != 0 ||
-        npy_read_f32_rank(a->k, 2, HEATMAP_RANKS, &k, message, sizeof message) != 0) {
+    layout_ranks(a->bshd, ranks, sizeof ranks);
+    if (npy_read_f32_rank(a->q, 2, ranks, &q, message, sizeof message) != 0 ||
+        npy_read_f32_rank(a->k, 2, ranks, &k, message, sizeof message) != 0) {
         fail("%s", message);
         goto done;
     }
     int64_t qs[4], ks[4];
-    shape4(&q, qs);
-    shape4(&k, ks);
+    shape4(q.shape, q.ndim, a->bshd, qs);
+    shape4(k.shape, k.ndim, a->bshd, ks);
     if (q.ndim != k.ndim) {
         fail("%s has rank %d but %s has rank %d (Q and K must have the same rank)", a->k, k.ndim,
              a->q, q.ndim);
@@ -365,9 +369,10 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
         goto done;
     }
     if (qs[1] < 1 || ks[1] < 1 || qs[1] % ks[1] != 0) {
-        fail("%s: %lld heads is not a multiple of the %lld heads of %s (h_q must be a multiple "
-             "of h_kv)",
-             a->q, (long long)qs[1], (long long)ks[1], a->k);
+        fail("%s: %lld head%s not a multiple of the %lld head%s of %s (h_q must be a multiple "
+             "of h_kv)%s",
+             a->q, (long long)qs[1], qs[1] == 1 ? " is" : "s is", (long long)ks[1],
+             ks[1] == 1 ? "" : "s", a->k, layout_hint(a->bshd));
         goto done;
     }
     if (qs[3] < 1) {
@@ -394,13 +399,10 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
         goto done;
     }
     /* one (batch, head): views into Q and K; V is a dummy column of zeros (d_v = 1) */
-    clattn_tensor tq = clattn_tensor_host(q.data, 1, 1, n_q, d);
-    tq.offset = (a->batch * qs[1] + a->head) * n_q * d;
-    tq.strides[0] = qs[1] * n_q * d, tq.strides[1] = n_q * d, tq.strides[2] = d, tq.strides[3] = 1;
-    clattn_tensor tk = clattn_tensor_host(k.data, 1, 1, n_kv, d);
-    tk.offset = (a->batch * ks[1] + kv_head) * n_kv * d;
-    tk.strides[0] = ks[1] * n_kv * d, tk.strides[1] = n_kv * d, tk.strides[2] = d,
-    tk.strides[3] = 1;
+    const clattn_tensor tq =
+        view_slice(host_view(q.data, q.shape, q.ndim, CLATTN_FLOAT32, a->bshd), a->batch, a->head);
+    const clattn_tensor tk =
+        view_slice(host_view(k.data, k.shape, k.ndim, CLATTN_FLOAT32, a->bshd), a->batch, kv_head);
     clattn_tensor tv = clattn_tensor_host(zeros, 1, 1, n_kv, 1);
     clattn_tensor to = clattn_tensor_host(o, 1, 1, n_q, 1);
     clattn_tensor tw = clattn_tensor_host(*w, 1, 1, n_q, n_kv);
@@ -470,7 +472,7 @@ static int read_weights(const heatmap_args *a, float **w, int64_t *n_q_out, int6
         return fail("%s", message);
     }
     int64_t s[4];
-    shape4(&wa, s);
+    shape4(wa.shape, wa.ndim, 0, s); /* (b, h, n_q, n_kv) in either layout */
     int rc = check_indices(a, a->weights, s);
     if (rc == 0 && (s[2] < 1 || s[3] < 1)) {
         rc = fail("%s: nothing to draw: n_q is %lld and n_kv is %lld", a->weights, (long long)s[2],

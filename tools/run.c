@@ -102,53 +102,6 @@ static int check_output_paths(const run_args *a)
     return -1;
 }
 
-/* ---- --layout ---------------------------------------------------------------------- */
-
-int layout_dim(int bshd, int ndim, int axis)
-{
-    const int dim = 4 - ndim + axis; /* bhsd: the last ndim of (b, h, n, d) */
-    return bshd && ndim >= 3 && (dim == 1 || dim == 2) ? 3 - dim : dim;
-}
-
-const char *layout_text(int bshd, int ndim, const char *const names[4], char *buf, size_t size)
-{
-    snprintf(buf, size, "(");
-    for (int axis = 0; axis < ndim; ++axis) {
-        const size_t used = strlen(buf);
-        snprintf(buf + used, size - used, "%s%s", names[layout_dim(bshd, ndim, axis)],
-                 axis + 1 < ndim ? ", " : ")");
-    }
-    return buf;
-}
-
-/* The input ranks `run` accepts, as messages describe them, into buf. */
-static const char *run_ranks(int bshd, char *buf, size_t size)
-{
-    static const char *const names[4] = {"b", "h", "n", "d"};
-    char r[3][32];
-    for (int i = 0; i < 3; ++i) {
-        layout_text(bshd, i + 2, names, r[i], sizeof r[i]);
-    }
-    snprintf(buf, size, "%s, %s or %s", r[0], r[1], r[2]);
-    return buf;
-}
-
-void shape4(const int64_t *shape, int ndim, int bshd, int64_t out[4])
-{
-    for (int i = 0; i < 4; ++i) {
-        out[i] = 1;
-    }
-    for (int axis = 0; axis < ndim; ++axis) {
-        out[layout_dim(bshd, ndim, axis)] = shape[axis];
-    }
-}
-
-/* The end of a shape message: how --layout bshd read the dimensions, or nothing. */
-static const char *layout_hint(int bshd)
-{
-    return bshd ? " (--layout bshd: heads are the last dimension but one, after the rows)" : "";
-}
-
 /* Checks that dimension `what` of file a equals that of file b. */
 static int same_dim(const char *what, const char *a_path, int64_t a, const char *b_path, int64_t b,
                     int bshd)
@@ -174,7 +127,7 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
         if (arrays[i]->ndim < 2) { /* the reader rejects it already */
             char ranks[128];
             cli_error("%s: rank %d is not supported (need %s)", paths[i], arrays[i]->ndim,
-                      run_ranks(a->bshd, ranks, sizeof ranks));
+                      layout_ranks(a->bshd, ranks, sizeof ranks));
             return 0;
         }
         if (i > 0 && !same_dim("the rank (Q, K and V must have the same rank)", paths[i],
@@ -235,27 +188,6 @@ npy_dtype npy_of(clattn_dtype dtype)
 }
 
 /* ---- running ------------------------------------------------------------------------ */
-
-/* A host view [b, h, n, d] on packed data of a shape of rank 1..4 in the layout. */
-clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype, int bshd)
-{
-    int64_t s[4];
-    shape4(shape, ndim, bshd, s);
-    clattn_tensor t = clattn_tensor_host(data, s[0], s[1], s[2], s[3]);
-    t.dtype = dtype;
-    /* bshd: h and n swapped, so each dimension gets its stride in the file. At rank 3, b
-     * (extent 1) keeps stride 0. Extents of 0 count as 1, and the product saturates: the
-     * library refuses such extents, after this. */
-    if (bshd && ndim >= 3) {
-        int64_t step = 1;
-        for (int axis = ndim - 1; axis >= 0; --axis) {
-            t.strides[layout_dim(bshd, ndim, axis)] = step;
-            const int64_t extent = shape[axis] > 1 ? shape[axis] : 1;
-            step = step <= INT64_MAX / extent ? step * extent : INT64_MAX;
-        }
-    }
-    return t;
-}
 
 /* Element count of a shape, or 0 in *ok if it (times esize bytes) overflows size_t. */
 size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok)
@@ -601,7 +533,7 @@ static int read_inputs(const run_args *a, run_inputs *in)
     for (int i = 0; i < 3; ++i) {
         /* K and V may be int8 (with --k-scale, --v-scale), Q not */
         const unsigned accept = i == 0 ? floats : floats | NPY_ACCEPT(NPY_I8);
-        if (npy_read(paths[i], accept, 2, run_ranks(a->bshd, ranks, sizeof ranks), arrays[i],
+        if (npy_read(paths[i], accept, 2, layout_ranks(a->bshd, ranks, sizeof ranks), arrays[i],
                      message, sizeof message) != 0) {
             return cli_error("%s", message);
         }

@@ -627,13 +627,9 @@ int parse_run_args(int argc, char **argv, run_args *a)
                            a->dtype_text);
     }
     a->bf16 = dtype == 1;
-    static const char *const layouts[] = {"bhsd", "bshd", NULL};
-    const int layout = a->layout_text != NULL ? lookup(a->layout_text, layouts) : 0;
+    const int layout = a->layout_text != NULL ? layout_parse(a->layout_text) : 0;
     if (layout < 0) {
-        return usage_error(command,
-                           "unknown --layout '%s' (bhsd: (b, h, n, d), PyTorch's; bshd: (b, n, "
-                           "h, d), FlashAttention's)",
-                           a->layout_text);
+        return usage_error(command, "unknown --layout '%s' (" LAYOUT_CHOICES ")", a->layout_text);
     }
     a->bshd = layout == 1;
     if (a->out_dtype_text != NULL) {

@@ -3,6 +3,7 @@
 #define CLATTN_TOOLS_RUN_ARGS_H
 
 #include "clattn.h"
+#include "layout.h" /* shape4, host_view: the --layout rule */
 #include "npy.h"
 
 #include <stddef.h>
@@ -29,7 +30,7 @@ typedef struct run_args {
     int64_t window_left, window_right, q_start, kv_start;
     int bf16; /* --dtype bf16: '<u2' inputs are bfloat16 */
     /* --layout: bshd 1 where Q, K, V, O and their kin are (b, n, h, d) (FlashAttention's
-     * order), 0 for (b, h, n, d); run.c layout_dim is the rule */
+     * order), 0 for (b, h, n, d); layout.c layout_dim is the rule */
     const char *layout_text;
     int bshd;
     int out_dtype; /* a clattn_dtype, or -1: Q's */
@@ -101,16 +102,6 @@ typedef struct run_inputs {
 
 /* The .npy dtype a library dtype is written as (bfloat16 as uint16 words). */
 npy_dtype npy_of(clattn_dtype dtype);
-/* --layout's rule, in one place: the dimension of [b, h, n, d] (0..3) that axis `axis`
- * of an array of rank ndim holds. bhsd (bshd 0): the last ndim of (b, h, n, d); bshd:
- * (b, n, h, d) and (n, h, d) at ranks 4 and 3, (n, d) at rank 2. */
-int layout_dim(int bshd, int ndim, int axis);
-/* "(x, y, …)": the last ndim of names[4] ([b, h, n, d] order) in the layout's order,
- * into buf (its size `size`); returns buf. */
-const char *layout_text(int bshd, int ndim, const char *const names[4], char *buf, size_t size);
-/* A host view [b, h, n, d] on packed data of a shape of rank 1..4 (leading 1s) laid out
- * as `bshd` says (layout_dim; strides where bshd). */
-clattn_tensor host_view(void *data, const int64_t *shape, int ndim, clattn_dtype dtype, int bshd);
 /* Element count of a shape; *ok becomes 0 if it (times esize bytes) overflows size_t. */
 size_t count_of(const int64_t *shape, int ndim, size_t esize, int *ok);
 /* The library dtype of input `path`, read as `d`; 0 if it has none (after a message). */
@@ -146,9 +137,6 @@ void run_free_mods(run_inputs *in);
 clattn_status run_block_mask(const run_args *a, const run_inputs *in, clattn_context *ctx,
                              run_desc *rd);
 
-/* The 4-D shape [b, h, n, d] of an npy array of rank ndim laid out as `bshd` says
- * (layout_dim; dimensions it lacks are 1). */
-void shape4(const int64_t *shape, int ndim, int bshd, int64_t out[4]);
 /* "(a, b, …)" of an array's shape into buf. */
 const char *shape_text(const npy_data *d, char *buf, size_t size);
 /* The KV-cache inputs' checks (run_kv.c): -1 to go on, or an exit status. */
