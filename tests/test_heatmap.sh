@@ -134,6 +134,10 @@ run_clattn heatmap --layout bshd --q "$tmp/bshd/q2.npy" --k "$tmp/k2.npy" --out 
 expect_rc "--layout bshd, K in bhsd" 1
 expect_text "--layout bshd, K in bhsd" "$tmp/err" "2 heads is not a multiple of the 6 heads of"
 expect_text "--layout bshd, K in bhsd" "$tmp/err" "(--layout bshd: heads are the last dimension but one"
+npy "$tmp/h0.npy" '(1, 6, 0, 3)'
+run_clattn heatmap --layout bshd --q "$tmp/h0.npy" --k "$tmp/bshd/k2.npy" --out "$tmp/never.svg"
+expect_rc "--layout bshd, Q of 0 heads" 1
+expect_text "--layout bshd, Q of 0 heads" "$tmp/err" "h0.npy: h_q is 0; heads must be at least 1"
 run_clattn heatmap --layout bshd --from-weights "$tmp/w.npy" --out "$tmp/never.svg"
 expect_rc "--layout with --from-weights" 2
 expect_text "--layout with --from-weights" "$tmp/err" "--layout does not go with --from-weights"
