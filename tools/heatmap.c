@@ -368,16 +368,7 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
              (long long)qs[0]);
         goto done;
     }
-    if (qs[1] < 1 || ks[1] < 1) {
-        fail("%s: %s is 0; heads must be at least 1", qs[1] < 1 ? a->q : a->k,
-             qs[1] < 1 ? "h_q" : "h_kv");
-        goto done;
-    }
-    if (qs[1] % ks[1] != 0) {
-        fail("%s: %lld head%s not a multiple of the %lld head%s of %s (h_q must be a multiple "
-             "of h_kv)%s",
-             a->q, (long long)qs[1], qs[1] == 1 ? " is" : "s is", (long long)ks[1],
-             ks[1] == 1 ? "" : "s", a->k, layout_hint(a->bshd));
+    if (!layout_check_heads(a->q, qs[1], a->k, ks[1], a->bshd)) {
         goto done;
     }
     if (qs[3] < 1) {

@@ -1,10 +1,12 @@
 /* The command line's dimension orders (--layout); see layout.h. */
 #include "layout.h"
+#include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
 
-const char *const layout_names[] = {"bhsd", "bshd", NULL};
+/* The --layout names, in the order of layout_parse's values (NULL-terminated). */
+static const char *const layout_names[] = {"bhsd", "bshd", NULL};
 
 int layout_parse(const char *text)
 {
@@ -47,6 +49,23 @@ const char *layout_ranks(int bshd, char *buf, size_t size)
 const char *layout_hint(int bshd)
 {
     return bshd ? " (--layout bshd: heads are the last dimension but one, after the rows)" : "";
+}
+
+int layout_check_heads(const char *q_path, int64_t h_q, const char *k_path, int64_t h_kv, int bshd)
+{
+    if (h_q < 1 || h_kv < 1) {
+        cli_error("%s: %s is 0; heads must be at least 1", h_q < 1 ? q_path : k_path,
+                  h_q < 1 ? "h_q" : "h_kv");
+        return 0;
+    }
+    if (h_q % h_kv != 0) {
+        cli_error("%s: %lld head%s not a multiple of the %lld head%s of %s (h_q must be a "
+                  "multiple of h_kv)%s",
+                  q_path, (long long)h_q, h_q == 1 ? " is" : "s is", (long long)h_kv,
+                  h_kv == 1 ? "" : "s", k_path, layout_hint(bshd));
+        return 0;
+    }
+    return 1;
 }
 
 void shape4(const int64_t *shape, int ndim, int bshd, int64_t out[4])

@@ -9,8 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The --layout names, in the order of layout_parse's values (NULL-terminated). */
-extern const char *const layout_names[];
 /* The help's and messages' description of the names. */
 #define LAYOUT_CHOICES "bhsd: (b, h, n, d), PyTorch's; bshd: (b, n, h, d), FlashAttention's"
 
@@ -27,6 +25,10 @@ const char *layout_text(int bshd, int ndim, const char *const names[4], char *bu
 const char *layout_ranks(int bshd, char *buf, size_t size);
 /* The end of a shape message: how bshd read the heads, or "" for bhsd. */
 const char *layout_hint(int bshd);
+/* Q's and K's head counts (from their [b, h, n, d] shapes) as attention needs them: each
+ * at least 1, h_q a multiple of h_kv. 1, or 0 after a message (cli_error) naming the
+ * files, and for bshd how the layout read them. */
+int layout_check_heads(const char *q_path, int64_t h_q, const char *k_path, int64_t h_kv, int bshd);
 /* The 4-D shape [b, h, n, d] of an array of rank ndim laid out as `bshd` says
  * (dimensions it lacks are 1). */
 void shape4(const int64_t *shape, int ndim, int bshd, int64_t out[4]);

@@ -119,7 +119,6 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
 {
     const char *const paths[] = {a->q, a->k, a->v};
     const npy_data *const arrays[] = {q, k, v};
-    const char *const heads[] = {"h_q", "h_kv", "h_kv"};
     const char *const dims[] = {"d_k", "d_k", "d_v"};
     int64_t qs[4], ks[4], vs[4];
     int64_t *const shapes[] = {qs, ks, vs};
@@ -135,10 +134,6 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
             return 0;
         }
         shape4(arrays[i]->shape, arrays[i]->ndim, a->bshd, shapes[i]);
-        if (shapes[i][1] < 1) {
-            cli_error("%s: %s is 0; heads must be at least 1", paths[i], heads[i]);
-            return 0;
-        }
         if (shapes[i][3] < 1) {
             cli_error("%s: %s is 0; head dims must be at least 1", paths[i], dims[i]);
             return 0;
@@ -166,14 +161,7 @@ static int check_shapes(const run_args *a, const npy_data *q, const npy_data *k,
         !same_dim("d_k (last dimension)", a->k, ks[3], a->q, qs[3], 0)) {
         return 0;
     }
-    if (qs[1] % ks[1] != 0) {
-        cli_error("%s: %lld head%s not a multiple of the %lld head%s of %s (h_q must be a "
-                  "multiple of h_kv)%s",
-                  a->q, (long long)qs[1], qs[1] == 1 ? " is" : "s is", (long long)ks[1],
-                  ks[1] == 1 ? "" : "s", a->k, layout_hint(a->bshd));
-        return 0;
-    }
-    return 1;
+    return layout_check_heads(a->q, qs[1], a->k, ks[1], a->bshd); /* (V's are K's) */
 }
 
 /* ---- dtypes ---------------------------------------------------------------------- */
