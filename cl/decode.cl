@@ -212,12 +212,26 @@ float16 hsum16(const float16 *d)
 #ifndef CPU_PREFETCH
 #define CPU_PREFETCH 0
 #endif
+/* PF_L2 (the host's, plan.c: with CPU_PREFETCH 1 where K's heads interleave within its
+ * rows, FlashAttention's [b, n_kv, h_kv, d] cache and [num_pages, page_size, h_kv, d]
+ * pool): the prefetches go to the L2 cache (locality 2, x86 prefetcht1), not to L1
+ * (prefetcht0). A head's rows there lie a whole row apart (2 KiB for 8 heads of d 128 in
+ * float16), so a head-step's 64 lines of K and 64 of V fall into 8 of the L1 cache's 64
+ * sets, more than its 12 ways hold (48 KiB): prefetched into L1 a head-step ahead, some
+ * are likely gone again before they are read. In that layout GQA decoding took 0.89-0.97x
+ * the time (batch-8 float16: 0.94x contiguous, 0.93x in pages of 16), MHA and int8
+ * 0.88-1.0x, Intel's CPU runtime 0.93-0.95x; in clattn's own layout, where a head's rows
+ * are one stretch, L2 took up to 1.10x the time (MHA float32 in pages of 16, int8 batch
+ * 1), so it keeps L1 (a 2-core AVX-512 Xeon, 2026-12-05; docs/BENCHMARKS.md). */
+#ifndef PF_L2
+#define PF_L2 0
+#endif
 #if CPU_PREFETCH == 2 || (CPU_PREFETCH == 1 && defined(__clang__))
 #define CAN_PREFETCH 1
 #if CPU_PREFETCH == 2
 #define PREFETCH_LINE(a) ((void)*(volatile __global const char *)(a))
 #else
-#define PREFETCH_LINE(a) __builtin_prefetch((const void *)(size_t)(a))
+#define PREFETCH_LINE(a) __builtin_prefetch((const void *)(size_t)(a), 0, PF_L2 ? 2 : 3)
 #endif
 #define PREFETCH_LINES(base, bytes)                                                          \
     for (int c_ = 0; c_ < (bytes); c_ += 64)                                                \

@@ -255,6 +255,7 @@ typedef struct clattn_blocked {
     size_t rq, wg, tile_kv;
     bool decode;     /* decode.cl: rq rows (query heads x queries of a KV head) per work-item */
     size_t heads;    /* decode.cl: KV heads per work-item (each with its rq rows), >= 1 */
+    bool pf_l2;      /* decode.cl's PF_L2: its prefetches go into the L2 cache */
     bool subgroups;  /* fused_gpu.cl built with sub-group reductions (SUBGROUPS=1) */
     size_t rows;     /* fused_gpu.cl: query rows per work-group (0: rq x wg, one row block each);
                       * decode_gpu.cl: rows of a KV head per work-group */

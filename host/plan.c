@@ -310,12 +310,11 @@ static int64_t split_chunk(const clattn_context *ctx, int64_t n_kv, int64_t bloc
     return clattn_ceil_div(clattn_ceil_div(n_kv, splits), step) * step;
 }
 
-/* The kernels' least chunk length (their `chunk` argument): each work-item (group) cuts
- * the span its rows see, from its first visible key rounded down to a whole step, into
- * n_splits chunks of ⌈span / n_splits⌉ keys in whole steps and at least this many
- * (common.cl split_range). The planned chunk, or min_chunk where that is shorter: a row
- * that sees fewer keys than the span (a shorter kv_lens, even one in a cl_mem) still
- * spreads them over chunks of min_chunk keys, not the first chunk alone. */
+/* The kernels' least chunk length (their `chunk`; common.cl split_range cuts a work-item's
+ * span, from its first visible key down to a whole step, into n_splits chunks of whole
+ * steps, at least this long): the planned chunk, or min_chunk where shorter, so that a row
+ * seeing fewer keys than the span (a shorter kv_lens, even in a cl_mem) still spreads
+ * them over chunks of min_chunk keys, not the first chunk alone. */
 static int64_t split_least(int64_t chunk, int64_t min_chunk)
 {
     return chunk < min_chunk ? chunk : min_chunk;
@@ -331,7 +330,8 @@ static clattn_status merge_kernel(clattn_context *ctx, int64_t d_v, const featur
 }
 
 /* decode.cl: NR rows (query heads x queries of a KV head) of NH KV heads per work-item, one
- * per work-group (its default WG); NV sizes its register blocks; CPU_PREFETCH: context.c.
+ * per work-group (its default WG); NV sizes its register blocks; CPU_PREFETCH: context.c;
+ * PF_L2 (prefetches into L2 where K's heads interleave in its rows): decode.cl.
  * With may_split (no weights, key sums or max logits asked, and keys to read), split-KV
  * where the work-items are too few (split_chunk), merged by split_merge.cl. */
 static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr, int64_t group,
@@ -349,13 +349,14 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
                                     (int64_t)(ctx->compute_units ? ctx->compute_units : 1),
                                 CPU_DECODE_MIN_CHUNK, 16, (int64_t)ctx->compute_units)
                   : span;
-    const bool split = chunk < span;
+    const bool split = chunk < span,
+               l2 = ctx->cpu_prefetch == 1 && clattn_kv_heads_interleave(&pr->k);
     char opts[512];
     snprintf(opts, sizeof opts,
-             CL_STD
-             " -DD_K=%lld -DD_V=%lld -DNR=%zu -DNH=%zu -DNV=%d -DCPU_PREFETCH=%d -DSPLITS=%d %s",
+             CL_STD " -DD_K=%lld -DD_V=%lld -DNR=%zu -DNH=%zu -DNV=%d -DCPU_PREFETCH=%d -DPF_L2=%d"
+                    " -DSPLITS=%d %s",
              (long long)d_k, (long long)d_v, nr, nh, clattn_tuning_vectors(ctx, nr),
-             ctx->cpu_prefetch, split, f->opts);
+             ctx->cpu_prefetch, l2, split, f->opts);
     clattn_program_entry *entry = NULL, *merge = NULL;
     clattn_status st = clattn_get_kernel(ctx, "decode.cl", opts, &entry);
     if (st == CLATTN_SUCCESS && split)
@@ -366,6 +367,7 @@ static clattn_status decode_kernel(clattn_context *ctx, const clattn_problem *pr
                                 .tile_kv = 16,
                                 .decode = true,
                                 .heads = nh,
+                                .pf_l2 = l2,
                                 .entry = entry,
                                 .merge = merge,
                                 .split_chunk = split ? split_least(chunk, CPU_DECODE_MIN_CHUNK) : 0,
@@ -444,8 +446,7 @@ static clattn_status fused_kernel(clattn_context *ctx, int64_t n_q, int64_t d_k,
 {
     char dims[384];
     snprintf(dims, sizeof dims, "-DD_K=%lld -DD_V=%lld %s", (long long)d_k, (long long)d_v, feat);
-    /* private floats per query: q row, accumulator, lane-wise sum and max, scores and
-     * weights of a tile */
+    /* private floats per query: q row, accumulator, lane sums, maxima, a tile's scores/weights */
     const int64_t d_v_pad = clattn_ceil_div(d_v, 16) * 16;
     const clattn_blocking_request r = {
         CLATTN_KERNEL_FUSED, d_k, d_v, n_q, d_k + d_v_pad + 40, 2, d_k + d_v_pad, tile, wg_request};
@@ -660,11 +661,12 @@ clattn_status clattn_plan_attention(clattn_context *ctx, const clattn_problem *p
                        PLURAL(group), (long long)n_q, n_q == 1 ? "query" : "queries");
             if (p->fused.heads > 1)
                 add_reason(p, ", %zu KV heads in turn", p->fused.heads);
-            if (p->fused.heads > 1 && clattn_kv_heads_interleave(&pr->k)) /* (tuning.c) */
+            if (p->fused.pf_l2 || (p->fused.heads > 1 && clattn_kv_heads_interleave(&pr->k)))
                 add_reason(p,
-                           " (K's heads interleave in its rows: %zu of its %lld read together%s)",
+                           " (K's heads interleave in its rows: %zu of its %lld read together%s%s)",
                            p->fused.heads, (long long)pr->k.n[1],
-                           (int64_t)p->fused.heads == pr->k.n[1] ? ", whole rows" : "");
+                           (int64_t)p->fused.heads == pr->k.n[1] ? ", whole rows" : "",
+                           p->fused.pf_l2 ? "; the rows ahead prefetched into L2" : "");
             if (p->fused.n_splits) /* (CPU family: too few work-items to keep every thread busy) */
                 add_reason(p,
                            "; split-KV (split_merge.cl): %zu splits of the visible keys (<= %lld)",

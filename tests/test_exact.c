@@ -512,19 +512,32 @@ START_TEST(bshd_decode_reads_whole_rows)
         clattn_tensor to = tu_problem_o(&p, o);
         desc.algorithm = CLATTN_ALGORITHM_FUSED;
         clattn_plan plan;
+        /* the runtimes whose prefetch is clang's (context.c): in this layout into L2 */
+        cl_platform_id platform;
+        char pname[256] = "";
+        ck_assert_int_eq(clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL),
+                         CL_SUCCESS);
+        clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+        const bool l2 = strstr(pname, "Portable Computing Language") != NULL ||
+                        strstr(pname, "Intel(R) OpenCL") != NULL;
+        const char *l2_text = "; the rows ahead prefetched into L2)";
         for (int layout = 0; layout < 2; layout++) {
             const tu_problem *x = layout ? &q : &p;
             TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &desc, &x->tq, &x->tk, &x->tv, &to, &plan),
                          "plan");
             const bool all =
                 strstr(plan.reason, ", 4 KV heads in turn (K's heads interleave in "
-                                    "its rows: 4 of its 4 read together, whole rows)") != NULL;
+                                    "its rows: 4 of its 4 read together, whole rows") != NULL;
             ck_assert_msg(strcmp(plan.kernels, "decode") == 0 ||
                               strncmp(plan.kernels, "decode,", 7) == 0,
                           "kernels \"%s\"", plan.kernels);
             ck_assert_msg(all == (layout == 1), "%s: reason \"%s\" (expected %s)",
                           layout ? "[b, n_kv, h_kv, d]" : "[b, h_kv, n_kv, d]", plan.reason,
                           layout ? "every KV head per work-item" : "not all 4 KV heads");
+            ck_assert_msg((strstr(plan.reason, l2_text) != NULL) == (layout == 1 && l2),
+                          "%s on \"%s\": reason \"%s\" (expected %s)",
+                          layout ? "[b, n_kv, h_kv, d]" : "[b, h_kv, n_kv, d]", pname, plan.reason,
+                          layout == 1 && l2 ? "L2 prefetches" : "no L2 prefetches");
         }
         /* 2 heads forced: the reason says how much of each row a work-item reads */
         TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 2), "decode heads 2");
@@ -532,8 +545,19 @@ START_TEST(bshd_decode_reads_whole_rows)
                      "plan");
         TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 0), "decode heads 0");
         ck_assert_msg(strstr(plan.reason, ", 2 KV heads in turn (K's heads interleave in its "
-                                          "rows: 2 of its 4 read together)") != NULL,
+                                          "rows: 2 of its 4 read together") != NULL &&
+                          (strstr(plan.reason, l2_text) != NULL) == l2,
                       "2 heads forced: reason \"%s\"", plan.reason);
+        /* 1 head forced: no heads in turn, but the prefetch level is still said */
+        TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 1), "decode heads 1");
+        TU_ASSERT_OK(clattn_attention_plan(tu_ctx(), &desc, &q.tq, &q.tk, &q.tv, &to, &plan),
+                     "plan");
+        TU_ASSERT_OK(clattn_context_set_decode_heads(tu_ctx(), 0), "decode heads 0");
+        ck_assert_msg(
+            strstr(plan.reason, "in turn") == NULL &&
+                (strstr(plan.reason, "(K's heads interleave in its rows: 1 of its 4 read "
+                                     "together; the rows ahead prefetched into L2)") != NULL) == l2,
+            "1 head forced: reason \"%s\"", plan.reason);
         /* heads interleaved, but each head's part of a row not contiguous (a column stride
          * of 2): not such a layout */
         tu_problem r = q;
