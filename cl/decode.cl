@@ -218,11 +218,12 @@ float16 hsum16(const float16 *d)
  * (prefetcht0). A head's rows there lie a whole row apart (2 KiB for 8 heads of d 128 in
  * float16), so a head-step's 64 lines of K and 64 of V fall into 8 of the L1 cache's 64
  * sets, more than its 12 ways hold (48 KiB): prefetched into L1 a head-step ahead, some
- * are likely gone again before they are read. In that layout GQA decoding took 0.89-0.97x
- * the time (batch-8 float16: 0.94x contiguous, 0.93x in pages of 16), MHA and int8
- * 0.88-1.0x, Intel's CPU runtime 0.93-0.95x; in clattn's own layout, where a head's rows
- * are one stretch, L2 took up to 1.10x the time (MHA float32 in pages of 16, int8 batch
- * 1), so it keeps L1 (a 2-core AVX-512 Xeon, 2026-12-05; docs/BENCHMARKS.md). */
+ * are likely gone again before they are read. In that layout single-query GQA decoding
+ * took 0.89-0.98x the time (batch-8 float16: 0.94x contiguous, 0.93x in pages of 16),
+ * MHA and int8 0.94-1.06x, 4 queries 1.00-1.03x, Intel's CPU runtime 0.93-0.95x; in
+ * clattn's own layout, where a head's rows are one stretch, L2 took 1.10x the time (MHA
+ * float32 in pages of 16, int8 batch 1; 1.14x in a shorter run), so it keeps L1 (a 2-core
+ * AVX-512 Xeon, 2026-12-05; docs/BENCHMARKS.md). */
 #ifndef PF_L2
 #define PF_L2 0
 #endif
