@@ -197,8 +197,10 @@ bad() { # bad NAME STATUS ARGS...: exits STATUS and creates no $tmp/bad.svg
     expect_no_file "$name" "$tmp/bad.svg"
 }
 bad "missing Q file" 1 --q "$tmp/missing.npy" --k "$tmp/x.npy"
+expect_text "missing Q file message" "$tmp/err" "clattn heatmap: $tmp/missing.npy: cannot open"
 bad "missing weights file" 1 --from-weights "$tmp/missing.npy"
 bad "mismatched d_k" 1 --q "$tmp/x.npy" --k "$tmp/r.npy"
+expect_text "mismatched d_k message" "$tmp/err" "clattn heatmap: $tmp/r.npy: d_k (last dimension) is"
 bad "head out of range" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --head 1
 bad "head out of range (weights)" 2 --from-weights "$tmp/w.npy" --head 3
 bad "batch out of range" 2 --q "$tmp/x.npy" --k "$tmp/x.npy" --batch 2

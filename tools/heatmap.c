@@ -4,7 +4,7 @@
  * from a .npy file, drawn as a self-contained SVG (svg.c): queries as rows, keys as
  * columns, token labels on both axes, a viridis colour scale with its legend, and the
  * value of every cell when the matrix is small. */
-#include "cli.h" /* cli_mask_names */
+#include "cli.h" /* cli_error, cli_mask_names */
 #include "commands.h"
 #include "layout.h"
 #include "npy.h"
@@ -19,7 +19,6 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,17 +64,6 @@ static const char heatmap_usage[] =
     "  -h, --help          show this help\n";
 
 #define WEIGHTS_RANKS "(n_q, n_kv), (h, n_q, n_kv) or (b, h, n_q, n_kv)"
-
-static int fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("clattn heatmap: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return EXIT_FAILURE;
-}
 
 /* a usage error (exit status 2), in the words every subcommand uses */
 #define usage(...) usage_error("clattn heatmap", __VA_ARGS__)
@@ -215,7 +203,7 @@ static int labels_make(labels *l, const char *text, int64_t count, const char *o
     memset(l, 0, sizeof *l);
     l->text = calloc(count > 0 ? (size_t)count : 1, sizeof *l->text);
     if (l->text == NULL) {
-        return fail("out of memory");
+        return cli_error("out of memory");
     }
     l->count = count;
     int64_t n = 0;
@@ -246,7 +234,7 @@ static int labels_make(labels *l, const char *text, int64_t count, const char *o
             l->text[n] = malloc(len + 1);
             if (l->text[n] == NULL) {
                 labels_free(l);
-                return fail("out of memory");
+                return cli_error("out of memory");
             }
             memcpy(l->text[n], word, len);
             l->text[n][len] = '\0';
@@ -291,7 +279,7 @@ static int write_atomically(const char *path, const text *t)
 {
     char *tmp = NULL;
     if (create_next_to(path, create_svg, (void *)t, &tmp) != 0) {
-        return fail("%s: cannot write a temporary file next to it: %s", path, strerror(errno));
+        return cli_error("%s: cannot write a temporary file next to it: %s", path, strerror(errno));
     }
     int rc = replace_file(tmp, path, NULL);
     if (rc != 0) {
@@ -347,32 +335,32 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
     layout_ranks(a->bshd, ranks, sizeof ranks);
     if (npy_read_f32_rank(a->q, 2, ranks, &q, message, sizeof message) != 0 ||
         npy_read_f32_rank(a->k, 2, ranks, &k, message, sizeof message) != 0) {
-        fail("%s", message);
+        cli_error("%s", message);
         goto done;
     }
     int64_t qs[4], ks[4];
     shape4(q.shape, q.ndim, a->bshd, qs);
     shape4(k.shape, k.ndim, a->bshd, ks);
     if (q.ndim != k.ndim) {
-        fail("%s has rank %d but %s has rank %d (Q and K must have the same rank)", a->k, k.ndim,
-             a->q, q.ndim);
+        cli_error("%s has rank %d but %s has rank %d (Q and K must have the same rank)", a->k,
+                  k.ndim, a->q, q.ndim);
         goto done;
     }
     if (ks[3] != qs[3]) {
-        fail("%s: d_k (last dimension) is %lld but %s has %lld", a->k, (long long)ks[3], a->q,
-             (long long)qs[3]);
+        cli_error("%s: d_k (last dimension) is %lld but %s has %lld", a->k, (long long)ks[3], a->q,
+                  (long long)qs[3]);
         goto done;
     }
     if (ks[0] != qs[0]) {
-        fail("%s: the batch size is %lld but %s has %lld", a->k, (long long)ks[0], a->q,
-             (long long)qs[0]);
+        cli_error("%s: the batch size is %lld but %s has %lld", a->k, (long long)ks[0], a->q,
+                  (long long)qs[0]);
         goto done;
     }
     if (!layout_check_heads(a->q, qs[1], a->k, ks[1], a->bshd)) {
         goto done;
     }
     if (qs[3] < 1) {
-        fail("%s: d_k is 0; head dims must be at least 1", a->q);
+        cli_error("%s: d_k is 0; head dims must be at least 1", a->q);
         goto done;
     }
     if ((rc = check_indices(a, a->q, qs)) != 0) {
@@ -381,7 +369,7 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
     rc = EXIT_FAILURE;
     const int64_t n_q = qs[2], n_kv = ks[2], d = qs[3];
     if (n_q < 1 || n_kv < 1) {
-        fail("nothing to draw: n_q is %lld and n_kv is %lld", (long long)n_q, (long long)n_kv);
+        cli_error("nothing to draw: n_q is %lld and n_kv is %lld", (long long)n_q, (long long)n_kv);
         goto done;
     }
     const int64_t kv_head = a->head / (qs[1] / ks[1]);
@@ -391,7 +379,7 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
     *w = calloc(cells, sizeof **w);
     *masked = calloc(cells, 1);
     if (zeros == NULL || o == NULL || *w == NULL || *masked == NULL) {
-        fail("out of memory for a %lld x %lld heatmap", (long long)n_q, (long long)n_kv);
+        cli_error("out of memory for a %lld x %lld heatmap", (long long)n_q, (long long)n_kv);
         goto done;
     }
     /* one (batch, head): views into Q and K; V is a dummy column of zeros (d_v = 1) */
@@ -411,14 +399,14 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
     options.device = a->device;
     clattn_status st = clattn_context_create(&options, &ctx);
     if (st != CLATTN_SUCCESS) {
-        fail("clattn_context_create failed: %s: %s", clattn_status_string(st),
-             clattn_last_error_message(NULL));
+        cli_error("clattn_context_create failed: %s: %s", clattn_status_string(st),
+                  clattn_last_error_message(NULL));
         goto done;
     }
     st = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
     if (st != CLATTN_SUCCESS) {
-        fail("clattn_attention failed: %s: %s", clattn_status_string(st),
-             clattn_last_error_message(ctx));
+        cli_error("clattn_attention failed: %s: %s", clattn_status_string(st),
+                  clattn_last_error_message(ctx));
         goto done;
     }
     for (int64_t i = 0; i < n_q; ++i) {
@@ -465,20 +453,20 @@ static int read_weights(const heatmap_args *a, float **w, int64_t *n_q_out, int6
     char message[512];
     *w = NULL;
     if (npy_read_f32_rank(a->weights, 2, WEIGHTS_RANKS, &wa, message, sizeof message) != 0) {
-        return fail("%s", message);
+        return cli_error("%s", message);
     }
     int64_t s[4];
     shape4(wa.shape, wa.ndim, 0, s); /* (b, h, n_q, n_kv) in either layout */
     int rc = check_indices(a, a->weights, s);
     if (rc == 0 && (s[2] < 1 || s[3] < 1)) {
-        rc = fail("%s: nothing to draw: n_q is %lld and n_kv is %lld", a->weights, (long long)s[2],
-                  (long long)s[3]);
+        rc = cli_error("%s: nothing to draw: n_q is %lld and n_kv is %lld", a->weights,
+                       (long long)s[2], (long long)s[3]);
     }
     if (rc == 0) {
         size_t cells = (size_t)s[2] * (size_t)s[3];
         *w = malloc(cells * sizeof **w);
         if (*w == NULL) {
-            rc = fail("out of memory");
+            rc = cli_error("out of memory");
         } else {
             memcpy(*w, wa.data + (size_t)((a->batch * s[1] + a->head) * s[2] * s[3]),
                    cells * sizeof **w);
@@ -510,7 +498,7 @@ static int pool_weights(float **w, unsigned char **masked, int64_t n_q, int64_t 
     if (pw == NULL || (*masked != NULL && pm == NULL)) {
         free(pw);
         free(pm);
-        return fail("out of memory");
+        return cli_error("out of memory");
     }
     for (int64_t r = 0; r < pq; ++r) {
         for (int64_t c = 0; c < pk; ++c) {
@@ -547,7 +535,7 @@ static int pool_labels(labels *l, int64_t block)
     labels pooled = {calloc((size_t)count, sizeof(char *)), count, 0};
     if (pooled.text == NULL) {
         labels_free(l);
-        return fail("out of memory");
+        return cli_error("out of memory");
     }
     for (int64_t b = 0; b < count; ++b) {
         const char *first = l->text[b * block];
@@ -558,7 +546,7 @@ static int pool_labels(labels *l, int64_t block)
         if (pooled.text[b] == NULL) {
             labels_free(&pooled);
             labels_free(l);
-            return fail("out of memory");
+            return cli_error("out of memory");
         }
         if (last_i == b * block) {
             snprintf(pooled.text[b], len, "%s", first);
@@ -621,7 +609,7 @@ int cmd_heatmap(int argc, char **argv)
     h.title = a.title != NULL ? a.title : "Attention weights";
     render(&h, &svg);
     if (svg.failed) {
-        rc = fail("out of memory for the SVG");
+        rc = cli_error("out of memory for the SVG");
         goto done;
     }
     rc = write_atomically(a.out, &svg);
