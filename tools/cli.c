@@ -58,6 +58,16 @@ clattn_status open_context(const char *device, clattn_context **ctx)
     return status;
 }
 
+int cli_lookup(const char *text, const char *const *names)
+{
+    for (int i = 0; names[i] != NULL; ++i) {
+        if (strcmp(text, names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
 const char *const cli_mask_names[] = {"none", "causal", "causal-bottom-right", "no-self",
                                       NULL}; /* in clattn_mask order */
 

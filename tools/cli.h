@@ -20,6 +20,9 @@ enum { EXIT_USAGE = 2 };
  * for `run --mask`, `heatmap --mask` and `bench --shapes`. */
 extern const char *const cli_mask_names[];
 
+/* Index of `text` in the NULL-terminated `names` (an option's choices), or -1. */
+int cli_lookup(const char *text, const char *const *names);
+
 /* Prints "COMMAND: MESSAGE" and "Try 'COMMAND --help'." to stderr; returns
  * EXIT_USAGE. */
 CLI_PRINTF(2, 3)

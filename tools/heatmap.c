@@ -4,7 +4,7 @@
  * from a .npy file, drawn as a self-contained SVG (svg.c): queries as rows, keys as
  * columns, token labels on both axes, a viridis colour scale with its legend, and the
  * value of every cell when the matrix is small. */
-#include "cli.h" /* cli_error, cli_mask_names */
+#include "cli.h" /* cli_error, cli_lookup, library_error, open_context */
 #include "commands.h"
 #include "layout.h"
 #include "npy.h"
@@ -149,11 +149,8 @@ static int parse_args(int argc, char **argv, heatmap_args *a)
         a->scale = (float)scale;
     }
     if (a->mask_text != NULL) {
-        int m = 0;
-        while (cli_mask_names[m] != NULL && strcmp(cli_mask_names[m], a->mask_text) != 0) {
-            ++m;
-        }
-        if (cli_mask_names[m] == NULL) {
+        const int m = cli_lookup(a->mask_text, cli_mask_names);
+        if (m < 0) {
             return usage("unknown --mask '%s' (none, causal, causal-bottom-right, no-self)",
                          a->mask_text);
         }
@@ -395,18 +392,12 @@ static int compute_weights(const heatmap_args *a, float **w, unsigned char **mas
     desc.mask = a->mask;
     desc.algorithm = CLATTN_ALGORITHM_UNFUSED;
     desc.weights = &tw;
-    clattn_context_options options = {0};
-    options.device = a->device;
-    clattn_status st = clattn_context_create(&options, &ctx);
-    if (st != CLATTN_SUCCESS) {
-        cli_error("clattn_context_create failed: %s: %s", clattn_status_string(st),
-                  clattn_last_error_message(NULL));
+    if (open_context(a->device, &ctx) != CLATTN_SUCCESS) {
         goto done;
     }
-    st = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
+    const clattn_status st = clattn_attention(ctx, &desc, &tq, &tk, &tv, &to);
     if (st != CLATTN_SUCCESS) {
-        cli_error("clattn_attention failed: %s: %s", clattn_status_string(st),
-                  clattn_last_error_message(ctx));
+        library_error("clattn_attention", st, ctx);
         goto done;
     }
     for (int64_t i = 0; i < n_q; ++i) {

@@ -10,12 +10,7 @@ static const char *const layout_names[] = {"bhsd", "bshd", NULL};
 
 int layout_parse(const char *text)
 {
-    for (int i = 0; layout_names[i] != NULL; ++i) {
-        if (strcmp(text, layout_names[i]) == 0) {
-            return i;
-        }
-    }
-    return -1;
+    return cli_lookup(text, layout_names);
 }
 
 int layout_dim(int bshd, int ndim, int axis)

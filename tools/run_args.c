@@ -232,17 +232,6 @@ void free_run_args(run_args *a)
     free(a->cu_k);
 }
 
-/* Index of `text` in the NULL-terminated `names`, or -1. */
-static int lookup(const char *text, const char *const *names)
-{
-    for (int i = 0; names[i] != NULL; ++i) {
-        if (strcmp(text, names[i]) == 0) {
-            return i;
-        }
-    }
-    return -1;
-}
-
 typedef struct list_parse {
     const char *option, *text;
     int32_t *ints;
@@ -602,25 +591,25 @@ int parse_run_args(int argc, char **argv, run_args *a)
                                a->scale_text);
         }
     }
-    int mask = a->mask_text != NULL ? lookup(a->mask_text, cli_mask_names) : 0;
+    int mask = a->mask_text != NULL ? cli_lookup(a->mask_text, cli_mask_names) : 0;
     if (mask < 0) {
         return usage_error(command,
                            "unknown --mask '%s' (none, causal, causal-bottom-right, no-self)",
                            a->mask_text);
     }
-    int algorithm = a->algorithm_text != NULL ? lookup(a->algorithm_text, algorithms) : 0;
+    int algorithm = a->algorithm_text != NULL ? cli_lookup(a->algorithm_text, algorithms) : 0;
     if (algorithm < 0) {
         return usage_error(command, "unknown --algorithm '%s' (auto, fused, unfused)",
                            a->algorithm_text);
     }
     a->mask = (clattn_mask)mask;
     a->algorithm = (clattn_algorithm)algorithm;
-    int rows = a->masked_rows_text != NULL ? lookup(a->masked_rows_text, masked_rows) : 0;
+    int rows = a->masked_rows_text != NULL ? cli_lookup(a->masked_rows_text, masked_rows) : 0;
     if (rows < 0) {
         return usage_error(command, "unknown --masked-rows '%s' (zero, nan)", a->masked_rows_text);
     }
     a->masked_rows = rows;
-    int dtype = a->dtype_text != NULL ? lookup(a->dtype_text, dtypes) : 0;
+    int dtype = a->dtype_text != NULL ? cli_lookup(a->dtype_text, dtypes) : 0;
     if (dtype < 0) {
         return usage_error(command,
                            "unknown --dtype '%s' (auto, bf16: read '<u2' inputs as bfloat16)",
@@ -633,7 +622,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
     }
     a->bshd = layout == 1;
     if (a->out_dtype_text != NULL) {
-        a->out_dtype = lookup(a->out_dtype_text, out_dtypes);
+        a->out_dtype = cli_lookup(a->out_dtype_text, out_dtypes);
         if (a->out_dtype < 0) {
             return usage_error(command, "unknown --out-dtype '%s' (f32, f16, bf16)",
                                a->out_dtype_text);
@@ -641,7 +630,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
     }
     if (a->lse_dtype_text != NULL) {
         static const char *const lse_dtypes[] = {"f32", "f64", NULL};
-        const int t = lookup(a->lse_dtype_text, lse_dtypes);
+        const int t = cli_lookup(a->lse_dtype_text, lse_dtypes);
         if (t < 0) {
             return usage_error(command, "unknown --lse-dtype '%s' (f32, f64)", a->lse_dtype_text);
         }
@@ -660,7 +649,7 @@ int parse_run_args(int argc, char **argv, run_args *a)
     static const char *const stages[] = {"raw", "softcap", "masked", NULL};
     a->scores_stage = RUN_SCORES_MASKED;
     if (a->scores_stage_text != NULL) {
-        a->scores_stage = lookup(a->scores_stage_text, stages);
+        a->scores_stage = cli_lookup(a->scores_stage_text, stages);
         if (a->scores_stage < 0) {
             return usage_error(command, "unknown --scores-stage '%s' (raw, softcap, masked)",
                                a->scores_stage_text);
