@@ -1,0 +1,163 @@
+/* block_read_probe.c — what this machine's memory charges for reading a K/V pool in pages
+ * at shuffled places rather than in order, with no attention arithmetic and no OpenCL
+ * (dev-time only; not part of the library or its tests).
+ *
+ * The question behind issue 14's page-16 ratio in FlashAttention's pool layout
+ * [num_pages, page_size, h_kv, d]: a page of 16 keys × 8 KV heads × 128 float16 is one
+ * 32 KiB block, which decode.cl reads whole, head-step by head-step, K and V side by side.
+ * Read through a table in order (0, 1, 2, …), that is the contiguous cache's order, and
+ * clattn's paged kernel then takes the contiguous kernel's time (docs/BENCHMARKS.md,
+ * 2026-12-05, twenty-sixth); shuffled, it takes about 1.1x. This probe reads the same
+ * bytes the same way from two threads (the machine's cores), blocks in order or shuffled
+ * as `clattn bench`'s pageN shapes shuffle them (seed 5), each thread its half of the
+ * blocks: each block's 8 pieces (a head-step: BLOCK_KEYS rows of 256 bytes, 2 KiB apart)
+ * of K and V, with a software prefetch of the piece `ahead` pieces on in reading order
+ * (through the table; 0: none), into L1 or L2. Each round times every variant once.
+ *
+ * Build and run:
+ *   gcc -O2 -mavx2 -mfma -pthread tools/dev/block_read_probe.c -o /tmp/block_read_probe
+ *   /tmp/block_read_probe [BLOCK_KEYS [ROUNDS [FMAS]]]  (BLOCK_KEYS: keys per page, default
+ *   16; FMAS: arithmetic after each row's loads, 4 chains of FMAS dependent 8-lane FMAs,
+ *   default 0, to slow the read down to the kernel's pace)
+ * (x86 with AVX2 and FMA; prints ms per variant and round and, per variant, the median over the
+ * rounds of shuffled / in order within a round.)
+ */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { HKV = 8, ROW = 2048, POOL = 128 << 20 }; /* row: 8 heads × 128 float16 */
+static char *K, *V;
+static int *table, nblocks, block_keys, shuffled, ahead, level, work_fmas;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* byte offset of piece p (head-step p % 8 of logical block p / 8) */
+static size_t piece(long p)
+{
+    const long blk = p / HKV, hh = p % HKV;
+    const long phys = shuffled ? table[blk] : blk;
+    return (size_t)phys * (size_t)block_keys * ROW + (size_t)hh * 256;
+}
+
+static void *work(void *arg)
+{
+    const long t = (long)arg, per = (long)nblocks * HKV / 2, p0 = t * per;
+    __m256 acc = _mm256_setzero_ps();
+    for (long p = p0; p < p0 + per; p++) {
+        /* rows of a piece: block_keys of them (16: one head-step), whole 256-byte pieces */
+        const size_t off = piece(p);
+        const size_t pf = ahead && p + ahead < p0 + per ? piece(p + ahead) : (size_t)-1;
+        for (int r = 0; r < block_keys; r++) {
+            if (pf != (size_t)-1)
+                for (int c = 0; c < 256; c += 64) {
+                    if (level == 2) {
+                        __builtin_prefetch(K + pf + (size_t)r * ROW + c, 0, 2);
+                        __builtin_prefetch(V + pf + (size_t)r * ROW + c, 0, 2);
+                    } else {
+                        __builtin_prefetch(K + pf + (size_t)r * ROW + c, 0, 3);
+                        __builtin_prefetch(V + pf + (size_t)r * ROW + c, 0, 3);
+                    }
+                }
+            const char *kp = K + off + (size_t)r * ROW, *vp = V + off + (size_t)r * ROW;
+            __m256 x = _mm256_setzero_ps();
+            for (int c = 0; c < 256; c += 32) {
+                x = _mm256_add_ps(x, _mm256_load_ps((const float *)(const void *)(kp + c)));
+                x = _mm256_add_ps(x, _mm256_load_ps((const float *)(const void *)(vp + c)));
+            }
+            /* arithmetic between the loads, as the kernel's: 4 chains of work_fmas FMAs */
+            __m256 w[4] = {x, x, x, x};
+            for (int i = 0; i < work_fmas; i++)
+                for (int e = 0; e < 4; e++)
+                    w[e] = _mm256_fmadd_ps(w[e], x, w[e]);
+            acc = _mm256_add_ps(
+                acc, _mm256_add_ps(_mm256_add_ps(w[0], w[1]), _mm256_add_ps(w[2], w[3])));
+        }
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    return (void *)(long)(o[0] > 1e30f); /* (keeps the sums) */
+}
+
+static double run(void)
+{
+    const double t0 = now();
+    pthread_t th[2];
+    for (long i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, work, (void *)i);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    return now() - t0;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    block_keys = argc > 1 ? atoi(argv[1]) : 16;
+    const int rounds = argc > 2 ? atoi(argv[2]) : 10;
+    work_fmas = argc > 3 ? atoi(argv[3]) : 0;
+    if (block_keys < 1 || rounds < 1 || rounds > 100 || work_fmas < 0)
+        return 2;
+    nblocks = POOL / (block_keys * ROW);
+    K = aligned_alloc(4096, POOL);
+    V = aligned_alloc(4096, POOL);
+    table = malloc(sizeof(int) * (size_t)nblocks);
+    if (!K || !V || !table)
+        return 1;
+    memset(K, 1, POOL);
+    memset(V, 1, POOL);
+    for (int i = 0; i < nblocks; i++)
+        table[i] = i;
+    unsigned seed = 5; /* the shuffle of clattn bench's pageN shapes */
+    for (int i = nblocks - 1; i > 0; i--) {
+        seed = seed * 1664525u + 1013904223u;
+        const int j = (int)((seed >> 8) % (unsigned)(i + 1)), x = table[i];
+        table[i] = table[j];
+        table[j] = x;
+    }
+    static const int aheads[] = {0, 1, 2, 8, 1, 2, 8}, levels[] = {3, 3, 3, 3, 2, 2, 2};
+    enum { NV = 7 };
+    double ratio[NV][100];
+    for (int round = 0; round < rounds; round++) {
+        printf("round %d:", round);
+        for (int v = 0; v < NV; v++) {
+            ahead = aheads[v];
+            level = levels[v];
+            shuffled = 0;
+            const double in_order = run();
+            shuffled = 1;
+            const double sh = run();
+            ratio[v][round] = sh / in_order;
+            printf("  [ahead %d L%d] %.1f / %.1f ms", ahead, level == 3 ? 1 : 2, in_order * 1e3,
+                   sh * 1e3);
+        }
+        printf("\n");
+    }
+    printf("pages of %d keys (%d KiB blocks), %d FMAs per row, %d rounds; shuffled / in order, "
+           "median:\n",
+           block_keys, block_keys * ROW / 1024, work_fmas, rounds);
+    for (int v = 0; v < NV; v++) {
+        qsort(ratio[v], (size_t)rounds, sizeof(double), cmp);
+        printf("  prefetch %d pieces ahead into L%d: %.3f [%.3f-%.3f]\n", aheads[v],
+               levels[v] == 3 ? 1 : 2, ratio[v][rounds / 2], ratio[v][0], ratio[v][rounds - 1]);
+    }
+    free(K);
+    free(V);
+    free(table);
+    return 0;
+}
