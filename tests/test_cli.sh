@@ -1809,6 +1809,18 @@ expect_text "bench paged, n_kv 0" "$tmp/out" "paged16 f32"
 run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,page16;1,4,2,1,40,16,16,none,fused" --reps 1 --quiet --json
 expect_text "bench --json paged" "$tmp/out" '"algorithm": "paged16", "page_size": 16,'
 expect_text "bench --json contiguous" "$tmp/out" '"algorithm": "fused", "page_size": 0,'
+# inorder: each sequence's pages in order in the pool (the block table 0, 1, 2, ...); it
+# needs pageN, once; the name says it, with bshd after it
+run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,inorder,page16;1,4,2,1,40,16,16,none,fused,f16,page8,inorder,bshd" --reps 1 --quiet --json
+expect_rc "bench inorder" 0
+expect_text "bench inorder" "$tmp/out" '"algorithm": "paged16/inorder", "page_size": 16,'
+expect_text "bench inorder bshd" "$tmp/out" '"algorithm": "paged8/inorder/bshd", "page_size": 8,'
+run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,page4096,inorder" --reps 1 --quiet
+expect_text "bench inorder (table)" "$tmp/out" "paged4096/inorder f32"
+bench_refuses "1,4,2,1,40,16,16,none,fused,f32,inorder" "1,4,2,1,40,16,16,none,fused,f32,page16,inorder,inorder" \
+    "1,4,2,1,40,16,16,none,unfused,f32,page16,inorder"
+run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,inorder,bshd" --reps 1 --quiet
+expect_text "bench inorder without pageN (message)" "$tmp/err" "inorder orders a pool's pages: it needs pageN"
 # an int8 K/V cache (per-token scales), contiguous and paged; fused only
 run_clattn bench --shapes "1,2,1,1,32,8,8,none,fused,f32,int8;1,2,1,1,32,8,8,none,fused,f16,page8,int8" --reps 1 --quiet
 expect_rc "bench int8" 0

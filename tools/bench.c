@@ -92,8 +92,8 @@ static const char bench_usage[] =
 /* (in two parts: C99 compilers need only take string literals up to 4095 characters) */
 static const char bench_usage_options[] =
     "  --shapes LIST   cases separated by ';', each\n"
-    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]\n"
-    "                  [,half][,varlen|padded][,dropP][,winL][,bshd]]]]\n"
+    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,inorder]\n"
+    "                  [,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]]\n"
     "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
     "                  fused|unfused|both (default both) or backward (the backward pass\n"
     "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
@@ -101,11 +101,14 @@ static const char bench_usage_options[] =
     "                  and dtype f32|f16|bf16 (storage of Q, K, V and O, and of dO, dQ,\n"
     "                  dK, dV; default f32); pageN (fused only): K and V in a pool of\n"
     "                  pages of N keys read through a block table on the device, each\n"
-    "                  sequence's pages shuffled across the pool; int8 (fused only, with\n"
-    "                  or without pageN): K and V int8 with float32 scales per token and\n"
-    "                  head (a quantized cache; dtype then stores Q and O, shown as e.g.\n"
-    "                  f32/i8); half (fused only): desc.half_arithmetic = 1 (shown\n"
-    "                  as f16/half; the plan says where it runs); varlen (n_q = n_kv,\n"
+    "                  sequence's pages shuffled across the pool; inorder (with pageN):\n"
+    "                  each sequence's pages in order instead, the block table 0, 1,\n"
+    "                  2, ... (the memory order of a contiguous cache), shown as\n"
+    "                  paged16/inorder; int8 (fused only, with or without pageN): K and\n"
+    "                  V int8 with float32 scales per token and head (a quantized cache;\n"
+    "                  dtype then stores Q and O, shown as e.g. f32/i8); half (fused\n"
+    "                  only): desc.half_arithmetic = 1 (shown as f16/half; the plan\n"
+    "                  says where it runs); varlen (n_q = n_kv,\n"
     "                  at most 64 sequences, not with pageN, int8, dropP): b\n"
     "                  sequences of n*(i+1)/b tokens packed along the sequence\n"
     "                  dimension with cu_seqlens, padded: the same lengths as q_lens\n"
@@ -161,8 +164,9 @@ static const char default_shapes[] = "1,8,8,1024,1024,64,64;1,8,8,4096,4096,64,6
 
 int bench_quiet; /* tune: candidates the device refuses are expected, not reported */
 const char *bench_command = "clattn bench",
-           *bench_shapes_grammar = "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,int8]["
-                                   ",half][,varlen|padded][,dropP][,winL][,bshd]]]]";
+           *bench_shapes_grammar =
+               "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,inorder]["
+               ",int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]]";
 
 int bench_fail(const char *fmt, ...)
 {
@@ -178,19 +182,21 @@ int bench_fail(const char *fmt, ...)
 }
 
 /* A case's algorithm as the table and --json show it: "fused", "unfused", "backward",
- * "pagedN", "fused/varlen", "unfused/padded", "fused/bshd", "pagedN/bshd"; buf (24 bytes)
- * holds the built ones */
-static const char *alg_name(const bench_case *c, char buf[24])
+ * "pagedN", "fused/varlen", "unfused/padded", "fused/bshd", "pagedN/bshd", "pagedN/inorder",
+ * "pagedN/inorder/bshd"; buf (ALG_NAME bytes) holds the built ones */
+enum { ALG_NAME = 32 }; /* "paged2147483648/inorder/bshd" and its NUL: 29 */
+static const char *alg_name(const bench_case *c, char buf[ALG_NAME])
 {
     if (c->backward)
         return "backward";
     const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
     if (c->ragged)
-        snprintf(buf, 24, "%s/%s", alg, c->ragged == 1 ? "varlen" : "padded");
+        snprintf(buf, ALG_NAME, "%s/%s", alg, c->ragged == 1 ? "varlen" : "padded");
     else if (c->page_size)
-        snprintf(buf, 24, "paged%lld%s", (long long)c->page_size, c->bshd ? "/bshd" : "");
+        snprintf(buf, ALG_NAME, "paged%lld%s%s", (long long)c->page_size,
+                 c->inorder ? "/inorder" : "", c->bshd ? "/bshd" : "");
     else if (c->bshd)
-        snprintf(buf, 24, "%s/bshd", alg);
+        snprintf(buf, ALG_NAME, "%s/bshd", alg);
     return c->ragged || c->page_size || c->bshd ? buf : alg;
 }
 
@@ -385,7 +391,7 @@ static int operands_fit(clattn_context *ctx, const bench_case *c, int64_t packed
             CL_SUCCESS ||
         global == 0 || need <= (double)global)
         return 0;
-    char alg[24];
+    char alg[ALG_NAME];
     return bench_fail("the operands of b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld (%s) need "
                       "%.3g GiB, more than the device's %.3g GiB of global memory",
                       (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
@@ -418,7 +424,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     const int64_t qb = packed ? 1 : c->b, qn = packed ? total : c->n_q; /* Q's batch, rows */
     if (operands_fit(ctx, c, packed ? total : 0) != 0)
         return 1;
-    /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool */
+    /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool
+     * (inorder: the table 0, 1, 2, …) */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
     const int64_t pages = c->b * max_pages; /* (operands_fit: the sizes below fit) */
     const int64_t kv_rows = (int64_t)kv_rows_of(c, packed ? total : 0);
@@ -448,7 +455,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
         unsigned seed = 5;
         for (int64_t i = 0; table && i < pages; i++)
             table[i] = (int32_t)i;
-        for (int64_t i = pages - 1; table && i > 0; i--) {
+        for (int64_t i = pages - 1; table && !c->inorder && i > 0; i--) {
             seed = seed * 1664525u + 1013904223u;
             const int64_t j = (int64_t)(seed >> 8) % (i + 1);
             const int32_t t = table[i];
@@ -477,7 +484,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     int rc = 0;
     if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens) ||
         (c->int8_kv && (!ms[0] || !ms[1])) || (c->ragged && c->b > 64)) {
-        char pool[96] = "", alg[24]; /* the pool rounds each sequence up to whole pages */
+        char pool[96] = "", alg[ALG_NAME]; /* the pool rounds each sequence up to whole pages */
         if (ps)
             snprintf(pool, sizeof pool, " (a K/V pool of %lld page%s of %lld keys: %lld rows)",
                      (long long)pages, pages == 1 ? "" : "s", (long long)ps, (long long)kv_rows);
@@ -722,7 +729,7 @@ int cmd_bench(int argc, char **argv)
     progress_start(&pr, "clattn bench", n_cases, quiet);
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
-        char alg_buf[24];
+        char alg_buf[ALG_NAME];
         const char *alg = alg_name(c, alg_buf);
         progress_step(&pr, "b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld, %s, %s, %s",
                       (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,

@@ -28,6 +28,9 @@ typedef struct bench_case {
     /* bshd: K and V laid out [b, n_kv, h_kv, d] (FlashAttention's cache; a pool's pages
      * [num_pages, page_size, h_kv, d]) instead of [b, h_kv, n_kv, d] */
     int bshd;
+    /* inorder (with pageN): each sequence's pages in order in the pool, the block table
+     * 0, 1, 2, … (the memory order of a contiguous cache), not shuffled */
+    int inorder;
     int entry; /* its --shapes entry, from 1 ("both" makes two cases of one entry) */
 } bench_case;
 
