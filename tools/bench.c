@@ -708,7 +708,7 @@ int cmd_bench(int argc, char **argv)
         if (peak)
             printf("f32 FMA peak (%s): %.1f GFLOP/s; streaming read: %.1f GB/s\n", peak_form_name,
                    peak_gflops, peak_gbs);
-        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-9s %-14s %-14s %9s %19s %10s %8s %7s %10s%s\n",
+        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-9s %-20s %-14s %9s %19s %10s %8s %7s %10s%s\n",
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace",
                peak ? "   of peak     of bw  bw GB/s" : "");
@@ -777,7 +777,7 @@ int cmd_bench(int argc, char **argv)
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
-            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-9s %-14s %-14s %9.3f %19s "
+            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-9s %-20s %-14s %9.3f %19s "
                    "%10.3f %8.1f %7.1f %10zu",
                    (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                    (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
