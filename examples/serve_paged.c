@@ -14,15 +14,22 @@
  * call on host copies of the pools: O within 1e-4 + 1e-4·|O|. Prints one line per call
  * and exits 1 on a mismatch or a failed call.
  *
- *   ./serve_paged [DEVICE]     (DEVICE: "P:D" or part of its name; default: the first GPU,
- *                               else the first device)
+ * With --time it also prints clattn's share of a decode step's wall time (medians over
+ * the decode steps, CLOCK_MONOTONIC): the step from making its rows to reading O back,
+ * without the reference check (which an engine does not run), and within it clattn's
+ * part, clattn_attention_enqueue's return plus the wait for the call's event.
+ *
+ *   ./serve_paged [--time] [DEVICE]   (DEVICE: "P:D" or part of its name; default: the
+ *                                      first GPU, else the first device)
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <clattn.h>
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { H_Q = 8, H_KV = 2, D = 64, PAGE = 16, PAGES = 48, SLOTS = 4, MAX_PAGES = 12 };
 enum { MAX_ROWS = 64 }; /* tokens of one call, all sequences: the step buffers' size */
@@ -51,6 +58,18 @@ typedef struct seq {
 
 static int free_pages[PAGES], n_free;
 
+/* --time: each decode step's times in seconds (step: without the reference check) */
+enum { MAX_STEPS = 64 };
+static double t_step[MAX_STEPS], t_enqueue[MAX_STEPS], t_wait[MAX_STEPS], t_check[MAX_STEPS];
+static int n_timed;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int take_pages(seq *s, int upto)
 {
     for (int p = (s->len + PAGE - 1) / PAGE; p * PAGE < upto; p++) {
@@ -71,6 +90,7 @@ static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, cons
           *ro = malloc(nq * 4);
     int32_t table[SLOTS * MAX_PAGES], lens[SLOTS];
     int rc = 1;
+    const double t0 = now();
     if (!q || !kn || !vn || !o || !ro)
         goto done;
     for (size_t i = 0; i < nq; i++)
@@ -115,10 +135,16 @@ static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, cons
     desc.v_new = &tvn;
     desc.rotary = &rot;
     cl_event done = NULL;
+    const double t1 = now();
     clattn_status st = clattn_attention_enqueue(ctx, &desc, &tq, &tk, &tv, &to, 0, NULL, &done);
-    if (st == CLATTN_SUCCESS &&
-        clEnqueueReadBuffer(e->queue, bo, CL_TRUE, 0, nq * 4, o, 1, &done, NULL) != CL_SUCCESS)
+    const double t2 = now();
+    if (st == CLATTN_SUCCESS && clWaitForEvents(1, &done) != CL_SUCCESS)
         st = CLATTN_ERROR_OPENCL;
+    const double t3 = now();
+    if (st == CLATTN_SUCCESS &&
+        clEnqueueReadBuffer(e->queue, bo, CL_TRUE, 0, nq * 4, o, 0, NULL, NULL) != CL_SUCCESS)
+        st = CLATTN_ERROR_OPENCL;
+    const double t4 = now();
     if (done)
         clReleaseEvent(done);
     /* the reference: the same call on the host copies of the pools */
@@ -134,6 +160,12 @@ static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, cons
     desc.v_new = &rvn;
     clattn_status rst =
         st == CLATTN_SUCCESS ? clattn_reference_attention(&desc, &rq, &rk, &rv, &rout) : st;
+    if (n_q == 1 && n_timed < MAX_STEPS) { /* a decode step */
+        t_step[n_timed] = t4 - t0;
+        t_enqueue[n_timed] = t2 - t1;
+        t_wait[n_timed] = t3 - t2;
+        t_check[n_timed++] = now() - t4;
+    }
     if (st != CLATTN_SUCCESS || rst != CLATTN_SUCCESS) {
         fprintf(stderr, "serve_paged: %s: %s: %s\n", what, clattn_status_string(st ? st : rst),
                 clattn_last_error_message(st ? ctx : NULL));
@@ -141,8 +173,8 @@ static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, cons
     }
     double worst = 0.0;
     for (size_t i = 0; i < nq; i++) {
-        const double e = fabs((double)o[i] - (double)ro[i]) / (1e-4 + 1e-4 * fabs((double)ro[i]));
-        worst = e > worst || isnan(e) ? e : worst;
+        const double rel = fabs((double)o[i] - (double)ro[i]) / (1e-4 + 1e-4 * fabs((double)ro[i]));
+        worst = rel > worst || isnan(rel) ? rel : worst;
     }
     printf("%-26s batch %d x %2d tokens, cache lengths", what, b, n_q);
     for (int i = 0; i < b; i++) {
@@ -162,10 +194,23 @@ done:
     return rc;
 }
 
+static int by_value(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 int main(int argc, char **argv)
 {
+    const int timed = argc > 1 && strcmp(argv[1], "--time") == 0;
     clattn_context_options opt = {0};
-    opt.device = argc > 1 ? argv[1] : NULL;
+    opt.device = argc > 1 + timed ? argv[1 + timed] : NULL;
     clattn_context *ctx = NULL;
     clattn_status st = clattn_context_create(&opt, &ctx);
     if (st != CLATTN_SUCCESS) {
@@ -236,6 +281,18 @@ int main(int argc, char **argv)
     free(e.hk);
     free(e.hv);
     clattn_context_release(ctx);
+    if (timed && rc == 0 && n_timed > 0) {
+        double clattn[MAX_STEPS];
+        for (int i = 0; i < n_timed; i++)
+            clattn[i] = t_enqueue[i] + t_wait[i];
+        const double step_s = median(t_step, n_timed), clattn_s = median(clattn, n_timed);
+        printf("serve_paged --time: %d decode steps, medians: a step %.0f us without the "
+               "reference check, clattn %.0f us of it (%.0f %%: enqueue %.0f us, then its "
+               "event %.0f us); the reference check %.0f us\n",
+               n_timed, 1e6 * step_s, 1e6 * clattn_s, 100.0 * clattn_s / step_s,
+               1e6 * median(t_enqueue, n_timed), 1e6 * median(t_wait, n_timed),
+               1e6 * median(t_check, n_timed));
+    }
     printf(rc == 0 ? "serve_paged: every call matched the reference\n" : "serve_paged: FAILED\n");
     return rc;
 }
