@@ -15,12 +15,14 @@
  * and exits 1 on a mismatch or a failed call.
  *
  * With --time it also prints clattn's share of a decode step's wall time (medians over
- * the decode steps, CLOCK_MONOTONIC): the step from making its rows to reading O back,
+ * the 23 decode steps, CLOCK_MONOTONIC): the step from making its rows to reading O back,
  * without the reference check (which an engine does not run), and within it clattn's
- * part, clattn_attention_enqueue's return plus the wait for the call's event.
+ * part, clattn_attention_enqueue's return plus the wait for the call's event. Each is a
+ * median of its own, so the parts need not add up to the whole.
  *
  *   ./serve_paged [--time] [DEVICE]   (DEVICE: "P:D" or part of its name; default: the
- *                                      first GPU, else the first device)
+ *                                      first GPU, else the first device; exit 2 on other
+ *                                      arguments)
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <clattn.h>
@@ -80,8 +82,10 @@ static int take_pages(seq *s, int upto)
     return 0;
 }
 
-/* One call for the batch `seqs` (n_q new tokens each): device and reference, compared. */
-static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, const char *what)
+/* One call for the batch `seqs` (n_q new tokens each): device and reference, compared;
+ * `decode`: a decode step (timed by --time), not a prefill. */
+static int step(const engine *e, seq **seqs, int b, int n_q, int decode, unsigned *rng,
+                const char *what)
 {
     clattn_context *ctx = e->ctx;
     float *hk = e->hk, *hv = e->hv;
@@ -160,7 +164,7 @@ static int step(const engine *e, seq **seqs, int b, int n_q, unsigned *rng, cons
     desc.v_new = &rvn;
     clattn_status rst =
         st == CLATTN_SUCCESS ? clattn_reference_attention(&desc, &rq, &rk, &rv, &rout) : st;
-    if (n_q == 1 && n_timed < MAX_STEPS) { /* a decode step */
+    if (decode && n_timed < MAX_STEPS) {
         t_step[n_timed] = t4 - t0;
         t_enqueue[n_timed] = t2 - t1;
         t_wait[n_timed] = t3 - t2;
@@ -208,9 +212,20 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
-    const int timed = argc > 1 && strcmp(argv[1], "--time") == 0;
+    int timed = 0;
+    const char *device = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--time") == 0 && !timed)
+            timed = 1;
+        else if (argv[i][0] != '-' && !device)
+            device = argv[i];
+        else {
+            fprintf(stderr, "usage: serve_paged [--time] [DEVICE]   (unexpected '%s')\n", argv[i]);
+            return 2;
+        }
+    }
     clattn_context_options opt = {0};
-    opt.device = argc > 1 + timed ? argv[1 + timed] : NULL;
+    opt.device = device;
     clattn_context *ctx = NULL;
     clattn_status st = clattn_context_create(&opt, &ctx);
     if (st != CLATTN_SUCCESS) {
@@ -252,7 +267,7 @@ int main(int argc, char **argv)
                 seq *one[1] = {&seqs[s]};
                 char what[64];
                 snprintf(what, sizeof what, "step %2d: prefill seq %d", t, s);
-                rc = step(&e, one, 1, plan[s][1], &rng, what);
+                rc = step(&e, one, 1, plan[s][1], 0, &rng, what);
             }
         /* one decode step of every running sequence, in one call */
         seq *run[SLOTS];
@@ -263,7 +278,7 @@ int main(int argc, char **argv)
         if (rc == 0 && b > 0) {
             char what[64];
             snprintf(what, sizeof what, "step %2d: decode", t);
-            rc = step(&e, run, b, 1, &rng, what);
+            rc = step(&e, run, b, 1, 1, &rng, what);
         }
         /* finished sequences leave and give their pages back */
         for (int i = 0; rc == 0 && i < b; i++)

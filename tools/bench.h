@@ -29,7 +29,8 @@ typedef struct bench_case {
      * [num_pages, page_size, h_kv, d]) instead of [b, h_kv, n_kv, d] */
     int bshd;
     /* inorder (with pageN): each sequence's pages in order in the pool, the block table
-     * 0, 1, 2, … (the memory order of a contiguous cache), not shuffled */
+     * 0, 1, 2, …, not shuffled (with bshd, a contiguous cache's memory order; clattn's
+     * pool [num_pages, h_kv, page_size, d] still interleaves the heads' pieces) */
     int inorder;
     int entry; /* its --shapes entry, from 1 ("both" makes two cases of one entry) */
 } bench_case;

@@ -10,17 +10,20 @@
  * 2026-12-05, twenty-sixth); shuffled, it takes about 1.1x. This probe reads the same
  * bytes the same way from two threads (the machine's cores), blocks in order or shuffled
  * as `clattn bench`'s pageN shapes shuffle them (seed 5), each thread its half of the
- * blocks: each block's 8 pieces (a head-step: BLOCK_KEYS rows of 256 bytes, 2 KiB apart)
- * of K and V, with a software prefetch of the piece `ahead` pieces on in reading order
- * (through the table; 0: none), into L1 or L2. Each round times every variant once.
+ * blocks: each block's steps of 16 keys, and each step's 8 head-steps (16 rows' 256
+ * bytes of one head, 2 KiB apart) of K and V, with a software prefetch of the head-step
+ * `ahead` head-steps on in reading order (through the table; 0: none), into L1 or L2.
+ * After one warm-up read, each round times every variant once, in order then shuffled.
  *
  * Build and run:
  *   gcc -O2 -mavx2 -mfma -pthread tools/dev/block_read_probe.c -o /tmp/block_read_probe
- *   /tmp/block_read_probe [BLOCK_KEYS [ROUNDS [FMAS]]]  (BLOCK_KEYS: keys per page, default
- *   16; FMAS: arithmetic after each row's loads, 4 chains of FMAS dependent 8-lane FMAs,
- *   default 0, to slow the read down to the kernel's pace)
- * (x86 with AVX2 and FMA; prints ms per variant and round and, per variant, the median over the
- * rounds of shuffled / in order within a round.)
+ *   /tmp/block_read_probe [BLOCK_KEYS [ROUNDS [FMAS]]]  (BLOCK_KEYS: keys per page, 16 to
+ *   4096, a multiple of 16, default 16; ROUNDS 1 to 100, default 10; FMAS: arithmetic after
+ *   each row's loads, 4 chains of FMAS dependent 8-lane FMAs, 0 to 1000, default 0, to
+ *   slow the read down to the kernel's pace; exit 2 with a usage line on other arguments)
+ * (x86 with AVX2 and FMA; prints ms per variant and round and, per variant, the median over
+ * the rounds of shuffled / in order within a round, the mean of the middle two for an even
+ * count.)
  */
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -42,23 +45,25 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* byte offset of piece p (head-step p % 8 of logical block p / 8) */
+/* byte offset of piece p: in reading order, pages; in a page, steps of 16 keys; in a
+ * step, the 8 heads (head-steps), as decode.cl reads with every head per work-item */
 static size_t piece(long p)
 {
-    const long blk = p / HKV, hh = p % HKV;
+    const long steps = block_keys / 16; /* per page */
+    const long blk = p / (HKV * steps), step = p / HKV % steps, hh = p % HKV;
     const long phys = shuffled ? table[blk] : blk;
-    return (size_t)phys * (size_t)block_keys * ROW + (size_t)hh * 256;
+    return ((size_t)phys * (size_t)block_keys + (size_t)step * 16) * ROW + (size_t)hh * 256;
 }
 
 static void *work(void *arg)
 {
-    const long t = (long)arg, per = (long)nblocks * HKV / 2, p0 = t * per;
+    const long t = (long)arg, per = (long)nblocks * (block_keys / 16) * HKV / 2, p0 = t * per;
     __m256 acc = _mm256_setzero_ps();
     for (long p = p0; p < p0 + per; p++) {
-        /* rows of a piece: block_keys of them (16: one head-step), whole 256-byte pieces */
+        /* a piece: 16 rows' 256 bytes of one head (a head-step) */
         const size_t off = piece(p);
         const size_t pf = ahead && p + ahead < p0 + per ? piece(p + ahead) : (size_t)-1;
-        for (int r = 0; r < block_keys; r++) {
+        for (int r = 0; r < 16; r++) {
             if (pf != (size_t)-1)
                 for (int c = 0; c < 256; c += 64) {
                     if (level == 2) {
@@ -106,13 +111,29 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* argument i as a decimal in [lo, hi], or fallback when absent; -1 when malformed */
+static long arg(int argc, char **argv, int i, long lo, long hi, long fallback)
+{
+    if (argc <= i)
+        return fallback;
+    char *end = NULL;
+    const long v = strtol(argv[i], &end, 10);
+    return end != argv[i] && *end == '\0' && v >= lo && v <= hi ? v : -1;
+}
+
 int main(int argc, char **argv)
 {
-    block_keys = argc > 1 ? atoi(argv[1]) : 16;
-    const int rounds = argc > 2 ? atoi(argv[2]) : 10;
-    work_fmas = argc > 3 ? atoi(argv[3]) : 0;
-    if (block_keys < 1 || rounds < 1 || rounds > 100 || work_fmas < 0)
+    /* pages of 16 to 4096 keys, a multiple of 16 (at least 32 pages of 32 KiB to 8 MiB) */
+    const long keys = arg(argc, argv, 1, 16, 4096, 16), r = arg(argc, argv, 2, 1, 100, 10),
+               f = arg(argc, argv, 3, 0, 1000, 0);
+    if (keys < 16 || keys % 16 || r < 0 || f < 0 || argc > 4) {
+        fprintf(stderr, "usage: block_read_probe [BLOCK_KEYS [ROUNDS [FMAS]]]  (BLOCK_KEYS: 16 "
+                        "to 4096, a multiple of 16; ROUNDS: 1 to 100; FMAS: 0 to 1000)\n");
         return 2;
+    }
+    block_keys = (int)keys;
+    work_fmas = (int)f;
+    const int rounds = (int)r;
     nblocks = POOL / (block_keys * ROW);
     K = aligned_alloc(4096, POOL);
     V = aligned_alloc(4096, POOL);
@@ -133,6 +154,8 @@ int main(int argc, char **argv)
     static const int aheads[] = {0, 1, 2, 8, 1, 2, 8}, levels[] = {3, 3, 3, 3, 2, 2, 2};
     enum { NV = 7 };
     double ratio[NV][100];
+    shuffled = 0;
+    (void)run(); /* a warm-up: the pools' first touch after memset, the threads' start */
     for (int round = 0; round < rounds; round++) {
         printf("round %d:", round);
         for (int v = 0; v < NV; v++) {
@@ -143,8 +166,11 @@ int main(int argc, char **argv)
             shuffled = 1;
             const double sh = run();
             ratio[v][round] = sh / in_order;
-            printf("  [ahead %d L%d] %.1f / %.1f ms", ahead, level == 3 ? 1 : 2, in_order * 1e3,
-                   sh * 1e3);
+            if (ahead)
+                printf("  [ahead %d L%d]", ahead, level == 3 ? 1 : 2);
+            else
+                printf("  [no prefetch]");
+            printf(" %.1f / %.1f ms", in_order * 1e3, sh * 1e3);
         }
         printf("\n");
     }
@@ -153,8 +179,12 @@ int main(int argc, char **argv)
            block_keys, block_keys * ROW / 1024, work_fmas, rounds);
     for (int v = 0; v < NV; v++) {
         qsort(ratio[v], (size_t)rounds, sizeof(double), cmp);
-        printf("  prefetch %d pieces ahead into L%d: %.3f [%.3f-%.3f]\n", aheads[v],
-               levels[v] == 3 ? 1 : 2, ratio[v][rounds / 2], ratio[v][0], ratio[v][rounds - 1]);
+        const double med = (ratio[v][(rounds - 1) / 2] + ratio[v][rounds / 2]) / 2;
+        if (aheads[v])
+            printf("  prefetch %d head-steps ahead into L%d", aheads[v], levels[v] == 3 ? 1 : 2);
+        else
+            printf("  no prefetch");
+        printf(": %.3f [%.3f-%.3f]\n", med, ratio[v][0], ratio[v][rounds - 1]);
     }
     free(K);
     free(V);
