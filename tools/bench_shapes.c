@@ -14,16 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int parse_mask(const char *s, clattn_mask *out)
-{
-    for (int m = 0; cli_mask_names[m]; m++)
-        if (strcmp(s, cli_mask_names[m]) == 0) {
-            *out = (clattn_mask)m;
-            return 0;
-        }
-    return -1;
-}
-
 /* Parses LIST into cases (an algorithm "both" gives two cases). Returns the count, or
  * -1 with a message. */
 int parse_shapes(const char *list, bench_case *cases, int max)
@@ -62,7 +52,9 @@ int parse_shapes(const char *list, bench_case *cases, int max)
          * space) */
         const int left = (got == 7 && sizes_end >= 0 && spec[sizes_end] != '\0') ||
                          (got == 11 && (used < 0 || spec[used] != '\0'));
-        int bad = got < 7 || range || empty || left || parse_mask(mask, &c.mask) != 0;
+        const int m = cli_lookup(mask, cli_mask_names); /* (clattn_mask's order) */
+        c.mask = m >= 0 ? (clattn_mask)m : CLATTN_MASK_NONE;
+        int bad = got < 7 || range || empty || left || m < 0;
         char unknown[64];
         snprintf(unknown, sizeof unknown, "unknown mask '%s'", mask);
         const char *why = got < 7 ? "seven sizes first"
