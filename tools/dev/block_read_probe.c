@@ -17,10 +17,13 @@
  *
  * Build and run:
  *   gcc -O2 -mavx2 -mfma -pthread tools/dev/block_read_probe.c -o /tmp/block_read_probe
- *   /tmp/block_read_probe [BLOCK_KEYS [ROUNDS [FMAS]]]  (BLOCK_KEYS: keys per page, 16 to
- *   4096, a multiple of 16, default 16; ROUNDS 1 to 100, default 10; FMAS: arithmetic after
- *   each row's loads, 4 chains of FMAS dependent 8-lane FMAs, 0 to 1000, default 0, to
- *   slow the read down to the kernel's pace; exit 2 with a usage line on other arguments)
+ *   /tmp/block_read_probe [BLOCK_KEYS [ROUNDS [FMAS [rows]]]]  (BLOCK_KEYS: keys per page,
+ *   16 to 4096, a multiple of 16, default 16; ROUNDS 1 to 100, default 10; FMAS: arithmetic
+ *   after each row's loads, 4 chains of FMAS dependent 8-lane FMAs, 0 to 1000, default 0,
+ *   to slow the read down to the kernel's pace; rows: each piece is 4 KiB in address order
+ *   (two whole rows, the order of a kernel that reads whole rows, or of a head-step in
+ *   clattn's layout) instead of a head-step's 16 pieces 2 KiB apart; exit 2 with a usage
+ *   line on other arguments)
  * (x86 with AVX2 and FMA; prints ms per variant and round and, per variant, the median over
  * the rounds of shuffled / in order within a round, the mean of the middle two for an even
  * count.)
@@ -36,7 +39,7 @@
 
 enum { HKV = 8, ROW = 2048, POOL = 128 << 20 }; /* row: 8 heads × 128 float16 */
 static char *K, *V;
-static int *table, nblocks, block_keys, shuffled, ahead, level, work_fmas;
+static int *table, nblocks, block_keys, shuffled, ahead, level, work_fmas, rows_order;
 
 static double now(void)
 {
@@ -46,13 +49,23 @@ static double now(void)
 }
 
 /* byte offset of piece p: in reading order, pages; in a page, steps of 16 keys; in a
- * step, the 8 heads (head-steps), as decode.cl reads with every head per work-item */
+ * step, the 8 heads (head-steps), as decode.cl reads with every head per work-item.
+ * rows_order: the same bytes as 4 KiB stretches instead (2 whole rows), in address order. */
 static size_t piece(long p)
 {
     const long steps = block_keys / 16; /* per page */
     const long blk = p / (HKV * steps), step = p / HKV % steps, hh = p % HKV;
     const long phys = shuffled ? table[blk] : blk;
+    if (rows_order)
+        return ((size_t)phys * (size_t)block_keys + (size_t)(p % (HKV * steps)) * 2) * ROW;
     return ((size_t)phys * (size_t)block_keys + (size_t)step * 16) * ROW + (size_t)hh * 256;
+}
+
+/* byte offset of a piece's chunk r (0 … 15) of 256 bytes: row r of the head-step, or the
+ * r-th 256 bytes of the stretch */
+static size_t chunk(int r)
+{
+    return rows_order ? (size_t)r * 256 : (size_t)r * ROW;
 }
 
 static void *work(void *arg)
@@ -60,21 +73,21 @@ static void *work(void *arg)
     const long t = (long)arg, per = (long)nblocks * (block_keys / 16) * HKV / 2, p0 = t * per;
     __m256 acc = _mm256_setzero_ps();
     for (long p = p0; p < p0 + per; p++) {
-        /* a piece: 16 rows' 256 bytes of one head (a head-step) */
+        /* a piece: 16 rows' 256 bytes of one head (a head-step), or 4 KiB in rows_order */
         const size_t off = piece(p);
         const size_t pf = ahead && p + ahead < p0 + per ? piece(p + ahead) : (size_t)-1;
         for (int r = 0; r < 16; r++) {
             if (pf != (size_t)-1)
                 for (int c = 0; c < 256; c += 64) {
                     if (level == 2) {
-                        __builtin_prefetch(K + pf + (size_t)r * ROW + c, 0, 2);
-                        __builtin_prefetch(V + pf + (size_t)r * ROW + c, 0, 2);
+                        __builtin_prefetch(K + pf + chunk(r) + c, 0, 2);
+                        __builtin_prefetch(V + pf + chunk(r) + c, 0, 2);
                     } else {
-                        __builtin_prefetch(K + pf + (size_t)r * ROW + c, 0, 3);
-                        __builtin_prefetch(V + pf + (size_t)r * ROW + c, 0, 3);
+                        __builtin_prefetch(K + pf + chunk(r) + c, 0, 3);
+                        __builtin_prefetch(V + pf + chunk(r) + c, 0, 3);
                     }
                 }
-            const char *kp = K + off + (size_t)r * ROW, *vp = V + off + (size_t)r * ROW;
+            const char *kp = K + off + chunk(r), *vp = V + off + chunk(r);
             __m256 x = _mm256_setzero_ps();
             for (int c = 0; c < 256; c += 32) {
                 x = _mm256_add_ps(x, _mm256_load_ps((const float *)(const void *)(kp + c)));
@@ -126,9 +139,11 @@ int main(int argc, char **argv)
     /* pages of 16 to 4096 keys, a multiple of 16 (at least 32 pages of 32 KiB to 8 MiB) */
     const long keys = arg(argc, argv, 1, 16, 4096, 16), r = arg(argc, argv, 2, 1, 100, 10),
                f = arg(argc, argv, 3, 0, 1000, 0);
-    if (keys < 16 || keys % 16 || r < 0 || f < 0 || argc > 4) {
-        fprintf(stderr, "usage: block_read_probe [BLOCK_KEYS [ROUNDS [FMAS]]]  (BLOCK_KEYS: 16 "
-                        "to 4096, a multiple of 16; ROUNDS: 1 to 100; FMAS: 0 to 1000)\n");
+    rows_order = argc > 4 && strcmp(argv[4], "rows") == 0;
+    if (keys < 16 || keys % 16 || r < 0 || f < 0 || argc > 5 || (argc > 4 && !rows_order)) {
+        fprintf(stderr, "usage: block_read_probe [BLOCK_KEYS [ROUNDS [FMAS [rows]]]]  "
+                        "(BLOCK_KEYS: 16 to 4096, a multiple of 16; ROUNDS: 1 to 100; FMAS: 0 "
+                        "to 1000)\n");
         return 2;
     }
     block_keys = (int)keys;
@@ -174,9 +189,10 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
-    printf("pages of %d keys (%d KiB blocks), %d FMAs per row, %d rounds; shuffled / in order, "
-           "median:\n",
-           block_keys, block_keys * ROW / 1024, work_fmas, rounds);
+    printf("pages of %d keys (%d KiB blocks), %s, %d FMAs per 256 bytes, %d rounds; shuffled "
+           "/ in order, median:\n",
+           block_keys, block_keys * ROW / 1024,
+           rows_order ? "4 KiB stretches" : "head-steps of 16 rows", work_fmas, rounds);
     for (int v = 0; v < NV; v++) {
         qsort(ratio[v], (size_t)rounds, sizeof(double), cmp);
         const double med = (ratio[v][(rounds - 1) / 2] + ratio[v][rounds / 2]) / 2;
