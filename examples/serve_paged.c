@@ -217,7 +217,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--time") == 0 && !timed)
             timed = 1;
-        else if (argv[i][0] != '-' && !device)
+        else if (argv[i][0] != '-' && argv[i][0] != '\0' && !device)
             device = argv[i];
         else {
             fprintf(stderr, "usage: serve_paged [--time] [DEVICE]   (unexpected '%s')\n", argv[i]);

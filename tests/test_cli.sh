@@ -1821,6 +1821,13 @@ bench_refuses "1,4,2,1,40,16,16,none,fused,f32,inorder" "1,4,2,1,40,16,16,none,f
     "1,4,2,1,40,16,16,none,unfused,f32,page16,inorder"
 run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,inorder,bshd" --reps 1 --quiet
 expect_text "bench inorder without pageN (message)" "$tmp/err" "inorder orders a pool's pages: it needs pageN"
+# the mask field takes run's mask names (cli_mask_names), exactly
+run_clattn bench --shapes "1,2,1,1,32,8,8,no-self,fused" --reps 1 --quiet
+expect_rc "bench, mask no-self" 0
+expect_text "bench, mask no-self" "$tmp/out" "no-self fused"
+run_clattn bench --shapes "1,2,1,1,32,8,8,CAUSAL" --reps 1 --quiet
+expect_rc "bench, an unknown mask" 2
+expect_text "bench, an unknown mask" "$tmp/err" "bad --shapes entry '1,2,1,1,32,8,8,CAUSAL': unknown mask 'CAUSAL'"
 # an int8 K/V cache (per-token scales), contiguous and paged; fused only
 run_clattn bench --shapes "1,2,1,1,32,8,8,none,fused,f32,int8;1,2,1,1,32,8,8,none,fused,f16,page8,int8" --reps 1 --quiet
 expect_rc "bench int8" 0

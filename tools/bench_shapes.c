@@ -1,8 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 /* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
- * [,pageN][,inorder][,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]] into
- * bench cases (bench.h;
- * the grammar is in `clattn bench --help`). */
+ * [,pageN][,inorder][,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]] into bench
+ * cases (bench.h; the grammar is in `clattn bench --help`). */
 #include "bench.h"
 #include "cli.h"
 

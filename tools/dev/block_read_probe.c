@@ -9,8 +9,8 @@
  * clattn's paged kernel then takes the contiguous kernel's time (docs/BENCHMARKS.md,
  * 2026-12-05, twenty-sixth); shuffled, it takes about 1.1x. This probe reads the same
  * bytes the same way from two threads (the machine's cores), blocks in order or shuffled
- * as `clattn bench`'s pageN shapes shuffle them (seed 5), each thread its half of the
- * blocks: each block's steps of 16 keys, and each step's 8 head-steps (16 rows' 256
+ * as `clattn bench`'s pageN shapes shuffle them (seed 5), each thread half of the pieces
+ * in reading order: each block's steps of 16 keys, and each step's 8 head-steps (16 rows' 256
  * bytes of one head, 2 KiB apart) of K and V, with a software prefetch of the head-step
  * `ahead` head-steps on in reading order (through the table; 0: none), into L1 or L2.
  * After one warm-up read, each round times every variant once, in order then shuffled.
@@ -136,14 +136,14 @@ static long arg(int argc, char **argv, int i, long lo, long hi, long fallback)
 
 int main(int argc, char **argv)
 {
-    /* pages of 16 to 4096 keys, a multiple of 16 (at least 32 pages of 32 KiB to 8 MiB) */
+    /* pages of 16 to 4096 keys, a multiple of 16 (4096 pages of 32 KiB down to 16 of 8 MiB) */
     const long keys = arg(argc, argv, 1, 16, 4096, 16), r = arg(argc, argv, 2, 1, 100, 10),
                f = arg(argc, argv, 3, 0, 1000, 0);
     rows_order = argc > 4 && strcmp(argv[4], "rows") == 0;
     if (keys < 16 || keys % 16 || r < 0 || f < 0 || argc > 5 || (argc > 4 && !rows_order)) {
         fprintf(stderr, "usage: block_read_probe [BLOCK_KEYS [ROUNDS [FMAS [rows]]]]  "
                         "(BLOCK_KEYS: 16 to 4096, a multiple of 16; ROUNDS: 1 to 100; FMAS: 0 "
-                        "to 1000)\n");
+                        "to 1000; rows: 4 KiB stretches in address order)\n");
         return 2;
     }
     block_keys = (int)keys;
@@ -197,7 +197,8 @@ int main(int argc, char **argv)
         qsort(ratio[v], (size_t)rounds, sizeof(double), cmp);
         const double med = (ratio[v][(rounds - 1) / 2] + ratio[v][rounds / 2]) / 2;
         if (aheads[v])
-            printf("  prefetch %d head-steps ahead into L%d", aheads[v], levels[v] == 3 ? 1 : 2);
+            printf("  prefetch %d %s ahead into L%d", aheads[v],
+                   rows_order ? "stretch(es)" : "head-step(s)", levels[v] == 3 ? 1 : 2);
         else
             printf("  no prefetch");
         printf(": %.3f [%.3f-%.3f]\n", med, ratio[v][0], ratio[v][rounds - 1]);
