@@ -1820,7 +1820,16 @@ expect_text "bench inorder (table)" "$tmp/out" "paged4096/inorder f32"
 bench_refuses "1,4,2,1,40,16,16,none,fused,f32,inorder" "1,4,2,1,40,16,16,none,fused,f32,page16,inorder,inorder" \
     "1,4,2,1,40,16,16,none,unfused,f32,page16,inorder"
 run_clattn bench --shapes "1,4,2,1,40,16,16,none,fused,f32,inorder,bshd" --reps 1 --quiet
-expect_text "bench inorder without pageN (message)" "$tmp/err" "inorder orders a pool's pages: it needs pageN"
+expect_text "bench inorder without pageN (message)" "$tmp/err" "inorder and roundrobin order a pool's pages: they need pageN"
+# roundrobin: the pages handed out to the sequences in turn (sequence i's page p at p*b + i)
+run_clattn bench --shapes "2,4,2,1,40,16,16,none,fused,f32,page16,roundrobin;3,4,2,1,40,16,16,none,fused,f16,roundrobin,page8,bshd" --reps 1 --quiet --json
+expect_rc "bench roundrobin" 0
+expect_text "bench roundrobin" "$tmp/out" '"algorithm": "paged16/roundrobin", "page_size": 16,'
+expect_text "bench roundrobin bshd" "$tmp/out" '"algorithm": "paged8/roundrobin/bshd", "page_size": 8,'
+run_clattn bench --shapes "2,4,2,1,40,16,16,none,fused,f32,page16,roundrobin,bshd" --reps 1 --quiet
+expect_text "bench roundrobin (table)" "$tmp/out" "paged16/roundrobin/bshd f32"
+bench_refuses "1,4,2,1,40,16,16,none,fused,f32,roundrobin" "1,4,2,1,40,16,16,none,fused,f32,page16,roundrobin,inorder" \
+    "1,4,2,1,40,16,16,none,fused,f32,page16,roundrobin,roundrobin" "1,4,2,1,40,16,16,none,both,f32,page16,roundrobin"
 # the mask field takes run's mask names (cli_mask_names), exactly
 run_clattn bench --shapes "1,2,1,1,32,8,8,no-self,fused" --reps 1 --quiet
 expect_rc "bench, mask no-self" 0

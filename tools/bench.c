@@ -92,8 +92,9 @@ static const char bench_usage[] =
 /* (in two parts: C99 compilers need only take string literals up to 4095 characters) */
 static const char bench_usage_options[] =
     "  --shapes LIST   cases separated by ';', each\n"
-    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,inorder]\n"
-    "                  [,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]]\n"
+    "                  b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN]\n"
+    "                  [,inorder|roundrobin][,int8][,half][,varlen|padded][,dropP][,winL]\n"
+    "                  [,bshd]]]]\n"
     "                  with mask none|causal|causal-bottom-right|no-self, alg\n"
     "                  fused|unfused|both (default both) or backward (the backward pass\n"
     "                  after one forward call; GFLOP/s counted as 2*n_q*n_kv*(3*d_k +\n"
@@ -104,7 +105,10 @@ static const char bench_usage_options[] =
     "                  sequence's pages shuffled across the pool; inorder (with pageN):\n"
     "                  each sequence's pages in order instead, the block table 0, 1,\n"
     "                  2, ... (with bshd, a contiguous cache's memory order), shown as\n"
-    "                  paged16/inorder; int8 (fused only, with or without pageN): K and\n"
+    "                  paged16/inorder; roundrobin (with pageN): the pages handed out to\n"
+    "                  the sequences in turn, as a fresh pool gives them to sequences\n"
+    "                  that grow side by side (sequence i's page p at p*b + i), shown\n"
+    "                  as paged16/roundrobin; int8 (fused only, with or without pageN): K and\n"
     "                  V int8 with float32 scales per token and head (a quantized cache;\n"
     "                  dtype then stores Q and O, shown as e.g. f32/i8); half (fused\n"
     "                  only): desc.half_arithmetic = 1 (shown as f16/half; the plan\n"
@@ -166,7 +170,7 @@ static const char default_shapes[] = "1,8,8,1024,1024,64,64;1,8,8,4096,4096,64,6
 int bench_quiet; /* tune: candidates the device refuses are expected, not reported */
 const char *bench_command = "clattn bench",
            *bench_shapes_grammar =
-               "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,inorder]["
+               "b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype[,pageN][,inorder|roundrobin]["
                ",int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]]";
 
 int bench_fail(const char *fmt, ...)
@@ -184,8 +188,8 @@ int bench_fail(const char *fmt, ...)
 
 /* A case's algorithm as the table and --json show it: "fused", "unfused", "backward",
  * "pagedN", "fused/varlen", "unfused/padded", "fused/bshd", "pagedN/bshd", "pagedN/inorder",
- * "pagedN/inorder/bshd"; buf (ALG_NAME bytes) holds the built ones */
-enum { ALG_NAME = 32 }; /* "paged2147483648/inorder/bshd" and its NUL: 29 */
+ * "pagedN/roundrobin/bshd"; buf (ALG_NAME bytes) holds the built ones */
+enum { ALG_NAME = 32 }; /* "paged2147483648/roundrobin/bshd" and its NUL: 32 */
 static const char *alg_name(const bench_case *c, char buf[ALG_NAME])
 {
     if (c->backward)
@@ -195,7 +199,10 @@ static const char *alg_name(const bench_case *c, char buf[ALG_NAME])
         snprintf(buf, ALG_NAME, "%s/%s", alg, c->ragged == 1 ? "varlen" : "padded");
     else if (c->page_size)
         snprintf(buf, ALG_NAME, "paged%lld%s%s", (long long)c->page_size,
-                 c->inorder ? "/inorder" : "", c->bshd ? "/bshd" : "");
+                 c->page_order == PAGES_INORDER      ? "/inorder"
+                 : c->page_order == PAGES_ROUNDROBIN ? "/roundrobin"
+                                                     : "",
+                 c->bshd ? "/bshd" : "");
     else if (c->bshd)
         snprintf(buf, ALG_NAME, "%s/bshd", alg);
     return c->ragged || c->page_size || c->bshd ? buf : alg;
@@ -426,7 +433,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     if (operands_fit(ctx, c, packed ? total : 0) != 0)
         return 1;
     /* paged: b·⌈n_kv / page_size⌉ pages, each sequence's at shuffled places of the pool
-     * (inorder: the table 0, 1, 2, …) */
+     * (inorder: the table 0, 1, 2, …; roundrobin: sequence b's page p at p·c->b + b) */
     const int64_t ps = c->page_size, max_pages = ps ? (c->n_kv + ps - 1) / ps : 0;
     const int64_t pages = c->b * max_pages; /* (operands_fit: the sizes below fit) */
     const int64_t kv_rows = (int64_t)kv_rows_of(c, packed ? total : 0);
@@ -454,9 +461,11 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     if (ps) {
         int32_t *table = malloc(sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1));
         unsigned seed = 5;
-        for (int64_t i = 0; table && i < pages; i++)
-            table[i] = (int32_t)i;
-        for (int64_t i = pages - 1; table && !c->inorder && i > 0; i--) {
+        for (int64_t i = 0; table && i < pages; i++) /* (entry i: sequence i / max_pages) */
+            table[i] =
+                (int32_t)(c->page_order == PAGES_ROUNDROBIN ? i % max_pages * c->b + i / max_pages
+                                                            : i);
+        for (int64_t i = pages - 1; table && c->page_order == PAGES_SHUFFLED && i > 0; i--) {
             seed = seed * 1664525u + 1013904223u;
             const int64_t j = (int64_t)(seed >> 8) % (i + 1);
             const int32_t t = table[i];
@@ -709,7 +718,7 @@ int cmd_bench(int argc, char **argv)
         if (peak)
             printf("f32 FMA peak (%s): %.1f GFLOP/s; streaming read: %.1f GB/s\n", peak_form_name,
                    peak_gflops, peak_gbs);
-        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-9s %-20s %-14s %9s %19s %10s %8s %7s %10s%s\n",
+        printf("%-4s %-5s %-5s %-6s %-6s %-4s %-4s %-9s %-24s %-14s %9s %19s %10s %8s %7s %10s%s\n",
                "b", "h_q", "h_kv", "n_q", "n_kv", "d_k", "d_v", "mask", "alg", "dtype", "device_ms",
                "[min-max]", "wall_ms", "GFLOP/s", "GB/s", "workspace",
                peak ? "   of peak     of bw  bw GB/s" : "");
@@ -778,7 +787,7 @@ int cmd_bench(int argc, char **argv)
         } else {
             char spread[32];
             snprintf(spread, sizeof spread, "[%.3g-%.3g]", r.device_ms.min, r.device_ms.max);
-            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-9s %-20s %-14s %9.3f %19s "
+            printf("%-4lld %-5lld %-5lld %-6lld %-6lld %-4lld %-4lld %-9s %-24s %-14s %9.3f %19s "
                    "%10.3f %8.1f %7.1f %10zu",
                    (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                    (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,

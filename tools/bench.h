@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+enum { PAGES_SHUFFLED, PAGES_INORDER, PAGES_ROUNDROBIN };
+
 typedef struct bench_case {
     int64_t b, h_q, h_kv, n_q, n_kv, d_k, d_v;
     clattn_mask mask;
@@ -28,10 +30,13 @@ typedef struct bench_case {
     /* bshd: K and V laid out [b, n_kv, h_kv, d] (FlashAttention's cache; a pool's pages
      * [num_pages, page_size, h_kv, d]) instead of [b, h_kv, n_kv, d] */
     int bshd;
-    /* inorder (with pageN): each sequence's pages in order in the pool, the block table
-     * 0, 1, 2, …, not shuffled (with bshd, a contiguous cache's memory order; clattn's
-     * pool [num_pages, h_kv, page_size, d] still interleaves the heads' pieces) */
-    int inorder;
+    /* the order of each sequence's pages in the pool (with pageN): PAGES_SHUFFLED (the
+     * default), PAGES_INORDER (inorder: the block table 0, 1, 2, …; with bshd, a contiguous
+     * cache's memory order; clattn's pool [num_pages, h_kv, page_size, d] still interleaves
+     * the heads' pieces) or PAGES_ROUNDROBIN (roundrobin: the pages handed out to the
+     * sequences in turn, as a fresh pool gives them to sequences that grow side by side:
+     * sequence b's page p at p·b_total + b) */
+    int page_order;
     int entry; /* its --shapes entry, from 1 ("both" makes two cases of one entry) */
 } bench_case;
 

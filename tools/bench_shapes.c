@@ -1,6 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 /* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
- * [,pageN][,inorder][,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]] into bench
+ * [,pageN][,inorder|roundrobin][,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]] into bench
  * cases (bench.h; the grammar is in `clattn bench --help`). */
 #include "bench.h"
 #include "cli.h"
@@ -94,25 +94,26 @@ int parse_shapes(const char *list, bench_case *cases, int max)
                 bad = strcmp(alg, "backward") == 0;
                 why = bad ? "bshd times the forward call (not backward)" : why;
                 continue; /* (either algorithm) */
-            } else if (strcmp(tok, "inorder") == 0 && !c.inorder) {
-                c.inorder = 1; /* (needs pageN: checked below) */
+            } else if ((strcmp(tok, "inorder") == 0 || strcmp(tok, "roundrobin") == 0) &&
+                       !c.page_order) { /* (needs pageN: checked below) */
+                c.page_order = tok[0] == 'i' ? PAGES_INORDER : PAGES_ROUNDROBIN;
             } else if (strncmp(tok, "page", 4) == 0 && !c.page_size) {
                 c.page_size = isdigit((unsigned char)tok[4]) ? strtoll(tok + 4, &end, 10) : 0;
                 bad = c.page_size < 1 || c.page_size > ((int64_t)1 << 31) || !end || *end != '\0';
                 why = bad ? "pageN takes a page size of 1 to 2^31 keys" : why;
             } else {
                 bad = 1;
-                why = "an unknown or repeated token (pageN, inorder, int8, half, varlen, padded, "
-                      "dropP, winL, bshd: each once)";
+                why = "an unknown or repeated token (pageN, inorder or roundrobin, int8, half, "
+                      "varlen, padded, dropP, winL, bshd: each once)";
             }
             if (!bad && strcmp(alg, "fused") != 0) {
                 bad = 1;
-                why = "pageN, inorder, int8 and half run with the fused algorithm only";
+                why = "pageN, its order, int8 and half run with the fused algorithm only";
             }
         }
-        if (!bad && c.inorder && !c.page_size) {
+        if (!bad && c.page_order && !c.page_size) {
             bad = 1;
-            why = "inorder orders a pool's pages: it needs pageN";
+            why = "inorder and roundrobin order a pool's pages: they need pageN";
         }
         if (!bad && got >= 11 && !c.int8_kv && !c.half && !c.page_size && !c.ragged &&
             c.dropout == 0.0f && c.window_left < 0 && !c.bshd) {
