@@ -186,28 +186,6 @@ int bench_fail(const char *fmt, ...)
     return 1;
 }
 
-/* A case's algorithm as the table and --json show it: "fused", "unfused", "backward",
- * "pagedN", "fused/varlen", "unfused/padded", "fused/bshd", "pagedN/bshd", "pagedN/inorder",
- * "pagedN/roundrobin/bshd"; buf (ALG_NAME bytes) holds the built ones */
-enum { ALG_NAME = 32 }; /* "paged2147483648/roundrobin/bshd" and its NUL: 32 */
-static const char *alg_name(const bench_case *c, char buf[ALG_NAME])
-{
-    if (c->backward)
-        return "backward";
-    const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
-    if (c->ragged)
-        snprintf(buf, ALG_NAME, "%s/%s", alg, c->ragged == 1 ? "varlen" : "padded");
-    else if (c->page_size)
-        snprintf(buf, ALG_NAME, "paged%lld%s%s", (long long)c->page_size,
-                 c->page_order == PAGES_INORDER      ? "/inorder"
-                 : c->page_order == PAGES_ROUNDROBIN ? "/roundrobin"
-                                                     : "",
-                 c->bshd ? "/bshd" : "");
-    else if (c->bshd)
-        snprintf(buf, ALG_NAME, "%s/bshd", alg);
-    return c->ragged || c->page_size || c->bshd ? buf : alg;
-}
-
 const char *bench_dtype_name(clattn_dtype dtype)
 {
     return dtype == CLATTN_FLOAT16 ? "f16" : dtype == CLATTN_BFLOAT16 ? "bf16" : "f32";
@@ -399,12 +377,12 @@ static int operands_fit(clattn_context *ctx, const bench_case *c, int64_t packed
             CL_SUCCESS ||
         global == 0 || need <= (double)global)
         return 0;
-    char alg[ALG_NAME];
+    char alg[BENCH_CASE_NAME];
     return bench_fail("the operands of b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld (%s) need "
                       "%.3g GiB, more than the device's %.3g GiB of global memory",
                       (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
-                      (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, alg_name(c, alg),
-                      need / 1073741824.0, (double)global / 1073741824.0);
+                      (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v,
+                      bench_case_name(c, alg), need / 1073741824.0, (double)global / 1073741824.0);
 }
 
 int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, result *res,
@@ -459,22 +437,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     }
     cl_mem mt = NULL;
     if (ps) {
-        int32_t *table = malloc(sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1));
-        unsigned seed = 5;
-        for (int64_t i = 0; table && i < pages; i++) /* (entry i: sequence i / max_pages) */
-            table[i] =
-                (int32_t)(c->page_order == PAGES_ROUNDROBIN ? i % max_pages * c->b + i / max_pages
-                                                            : i);
-        for (int64_t i = pages - 1; table && c->page_order == PAGES_SHUFFLED && i > 0; i--) {
-            seed = seed * 1664525u + 1013904223u;
-            const int64_t j = (int64_t)(seed >> 8) % (i + 1);
-            const int32_t t = table[i];
-            table[i] = table[j];
-            table[j] = t;
-        }
+        int32_t *table = bench_page_table(c, max_pages);
         cl_int err = CL_SUCCESS;
-        if (table && pages == 0)
-            table[0] = 0; /* no keys, no pages: a one-entry table (a cl_mem is never empty) */
         if (table)
             mt = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                 sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1), table, &err);
@@ -494,7 +458,8 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
     int rc = 0;
     if (!mq || !mk || !mv || !mo || !dev || !wall || (ps && !lens) ||
         (c->int8_kv && (!ms[0] || !ms[1])) || (c->ragged && c->b > 64)) {
-        char pool[96] = "", alg[ALG_NAME]; /* the pool rounds each sequence up to whole pages */
+        char pool[96] = "",
+             alg[BENCH_CASE_NAME]; /* the pool rounds each sequence up to whole pages */
         if (ps)
             snprintf(pool, sizeof pool, " (a K/V pool of %lld page%s of %lld keys: %lld rows)",
                      (long long)pages, pages == 1 ? "" : "s", (long long)ps, (long long)kv_rows);
@@ -502,7 +467,7 @@ int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, re
                         "%lld/%lld%s (%s)",
                         (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                         (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, pool,
-                        alg_name(c, alg));
+                        bench_case_name(c, alg));
         goto done;
     }
     clattn_tensor q = clattn_tensor_buffer(mq, qb, c->h_q, qn, c->d_k);
@@ -739,8 +704,8 @@ int cmd_bench(int argc, char **argv)
     progress_start(&pr, "clattn bench", n_cases, quiet);
     for (int i = 0; i < n_cases; i++) {
         const bench_case *c = &cases[i];
-        char alg_buf[ALG_NAME];
-        const char *alg = alg_name(c, alg_buf);
+        char alg_buf[BENCH_CASE_NAME];
+        const char *alg = bench_case_name(c, alg_buf);
         progress_step(&pr, "b %lld, h %lld/%lld, n %lldx%lld, d %lld/%lld, %s, %s, %s",
                       (long long)c->b, (long long)c->h_q, (long long)c->h_kv, (long long)c->n_q,
                       (long long)c->n_kv, (long long)c->d_k, (long long)c->d_v, mask_name(c->mask),

@@ -74,6 +74,18 @@ int bench_fail(const char *fmt, ...);
  * two cases). Returns the count, or -1 with a message. */
 int parse_shapes(const char *list, bench_case *cases, int max);
 
+/* A case's algorithm as the table and --json show it: "fused", "unfused", "backward",
+ * "pagedN", "fused/varlen", "unfused/padded", "fused/bshd", "pagedN/bshd", "pagedN/inorder",
+ * "pagedN/roundrobin/bshd"; buf holds the built ones. */
+enum { BENCH_CASE_NAME = 32 }; /* "paged2147483648/roundrobin/bshd" and its NUL: 32 */
+const char *bench_case_name(const bench_case *c, char buf[BENCH_CASE_NAME]);
+
+/* The block table of case c's pool of pages ([b, max_pages] int32, at least one entry):
+ * each sequence's pages at shuffled places (seed 5), in order (inorder) or handed out in
+ * turn (roundrobin), as c->page_order says. malloc'd (the caller frees), NULL when out of
+ * memory. */
+int32_t *bench_page_table(const bench_case *c, int64_t max_pages);
+
 /* Times case c on random device buffers: `warmup` untimed runs, then `reps` timed ones;
  * plan_reason receives the plan's reason. Returns 0, or 1 with a message. */
 int time_case(clattn_context *ctx, const bench_case *c, int warmup, int reps, result *res,

@@ -1,7 +1,8 @@
 #define _POSIX_C_SOURCE 200809L /* strtok_r */
 /* clattn bench's --shapes list: each entry b,h_q,h_kv,n_q,n_kv,d_k,d_v[,mask[,alg[,dtype
  * [,pageN][,inorder|roundrobin][,int8][,half][,varlen|padded][,dropP][,winL][,bshd]]]] into bench
- * cases (bench.h; the grammar is in `clattn bench --help`). */
+ * cases (bench.h; the grammar is in `clattn bench --help`), and what a case's tokens make:
+ * its name in the table and --json, its pool's block table. */
 #include "bench.h"
 #include "cli.h"
 
@@ -183,4 +184,43 @@ int parse_shapes(const char *list, bench_case *cases, int max)
     if (n == 0)
         return bench_fail("--shapes names no case"), -1;
     return n;
+}
+
+const char *bench_case_name(const bench_case *c, char buf[BENCH_CASE_NAME])
+{
+    if (c->backward)
+        return "backward";
+    const char *alg = c->algorithm == CLATTN_ALGORITHM_FUSED ? "fused" : "unfused";
+    if (c->ragged)
+        snprintf(buf, BENCH_CASE_NAME, "%s/%s", alg, c->ragged == 1 ? "varlen" : "padded");
+    else if (c->page_size)
+        snprintf(buf, BENCH_CASE_NAME, "paged%lld%s%s", (long long)c->page_size,
+                 c->page_order == PAGES_INORDER      ? "/inorder"
+                 : c->page_order == PAGES_ROUNDROBIN ? "/roundrobin"
+                                                     : "",
+                 c->bshd ? "/bshd" : "");
+    else if (c->bshd)
+        snprintf(buf, BENCH_CASE_NAME, "%s/bshd", alg);
+    return c->ragged || c->page_size || c->bshd ? buf : alg;
+}
+
+int32_t *bench_page_table(const bench_case *c, int64_t max_pages)
+{
+    const int64_t pages = c->b * max_pages;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1));
+    if (!table)
+        return NULL;
+    table[0] = 0; /* no keys, no pages: a one-entry table (a cl_mem is never empty) */
+    for (int64_t i = 0; i < pages; i++) /* (entry i: sequence i / max_pages) */
+        table[i] =
+            (int32_t)(c->page_order == PAGES_ROUNDROBIN ? i % max_pages * c->b + i / max_pages : i);
+    unsigned seed = 5;
+    for (int64_t i = pages - 1; c->page_order == PAGES_SHUFFLED && i > 0; i--) {
+        seed = seed * 1664525u + 1013904223u;
+        const int64_t j = (int64_t)(seed >> 8) % (i + 1);
+        const int32_t x = table[i];
+        table[i] = table[j];
+        table[j] = x;
+    }
+    return table;
 }
